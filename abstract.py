@@ -31,10 +31,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import csv
+import html
 import io
 import itertools
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -48,10 +51,11 @@ import time
 import traceback
 import urllib.parse
 import urllib.request
+import xml.etree.ElementTree as ET
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 # ==== 2. Version and exports ======================================================
 
@@ -352,32 +356,1486 @@ def _uri_to_path(uri: str) -> str:
     return urllib.request.url2pathname(parts.path)
 
 # ==== 6. Formats ==================================================================
+# Converts JSON values (dict, list, str, int, float, bool, None) to and from
+# json, csv, tsv, md, txt, html, yaml and xml.  Imports used here: csv, html,
+# io, json, math, re, xml.etree.ElementTree as ET, and from typing: Any, Dict,
+# Iterator, List, NamedTuple, Optional, Tuple.
 
-# (filled in by the storage work: converters both ways)
+_FORMATS = ("json", "csv", "tsv", "md", "txt", "html", "yaml", "xml")
+_READABLE = ("json", "csv", "tsv", "yaml", "xml", "txt")
+
+# Compact JSON for nested table cells.  JSONEncoder.encode builds a new C
+# encoder on every call, which made nested cells the main cost of writing CSV,
+# so one is built here (same arguments as json/encoder.py passes, unchanged
+# from 3.8 to 3.13).  It is checked on a probe value, and the public encoder
+# is used wherever it is missing or differs (PyPy, a changed signature).
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _make_compact_encoder() -> Any:
+    """A fast compact-JSON function, or the public encoder's when unsure."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    probe = [1, 2.5, float("inf"), "é\n\"", None, True, {"k": []}]
+    try:
+        encode = make(None, _COMPACT_JSON.default, json.encoder.encode_basestring, None,
+                      ":", ",", False, False, True)
+        if "".join(encode(probe, 0)) == _COMPACT_JSON.encode(probe):
+            return lambda value: "".join(encode(value, 0))
+    except Exception:  # any mismatch in the private API: use the public one
+        pass
+    return _COMPACT_JSON.encode
+
+
+_compact_json = _make_compact_encoder()
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Converted(NamedTuple):
+    """The result of _convert: the text and what it holds."""
+    text: str
+    fmt: str                      # the format actually written
+    rows: Optional[int]           # record count when the data is tabular
+    columns: Optional[List[str]]  # column names when the data is tabular
+    notes: List[str]              # things the user should know
+
+
+def _line_offset(text: str, lineno: int) -> int:
+    """Offset of the start of 1-based line lineno, for FormatError positions."""
+    pos = 0
+    for _ in range(lineno - 1):
+        nl = text.find("\n", pos)
+        if nl < 0:
+            return len(text)
+        pos = nl + 1
+    return pos
+
+
+# ---- tabular detection ----
+
+def _scalar_kind(value: Any) -> str:
+    """How a lone scalar is named in the "not tabular" reason."""
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null value" if value is None else "number"
+
+
+def _records_key(data: Dict[str, Any]) -> Tuple[Optional[str], str]:
+    """The one key of a wrapper object ({"results": [...], "total": 3}) holding records."""
+    # Empty lists do not count: {"name": "x", "aliases": []} is one object,
+    # not an empty table.
+    keys = [k for k, v in data.items()
+            if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+    if len(keys) == 1:
+        return keys[0], ""
+    if keys:
+        return None, "an object with several lists of records (" + ", ".join(keys) + ")"
+    return None, "a single object, not a list of records"
+
+
+def _as_records(data: Any) -> Tuple[Optional[List[Dict[str, Any]]], str]:
+    """(rows, "") when data is tabular, else (None, a reason a person can read)."""
+    if isinstance(data, dict):
+        key, reason = _records_key(data)
+        return (data[key], "") if key is not None else (None, reason)
+    if not isinstance(data, list):
+        return None, f"a single {_scalar_kind(data)}, not a list of records"
+    dicts = sum(1 for x in data if isinstance(x, dict))
+    if dicts == len(data):
+        return data, ""
+    if dicts:
+        return None, "a list mixing objects and other values"
+    if any(isinstance(x, list) for x in data):
+        return None, "a list holding nested lists, not records"
+    return [{"value": x} for x in data], ""
+
+
+# ---- emitters: json, txt, csv ----
+
+def _dump_json(data: Any) -> str:
+    """Pretty JSON (indent 2, UTF-8 kept as is) ending with a newline."""
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    # ensure_ascii=False leaves lone surrogates raw, which no UTF-8 writer
+    # accepts; inside JSON strings a \uXXXX escape reads back identically.
+    if _LONE_SURROGATE.search(text):
+        text = _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+    return text
+
+
+def _dump_txt(data: Any) -> str:
+    """Strings as they are (no quotes), anything else as pretty JSON."""
+    return data if isinstance(data, str) else _dump_json(data)
+
+
+def _cell_text(value: Any) -> str:
+    """A table cell: strings bare, scalars as JSON writes them, nested values compact JSON."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is float and math.isfinite(value):
+        return repr(value)  # what json.dumps writes, without its call overhead
+    return _compact_json(value)
+
+
+def _csv_header(rows: List[Dict[str, Any]]) -> List[str]:
+    """Union of the keys of all rows, in first-seen order."""
+    seen: Dict[str, None] = {}
+    for row in rows:
+        # Most rows repeat known keys; this C-level subset test skips them.
+        if seen.keys() >= row.keys():
+            continue
+        for key in row:
+            if key not in seen:
+                seen[key] = None
+    return list(seen)
+
+
+# csv.writer already writes these exactly as wanted (None as an empty cell).
+_CSV_NATIVE = frozenset((str, int, type(None)))
+
+
+def _csv_float(value: float) -> str:
+    # value - value is 0.0 only when finite; inf and nan take JSON's spelling.
+    return repr(value) if value - value == 0.0 else _compact_json(value)
+
+
+def _csv_plan(types: Tuple[type, ...]) -> List[Tuple[int, Any]]:
+    """(index, converter) for the cells of a row with these types that csv
+    cannot write as they are."""
+    plan: List[Tuple[int, Any]] = []
+    for i, kind in enumerate(types):
+        if kind is float:
+            plan.append((i, _csv_float))
+        elif kind not in _CSV_NATIVE:
+            plan.append((i, _cell_text))
+    return plan
+
+
+def _csv_cells(rows: List[Dict[str, Any]], header: List[str]) -> Iterator[List[Any]]:
+    """Rows as lists of cells.  Hot path: rows usually repeat one tuple of
+    cell types, so the conversion plan is looked up, not rebuilt per cell."""
+    plans: Dict[Tuple[type, ...], List[Tuple[int, Any]]] = {}
+    for row in rows:
+        cells = list(map(row.get, header))
+        types = tuple(map(type, cells))
+        plan = plans.get(types)
+        if plan is None:
+            plan = plans[types] = _csv_plan(types)
+        for i, convert in plan:
+            cells[i] = convert(cells[i])
+        yield cells
+
+
+def _dump_csv(rows: List[Dict[str, Any]], delimiter: str = ",") -> str:
+    """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row."""
+    header = _csv_header(rows)
+    if not header:
+        return ""
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter=delimiter, lineterminator="\r\n",
+                        quoting=csv.QUOTE_MINIMAL)
+    writer.writerow(header)
+    writer.writerows(_csv_cells(rows, header))
+    return buf.getvalue()
+
+
+# ---- csv / tsv reader ----
+# Cells are typed conservatively: only spellings that a writer of numbers
+# would produce become numbers, so codes like "007" or "02134" stay text.
+
+_CSV_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+# The exponent needs a sign unless there is a fraction: Python, JavaScript and
+# spreadsheets write 1e+16, while text such as "1e3" or "2E1" is usually a code.
+_CSV_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+][0-9]+)")
+_CSV_NUM_START = frozenset("-0123456789")
+_CSV_BOOLS = {"true": True, "false": False, "True": True, "False": False}
+
+
+def _csv_value(cell: str) -> Any:
+    """Type one CSV cell: plain integers, decimals and true/false; all else stays text."""
+    if cell[:1] in _CSV_NUM_START:
+        if _CSV_INT.fullmatch(cell):
+            return int(cell)
+        if _CSV_FLOAT.fullmatch(cell):
+            number = float(cell)
+            return number if math.isfinite(number) else cell
+        return cell
+    return _CSV_BOOLS.get(cell, cell)
+
+
+def _csv_check_header(header: List[str], text: str, lineno: int) -> None:
+    """Refuse empty and duplicate column names: either would lose values
+    silently when rows become dicts."""
+    where = _line_offset(text, lineno)
+    seen: Dict[str, int] = {}
+    for i, name in enumerate(header, 1):
+        if not name.strip():
+            raise FormatError(f"column {i} of the header has no name", text, where)
+        if name in seen:
+            raise FormatError(f"column name {name!r} appears twice (columns {seen[name]} and {i})",
+                              text, where)
+        seen[name] = i
+
+
+def _load_csv(text: str, delimiter: str = ",") -> List[Dict[str, Any]]:
+    """Records from CSV/TSV text whose first row is the header."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    records: List[Dict[str, Any]] = []
+    header: Optional[List[str]] = None
+    start = 1  # first line of the record being read, for error positions
+    try:
+        for fields in reader:
+            if not fields:  # a blank line
+                pass
+            elif header is None:
+                _csv_check_header(fields, text, start)
+                header = fields
+            elif len(fields) > len(header):
+                raise FormatError(f"row has {len(fields)} fields but the header has {len(header)}",
+                                  text, _line_offset(text, start))
+            else:
+                values = [_csv_value(f) for f in fields]
+                values += [""] * (len(header) - len(values))
+                records.append(dict(zip(header, values)))
+            start = reader.line_num + 1
+    except csv.Error as err:
+        raise FormatError(f"bad CSV: {err}", text, _line_offset(text, start)) from None
+    return records
+
+
+# ---- YAML emitter ----
+# Block style throughout.  A string is written plain only when YAML 1.2 core
+# readers and YAML 1.1 readers (PyYAML) both read it back as that same string;
+# else as a '|' literal when multi-line and safe, else double-quoted, which
+# can hold any string through escapes.  Floats always carry a dot or are
+# .inf/.nan, so no reader takes them for strings or ints.
+
+# Words some YAML reader (1.1 or 1.2) takes for a bool, a null, a merge key or
+# a "value" key; compared lower-cased so that every spelling gets quoted.
+_YAML_WORDS = frozenset(("yes", "no", "on", "off", "y", "n", "true", "false",
+                         "null", "~", "<<", "="))
+_YAML_INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
+# Characters never left raw: C0/C1 controls (tab and newline included, they
+# are escaped), BOM, non-characters, lone surrogates, and U+0085/2028/2029,
+# which YAML 1.1 readers treat as line breaks.
+_YAML_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+_YAML_UNSAFE_BLOCK = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+# Numbers in any YAML schema start with a digit, a sign or a dot before a
+# digit; with only number-ish characters after that (1_000, 0x1F, 1:20 is
+# sexagesimal in YAML 1.1) the string must be quoted.  So must dates.
+_YAML_NUM_START = re.compile(r"[-+]?\.?[0-9]|\._")
+_YAML_NUM_CHARS = re.compile(r"[0-9A-Za-z_.:+-]+")
+_YAML_DATE = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}")
+_YAML_INF_NAN = re.compile(r"[-+]?\.(?:inf|nan)", re.IGNORECASE)
+_YAML_ESCAPES_OUT = {"\0": "\\0", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+                     "\v": "\\v", "\f": "\\f", "\r": "\\r", "\x1b": "\\e", '"': '\\"',
+                     "\\": "\\\\", "\x85": "\\N", "\u2028": "\\L", "\u2029": "\\P"}
+_YAML_QUOTE_ME = re.compile('["\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]')
+# YAML caps implicit keys at 1024 characters; longer ones use '? key'.
+_YAML_MAX_KEY = 1000
+
+
+def _yaml_plain_ok(s: str) -> bool:
+    """Whether s can be written unquoted and read back as this same string."""
+    if not s or s[0] in _YAML_INDICATORS or s[0] == " " or s[-1] == " ":
+        return False
+    if s.lower() in _YAML_WORDS or s.startswith("...") or s.endswith(":"):
+        return False
+    if ": " in s or " #" in s or _YAML_UNSAFE.search(s):
+        return False
+    if _YAML_NUM_START.match(s) and (_YAML_NUM_CHARS.fullmatch(s) or _YAML_DATE.match(s)):
+        return False
+    return not _YAML_INF_NAN.fullmatch(s)
+
+
+def _yaml_escape_char(match: "re.Match[str]") -> str:
+    """The double-quoted escape for one character: a named one, else \\xHH or \\uHHHH."""
+    char = match.group()
+    named = _YAML_ESCAPES_OUT.get(char)
+    if named:
+        return named
+    code = ord(char)
+    return "\\x%02X" % code if code < 0x100 else "\\u%04X" % code
+
+
+def _yaml_quote(s: str) -> str:
+    """Double-quoted scalar: always safe, every awkward character escaped."""
+    return '"' + _YAML_QUOTE_ME.sub(_yaml_escape_char, s) + '"'
+
+
+def _yaml_literal_ok(s: str) -> bool:
+    """Whether a multi-line string survives as a '|' block (else it is double-quoted)."""
+    return (s[0] not in " \n" and " \n" not in s and not s.endswith(" ")
+            and not _YAML_UNSAFE_BLOCK.search(s))
+
+
+def _yaml_str(s: str, indent: int) -> List[str]:
+    """A string: [inline text] or ['|' header, content lines at column indent...]."""
+    if _yaml_plain_ok(s):
+        return [s]
+    if "\n" not in s or not _yaml_literal_ok(s):
+        return [_yaml_quote(s)]
+    body = s.rstrip("\n")
+    trailing = len(s) - len(body)
+    # Chomping keeps exactly the trailing newlines: none, one, or all.
+    head = "|-" if trailing == 0 else "|" if trailing == 1 else "|+"
+    pad = " " * indent
+    lines = [pad + line if line else "" for line in body.split("\n")]
+    return [head] + lines + [""] * max(trailing - 1, 0)
+
+
+def _yaml_float(x: float) -> str:
+    """A float that YAML 1.1 and 1.2 readers both read back as this float."""
+    if x != x:
+        return ".nan"
+    if math.isinf(x):
+        return ".inf" if x > 0 else "-.inf"
+    text = repr(x)
+    if "e" in text and "." not in text:
+        # YAML 1.1 readers need a dot: 1e+16 would read back as a string.
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent}"
+    return text
+
+
+def _yaml_scalar(value: Any, indent: int) -> List[str]:
+    """A scalar or empty container; more than one line only for '|' blocks."""
+    if value is None:
+        return ["null"]
+    if isinstance(value, bool):
+        return ["true" if value else "false"]
+    if isinstance(value, int):
+        return [str(value)]
+    if isinstance(value, float):
+        return [_yaml_float(value)]
+    if isinstance(value, str):
+        return _yaml_str(value, indent)
+    if isinstance(value, dict):
+        return ["{}"]
+    if isinstance(value, (list, tuple)):
+        return ["[]"]
+    raise FormatError(f"cannot write a {type(value).__name__} as YAML")
+
+
+def _yaml_key_text(key: Any) -> str:
+    """A mapping key, plain when safe, else double-quoted."""
+    if not isinstance(key, str):
+        key = json.dumps(key)  # the key JSON would write
+    return key if _yaml_plain_ok(key) else _yaml_quote(key)
+
+
+def _yaml_entry(pad: str, key: Optional[str], item: Any, indent: int) -> List[str]:
+    """Lines for one mapping entry (key given) or list item (key None) at column indent."""
+    nested = isinstance(item, (dict, list, tuple)) and len(item) > 0
+    if key is None and nested:
+        # Compact form '- a: 1' / '- - x': the child's first indentation
+        # becomes the dash.
+        lines = _yaml_emit(item, indent + 2)
+        lines[0] = pad + "- " + lines[0][indent + 2:]
+        return lines
+    lines = []
+    if key is None:
+        head = pad + "-"
+    elif len(key) > _YAML_MAX_KEY:
+        lines.append(pad + "? " + key)
+        head = pad + ":"
+    else:
+        head = pad + key + ":"
+    if nested:
+        return lines + [head] + _yaml_emit(item, indent + 2)
+    first, *rest = _yaml_scalar(item, indent + 2)
+    return lines + [head + " " + first] + rest
+
+
+def _yaml_emit(value: Any, indent: int) -> List[str]:
+    """Lines for value as a block node at column indent."""
+    pad = " " * indent
+    if isinstance(value, dict) and value:
+        lines: List[str] = []
+        for key, item in value.items():
+            lines.extend(_yaml_entry(pad, _yaml_key_text(key), item, indent))
+        return lines
+    if isinstance(value, (list, tuple)) and value:
+        lines = []
+        for item in value:
+            lines.extend(_yaml_entry(pad, None, item, indent))
+        return lines
+    first, *rest = _yaml_scalar(value, indent + 2)
+    return [pad + first] + rest
+
+
+def dump_yaml(data: Any) -> str:
+    """Block-style YAML 1.2 for JSON data; yaml.safe_load and load_yaml read it back equal."""
+    return "\n".join(_yaml_emit(data, 0)) + "\n"
+
+
+# ---- YAML reader ----
+# A recursive-descent reader over the whole text.  Block parsers take the
+# position of a node's first character and return (position of the start of
+# the line after the node, value).  Columns come from the position.
+
+_YAML_SEP = ("", " ", "\t", "\n")  # what may follow '-', '?' or ':' as indicators
+_YAML_SPACE = re.compile(r"[ \t]*")
+_YAML_INDENT = re.compile(r" *")
+_YAML_COMMENT = re.compile(r"[ \t]#")
+_YAML_COLON = re.compile(r":(?:[ \t]|$)")
+_YAML_FLOW_WS = re.compile(r"(?:[ \t\n]+|(?<=[ \t\n])#[^\n]*)*")
+_YAML_FLOW_PLAIN = re.compile(r"(?:[^,\[\]{}\n:#]|:(?![ \t\n,\[\]{}]|$)|(?<![ \t])#)+")
+_YAML_DQ_RUN = re.compile(r'[^"\\\n]*')
+_YAML_SQ_RUN = re.compile(r"[^'\n]*")
+_YAML_BLOCK_HEAD = re.compile(r"([|>])([-+][1-9]?|[1-9][-+]?)?(?:[ \t]+(?:#[^\n]*)?)?(?=\n|\Z)")
+_YAML_ESCAPES_IN = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n",
+                    "v": "\v", "f": "\f", "r": "\r", "e": "\x1b", " ": " ", '"': '"',
+                    "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0", "L": "\u2028",
+                    "P": "\u2029"}
+_YAML_HEX_LEN = {"x": 2, "u": 4, "U": 8}
+_YAML_HEX = re.compile(r"[0-9a-fA-F]*")
+_YAML_VERSION = re.compile(r"%YAML[ \t]+1\.[0-9]+[ \t]*(?:#[^\n]*)?(?=\n|\Z)")
+
+# YAML 1.2 core schema: everything else plain is a string (so yes/on too).
+_YAML_NULLS = frozenset(("", "~", "null", "Null", "NULL"))
+_YAML_BOOLS = {"true": True, "True": True, "TRUE": True,
+               "false": False, "False": False, "FALSE": False}
+_YAML_INT = re.compile(r"[-+]?[0-9]+")
+_YAML_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+_YAML_INF = re.compile(r"[-+]?\.(?:inf|Inf|INF)")
+_YAML_NAN = re.compile(r"\.(?:nan|NaN|NAN)")
+
+
+def _yaml_resolve(s: str) -> Any:
+    """Type a plain scalar per the YAML 1.2 core schema."""
+    if s in _YAML_NULLS:
+        return None
+    if s in _YAML_BOOLS:
+        return _YAML_BOOLS[s]
+    if _YAML_INT.fullmatch(s):
+        return int(s)
+    if s[:2] in ("0o", "0x") and len(s) > 2:
+        try:
+            return int(s[2:], 8 if s[1] == "o" else 16)
+        except ValueError:
+            return s
+    if _YAML_FLOAT.fullmatch(s):
+        return float(s)
+    if _YAML_INF.fullmatch(s):
+        return -math.inf if s[0] == "-" else math.inf
+    return math.nan if _YAML_NAN.fullmatch(s) else s
+
+
+def _yaml_eol(src: str, pos: int) -> int:
+    """Position of the line break ending the line at pos (or the end of text)."""
+    end = src.find("\n", pos)
+    return len(src) if end < 0 else end
+
+
+def _yaml_col(src: str, pos: int) -> int:
+    """Column of pos; block structure is decided by columns."""
+    return pos - src.rfind("\n", 0, pos) - 1
+
+
+def _yaml_is_dash(src: str, pos: int) -> bool:
+    """A block list item indicator: '-' followed by white space or the end ("-1" is a scalar)."""
+    return src.startswith("-", pos) and src[pos + 1:pos + 2] in _YAML_SEP
+
+
+def _yaml_marker(src: str, pos: int) -> bool:
+    """A '---' or '...' document marker at line start pos."""
+    return src.startswith(("---", "..."), pos) and src[pos + 3:pos + 4] in _YAML_SEP
+
+
+def _yaml_next(src: str, pos: int) -> Tuple[int, int]:
+    """From line start pos, skip blank and comment lines: (line start, indent)
+    of the next content line; indent is -1 at the end or at a document marker."""
+    n = len(src)
+    while pos < n:
+        eol = _yaml_eol(src, pos)
+        ind = _YAML_INDENT.match(src, pos).end()
+        if ind == eol or src[ind] == "#":
+            pos = eol + 1
+            continue
+        if src[ind] == "\t":
+            rest = src[ind:eol].lstrip(" \t")
+            if rest and rest[0] != "#":
+                raise FormatError("tab character used for indentation", src, ind)
+            pos = eol + 1
+            continue
+        if ind == pos and _yaml_marker(src, pos):
+            return pos, -1
+        return pos, ind - pos
+    return n, -1
+
+
+def _yaml_line_end(src: str, pos: int) -> int:
+    """After an inline value: allow only spaces and a comment; return the next line start."""
+    p = _YAML_SPACE.match(src, pos).end()
+    if p < len(src) and src[p] == "#" and p > pos:
+        p = _yaml_eol(src, p)
+    if p >= len(src):
+        return len(src)
+    if src[p] != "\n":
+        what = ("unexpected ':' (write 'key: value' with a space; complex keys are not "
+                "supported)" if src[p] == ":" else "unexpected text after a value")
+        raise FormatError(what, src, p)
+    return p + 1
+
+
+def _yaml_check_plain_start(src: str, pos: int) -> None:
+    """Refuse what cannot start a plain scalar, naming the unsupported feature."""
+    c = src[pos]
+    if c in "&*!":
+        feature = {"&": "anchors", "*": "aliases", "!": "tags"}[c]
+        raise FormatError(f"YAML {feature} ({c!r}) are not supported", src, pos)
+    if c in "%@`,]}|>#\"'[{":
+        raise FormatError(f"a plain value cannot start with {c!r}; quote it", src, pos)
+    if c in "-?:" and src[pos + 1:pos + 2] in _YAML_SEP:
+        raise FormatError(f"unexpected {c!r} (a list, key or value is not allowed here)", src, pos)
+
+
+# -- quoted scalars --
+
+def _yaml_fold(src: str, pos: int, out: List[str], joiner: str) -> int:
+    """At a line break inside a quoted scalar: skip it, empty lines and the next
+    line's indentation; a lone break becomes joiner, each empty line a newline."""
+    breaks = 0
+    while True:
+        pos = _YAML_SPACE.match(src, pos + 1).end()
+        if pos < len(src) and src[pos] == "\n":
+            breaks += 1
+            continue
+        out.append("\n" * breaks if breaks else joiner)
+        return pos
+
+
+def _yaml_dq_escape(src: str, pos: int, out: List[str]) -> int:
+    """The escape sequence at src[pos] == '\\'; returns the position after it."""
+    c = src[pos + 1:pos + 2]
+    if c in _YAML_ESCAPES_IN:
+        out.append(_YAML_ESCAPES_IN[c])
+        return pos + 2
+    if c == "\n":  # escaped line break: joins lines with nothing between
+        return _yaml_fold(src, pos + 1, out, "")
+    size = _YAML_HEX_LEN.get(c, 0)
+    digits = _YAML_HEX.match(src, pos + 2, pos + 2 + size).group() if size else ""
+    if not size or len(digits) != size or int(digits, 16) > 0x10FFFF:
+        raise FormatError("invalid escape sequence in a double-quoted string", src, pos)
+    out.append(chr(int(digits, 16)))
+    return pos + 2 + size
+
+
+def _parse_yaml_dq(src: str, pos: int) -> Tuple[int, str]:
+    """A double-quoted scalar at pos, with escapes and line folding."""
+    out: List[str] = []
+    i = pos + 1
+    while True:
+        j = _YAML_DQ_RUN.match(src, i).end()
+        out.append(src[i:j])
+        if j >= len(src):
+            raise FormatError("unterminated double-quoted string", src, pos)
+        if src[j] == '"':
+            return j + 1, "".join(out)
+        if src[j] == "\n":
+            out[-1] = out[-1].rstrip(" \t")  # folding drops trailing spaces
+            i = _yaml_fold(src, j, out, " ")
+        else:
+            i = _yaml_dq_escape(src, j, out)
+
+
+def _parse_yaml_sq(src: str, pos: int) -> Tuple[int, str]:
+    """A single-quoted scalar at pos: '' is a quote, lines fold, no other escapes."""
+    out: List[str] = []
+    i = pos + 1
+    while True:
+        j = _YAML_SQ_RUN.match(src, i).end()
+        out.append(src[i:j])
+        if j >= len(src):
+            raise FormatError("unterminated single-quoted string", src, pos)
+        if src.startswith("''", j):
+            out.append("'")
+            i = j + 2
+        elif src[j] == "'":
+            return j + 1, "".join(out)
+        else:
+            out[-1] = out[-1].rstrip(" \t")
+            i = _yaml_fold(src, j, out, " ")
+
+
+def _parse_yaml_quoted(src: str, pos: int) -> Tuple[int, str]:
+    """A quoted scalar of either kind; quoted scalars are never typed."""
+    return _parse_yaml_dq(src, pos) if src[pos] == '"' else _parse_yaml_sq(src, pos)
+
+
+# -- plain scalars --
+
+def _yaml_plain_line(src: str, pos: int) -> Tuple[int, str, bool]:
+    """One line of a block plain scalar: (next line start, text, whether more
+    lines may follow, i.e. no comment ended it)."""
+    eol = _yaml_eol(src, pos)
+    line = src[pos:eol]
+    comment = _YAML_COMMENT.search(line)
+    if comment:
+        line = line[:comment.start()]
+    colon = _YAML_COLON.search(line)
+    if colon:
+        raise FormatError("a 'key: value' is not allowed here (quote the value if it "
+                          "contains ': ')", src, pos + colon.start())
+    return eol + 1, line.rstrip(" \t"), comment is None
+
+
+def _parse_yaml_plain(src: str, pos: int, parent: int) -> Tuple[int, Any]:
+    """A block plain scalar; lines indented deeper than parent continue it."""
+    pos, text, more = _yaml_plain_line(src, pos)
+    parts = [text]
+    n = len(src)
+    while more and pos < n:
+        breaks, p = 0, pos
+        while p < n and not src[p:_yaml_eol(src, p)].strip(" \t"):
+            breaks, p = breaks + 1, _yaml_eol(src, p) + 1
+        if p >= n:
+            break
+        ind = _YAML_INDENT.match(src, p).end() - p
+        start = _YAML_SPACE.match(src, p).end()
+        if ind <= parent or src[start] == "#" or (ind == 0 and _yaml_marker(src, p)):
+            break
+        pos, text, more = _yaml_plain_line(src, start)
+        parts += ["\n" * breaks if breaks else " ", text]
+    return pos, _yaml_resolve("".join(parts))
+
+
+# -- block scalars --
+
+def _yaml_block_indent(src: str, pos: int, parent: int) -> int:
+    """Auto-detected content indentation of a block scalar: its first text line's."""
+    longest_blank, blank_pos = 0, pos
+    while pos < len(src):
+        eol = _yaml_eol(src, pos)
+        line = src[pos:eol]
+        if not line.strip(" "):
+            if len(line) > longest_blank:
+                longest_blank, blank_pos = len(line), pos
+            pos = eol + 1
+            continue
+        ind = len(line) - len(line.lstrip(" "))
+        if ind <= parent:
+            break
+        if longest_blank > ind:
+            raise FormatError("a leading blank line of a block scalar has more spaces "
+                              "than its first text line", src, blank_pos)
+        return ind
+    return max(parent + 1, longest_blank)
+
+
+def _yaml_block_lines(src: str, pos: int, indent: int) -> Tuple[int, List[str], bool]:
+    """Content lines of a block scalar (indentation removed, blank lines as "");
+    also whether the last one ended with a line break."""
+    lines: List[str] = []
+    broke = False
+    while pos < len(src):
+        eol = _yaml_eol(src, pos)
+        line = src[pos:eol]
+        if not line.strip(" "):
+            lines.append(line[indent:])
+        elif line[:indent].strip(" ") or (indent == 0 and _yaml_marker(src, pos)):
+            break  # less indented: the scalar is over
+        else:
+            lines.append(line[indent:])
+        broke = eol < len(src)
+        pos = eol + 1
+    return min(pos, len(src)), lines, broke
+
+
+def _yaml_fold_lines(lines: List[str]) -> str:
+    """Line folding of '>' scalars: a single break between two text lines
+    becomes a space; breaks around more-indented lines are kept."""
+    out: List[str] = []
+    prev: Optional[str] = None
+    empties = 0
+    for line in lines:
+        if not line:
+            empties += 1
+            continue
+        if prev is None:
+            out.append("\n" * empties)
+        elif prev[0] not in " \t" and line[0] not in " \t":
+            out.append("\n" * empties if empties else " ")
+        else:
+            out.append("\n" * (empties + 1))
+        out.append(line)
+        prev, empties = line, 0
+    return "".join(out)
+
+
+def _parse_yaml_block_scalar(src: str, pos: int, parent: int) -> Tuple[int, str]:
+    """A '|' or '>' scalar whose header is at pos; parent is the enclosing column."""
+    head = _YAML_BLOCK_HEAD.match(src, pos)
+    if not head:
+        raise FormatError("invalid block scalar header", src, pos)
+    flags = head.group(2) or ""
+    chomp = "+" if "+" in flags else "-" if "-" in flags else ""
+    digit = "".join(c for c in flags if c.isdigit())
+    start = min(head.end() + 1, len(src))
+    # An explicit indentation digit counts from the parent's column, as PyYAML does.
+    indent = max(parent, 0) + int(digit) if digit else _yaml_block_indent(src, start, parent)
+    pos, lines, broke = _yaml_block_lines(src, start, indent)
+    end = len(lines)
+    while end and not lines[end - 1]:
+        end -= 1
+    body, trailing = lines[:end], len(lines) - end
+    text = _yaml_fold_lines(body) if head.group(1) == ">" else "\n".join(body)
+    if chomp == "-" or not (broke or trailing):
+        return pos, text
+    if chomp == "+":
+        return pos, text + "\n" * (trailing + (1 if body else 0))
+    return pos, text + "\n" if body else ""
+
+
+# -- flow collections --
+
+def _parse_yaml_flow_node(src: str, pos: int, raw: bool = False) -> Tuple[int, Any]:
+    """A node inside [...] or {...}; raw keeps a plain scalar untyped (for keys)."""
+    if pos >= len(src):
+        raise FormatError("unterminated flow collection", src, pos)
+    c = src[pos]
+    if c in "[{":
+        return _parse_yaml_flow(src, pos)
+    if c in "\"'":
+        return _parse_yaml_quoted(src, pos)
+    _yaml_check_plain_start(src, pos)
+    match = _YAML_FLOW_PLAIN.match(src, pos)
+    text = match.group().rstrip(" \t") if match else ""
+    if not text:
+        raise FormatError(f"unexpected {c!r}", src, pos)
+    return pos + len(text), text if raw else _yaml_resolve(text)
+
+
+def _yaml_flow_pair(src: str, pos: int, result: Dict[str, Any]) -> int:
+    """One 'key: value' (or bare 'key') of a flow mapping, stored into result."""
+    if src.startswith("?", pos) and src[pos + 1:pos + 2] in _YAML_SEP:
+        pos = _YAML_FLOW_WS.match(src, pos + 1).end()  # explicit '? key' (PyYAML writes it)
+    key_pos = pos
+    pos, key = _parse_yaml_flow_node(src, pos, raw=True)
+    if not isinstance(key, str):
+        raise FormatError("complex keys are not supported", src, key_pos)
+    if key in result:
+        raise FormatError(f"duplicate key {key!r}", src, key_pos)
+    pos = _YAML_FLOW_WS.match(src, pos).end()
+    value = None
+    if src.startswith(":", pos):
+        pos = _YAML_FLOW_WS.match(src, pos + 1).end()
+        if not src.startswith((",", "}"), pos):
+            pos, value = _parse_yaml_flow_node(src, pos)
+    result[key] = value
+    return pos
+
+
+def _parse_yaml_flow(src: str, pos: int) -> Tuple[int, Any]:
+    """A flow collection starting at pos ('[' or '{'); it may span lines."""
+    is_map = src[pos] == "{"
+    close = "}" if is_map else "]"
+    result: Any = {} if is_map else []
+    pos = _YAML_FLOW_WS.match(src, pos + 1).end()
+    while not src.startswith(close, pos):
+        if is_map:
+            pos = _yaml_flow_pair(src, pos, result)
+        else:
+            pos, item = _parse_yaml_flow_node(src, pos)
+            result.append(item)
+        pos = _YAML_FLOW_WS.match(src, pos).end()
+        if src.startswith(",", pos):
+            pos = _YAML_FLOW_WS.match(src, pos + 1).end()
+        elif not src.startswith(close, pos):
+            what = ("'key: value' pairs inside [...] are not supported" if src.startswith(":", pos)
+                    else f"expected ',' or '{close}'")
+            raise FormatError(what, src, pos)
+    return pos + 1, result
+
+
+# -- block structure --
+
+def _yaml_explicit_key(src: str, pos: int) -> Tuple[int, str]:
+    """'? key' then ': value' below it: read for scalar keys only, as dump_yaml
+    writes keys over 1024 characters this way (and PyYAML writes '' this way)."""
+    col = _yaml_col(src, pos)
+    p = _YAML_SPACE.match(src, pos + 1).end()
+    if p >= len(src) or src[p] in "\n#[{|>":
+        raise FormatError("complex keys ('? ') are not supported", src, pos)
+    if src[p] in "\"'":
+        end, key = _parse_yaml_quoted(src, p)
+        p = _yaml_line_end(src, end)
+    else:
+        _yaml_check_plain_start(src, p)
+        p, key, _ = _yaml_plain_line(src, p)
+    nxt, ind = _yaml_next(src, p)
+    q = nxt + max(ind, 0)
+    if ind != col or not src.startswith(":", q) or src[q + 1:q + 2] not in _YAML_SEP:
+        raise FormatError("expected ': value' below a '? key' line", src, q)
+    return q + 1, key
+
+
+def _yaml_key_at(src: str, pos: int) -> Optional[Tuple[int, str]]:
+    """If a 'key:' starts at pos, (position after its colon, key) else None.
+    Keys stay text: JSON keys are strings, so '1: a' gives {"1": "a"}."""
+    c = src[pos]
+    if c == "?" and src[pos + 1:pos + 2] in _YAML_SEP:
+        return _yaml_explicit_key(src, pos)
+    if c in "\"'":
+        end, key = _parse_yaml_quoted(src, pos)
+        p = _YAML_SPACE.match(src, end).end()
+        if "\n" not in src[pos:end] and src.startswith(":", p) and src[p + 1:p + 2] in _YAML_SEP:
+            return p + 1, key
+        return None
+    if c in "[{":
+        return None  # a flow key is refused by _yaml_line_end after the value
+    line = src[pos:_yaml_eol(src, pos)]
+    comment = _YAML_COMMENT.search(line)
+    colon = _YAML_COLON.search(line[:comment.start()] if comment else line)
+    if not colon:
+        return None
+    _yaml_check_plain_start(src, pos)
+    return pos + colon.start() + 1, line[:colon.start()].rstrip(" \t")
+
+
+def _parse_yaml_inline(src: str, pos: int, parent: int) -> Tuple[int, Any]:
+    """A value starting mid-line: scalar, flow collection or block scalar."""
+    c = src[pos]
+    if c in "[{":
+        pos, value = _parse_yaml_flow(src, pos)
+        return _yaml_line_end(src, pos), value
+    if c in "\"'":
+        pos, value = _parse_yaml_quoted(src, pos)
+        return _yaml_line_end(src, pos), value
+    if c in "|>":
+        return _parse_yaml_block_scalar(src, pos, parent)
+    _yaml_check_plain_start(src, pos)
+    return _parse_yaml_plain(src, pos, parent)
+
+
+def _parse_yaml_block(src: str, pos: int, parent: int) -> Tuple[int, Any]:
+    """The node at pos: a block list, a block mapping or an inline value."""
+    if _yaml_is_dash(src, pos):
+        return _parse_yaml_seq(src, pos, _yaml_col(src, pos))
+    if _yaml_key_at(src, pos) is not None:
+        return _parse_yaml_map(src, pos, _yaml_col(src, pos))
+    return _parse_yaml_inline(src, pos, parent)
+
+
+def _parse_yaml_value(src: str, pos: int, col: int, ctx: str) -> Tuple[int, Any]:
+    """What follows 'key:' (ctx "key"), '-' ("dash") or '---' ("doc"); col is
+    the key's or dash's column (-1 for the document)."""
+    pos = _YAML_SPACE.match(src, pos).end()
+    if pos >= len(src) or src[pos] in "\n#":
+        nxt, ind = _yaml_next(src, _yaml_eol(src, pos) + 1)
+        # A list may sit at its parent key's own indentation.
+        if ind > col or (ctx == "key" and ind == col and _yaml_is_dash(src, nxt + ind)):
+            return _parse_yaml_block(src, nxt + ind, col)
+        return nxt, None
+    if ctx == "dash" and (_yaml_is_dash(src, pos) or _yaml_key_at(src, pos) is not None):
+        return _parse_yaml_block(src, pos, col)  # compact '- - x' or '- k: v'
+    return _parse_yaml_inline(src, pos, col)
+
+
+def _parse_yaml_seq(src: str, pos: int, col: int) -> Tuple[int, List[Any]]:
+    """A block list whose dashes are at column col; pos is the first dash."""
+    items: List[Any] = []
+    while True:
+        pos, item = _parse_yaml_value(src, pos + 1, col, "dash")
+        items.append(item)
+        nxt, ind = _yaml_next(src, pos)
+        if ind > col:
+            raise FormatError("bad indentation of a list item", src, nxt + ind)
+        if ind < col or not _yaml_is_dash(src, nxt + ind):
+            return nxt, items  # the parent decides whether what follows is valid
+        pos = nxt + ind
+
+
+def _parse_yaml_map(src: str, pos: int, col: int) -> Tuple[int, Dict[str, Any]]:
+    """A block mapping whose keys are at column col; pos is the first key."""
+    result: Dict[str, Any] = {}
+    while True:
+        found = _yaml_key_at(src, pos)
+        if found is None:
+            raise FormatError("expected 'key: value'", src, pos)
+        after, key = found
+        if key in result:
+            raise FormatError(f"duplicate key {key!r}", src, pos)
+        # After an explicit ': ' (at the map's own column) a compact '- x' or
+        # 'k: v' may follow, as after '- '.
+        explicit = _yaml_col(src, after - 1) == col
+        pos, value = _parse_yaml_value(src, after, col, "dash" if explicit else "key")
+        result[key] = value
+        nxt, ind = _yaml_next(src, pos)
+        if ind < col:
+            return nxt, result
+        if ind > col:
+            raise FormatError("bad indentation of a mapping entry", src, nxt + ind)
+        pos = nxt + ind
+
+
+def _yaml_directives(src: str, pos: int, ind: int) -> Tuple[int, int]:
+    """Skip %YAML directives, which must be followed by '---'."""
+    seen = False
+    while ind == 0 and src.startswith("%", pos):
+        if not src.startswith("%YAML", pos):
+            raise FormatError("YAML directives other than %YAML are not supported", src, pos)
+        if not _YAML_VERSION.match(src, pos):
+            raise FormatError("expected '%YAML 1.x'", src, pos)
+        pos, ind = _yaml_next(src, _yaml_eol(src, pos) + 1)
+        seen = True
+    if seen and not (ind < 0 and src.startswith("---", pos)):
+        raise FormatError("expected '---' after a %YAML directive", src, pos)
+    return pos, ind
+
+
+def _parse_yaml_document(src: str) -> Any:
+    """The one document of src: optional directives, '---', a node, optional '...'."""
+    pos, ind = _yaml_directives(src, *_yaml_next(src, 0))
+    value = None
+    if ind < 0 and src.startswith("---", pos):
+        pos, value = _parse_yaml_value(src, pos + 3, -1, "doc")
+    elif ind >= 0:
+        pos, value = _parse_yaml_block(src, pos + ind, -1)
+    pos, ind = _yaml_next(src, pos)
+    if ind < 0 and src.startswith("...", pos):
+        pos, ind = _yaml_next(src, _yaml_line_end(src, pos + 3))
+    if pos < len(src):
+        what = ("a second YAML document is not supported" if src.startswith("---", pos)
+                else "unexpected content (check the indentation)")
+        raise FormatError(what, src, pos + max(ind, 0))
+    return value
+
+
+def load_yaml(text: str) -> Any:
+    """Read the YAML people write by hand (and dump_yaml writes) into JSON data.
+
+    YAML 1.2 core schema; anchors, aliases, tags, several documents, complex
+    keys and duplicate keys raise FormatError naming the line, never a guess."""
+    src = text.replace("\r\n", "\n").replace("\r", "\n")
+    if src.startswith("\ufeff"):
+        src = src[1:]
+    try:
+        return _parse_yaml_document(src)
+    except RecursionError:
+        raise FormatError("YAML nested too deeply", src, 0) from None
+
+
+# ---- XML ----
+# Own mapping: object keys become child elements, list items <item> children.
+# A type attribute marks numbers, booleans, nulls, lists and empty objects;
+# untyped elements are strings, or objects when they have children.  That is
+# enough to read everything back exactly.  Any other XML gets the generic
+# "@attr"/"#text" mapping on reading.
+
+# ASCII names only: expat follows older Unicode name tables than XML 1.0 5th
+# edition, and ':' would need a namespace; every other key becomes <entry key=..>.
+_XML_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]*")
+_XML_BAD_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_TEXT_ESC = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;", ord("\r"): "&#13;"}
+# Parsers normalise raw tabs and line breaks in attributes to spaces.
+_XML_ATTR_ESC = {**_XML_TEXT_ESC, ord('"'): "&quot;", ord("\n"): "&#10;", ord("\t"): "&#9;"}
+_XML_DTD = re.compile(r"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
+_XML_INT = re.compile(r"-?[0-9]+")
+
+
+def _xml_clean(text: str, replaced: List[int]) -> str:
+    """text with characters XML 1.0 cannot hold replaced by U+FFFD (counted)."""
+    text, count = _XML_BAD_CHAR.subn("\ufffd", text)
+    replaced[0] += count
+    return text
+
+
+def _xml_child(parent: ET.Element, key: Any, replaced: List[int]) -> ET.Element:
+    """The element for one object key: named after it when that name is safe."""
+    if not isinstance(key, str):
+        key = json.dumps(key)
+    if _XML_NAME.fullmatch(key) and not key.lower().startswith("xml"):
+        return ET.SubElement(parent, key)
+    return ET.SubElement(parent, "entry", key=_xml_clean(key, replaced))
+
+
+def _xml_fill(el: ET.Element, value: Any, replaced: List[int]) -> None:
+    """Store value in el; type attributes make the mapping reversible."""
+    if value is None:
+        el.set("type", "null")
+    elif isinstance(value, bool):
+        el.set("type", "boolean")
+        el.text = "true" if value else "false"
+    elif isinstance(value, (int, float)):
+        el.set("type", "number")
+        el.text = repr(value)
+    elif isinstance(value, str):
+        el.text = _xml_clean(value, replaced)
+    elif isinstance(value, dict):
+        if not value:  # an element with children is an object already
+            el.set("type", "object")
+        for key, item in value.items():
+            _xml_fill(_xml_child(el, key, replaced), item, replaced)
+    elif isinstance(value, (list, tuple)):
+        el.set("type", "array")  # always: one <item> must not read as an object
+        for item in value:
+            _xml_fill(ET.SubElement(el, "item"), item, replaced)
+    else:
+        raise FormatError(f"cannot write a {type(value).__name__} as XML")
+
+
+def _xml_write(el: ET.Element, depth: int, out: List[str]) -> None:
+    """Serialise el indented; leaf text is written untouched, on the tag's line."""
+    pad = "  " * depth
+    attrs = "".join(f' {k}="{v.translate(_XML_ATTR_ESC)}"' for k, v in el.attrib.items())
+    if len(el):
+        out.append(f"{pad}<{el.tag}{attrs}>")
+        for child in el:
+            _xml_write(child, depth + 1, out)
+        out.append(f"{pad}</{el.tag}>")
+    elif el.text:
+        out.append(f"{pad}<{el.tag}{attrs}>{el.text.translate(_XML_TEXT_ESC)}</{el.tag}>")
+    else:
+        out.append(f"{pad}<{el.tag}{attrs}/>")
+
+
+def _dump_xml(data: Any) -> Tuple[str, List[str]]:
+    """XML under <result generator="abstract">, and notes for the user."""
+    replaced = [0]
+    root = ET.Element("result", generator="abstract")
+    _xml_fill(root, data, replaced)
+    out = ['<?xml version="1.0" encoding="UTF-8"?>']
+    _xml_write(root, 0, out)
+    notes = []
+    if replaced[0]:
+        notes.append(f"{replaced[0]} character(s) that XML 1.0 cannot hold were "
+                     "replaced with U+FFFD")
+    return "\n".join(out) + "\n", notes
+
+
+def _xml_number(text: str, tag: str) -> Any:
+    """An int when written as one (JSON keeps 1 and 1.0 apart), else a float."""
+    try:
+        return int(text) if _XML_INT.fullmatch(text.strip()) else float(text)
+    except ValueError:
+        raise FormatError(f"<{tag} type=\"number\"> holds {text!r}, not a number") from None
+
+
+def _xml_object(el: ET.Element) -> Dict[str, Any]:
+    """An object from child elements; <entry key="..."> carries keys that are no XML name."""
+    result: Dict[str, Any] = {}
+    for child in el:
+        key = child.get("key") if child.tag == "entry" and "key" in child.attrib else child.tag
+        if key in result:
+            raise FormatError(f"duplicate key {key!r} in <{el.tag}>")
+        result[key] = _xml_decode(child)
+    return result
+
+
+def _xml_decode(el: ET.Element) -> Any:
+    """Reverse _xml_fill for one element."""
+    kind = el.get("type")
+    text = el.text or ""
+    if kind is None:
+        return _xml_object(el) if len(el) else text
+    if kind == "null":
+        return None
+    if kind == "boolean" and text in ("true", "false"):
+        return text == "true"
+    if kind == "number":
+        return _xml_number(text, el.tag)
+    if kind == "array":
+        return [_xml_decode(child) for child in el]
+    if kind == "object":
+        return _xml_object(el)
+    raise FormatError(f"<{el.tag}> has type={kind!r} with text {text!r}, which cannot be read")
+
+
+def _xml_generic(el: ET.Element) -> Any:
+    """Any XML: attributes as "@name", text as "#text", repeated tags as lists;
+    a text-only element without attributes is its text (None when empty)."""
+    if not len(el) and not el.attrib:
+        return el.text
+    result: Dict[str, Any] = {"@" + k: v for k, v in el.attrib.items()}
+    for child in el:
+        value = _xml_generic(child)
+        if child.tag not in result:
+            result[child.tag] = value
+        elif isinstance(result[child.tag], list):  # generic values are never lists otherwise
+            result[child.tag].append(value)
+        else:
+            result[child.tag] = [result[child.tag], value]
+    # Text between child elements is indentation unless it has content.
+    text = "".join([el.text or ""] + [c.tail or "" for c in el]) if len(el) else el.text or ""
+    if text.strip():
+        result["#text"] = text.strip() if len(el) else text
+    return result
+
+
+def _xml_to_data(text: str) -> Any:
+    """Data from XML: an exact reversal of _dump_xml, or the generic mapping."""
+    # Refused before parsing: no DTD means no external entities and no
+    # entity-expansion bombs, whatever the expat version.
+    dtd = _XML_DTD.search(text)
+    if dtd:
+        raise FormatError("XML with a DOCTYPE or ENTITY declaration is refused", text, dtd.start())
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        line, column = err.position
+        msg = re.sub(r": line \d+, column \d+$", "", str(err))
+        raise FormatError(f"bad XML: {msg}", text, _line_offset(text, line) + column) from None
+    if root.tag == "result" and root.get("generator") == "abstract":
+        return _xml_decode(root)
+    return {root.tag: _xml_generic(root)}
+
+
+# ---- Markdown and HTML ----
+# Both show a list of objects (or a wrapper holding one) as a table; a list of
+# scalars is not turned into a one-column table, it reads better as a list.
+
+_MD_BREAK = re.compile(r"\r\n|\r|\n")
+_MD_MAX_DEPTH = 3
+_MD_MAX_NODES = 200
+
+
+def _records_view(data: Any) -> Optional[Tuple[List[Dict[str, Any]], List[str], Dict[str, Any]]]:
+    """(rows, columns, the wrapper's other fields) for data shown as a table:
+    a non-empty list of objects, or a wrapper object holding one."""
+    if isinstance(data, dict):
+        key, _ = _records_key(data)
+        if key is None:
+            return None
+        rows, extra = data[key], {k: v for k, v in data.items() if k != key}
+    elif isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
+        rows, extra = data, {}
+    else:
+        return None
+    columns = _csv_header(rows)
+    return (rows, columns, extra) if columns else None
+
+
+def _md_cell(text: str) -> str:
+    """Cell text that cannot break the table: pipes escaped, line breaks as <br>."""
+    return _MD_BREAK.sub("<br>", text.replace("|", "\\|"))
+
+
+def _md_table(rows: List[Dict[str, Any]], columns: List[str]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(_md_cell(c) for c in columns) + " |",
+             "|" + "|".join(" --- " for _ in columns) + "|"]
+    for row in rows:
+        cells = (_md_cell(_cell_text(row.get(c))) for c in columns)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _md_shallow(data: Any, depth: int = 0, budget: Optional[List[int]] = None) -> bool:
+    """Whether data reads well as bullets: few levels, few nodes, one-line strings."""
+    budget = budget if budget is not None else [_MD_MAX_NODES]
+    budget[0] -= 1
+    if budget[0] < 0 or depth > _MD_MAX_DEPTH:
+        return False
+    if isinstance(data, str):
+        return "\n" not in data and "\r" not in data
+    items = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+    return all(_md_shallow(x, depth + 1, budget) for x in items)
+
+
+def _md_bullets(value: Any, depth: int) -> List[str]:
+    """Nested bullets: "**key**: value" for objects, plain items for lists."""
+    pad = "  " * depth
+    pairs = value.items() if isinstance(value, dict) else ((None, x) for x in value)
+    lines = []
+    for key, item in pairs:
+        label = f"**{key}**: " if key is not None else ""
+        if isinstance(item, (dict, list)) and item:
+            lines.append(f"{pad}- {label}".rstrip())
+            lines.extend(_md_bullets(item, depth + 1))
+        else:
+            text = item if isinstance(item, str) and item else json.dumps(item, ensure_ascii=False)
+            lines.append(f"{pad}- {label}{text}")
+    return lines
+
+
+def _md_fence(body: str, lang: str = "json") -> str:
+    """A fenced block whose fence is longer than any backtick run in body."""
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{body}{fence}\n"
+
+
+def _dump_md(data: Any, title: str = "") -> str:
+    """Markdown: a table for records, bullets for small data, else fenced JSON."""
+    if isinstance(data, str):
+        return data
+    head = f"# {title}\n\n" if title else ""
+    view = _records_view(data)
+    if view is not None:
+        rows, columns, extra = view
+        lines = [f"- **{k}**: {_md_cell(_cell_text(v))}" for k, v in extra.items()]
+        return head + ("\n".join(lines) + "\n\n" if lines else "") + _md_table(rows, columns)
+    if isinstance(data, (dict, list)) and data and _md_shallow(data):
+        return head + "\n".join(_md_bullets(data, 0)) + "\n"
+    return head + _md_fence(_dump_json(data))
+
+
+_HTML_CSS = ("body{font-family:system-ui,sans-serif;margin:2em}"
+             "table{border-collapse:collapse}"
+             "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;"
+             "vertical-align:top;white-space:pre-wrap}"
+             "th{background:#f4f4f4}pre{white-space:pre-wrap}")
+
+
+def _html_table(rows: List[Dict[str, Any]], columns: List[str]) -> str:
+    """An HTML table with a header row; cells hold escaped text only."""
+    esc = html.escape
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in columns)
+           + "</tr></thead>", "<tbody>"]
+    for row in rows:
+        out.append("<tr>" + "".join(f"<td>{esc(_cell_text(row.get(c)))}</td>"
+                                    for c in columns) + "</tr>")
+    out.append("</tbody>\n</table>")
+    return "\n".join(out) + "\n"
+
+
+def _html_body(data: Any) -> str:
+    """The page content: a table for records, else preformatted text or JSON."""
+    if isinstance(data, str):
+        return f"<pre>{html.escape(data)}</pre>\n"
+    view = _records_view(data)
+    if view is None:
+        return f"<pre>{html.escape(_dump_json(data))}</pre>\n"
+    rows, columns, extra = view
+    fields = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(_cell_text(v))}</li>"
+                     for k, v in extra.items())
+    return (f"<ul>{fields}</ul>\n" if fields else "") + _html_table(rows, columns)
+
+
+def _dump_html(data: Any, title: str = "") -> str:
+    """A standalone HTML5 page; every piece of data goes through html.escape."""
+    name = html.escape(title or "Abstract result")
+    return ("<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{name}</title>\n<style>{_HTML_CSS}</style>\n</head>\n<body>\n"
+            f"<h1>{name}</h1>\n{_html_body(data)}</body>\n</html>\n")
+
+
+# ---- dispatch ----
+# _convert decides the format actually written and what to tell the user;
+# _parse_text is its reverse for the formats that can be read.
+
+def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
+    """Write data as fmt; csv/tsv fall back to JSON (with a note) for non-tabular data."""
+    if fmt not in _FORMATS:
+        raise FormatError(f"unknown format {fmt!r}; valid formats: {', '.join(_FORMATS)}")
+    records, reason = _as_records(data)
+    rows = len(records) if records is not None else None
+    columns = _csv_header(records) if records is not None else None
+    notes: List[str] = []
+    try:
+        if fmt in ("csv", "tsv") and records is None:
+            notes.append(f"stored as JSON: {reason}; {fmt} needs a list of records")
+            return _Converted(_dump_json(data), "json", None, None, notes)
+        if fmt in ("csv", "tsv"):
+            text = _dump_csv(records or [], "\t" if fmt == "tsv" else ",")
+            if rows and not columns:
+                notes.append(f"the records have no fields, so the {fmt} is empty")
+            if isinstance(data, dict):
+                key, _ = _records_key(data)
+                notes.append(f"{fmt} holds the records under {key!r}; the other fields are left out")
+        elif fmt == "xml":
+            text, notes = _dump_xml(data)
+        elif fmt in ("md", "html"):
+            text = _dump_md(data, title) if fmt == "md" else _dump_html(data, title)
+        else:
+            text = {"json": _dump_json, "txt": _dump_txt, "yaml": dump_yaml}[fmt](data)
+    except RecursionError:
+        raise FormatError(f"data nested too deeply to write as {fmt}") from None
+    return _Converted(text, fmt, rows, columns, notes)
+
+
+def _reject_constant(name: str) -> Any:
+    """parse_constant hook: NaN and Infinity are not JSON, so "txt" keeps them as text."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _load_json(text: str) -> Any:
+    """json.loads with errors as FormatError (line and column kept)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise FormatError(err.msg, err.doc, err.pos) from None
+    except RecursionError:
+        raise FormatError("JSON nested too deeply", text, 0) from None
+
+
+def _parse_text(text: str, fmt: str) -> Any:
+    """Data from text in one of the readable formats."""
+    if fmt == "json":
+        return _load_json(text)
+    if fmt in ("csv", "tsv"):
+        return _load_csv(text, "\t" if fmt == "tsv" else ",")
+    if fmt == "yaml":
+        return load_yaml(text)
+    if fmt == "xml":
+        return _xml_to_data(text)
+    if fmt == "txt":
+        try:  # NaN/Infinity stay text: they are not JSON
+            return json.loads(text.strip(), parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            return text
+    raise FormatError(f"cannot read format {fmt!r}; readable formats: {', '.join(_READABLE)}")
+
 
 # ==== 7. Sandbox and atomic writer ================================================
+
+
+def _folds_case(path: str) -> bool:
+    """Whether the file system holding `path` ignores case (macOS and Windows usually do)."""
+    if _WINDOWS:
+        return True
+    swapped = path.swapcase()
+    if swapped == path:
+        return False
+    try:
+        return os.path.samefile(path, swapped)
+    except OSError:
+        return False
+
+
+_WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"} | {f"{p}{i}" for p in ("COM", "LPT")
+                                                                        for i in list("123456789") + ["¹", "²", "³"]}
+_UNSAFE_NAME_CHARS = re.compile(r'[<>:"|?*\x00-\x1f\x7f]')
+_MAX_NAME_BYTES = 200  # below every common file system's 255, leaving room for "-123.csv.gz"
+
+
+def _safe_filename(name: str) -> str:
+    """A plain file name (no extension) made from `name`, or SandboxError if it is a path.
+
+    Separators, `..`, NUL and other control characters are refused (they are attempts to name
+    a path); characters Windows cannot hold are replaced, trailing dots and spaces removed,
+    reserved device names (CON, NUL, COM1, ...) suffixed, and overlong names shortened.
+    """
+    if not name or not name.strip():
+        raise SandboxError("filename is empty; give a name such as 'report' (the extension comes from the format)")
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise SandboxError(f"filename {name!r} is a path; give a plain name and put the folder in storage_path")
+    if re.search(r"[\x00-\x1f\x7f]", name):
+        raise SandboxError(f"filename {name!r} contains control characters (such as NUL or a newline)")
+    clean = _UNSAFE_NAME_CHARS.sub("_", name).strip().rstrip(". ")
+    if not clean or set(clean) <= {"."}:
+        raise SandboxError(f"filename {name!r} has no usable characters")
+    if clean.split(".")[0].upper() in _WINDOWS_RESERVED:
+        clean = "_" + clean
+    while len(clean.encode("utf-8")) > _MAX_NAME_BYTES:
+        clean = clean[:-1]
+    return clean.rstrip(". ")
 
 
 class Sandbox:
     """The allowed directories; every path Abstract reads or writes is checked here first.
 
     Containment is decided on fully resolved real paths (symlinks followed, `..` collapsed,
-    case folded where the file system folds case), never on string prefixes.
+    case folded where the file system folds case), never on string prefixes, so a symlink
+    pointing out is refused and /allowed-evil is not inside /allowed.
     """
 
     def __init__(self, roots: List[str]) -> None:
         self.roots = [os.path.realpath(r) for r in roots]
+        self._fold = {r: _folds_case(r) for r in self.roots}
 
     @property
     def default(self) -> str:
         return self.roots[0]
 
     def describe(self) -> dict:
-        return {
-            "allowed_directories": list(self.roots),
-            "default_directory": self.default,
-            "total_directories": len(self.roots),
-        }
+        return {"allowed_directories": list(self.roots), "default_directory": self.default,
+                "total_directories": len(self.roots)}
+
+    def _refuse(self, path: str, why: str) -> SandboxError:
+        return SandboxError(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path inside "
+                            f"one of them (relative paths are taken from {self.default}).")
+
+    def root_of(self, real: str) -> Optional[str]:
+        """The allowed root that contains the resolved path `real`, if any."""
+        for root in self.roots:
+            a, b = (real.casefold(), root.casefold()) if self._fold[root] else (real, root)
+            try:
+                if os.path.commonpath([a, b]) == b:
+                    return root
+            except ValueError:  # different drives on Windows
+                continue
+        return None
+
+    def resolve(self, path: str) -> str:
+        """The real path of `path` (absolute, or relative to the first root) if it is inside a root."""
+        if not isinstance(path, str) or not path.strip():
+            raise self._refuse(str(path), "is empty")
+        if re.search(r"[\x00-\x1f\x7f]", path):
+            raise self._refuse(path, "contains control characters (such as NUL)")
+        if not _WINDOWS and ("\\" in path or re.match(r"^[A-Za-z]:", path)):
+            raise self._refuse(path, "is a Windows path; this machine uses / as the separator")
+        full = os.path.join(self.default, os.path.expanduser(path))
+        real = os.path.realpath(os.path.abspath(full))  # follows every symlink that exists
+        if self.root_of(real) is None:
+            raise self._refuse(path, "is outside the allowed directories")
+        return real
+
+    def make_dir(self, path: Optional[str]) -> str:
+        """Resolve a storage directory inside a root, creating missing subdirectories."""
+        real = self.resolve(path) if path else self.default
+        if os.path.exists(real) and not os.path.isdir(real):
+            raise self._refuse(path or real, "is a file, not a directory")
+        try:
+            os.makedirs(real, exist_ok=True)
+        except OSError as e:
+            raise self._refuse(path or real, f"cannot be created ({e.strerror or e})") from None
+        again = os.path.realpath(real)  # a symlink swapped in while creating must not lead out
+        if self.root_of(again) is None:
+            raise self._refuse(path or real, "is outside the allowed directories")
+        return again
+
+
+def _write_new(directory: str, stem: str, ext: str, data: bytes) -> str:
+    """Write `data` as a new file `stem+ext` (or `stem-1+ext`, ...) atomically; never overwrite.
+
+    The bytes go to a temporary file in the same directory first and are fsynced; only the
+    complete file is then linked under its final name. os.link fails when the name exists, so
+    two concurrent writers never take the same name and a crash never leaves a partial file
+    under a final name. Where hard links are unsupported (FAT, some network shares) the name is
+    reserved with O_EXCL and the finished file renamed over the reservation.
+    """
+    import tempfile  # local: only storing needs it
+
+    fd, tmp = tempfile.mkstemp(prefix=".abstract-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        for n in range(100000):
+            final = os.path.join(directory, f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}")
+            if _claim(tmp, final):
+                return final
+        raise SandboxError(f"no free file name for {stem}{ext} in {directory}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _claim(tmp: str, final: str) -> bool:
+    """Give the finished temporary file the name `final` unless that name exists."""
+    try:
+        os.link(tmp, final)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links here: reserve the name, then rename over the reservation
+        pass
+    try:
+        os.close(os.open(final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    os.replace(tmp, final)
+    return True
 
 
 # ==== 8. JSON-RPC =================================================================
@@ -451,7 +1909,7 @@ class Connection:
         notifications: Optional[Dict[str, Callable[[Any], None]]] = None,
         pool: Optional[_Pool] = None,
         strict: bool = True,
-        on_close: Optional[Callable[[], None]] = None,
+        on_close: Optional[Callable[[], Optional[str]]] = None,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -467,6 +1925,7 @@ class Connection:
         self._inflight: Dict[Any, _Request] = {}
         self.closed = threading.Event()
         self.close_reason = "connection closed"
+        self._shutting = False
 
     # -- lifecycle
     def start(self) -> "Connection":
@@ -481,19 +1940,24 @@ class Connection:
         except (OSError, ValueError) as e:  # a closed or broken pipe ends the session like EOF
             _log.debug("%s: read failed: %s", self.name, e)
         finally:
-            self._shut(self.close_reason)
+            self._shut(self.close_reason, eof=True)
 
-    def _shut(self, reason: str) -> None:
-        if self.closed.is_set():
-            return
-        self.close_reason = reason
-        self.closed.set()
+    def _shut(self, reason: str, eof: bool = False) -> None:
         with self._plock:
+            if self._shutting:
+                return
+            self._shutting = True
+        # on_close runs first: at EOF its answer (an upstream's exit status and stderr tail) is
+        # the reason pending requests fail with, instead of a bare "connection closed".
+        said = self._on_close() if self._on_close is not None else None
+        if eof and isinstance(said, str) and said:
+            reason = said
+        self.close_reason = reason
+        with self._plock:
+            self.closed.set()
             pending, self._pending = self._pending, {}
         for fut in pending.values():
             _settle(fut, exc=UpstreamError(reason))
-        if self._on_close is not None:
-            self._on_close()
 
     def fail_pending(self, reason: str) -> None:
         """Close the session from outside (process gone): pending requests fail with `reason`."""
@@ -818,7 +2282,7 @@ class Settings:
     """Abstract's own settings (ABSTRACT_CONFIG, a JSON file); defaults work without one."""
 
     def __init__(self, data: Optional[dict] = None, environ: Optional[Dict[str, str]] = None) -> None:
-        data = data or {}
+        data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
         _check_keys(data, _GLOBAL_SETTINGS, "", extra=("servers",))
         servers = data.get("servers", {})
         if not isinstance(servers, dict):
@@ -959,8 +2423,8 @@ class Upstream:
         except RpcError as e:
             self._kill()
             hint = "" if "stderr" in e.message else self._stderr_hint()
-            raise UpstreamError(f"server '{self.name}' did not complete the MCP handshake: {e.message} "
-                                f"(command: {self._cmdline()}){hint}") from None
+            raise UpstreamError(f"server '{self.name}' did not complete the MCP handshake "
+                                f"(command: {self._cmdline()}): {e.message}{hint}") from None
         self.start_ms = (self._clock() - t0) * 1000
         self._tools = None
 
@@ -1209,6 +2673,134 @@ class Upstreams:
     def close(self) -> None:
         self.each(lambda up: up.close())
 
+# ==== 11. Results: extraction and storing =========================================
+# One path takes an upstream tools/call result apart (the MCP wrapper removed, binaries
+# decoded); storing, caching and file input all build on it.
+
+_MIME_EXT = {
+    "image/png": ".png", "image/jpeg": ".jpg", "image/jpg": ".jpg", "image/gif": ".gif", "image/webp": ".webp",
+    "image/svg+xml": ".svg", "image/bmp": ".bmp", "image/tiff": ".tiff", "image/x-icon": ".ico",
+    "audio/wav": ".wav", "audio/x-wav": ".wav", "audio/wave": ".wav", "audio/mpeg": ".mp3", "audio/mp3": ".mp3",
+    "audio/ogg": ".ogg", "audio/flac": ".flac", "audio/aac": ".aac", "audio/mp4": ".m4a", "audio/webm": ".weba",
+    "application/pdf": ".pdf", "application/zip": ".zip", "application/gzip": ".gz", "application/json": ".json",
+    "text/plain": ".txt", "text/csv": ".csv", "text/html": ".html", "text/markdown": ".md",
+}
+
+
+class _Blob:
+    """A binary item of a result (image, audio, embedded blob), decoded."""
+
+    __slots__ = ("data", "mime", "ext", "kind")
+
+    def __init__(self, data: bytes, mime: str, kind: str) -> None:
+        self.data, self.mime, self.kind = data, mime, kind
+        self.ext = _MIME_EXT.get(mime.split(";")[0].strip().lower(), ".bin")
+
+
+class _Extracted:
+    """What a tool result holds once the MCP wrapper is removed."""
+
+    __slots__ = ("data", "blobs", "has_data")
+
+    def __init__(self, data: Any, blobs: List[_Blob], has_data: bool) -> None:
+        self.data, self.blobs, self.has_data = data, blobs, has_data
+
+
+def _json_or_text(text: str) -> Any:
+    """A JSON value when the text is JSON (object, array, or a scalar), else the text itself."""
+    t = text.strip()
+    if t[:1] in ('{', '[', '"') or t in ("true", "false", "null") or re.match(r"^-?\d", t):
+        try:
+            return json.loads(t)
+        except ValueError:
+            pass
+    return text
+
+
+def _b64(data: Any, what: str) -> bytes:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(data or "", validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise ToolError(f"the {what} item's data is not valid base64") from None
+
+
+def _item_value(item: dict, blobs: List[_Blob]) -> Tuple[bool, Any]:
+    """(True, value) for an item that carries data, (False, None) for one stored as a blob."""
+    kind = item.get("type")
+    if kind == "text":
+        return True, _json_or_text(str(item.get("text", "")))
+    if kind in ("image", "audio"):
+        blobs.append(_Blob(_b64(item.get("data"), kind), str(item.get("mimeType") or ""), kind))
+        return False, None
+    if kind == "resource" and isinstance(item.get("resource"), dict):
+        res = item["resource"]
+        if "text" in res:
+            return True, _json_or_text(str(res["text"]))
+        blobs.append(_Blob(_b64(res.get("blob"), "resource"), str(res.get("mimeType") or ""), "resource"))
+        return False, None
+    return True, item  # resource_link and anything unknown: kept as it is, in the JSON
+
+
+def _extract(result: dict) -> _Extracted:
+    """The data of a tool result: structuredContent when present; else the text items (JSON
+    parsed when they are JSON; several become a list); binaries decoded into blobs."""
+    blobs: List[_Blob] = []
+    values = []
+    for item in result.get("content") or []:
+        if isinstance(item, dict):
+            keep, value = _item_value(item, blobs)
+            if keep:
+                values.append(value)
+    if "structuredContent" in result:
+        return _Extracted(result["structuredContent"], blobs, True)
+    if not values:
+        return _Extracted(None, blobs, False)
+    return _Extracted(values[0] if len(values) == 1 else values, blobs, True)
+
+
+def _error_text(result: dict) -> str:
+    texts = [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict) and i.get("type") == "text"]
+    return "\n".join(texts)[:2000] or "(no message)"
+
+
+def _utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+class _Stored:
+    """A file written by a store, for the answer."""
+
+    __slots__ = ("path", "fmt", "size", "mime")
+
+    def __init__(self, path: str, fmt: str, size: int, mime: str) -> None:
+        self.path, self.fmt, self.size, self.mime = path, fmt, size, mime
+
+
+def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]:
+    out = []
+    for i, b in enumerate(blobs, 1):
+        name = f"{stem}-{b.kind}" + (f"-{i}" if len(blobs) > 1 else "")
+        path = _write_new(directory, name, b.ext, b.data)
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), b.mime or "application/octet-stream"))
+    return out
+
+
+_FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
+                "md": "text/markdown", "txt": "text/plain", "html": "text/html", "yaml": "application/yaml",
+                "xml": "application/xml"}
+
+
+def _preview(text: str, limit: int = 600) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    nl = cut.rfind("\n")
+    return (cut[:nl] if nl > limit // 2 else cut) + "\n[...]"
+
+
 # ==== 12. Tools ===================================================================
 # What the model sees: each tool's schema and description, and its handler. Handlers raise
 # ToolError for anything the model can fix; it becomes an isError result with that text.
@@ -1288,7 +2880,10 @@ def _tool_list_available_tools(call: _Call) -> dict:
 
 def _find_tool(up: Upstream, tool: str) -> dict:
     """The upstream's definition of `tool`; a ToolError naming the tools that exist."""
-    tools = up.tools()
+    try:
+        tools = up.tools()
+    except RpcError as e:  # cannot start, crashed, backing off: the model gets the reason
+        raise ToolError(e.message) from None
     for t in tools:
         if t["name"] == tool:
             return t
@@ -1344,6 +2939,203 @@ def _tool_list_allowed_directories(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
+def _store_target(call: _Call, server: str, tool: str, fmt: str) -> Tuple[str, str]:
+    """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
+    sandbox, path = call.server.sandbox, call.str("storage_path")
+    try:
+        if path is None:
+            organize = call.server.settings.get("organize")
+            parts = {"flat": [], "by_server": [server], "by_server_tool": [server, tool]}[organize]
+            path = os.path.join(*(_safe_filename(p) for p in parts)) if parts else None
+        directory = sandbox.make_dir(path)
+        name = call.str("filename")
+        if name is None:
+            return directory, _safe_filename(f"{server}-{tool}-{_utc_stamp()}")
+        low = name.lower()
+        for ext in _FORMATS + ("yml", "gz"):
+            if low.endswith("." + ext) and len(name) > len(ext) + 1:
+                name, low = name[:-len(ext) - 1], low[:-len(ext) - 1]
+        return directory, _safe_filename(name)
+    except SandboxError as e:
+        raise ToolError(str(e)) from None
+
+
+def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
+                  blobs: List[_Stored], preview: str) -> dict:
+    """The short answer to a store: text for the model, resource_link, structuredContent."""
+    files = ([main] if main else []) + blobs
+    first = files[0]
+    lines = [f"Stored the result of {server}.{tool} as {first.fmt.upper()}: {first.path}"]
+    info: dict = {"server": server, "tool": tool, "path": first.path, "uri": _file_uri(first.path),
+                  "format": first.fmt, "bytes": first.size}
+    if main is not None and conv.rows is not None:
+        info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
+        lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, {first.size:,} bytes.")
+    else:
+        lines.append(f"{first.size:,} bytes.")
+    if main is not None and main.path.endswith(".gz"):
+        info["compressed"] = True
+    if blobs:
+        info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime, "bytes": b.size} for b in blobs]
+        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}" for b in (blobs if main else blobs[1:]))
+    notes = list(getattr(conv, "notes", None) or [])
+    if notes:
+        info["notes"] = notes
+        lines.extend(f"Note: {n}" for n in notes)
+    if preview:
+        lines.append("Preview:\n" + preview)
+    result = _text_result("\n".join(lines), info)
+    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
+        desc = call.str("description") or f"Result of {server}.{tool}"
+        result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path), "name": os.path.basename(f.path),
+                               "mimeType": f.mime, "size": f.size, "description": desc[:500]} for f in files]
+    return result
+
+
+def _store_result(call: _Call, server: str, tool: str, args: dict, fmt: str) -> dict:
+    """Call the tool and store its result in `fmt`: call_tool_and_store, and file input's response_format."""
+    import gzip
+
+    fmt = fmt.lower()
+    if fmt not in _FORMATS:
+        raise ToolError(f"format {fmt!r} is not one of {', '.join(_FORMATS)}.")
+    compress = call.flag("compress")
+    directory, stem = _store_target(call, server, tool, fmt)
+    res = _upstream_call(call, server, tool, args)
+    if res.get("isError"):
+        raise ToolError(f"'{server}' tool '{tool}' reported an error, so nothing was stored: {_error_text(res)}")
+    ex = _extract(res)
+    main, conv, preview = None, None, ""
+    if ex.has_data or not ex.blobs:
+        try:
+            conv = _convert(ex.data, fmt, call.str("description") or f"{server}.{tool}")
+        except FormatError as e:
+            raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
+        data = conv.text.encode("utf-8")
+        ext = "." + conv.fmt
+        if compress:
+            data, ext = gzip.compress(data, 6), ext + ".gz"
+        path = _write_new(directory, stem, ext, data)
+        main = _Stored(path, conv.fmt, len(data), _FORMAT_MIME[conv.fmt])
+        preview = _preview(conv.text)
+    blobs = _store_blobs(directory, stem, ex.blobs)
+    return _store_answer(call, server, tool, main, conv, blobs, preview)
+
+
+def _tool_call_tool_and_store(call: _Call) -> dict:
+    server, tool = call.str("server", True), call.str("tool_name", True)
+    return _store_result(call, server, tool, call.obj("tool_args"), call.str("file_format") or "json")  # type: ignore[arg-type]
+
+
+_INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml", ".xml": "xml",
+                  ".txt": "txt"}
+
+
+def _read_limited(path: str, limit: int) -> bytes:
+    """The file's bytes (gunzipped for .gz), refusing more than `limit` bytes while reading, so
+    a small archive cannot expand into gigabytes."""
+    import gzip
+
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            data = f.read(limit + 1)
+    except PermissionError:
+        raise ToolError(f"{path} is not readable (permission denied)") from None
+    except (OSError, EOFError) as e:
+        raise ToolError(f"{path} could not be read: {e}") from None
+    if len(data) > limit:
+        what = "decompresses to more than" if opener is not open else "is larger than"
+        raise ToolError(f"{path} {what} the {limit:,}-byte input limit (max_input_file_mb in Abstract's settings).")
+    return data
+
+
+def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
+    """(data, format, real path) of an input file inside the sandbox."""
+    try:
+        path = call.server.sandbox.resolve(file_path)
+    except SandboxError as e:
+        raise ToolError(str(e)) from None
+    if not os.path.exists(path):
+        raise ToolError(f"file_path {file_path!r} does not exist ({path}). list_allowed_directories shows where files may be.")
+    if not os.path.isfile(path):
+        raise ToolError(f"file_path {file_path!r} is not a regular file ({path}).")
+    limit = int(float(call.server.settings.get("max_input_file_mb")) * 1024 * 1024)
+    size = os.path.getsize(path)
+    if size > limit:
+        raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes (max_input_file_mb in "
+                        f"Abstract's settings).")
+    raw = _read_limited(path, limit)
+    base = path[:-3] if path.lower().endswith(".gz") else path
+    fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} (0x{raw[e.start]:02x}).") from None
+    try:
+        return _parse_text(text.lstrip("\ufeff"), fmt), fmt, path
+    except FormatError as e:
+        raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
+
+
+_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+               "array": (list,), "object": (dict,), "null": (type(None),)}
+
+
+def _check_args(tool: dict, args: dict) -> None:
+    """Refuse arguments that miss a required property or have the wrong top-level type."""
+    schema = tool.get("inputSchema") or {}
+    props = schema.get("properties") or {}
+    missing = [k for k in schema.get("required") or [] if k not in args]
+    if missing:
+        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither the file nor tool_args "
+                        f"provides (use data_key to put the file's data under one argument).")
+    for key, value in args.items():
+        want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
+        kinds = [want] if isinstance(want, str) else want if isinstance(want, list) else []
+        types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
+        bad_bool = isinstance(value, bool) and bool not in types
+        if types and (not isinstance(value, types) or bad_bool):
+            raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be {' or '.join(kinds)}, "
+                            f"but the file gives {type(value).__name__}.")
+
+
+def _file_args(call: _Call, data: Any, path: str) -> dict:
+    key, extra = call.str("data_key"), call.obj("tool_args")
+    if key is None:
+        if extra:
+            raise ToolError("tool_args needs data_key: say under which argument the file's data goes, and tool_args "
+                            "supplies the others. Without data_key the file's data is the whole arguments object.")
+        if not isinstance(data, dict):
+            raise ToolError(f"{path} holds a {type(data).__name__}, not an object, so it cannot be the whole "
+                            f"arguments; set data_key to the argument that should receive it.")
+        return data
+    if key in extra:
+        raise ToolError(f"tool_args already has '{key}', the data_key; rename one of them (nothing is overwritten).")
+    return {**extra, key: data}
+
+
+def _tool_call_tool_with_file_content(call: _Call) -> dict:
+    server, tool = call.str("server", True), call.str("tool_name", True)
+    out_fmt = call.str("output_format") or "json"
+    if out_fmt not in ("json", "string"):
+        raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
+    data, _, path = _load_input(call, call.str("file_path", True))  # type: ignore[arg-type]
+    args = _file_args(call, data, path)
+    up = call.server.upstreams.get(server)  # type: ignore[arg-type]
+    _check_args(_find_tool(up, tool), args)  # type: ignore[arg-type]
+    if call.str("response_format") is not None:
+        return _store_result(call, server, tool, args, call.str("response_format"))  # type: ignore[arg-type]
+    res = _upstream_call(call, server, tool, args)  # type: ignore[arg-type]
+    if res.get("isError"):
+        raise ToolError(f"'{server}' tool '{tool}' reported an error for the data of {path}: {_error_text(res)}")
+    if out_fmt == "string":
+        ex = _extract(res)
+        text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
+        return _text_result(text)
+    return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
+
+
 _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("list_available_tools",
      "List the tools of the upstream MCP servers Abstract can reach, as {server, tool, description}. "
@@ -1367,12 +3159,49 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "List the directories Abstract may store files in and read files from; the first is the default.",
      _schema({}),
      _tool_list_allowed_directories),
+    ("call_tool_and_store",
+     "Call an upstream tool and save its result to a file in an allowed directory instead of the conversation; "
+     "you get back the path, size, row/column counts and a short preview. Use it for large results. Pick "
+     "file_format from what you know of the data: csv or tsv for lists of records, md for prose, json when "
+     "unsure; also yaml, xml, html, txt.",
+     _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS,
+              "file_format": {"type": "string", "enum": list(_FORMATS), "default": "json",
+                              "description": "Format to convert the result to."},
+              "description": {"type": "string", "description": "What the result is; kept with the file."},
+              "storage_path": {"type": "string", "description": "Directory to store in: absolute inside an allowed "
+                               "directory, or relative to the first one. Default: the first allowed directory."},
+              "filename": {"type": "string", "description": "File name without extension. Default "
+                           "<server>-<tool>-<UTC time>. An existing file is never overwritten: -1, -2... is added."},
+              "compress": {"type": "boolean", "default": False, "description": "Write gzip-compressed (.gz)."}},
+             ("server", "tool_name")),
+     _tool_call_tool_and_store),
+    ("call_tool_with_file_content",
+     "Call an upstream tool with a file's data as its arguments, without reading the file into the conversation "
+     "(for bulk inserts, uploads, or feeding a stored result into another tool). The file must be in an allowed "
+     "directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are parsed (also .gz). Without data_key the file must "
+     "hold an object that is the whole arguments; with data_key the data goes under that argument, next to tool_args.",
+     _schema({"server": _P_SERVER, "tool_name": _P_TOOL,
+              "file_path": {"type": "string", "description": "The input file: absolute inside an allowed directory, "
+                            "or relative to the first one."},
+              "data_key": {"type": "string", "description": "Argument that receives the file's data."},
+              "tool_args": {**_P_ARGS, "description": "Other arguments (needs data_key)."},
+              "output_format": {"type": "string", "enum": ["json", "string"], "default": "json",
+                                "description": "json: the whole upstream result as JSON; string: its text only."},
+              "response_format": {"type": "string", "enum": list(_FORMATS), "description": "Store the response as "
+                                  "call_tool_and_store would, in this format, instead of returning it."},
+              "description": {"type": "string", "description": "What the stored response is."},
+              "storage_path": {"type": "string", "description": "Where to store the response (with response_format)."},
+              "filename": {"type": "string", "description": "File name for the stored response, no extension."}},
+             ("server", "tool_name", "file_path")),
+     _tool_call_tool_with_file_content),
 ]
 
 _INSTRUCTIONS = (
     "Abstract reaches other MCP servers' tools for you and keeps large results out of the conversation.\n"
     "- list_available_tools finds tools (server + tool name); list_tool_details shows one tool's arguments.\n"
-    "- call_tool runs a tool and returns its result here: use it for small results.\n"
+    "- call_tool returns a result here: only for small results.\n"
+    "- call_tool_and_store saves a large result to a file (csv/tsv for records, md for prose, json if unsure) and "
+    "returns its path and a preview; call_tool_with_file_content sends a file's data to a tool without you reading it.\n"
     "- list_allowed_directories shows where files may be stored and read."
 )
 
@@ -1400,6 +3229,9 @@ class Server:
             "logging/setLevel": self._set_level,
             "tools/list": self._tools_list,
             "tools/call": self._tools_call,
+            "resources/list": self._resources_list,
+            "resources/read": self._resources_read,
+            "resources/templates/list": lambda req: {"resourceTemplates": []},
         }
         self.conn = Connection(rfile, wfile, name="client", pool=_Pool(),
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()})
@@ -1443,7 +3275,8 @@ class Server:
         return MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
 
     def _capabilities(self) -> dict:
-        return {"tools": {"listChanged": False}, "logging": {}}
+        return {"tools": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
+                "logging": {}}
 
     # -- methods
     def _initialize(self, req: _Request) -> dict:
@@ -1494,6 +3327,87 @@ class Server:
             return tool[3](_Call(self, req, args or {}))
         except ToolError as e:
             return _text_result(str(e), is_error=True)
+
+    # -- resources: files in the allowed directories, by file:// URI
+    def _resources_list(self, req: _Request) -> dict:
+        files = _recent_files(self.sandbox.roots)
+        cursor = (req.params or {}).get("cursor")
+        start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
+        page = files[start:start + _TOOLS_PAGE]
+        result: dict = {"resources": [{"uri": _file_uri(p), "name": os.path.basename(p),
+                                       "mimeType": _mime_of(p), "size": size} for p, size, _ in page]}
+        if start + _TOOLS_PAGE < len(files):
+            result["nextCursor"] = str(start + _TOOLS_PAGE)
+        return result
+
+    def _resources_read(self, req: _Request) -> dict:
+        uri = (req.params or {}).get("uri")
+        if not isinstance(uri, str):
+            raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
+        missing = INVALID_PARAMS if _META_VERSION in req.meta else RESOURCE_NOT_FOUND
+        try:
+            path = self.sandbox.resolve(_uri_to_path(uri))
+        except SandboxError as e:
+            raise RpcError(INVALID_PARAMS, str(e), {"uri": uri}) from None
+        if not os.path.isfile(path):
+            raise RpcError(missing, f"Resource not found: {uri}", {"uri": uri})
+        size = os.path.getsize(path)
+        if size > _READ_MAX:
+            raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
+                                           f"{_READ_MAX:,} bytes", {"uri": uri})
+        with open(path, "rb") as f:
+            data = f.read()
+        item: dict = {"uri": uri, "mimeType": _mime_of(path)}
+        try:
+            item["text"] = data.decode("utf-8")
+            if path.endswith(".gz") or "\x00" in item["text"]:
+                raise UnicodeDecodeError("utf-8", b"", 0, 1, "binary")
+        except UnicodeDecodeError:
+            import base64
+
+            item.pop("text", None)
+            item["blob"] = base64.b64encode(data).decode("ascii")
+        return {"contents": [item]}
+
+
+_READ_MAX = 5 * 1024 * 1024  # base64 of this stays under the 10 MiB a TypeScript client accepts per message
+
+
+def _mime_of(path: str) -> str:
+    import mimetypes
+
+    name = path[:-3] if path.endswith(".gz") else path
+    ext = os.path.splitext(name)[1].lower().lstrip(".")
+    if path.endswith(".gz"):
+        return "application/gzip"
+    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List[Tuple[str, int, float]]:
+    """(path, size, mtime) of the newest files in the allowed directories, newest first.
+
+    The walk is bounded (`scan` entries, three levels deep, hidden names skipped) so a huge
+    directory cannot stall the answer.
+    """
+    found: List[Tuple[str, int, float]] = []
+    seen = 0
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            depth = dirpath[len(root):].count(os.sep)
+            dirnames[:] = [] if depth >= 3 else [d for d in dirnames if not d.startswith(".")]
+            for fn in filenames:
+                seen += 1
+                if fn.startswith(".") or seen > scan:
+                    continue
+                p = os.path.join(dirpath, fn)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                found.append((p, st.st_size, st.st_mtime))
+    found.sort(key=lambda t: t[2], reverse=True)
+    return found[:limit]
+
 
 # ==== 14. CLI =====================================================================
 
@@ -1563,10 +3477,14 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
     args = _parser().parse_args(argv)
     err = stderr if stderr is not None else sys.stderr
     env = dict(os.environ if environ is None else environ)
+    level = env.get("ABSTRACT_LOG_LEVEL", "INFO").upper()
+    if not isinstance(logging.getLevelName(level), int):  # setLevel would raise: a traceback, not a message
+        err.write(f"abstract: ABSTRACT_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {level!r}\n")
+        return 2
     handler = logging.StreamHandler(err)
     handler.setFormatter(logging.Formatter("abstract: %(message)s"))
     _log.addHandler(handler)
-    _log.setLevel(env.get("ABSTRACT_LOG_LEVEL", "INFO").upper())
+    _log.setLevel(level)
     _log.propagate = False
     try:
         return _run(args, env, stdin, stdout, err)
@@ -1585,7 +3503,13 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     roots = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
     upstreams = Upstreams(config, settings, lambda: roots)
     if args.check:
-        return _check(config, upstreams, stdout if stdout is not None else sys.stdout)
+        if stdout is None:
+            return _check(config, upstreams, sys.stdout)
+        text = io.TextIOWrapper(stdout, "utf-8", newline="\n", write_through=True)  # main's stdout is binary
+        try:
+            return _check(config, upstreams, text)
+        finally:
+            text.detach()  # flush, but leave the caller's stream open
     if config.error:
         _log.warning("%s; tools that need upstream servers will say so", config.error)
     rfile = stdin if stdin is not None else sys.stdin.buffer

@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""A scripted stdlib-only MCP server for Abstract's tests: run as [sys.executable, this file, *flags].
+
+It speaks newline-delimited JSON-RPC on stdin/stdout, the legacy handshake by default, and
+misbehaves on request (see the flags in _options()). Every tools/call runs on its own thread,
+so a slow tool never delays another request. Events the tests need to see (calls received,
+cancellations) are appended to --state-file as JSON lines.
+
+Tools: echo(text), add(a, b), slow(seconds, text), crash(code), progress(steps), big(mb),
+rpc_error(), ask_client(method), record_cancel(), getenv(name).
+Positional arguments are accepted and ignored (a test uses one to look like abstract.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+
+HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
+MODERN = "2026-07-28"
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+BIG_PATTERN = "0123456789abcdefghijklmnopqrstuv"  # tests rebuild the same text to compare
+
+_S = {"type": "string"}
+_N = {"type": "number"}
+TOOLS = [
+    ("echo", "Return the text.", {"text": _S}),
+    ("add", "Add two numbers.", {"a": _N, "b": _N}),
+    ("slow", "Answer after some seconds.", {"seconds": _N, "text": _S}),
+    ("crash", "Exit the process at once with this code.", {"code": _N}),
+    ("progress", "Send progress notifications, then answer.", {"steps": _N}),
+    ("big", "One text item of this many megabytes.", {"mb": _N}),
+    ("rpc_error", "Answer with a JSON-RPC error.", {}),
+    ("ask_client", "Send the client a request and return its answer.", {"method": _S}),
+    ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
+    ("getenv", "Return an environment variable.", {"name": _S}),
+]
+
+
+def big_text(mb: float) -> str:
+    """The text big(mb) returns: BIG_PATTERN repeated to mb MiB."""
+    size = int(mb * 1024 * 1024)
+    return (BIG_PATTERN * (size // len(BIG_PATTERN) + 1))[:size]
+
+
+def _options(argv: list) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="scripted MCP server for tests")
+    ap.add_argument("ignored", nargs="*")
+    ap.add_argument("--page-size", type=int, default=0, help="tools/list page size (0: one page)")
+    ap.add_argument("--garbage", action="store_true", help="print non-JSON lines to stdout")
+    ap.add_argument("--stderr-flood", type=float, default=0, metavar="MB")
+    ap.add_argument("--exit-at-start", type=int, default=None, metavar="CODE")
+    ap.add_argument("--no-handshake", action="store_true", help="never answer initialize")
+    ap.add_argument("--start-delay", type=float, default=0, metavar="S")
+    ap.add_argument("--modern-only", action="store_true", help="refuse initialize; serve 2026-07-28")
+    ap.add_argument("--unknown-id", action="store_true", help="send one response with an unknown id")
+    ap.add_argument("--pidfile", default=None, help="append own pid to this file")
+    ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
+    ap.add_argument("--state-file", default=None, help="append events as JSON lines")
+    return ap.parse_args(argv)
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _flood_stderr(mb: float) -> None:
+    """Half as lines of 60 KB, half as one line with no newline at all."""
+    half = int(mb * 1024 * 1024 / 2)
+    line = "e" * (60 * 1024) + "\n"
+    for _ in range(half // len(line)):
+        sys.stderr.write(line)
+    sys.stderr.write("L" * half)
+    sys.stderr.flush()
+
+
+def _result_text(text: str) -> dict:
+    return {"content": [{"type": "text", "text": text}]}
+
+
+class Fake:
+    """The server: reads stdin on the main thread, writes whole lines under a lock."""
+
+    def __init__(self, opts: argparse.Namespace) -> None:
+        self.opts = opts
+        self.out = sys.stdout.buffer
+        self.wlock = threading.Lock()
+        self.ids = itertools.count(1)
+        self.answers: dict = {}  # id of our request to the client -> [Event, response]
+        self.cancels: dict = {}  # request id -> Event set by notifications/cancelled
+        self.unknown_id_pending = opts.unknown_id
+
+    # -- output
+    def send(self, msg: dict) -> None:
+        data = json.dumps(msg).encode() + b"\n"
+        with self.wlock:
+            if self.opts.garbage:
+                self.out.write(b"this is not json from the fake\n")
+            if self.unknown_id_pending and "id" in msg and "method" not in msg:
+                self.unknown_id_pending = False
+                self.out.write(b'{"jsonrpc":"2.0","id":424242,"result":{}}\n')
+            self.out.write(data)
+            self.out.flush()
+
+    def reply(self, mid, result: dict) -> None:
+        if self.opts.modern_only:
+            result = dict(result, resultType="complete")
+        self.send({"jsonrpc": "2.0", "id": mid, "result": result})
+
+    def error(self, mid, code: int, message: str, data=None) -> None:
+        err = {"code": code, "message": message}
+        if data is not None:
+            err["data"] = data
+        self.send({"jsonrpc": "2.0", "id": mid, "error": err})
+
+    def state(self, **event) -> None:
+        if self.opts.state_file:
+            _append(self.opts.state_file, json.dumps(event))
+
+    # -- input
+    def serve(self) -> None:
+        if self.opts.garbage:
+            self.send_raw(b"garbage before anything\n")
+        for line in iter(sys.stdin.buffer.readline, b""):
+            if line.strip():
+                self.on_message(json.loads(line))
+        os._exit(0)  # stdin closed: the client wants us gone, whatever threads still wait
+
+    def send_raw(self, data: bytes) -> None:
+        with self.wlock:
+            self.out.write(data)
+            self.out.flush()
+
+    def on_message(self, msg: dict) -> None:
+        method = msg.get("method")
+        if method is None:
+            self.on_answer(msg)
+        elif "id" not in msg:
+            self.on_notification(method, msg.get("params") or {})
+        else:
+            self.on_request(msg["id"], method, msg.get("params") or {})
+
+    def on_answer(self, msg: dict) -> None:
+        slot = self.answers.get(msg.get("id"))
+        if slot is not None:
+            slot[1] = msg
+            slot[0].set()
+
+    def on_notification(self, method: str, params: dict) -> None:
+        if method == "notifications/cancelled":
+            event = self.cancels.get(params.get("requestId"))
+            if event is not None:
+                event.set()
+
+    def on_request(self, mid, method: str, params: dict) -> None:
+        if method == "initialize":
+            self.initialize(mid, params)
+        elif self.opts.modern_only and method != "server/discover" and META_VERSION not in params.get("_meta", {}):
+            self.error(mid, -32602, f"{method} without {META_VERSION} in _meta")
+        elif method == "server/discover":
+            self.discover(mid, params)
+        elif method == "ping":
+            self.reply(mid, {})
+        elif method == "tools/list":
+            self.tools_list(mid, params)
+        elif method == "tools/call":
+            self.cancels[mid] = threading.Event()
+            threading.Thread(target=self.tools_call, args=(mid, params), daemon=True).start()
+        else:
+            self.error(mid, -32601, f"Method not found: {method}")
+
+    # -- methods
+    def initialize(self, mid, params: dict) -> None:
+        if self.opts.no_handshake:
+            return
+        if self.opts.modern_only:
+            self.error(mid, -32601, "Method not found: initialize (this server is stateless)")
+            return
+        asked = params.get("protocolVersion")
+        version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+        self.state(event="initialize", protocolVersion=asked)
+        self.reply(mid, {"protocolVersion": version, "capabilities": {"tools": {}},
+                         "serverInfo": {"name": "fake", "version": "1.0"}})
+
+    def discover(self, mid, params: dict) -> None:
+        if not self.opts.modern_only:
+            self.error(mid, -32601, "Method not found: server/discover")
+            return
+        self.reply(mid, {"supportedVersions": [MODERN], "capabilities": {"tools": {}}, "ttlMs": 0,
+                         "cacheScope": "private", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fake"}}})
+
+    def tools_list(self, mid, params: dict) -> None:
+        tools = [{"name": n, "description": d, "inputSchema": {"type": "object", "properties": p}}
+                 for n, d, p in TOOLS]
+        size = self.opts.page_size or len(tools)
+        cursor = params.get("cursor")
+        start = int(cursor) if cursor else 0
+        result: dict = {"tools": tools[start:start + size]}
+        if start + size < len(tools):
+            result["nextCursor"] = str(start + size)
+        if self.opts.modern_only:
+            result.update(ttlMs=0, cacheScope="private")
+        self.reply(mid, result)
+
+    def tools_call(self, mid, params: dict) -> None:
+        name, args = params.get("name"), params.get("arguments") or {}
+        self.state(event="call", tool=name, id=mid, arguments=args)
+        once = self.opts.crash_once_file
+        if once and not os.path.exists(once):
+            _append(once, "crashed")
+            self.crash(3)
+        handler = getattr(self, f"tool_{name}", None)
+        if handler is None:
+            self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
+            return
+        result = handler(mid, args, params.get("_meta") or {})
+        if result is not None:
+            self.reply(mid, result)
+
+    # -- tools: each returns a result, or None when it answered (or never will)
+    def tool_echo(self, mid, args: dict, meta: dict) -> dict:
+        return _result_text(str(args.get("text", "")))
+
+    def tool_add(self, mid, args: dict, meta: dict) -> dict:
+        total = args["a"] + args["b"]
+        return dict(_result_text(str(total)), structuredContent={"sum": total})
+
+    def tool_slow(self, mid, args: dict, meta: dict) -> dict:
+        time.sleep(float(args.get("seconds", 1)))
+        return _result_text(str(args.get("text", "slept")))
+
+    def tool_crash(self, mid, args: dict, meta: dict) -> None:
+        self.crash(int(args.get("code", 1)))
+
+    def crash(self, code: int) -> None:
+        _stderr(f"fake: crashing on purpose with code {code}")
+        os._exit(code)
+
+    def tool_progress(self, mid, args: dict, meta: dict) -> dict:
+        steps = int(args.get("steps", 3))
+        token = meta.get("progressToken")
+        for i in range(1, steps + 1):
+            if token is not None:
+                self.send({"jsonrpc": "2.0", "method": "notifications/progress",
+                           "params": {"progressToken": token, "progress": i, "total": steps, "message": f"step {i}"}})
+        return _result_text(f"done {steps}")
+
+    def tool_big(self, mid, args: dict, meta: dict) -> dict:
+        return _result_text(big_text(float(args.get("mb", 1))))
+
+    def tool_rpc_error(self, mid, args: dict, meta: dict) -> None:
+        self.error(mid, -32042, "fake failure on request", {"why": "asked for it"})
+
+    def tool_ask_client(self, mid, args: dict, meta: dict) -> dict:
+        method = str(args.get("method", "ping"))
+        rid = f"fake-{next(self.ids)}"
+        slot: list = [threading.Event(), None]
+        self.answers[rid] = slot
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": {}})
+        if not slot[0].wait(10):
+            return dict(_result_text(f"no answer to {method}"), isError=True)
+        answer = {k: v for k, v in slot[1].items() if k in ("result", "error")}
+        return _result_text(json.dumps(answer))
+
+    def tool_record_cancel(self, mid, args: dict, meta: dict) -> None:
+        self.state(event="started", id=mid)
+        if self.cancels[mid].wait(60):
+            self.state(event="cancelled", id=mid)
+
+    def tool_getenv(self, mid, args: dict, meta: dict) -> dict:
+        value = os.environ.get(str(args.get("name")))
+        return _result_text("<unset>" if value is None else value)
+
+
+def main(argv: list) -> None:
+    opts = _options(argv)
+    if opts.pidfile:
+        _append(opts.pidfile, str(os.getpid()))
+    if opts.exit_at_start is not None:
+        _stderr(f"fake: exiting at start with code {opts.exit_at_start}")
+        sys.exit(opts.exit_at_start)
+    if opts.stderr_flood:
+        _flood_stderr(opts.stderr_flood)
+    if opts.start_delay:
+        time.sleep(opts.start_delay)
+    Fake(opts).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
