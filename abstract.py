@@ -2256,11 +2256,52 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "startup_timeout_seconds": (_positive, "a number of seconds > 0", _START_TIMEOUT_S),
     "organize": (lambda v: v in _ORGANIZE, f"one of {', '.join(_ORGANIZE)}", "flat"),
     "max_input_file_mb": (_positive, "a number of megabytes > 0", 10),
+    "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
+                       "an http:// or https:// URL", ""),
 }
 _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_positive, "a number of seconds > 0", None),
     "startup_timeout_seconds": (_positive, "a number of seconds > 0", None),
 }
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+# Output cache knobs; the same keys at every level (global, server, tool), the most specific wins.
+_CACHE_POLICY: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "enabled": (lambda v: isinstance(v, bool), "true or false", True),
+    "min_size": (_count, "a number of characters >= 0", 50000),
+    "preview_chars": (_count, "a number of characters >= 0", 500),
+}
+_CACHE_GLOBAL: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    **_CACHE_POLICY,
+    "ttl_seconds": (_positive, "a number of seconds > 0", 3600),
+    "max_total_mb": (_positive, "a number of megabytes > 0", 1024),
+    "max_window_chars": (lambda v: _count(v) and v > 0, "a number of characters > 0", 20000),
+    "dir": (lambda v: isinstance(v, str) and bool(v), "a directory path", ""),
+}
+
+
+def _check_policy(value: Any, where: str) -> None:
+    """A cache policy: an object of _CACHE_POLICY keys, or true/false as shorthand for enabled."""
+    if not isinstance(value, bool):
+        _check_keys(value, _CACHE_POLICY, where)
+
+
+def _check_server(name: str, conf: Any) -> None:
+    where = f"servers.{name}"
+    _check_keys(conf, _SERVER_SETTINGS, where, extra=("cache_outputs", "tools"))
+    if "cache_outputs" in conf:
+        _check_policy(conf["cache_outputs"], f"{where}.cache_outputs")
+    tools = conf.get("tools", {})
+    if not isinstance(tools, dict):
+        raise ConfigError(f"key '{where}.tools' must be an object mapping tool names to settings")
+    for tool, tconf in tools.items():
+        _check_keys(tconf, {}, f"{where}.tools.{tool}", extra=("cache_output",))
+        if "cache_output" in tconf:
+            _check_policy(tconf["cache_output"], f"{where}.tools.{tool}.cache_output")
 
 
 def _check_keys(obj: Any, spec: Dict[str, Tuple[Callable[[Any], bool], str, Any]], where: str,
@@ -2283,12 +2324,13 @@ class Settings:
 
     def __init__(self, data: Optional[dict] = None, environ: Optional[Dict[str, str]] = None) -> None:
         data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
-        _check_keys(data, _GLOBAL_SETTINGS, "", extra=("servers",))
+        _check_keys(data, _GLOBAL_SETTINGS, "", extra=("servers", "output_cache"))
+        _check_keys(data.get("output_cache", {}), _CACHE_GLOBAL, "output_cache")
         servers = data.get("servers", {})
         if not isinstance(servers, dict):
             raise ConfigError("key 'servers' must be an object mapping server names to settings")
         for name, conf in servers.items():
-            _check_keys(conf, _SERVER_SETTINGS, f"servers.{name}")
+            _check_server(name, conf)
         self.data, self.servers = data, servers
         env_timeout = (environ or {}).get("ABSTRACT_TIMEOUT")
         self.env_timeout: Optional[float] = None
@@ -2318,6 +2360,21 @@ class Settings:
         if own is not None:
             return float(own)
         return self.env_timeout or float(self.get("timeout_seconds"))
+
+    def cache(self, key: str) -> Any:
+        """A global output_cache setting."""
+        return self.data.get("output_cache", {}).get(key, _CACHE_GLOBAL[key][2])
+
+    def cache_policy(self, server: str, tool: str) -> Dict[str, Any]:
+        """enabled / min_size / preview_chars for one tool: tool, then server, then global."""
+        conf = self.servers.get(server, {})
+        levels = [self.data.get("output_cache", {}), conf.get("cache_outputs", {}),
+                  conf.get("tools", {}).get(tool, {}).get("cache_output", {})]
+        policy = {k: spec[2] for k, spec in _CACHE_POLICY.items()}
+        for level in levels:
+            level = {"enabled": level} if isinstance(level, bool) else level
+            policy.update({k: v for k, v in level.items() if k in _CACHE_POLICY})
+        return policy
 
     def startup_timeout(self, server: str) -> float:
         own = self.servers.get(server, {}).get("startup_timeout_seconds")
@@ -2801,6 +2858,289 @@ def _preview(text: str, limit: int = 600) -> str:
     return (cut[:nl] if nl > limit // 2 else cut) + "\n[...]"
 
 
+# ==== 11b. Output cache and signed links ==========================================
+# A large direct result is kept in a private cache directory; the client gets a preview and a
+# token, and pulls windows of the rest with retrieve_cached_output (or over a signed URL).
+
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+_CACHE_URI = "abstract://cache/"
+
+
+def _result_size(res: dict) -> int:
+    """Characters of content in a tool result (text, base64 data, embedded resources)."""
+    total = 0
+    for item in res.get("content") or []:
+        if isinstance(item, dict):
+            inner = item.get("resource") if isinstance(item.get("resource"), dict) else item
+            for key in ("text", "data", "blob"):
+                v = inner.get(key)
+                if isinstance(v, str):
+                    total += len(v)
+    if "structuredContent" in res:
+        total = max(total, len(_dumps(res["structuredContent"])))
+    return total
+
+
+def _json_pointer(data: Any, pointer: str) -> Any:
+    """The value at an RFC 6901 JSON Pointer ("" is the whole document)."""
+    if pointer == "":
+        return data
+    if not pointer.startswith("/"):
+        raise ToolError(f"pointer {pointer!r} must start with '/' (RFC 6901), e.g. /results/0")
+    node = data
+    for raw in pointer[1:].split("/"):
+        key = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and re.match(r"^(0|[1-9][0-9]*)$", key) and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            where = f"an array of {len(node)}" if isinstance(node, list) else type(node).__name__
+            raise ToolError(f"pointer {pointer!r}: no {key!r} in {where}")
+    return node
+
+
+class _CacheEntry:
+    """One cached result: metadata in memory, the result and its text view on disk."""
+
+    __slots__ = ("token", "server", "tool", "created", "expires", "chars", "ctype", "bytes", "files")
+
+    def __init__(self, **kw: Any) -> None:
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+    def info(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class OutputCache:
+    """Large results, on disk in an owner-only directory, each under an unguessable token."""
+
+    def __init__(self, directory: str, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+        self.dir, self.settings, self._clock = directory, settings, clock
+        self._lock = threading.Lock()
+        self._entries: Dict[str, _CacheEntry] = {}
+        self.links: Optional[Callable[[_CacheEntry], str]] = None  # set when the HTTP server runs
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        if not _WINDOWS:
+            os.chmod(directory, 0o700)
+        self._load()
+
+    def _load(self) -> None:
+        """Pick up entries of an earlier run that have not expired; delete the expired ones."""
+        for name in os.listdir(self.dir):
+            if name.endswith(".meta.json"):
+                try:
+                    with open(os.path.join(self.dir, name), encoding="utf-8") as f:
+                        entry = _CacheEntry(**json.load(f))
+                except (OSError, ValueError, TypeError):
+                    continue
+                if isinstance(entry.token, str) and _TOKEN_RE.match(entry.token):
+                    self._entries[entry.token] = entry
+        self.sweep()
+
+    def _path(self, token: str, suffix: str) -> str:
+        return os.path.join(self.dir, token + suffix)
+
+    def put(self, res: dict, server: str, tool: str) -> Tuple[_CacheEntry, _Extracted, str]:
+        """Cache a result; returns the entry, its extracted data and its text view."""
+        import secrets
+
+        ex = _extract(res)
+        text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
+        token = secrets.token_urlsafe(18)
+        files = [_write_new(self.dir, f"{token}-{i}", b.ext, b.data) for i, b in enumerate(ex.blobs, 1)]
+        now = self._clock()
+        entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
+                            expires=now + float(self.settings.cache("ttl_seconds")), chars=len(text),
+                            ctype="text/plain" if isinstance(ex.data, str) else "application/json",
+                            bytes=0, files=files)
+        body = _dumps({"result": res}).encode("utf-8", "surrogatepass")
+        _write_new(self.dir, token, ".json", body)
+        _write_new(self.dir, token, ".txt", text.encode("utf-8", "surrogatepass"))
+        entry.bytes = len(body) + len(text) + sum(os.path.getsize(f) for f in files)
+        _write_new(self.dir, token, ".meta.json", _dumps(entry.info()).encode("utf-8"))
+        with self._lock:
+            self._entries[token] = entry
+        self._evict()
+        return entry, ex, text
+
+    def get(self, token: Any) -> _CacheEntry:
+        if not isinstance(token, str) or not _TOKEN_RE.match(token):
+            raise ToolError(f"{token!r} is not a cache token; tokens come from a cached call_tool answer.")
+        with self._lock:
+            entry = self._entries.get(token)
+        if entry is None:
+            raise ToolError(f"No cached output with token {token}: it never existed, expired, or was evicted. "
+                            f"Call the tool again.")
+        if entry.expires <= self._clock():
+            self._drop(token)
+            raise ToolError(f"The cached output {token} expired at {_iso(entry.expires)}. Call the tool again.")
+        return entry
+
+    def text(self, entry: _CacheEntry) -> str:
+        with open(self._path(entry.token, ".txt"), encoding="utf-8", errors="surrogatepass") as f:
+            return f.read()
+
+    def result(self, entry: _CacheEntry) -> dict:
+        with open(self._path(entry.token, ".json"), encoding="utf-8") as f:
+            return json.load(f)["result"]
+
+    def entries(self) -> List[_CacheEntry]:
+        now = self._clock()
+        with self._lock:
+            return sorted((e for e in self._entries.values() if e.expires > now), key=lambda e: -e.created)
+
+    def _drop(self, token: str) -> None:
+        with self._lock:
+            entry = self._entries.pop(token, None)
+        paths = [self._path(token, x) for x in (".meta.json", ".json", ".txt")] + list(entry.files if entry else [])
+        for p in paths:
+            try:
+                os.unlink(p)  # only ever files this cache wrote, inside its own directory
+            except OSError:
+                pass
+
+    def sweep(self) -> int:
+        """Delete expired entries; returns how many."""
+        now = self._clock()
+        with self._lock:
+            dead = [t for t, e in self._entries.items() if e.expires <= now]
+        for t in dead:
+            self._drop(t)
+        return len(dead)
+
+    def _evict(self) -> None:
+        """Keep the cache under max_total_mb, dropping the oldest entries first."""
+        cap = float(self.settings.cache("max_total_mb")) * 1024 * 1024
+        with self._lock:
+            order = sorted(self._entries.values(), key=lambda e: e.created)
+            total = sum(e.bytes for e in order)
+        for e in order[:-1]:  # the newest entry always stays
+            if total <= cap:
+                break
+            total -= e.bytes
+            self._drop(e.token)
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
+    """(text, records shown, total records) showing the first records whole, or None."""
+    rows, _ = _as_records(data)
+    if not rows or not isinstance(rows[0], dict):
+        return None
+    out, used = [], 0
+    for row in rows:
+        line = _dumps(row)
+        if out and used + len(line) > limit:
+            break
+        out.append(line if len(line) <= max(limit, 200) * 2 else line[:max(limit, 200) * 2] + " [...]")
+        used += len(line)
+    return "\n".join(out), len(out), len(rows)
+
+
+def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars: int, link: str) -> str:
+    """What the model reads instead of a large result."""
+    what = "JSON" if entry.ctype == "application/json" else "text"
+    lines = [f"The result of {entry.server}.{entry.tool} is large ({entry.chars:,} characters of {what}), so it was "
+             f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
+    recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" else None
+    if recs is not None:
+        lines.append(f"Preview (first {recs[1]} of {recs[2]} records):\n{recs[0]}")
+    elif preview_chars:
+        lines.append(f"Preview:\n{text[:preview_chars]}" + (" [...]" if len(text) > preview_chars else ""))
+    for b, path in zip(ex.blobs, entry.files or []):
+        lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
+    lines.append(f'More: retrieve_cached_output {{"token": "{entry.token}", "offset": {min(preview_chars, entry.chars)}}} '
+                 f'(also "start_line"/"end_line", or "pointer" like "/0" for JSON); save it with call_tool_and_store '
+                 f'{{"cache_token": "{entry.token}", "file_format": "csv"}}.')
+    if link:
+        lines.append(f"Download (until it expires): {link}")
+    return "\n".join(lines)
+
+
+class _LinkSigner:
+    """HMAC-SHA256 signatures over "{token}:{expires}" for cache download links."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def sign(self, token: str, expires: int) -> str:
+        import hashlib
+        import hmac
+
+        return hmac.new(self._secret, f"{token}:{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def check(self, token: str, expires: int, sig: str) -> bool:
+        import hmac
+
+        return hmac.compare_digest(self.sign(token, expires), sig)
+
+
+def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str) -> Any:
+    """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        server_version = f"abstract/{__version__}"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            status, ctype, body = _link_response(cache, signer, self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "private, no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.send_error(405)
+
+        do_PUT = do_DELETE = do_PATCH = do_POST
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            _log.debug("http: " + fmt, *args)
+
+    httpd = http.server.ThreadingHTTPServer((host, port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True).start()
+    real_base = base or f"http://{host}:{httpd.server_address[1]}"
+
+    def link(entry: _CacheEntry) -> str:
+        expires = int(entry.expires)
+        return f"{real_base.rstrip('/')}/cache/{entry.token}?expires={expires}&sig={signer.sign(entry.token, expires)}"
+
+    cache.links = link
+    return httpd
+
+
+def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, bytes]:
+    """(status, content type, body) for one GET: 200, 403 bad signature, 404, 410 expired."""
+    parts = urllib.parse.urlsplit(raw_path)
+    m = re.match(r"^/cache/([A-Za-z0-9_-]{16,64})$", parts.path)
+    query = urllib.parse.parse_qs(parts.query)
+    if m is None:
+        return 404, "text/plain; charset=utf-8", b"not found\n"
+    token = m.group(1)
+    try:
+        expires, sig = int(query["expires"][0]), query["sig"][0]
+    except (KeyError, ValueError, IndexError):
+        return 403, "text/plain; charset=utf-8", b"missing or malformed expires/sig\n"
+    if not signer.check(token, expires, sig):
+        return 403, "text/plain; charset=utf-8", b"bad signature\n"
+    if expires <= time.time():
+        return 410, "text/plain; charset=utf-8", b"link expired\n"
+    try:
+        entry = cache.get(token)
+    except ToolError:
+        return 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
+    return 200, f"{entry.ctype}; charset=utf-8", cache.text(entry).encode("utf-8", "surrogatepass")
+
+
 # ==== 12. Tools ===================================================================
 # What the model sees: each tool's schema and description, and its handler. Handlers raise
 # ToolError for anything the model can fix; it becomes an isError result with that text.
@@ -2830,6 +3170,16 @@ class _Call:
             return {}
         if not isinstance(v, dict):
             raise ToolError(f"Argument '{key}' must be an object of the tool's arguments, not {_dumps(v)[:80]}.")
+        return v
+
+    def int(self, key: str, default: Optional[int] = None, minimum: int = 0) -> Optional[int]:
+        v = self.args.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            raise ToolError(f"Argument '{key}' must be an integer >= {minimum}, not {_dumps(v)[:80]}.")
         return v
 
     def flag(self, key: str) -> bool:
@@ -2929,9 +3279,84 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     return res
 
 
+def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
+    """The result itself when small; else cache it and answer with a preview and a token."""
+    cache = call.server.cache
+    policy = call.server.settings.cache_policy(server, tool)
+    if cache is None or not policy["enabled"] or _result_size(res) <= policy["min_size"]:
+        return res
+    entry, ex, text = cache.put(res, server, tool)
+    link = cache.links(entry) if cache.links else ""
+    info = None
+    if structured:
+        info = {"cached": True, "token": entry.token, "total_chars": entry.chars, "content_type": entry.ctype,
+                "expires_at": _iso(entry.expires), "uri": _CACHE_URI + entry.token}
+        if link:
+            info["retrieve_url"] = link
+    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link), info)
+    if res.get("isError"):
+        out["isError"] = True
+    return out
+
+
 def _tool_call_tool(call: _Call) -> dict:
     server, tool = call.str("server", True), call.str("tool_name", True)
-    return _upstream_call(call, server, tool, call.obj("tool_args"))  # type: ignore[arg-type]
+    res = _upstream_call(call, server, tool, call.obj("tool_args"))  # type: ignore[arg-type]
+    return _maybe_cache(call, server, tool, res)  # type: ignore[arg-type]
+
+
+def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
+    """A bounded window of `text` by line range or by character offset, and where it stands."""
+    first, last = call.int("start_line", minimum=1), call.int("end_line", minimum=1)
+    if first is not None or last is not None:
+        lines = text.splitlines(keepends=True)
+        first = first or 1
+        last = min(last or len(lines), len(lines))
+        out: List[str] = []
+        used, n = 0, first
+        while n <= last:
+            line = lines[n - 1]
+            if out and used + len(line) > limit:
+                break
+            out.append(line[:limit])  # a single line longer than the window is cut; offset reads it all
+            used += len(out[-1])
+            n += 1
+        more = n <= len(lines)
+        return "".join(out), {"start_line": first, "end_line": n - 1, "total_lines": len(lines),
+                              "next_line": n if more else None}
+    offset = call.int("offset", 0) or 0
+    length = min(call.int("length", limit, minimum=1) or limit, limit)
+    chunk = text[offset:offset + length]
+    end = offset + len(chunk)
+    return chunk, {"offset": offset, "length": len(chunk), "total_chars": len(text),
+                   "next_offset": end if end < len(text) else None}
+
+
+def _tool_retrieve_cached_output(call: _Call) -> dict:
+    cache = call.server.cache
+    if cache is None:
+        raise ToolError("The output cache is disabled (output_cache.enabled is false in Abstract's settings).")
+    entry = cache.get(call.args.get("token"))
+    limit = int(call.server.settings.cache("max_window_chars"))
+    pointer = call.str("pointer")
+    if pointer is not None:
+        if entry.ctype != "application/json":
+            raise ToolError(f"pointer needs JSON data; the output {entry.token} is text. Use offset or start_line.")
+        value = _json_pointer(_extract(cache.result(entry)).data, pointer)
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    else:
+        text = cache.text(entry)
+    chunk, where = _window(text, call, limit)
+    where.update({"token": entry.token, "expires_at": _iso(entry.expires)})
+    if pointer is not None:
+        where["pointer"] = pointer
+    if where.get("next_offset") is not None:
+        status = f"[{where['next_offset']:,} of {where['total_chars']:,} characters shown; next: offset={where['next_offset']}]"
+    elif where.get("next_line") is not None:
+        status = f"[lines {where['start_line']}-{where['end_line']} of {where['total_lines']}; next: start_line={where['next_line']}]"
+    else:
+        status = "[end of data]"
+    return {"content": [{"type": "text", "text": chunk}, {"type": "text", "text": status}], "structuredContent": where}
 
 
 def _tool_list_allowed_directories(call: _Call) -> dict:
@@ -3194,6 +3619,18 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
               "filename": {"type": "string", "description": "File name for the stored response, no extension."}},
              ("server", "tool_name", "file_path")),
      _tool_call_tool_with_file_content),
+    ("retrieve_cached_output",
+     "Read part of a large result that call_tool cached instead of showing (its answer gives the token). "
+     "Windows are bounded (20,000 characters by default): page with offset/length, or by line with "
+     "start_line/end_line, or for JSON take a sub-value with an RFC 6901 pointer such as /results/10.",
+     _schema({"token": {"type": "string", "description": "The token from the cached answer."},
+              "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "First character."},
+              "length": {"type": "integer", "minimum": 1, "description": "Characters to return (capped)."},
+              "start_line": {"type": "integer", "minimum": 1, "description": "First line (1-based)."},
+              "end_line": {"type": "integer", "minimum": 1, "description": "Last line (inclusive)."},
+              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. /results/10."}},
+             ("token",)),
+     _tool_retrieve_cached_output),
 ]
 
 _INSTRUCTIONS = (
@@ -3217,11 +3654,12 @@ _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list",
 class Server:
     """Abstract's MCP server over one client connection."""
 
-    def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams, settings: Settings) -> None:
-        self.sandbox, self.upstreams, self.settings = sandbox, upstreams, settings
+    def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams, settings: Settings,
+                 cache: Optional[OutputCache] = None) -> None:
+        self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.log_level = "info"
-        self.tools = {t[0]: t for t in _TOOLS}
+        self.tools = {t[0]: t for t in _TOOLS if cache is not None or t[0] != "retrieve_cached_output"}
         methods: Dict[str, Callable[[_Request], dict]] = {
             "initialize": self._initialize,
             "server/discover": self._discover,
@@ -3330,12 +3768,14 @@ class Server:
 
     # -- resources: files in the allowed directories, by file:// URI
     def _resources_list(self, req: _Request) -> dict:
-        files = _recent_files(self.sandbox.roots)
+        cached = [(_CACHE_URI + e.token, f"cached {e.server}.{e.tool}", e.ctype, e.chars)
+                  for e in (self.cache.entries() if self.cache else [])]
+        files = [(_file_uri(p), os.path.basename(p), _mime_of(p), size) for p, size, _ in _recent_files(self.sandbox.roots)]
+        files = cached + files
         cursor = (req.params or {}).get("cursor")
         start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
         page = files[start:start + _TOOLS_PAGE]
-        result: dict = {"resources": [{"uri": _file_uri(p), "name": os.path.basename(p),
-                                       "mimeType": _mime_of(p), "size": size} for p, size, _ in page]}
+        result: dict = {"resources": [{"uri": u, "name": n, "mimeType": m, "size": size} for u, n, m, size in page]}
         if start + _TOOLS_PAGE < len(files):
             result["nextCursor"] = str(start + _TOOLS_PAGE)
         return result
@@ -3345,6 +3785,15 @@ class Server:
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
         missing = INVALID_PARAMS if _META_VERSION in req.meta else RESOURCE_NOT_FOUND
+        if uri.startswith(_CACHE_URI) and self.cache is not None:
+            try:
+                entry = self.cache.get(uri[len(_CACHE_URI):])
+            except ToolError as e:
+                raise RpcError(missing, str(e), {"uri": uri}) from None
+            if entry.chars > _READ_MAX:
+                raise RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read it in windows "
+                                               f"with retrieve_cached_output", {"uri": uri})
+            return {"contents": [{"uri": uri, "mimeType": entry.ctype, "text": self.cache.text(entry)}]}
         try:
             path = self.sandbox.resolve(_uri_to_path(uri))
         except SandboxError as e:
@@ -3443,8 +3892,57 @@ def _parser() -> argparse.ArgumentParser:
                "Docs: docs/reference.md")
     ap.add_argument("dirs", nargs="*", metavar="DIR", help="allowed storage directories (created if missing)")
     ap.add_argument("--check", action="store_true", help="start every selected upstream once, report, and exit")
+    ap.add_argument("--http", metavar="[HOST:]PORT", help="serve signed download links for cached outputs "
+                    "(default host 127.0.0.1; port 0 picks a free one)")
     ap.add_argument("--version", action="version", version=f"abstract {__version__}")
     return ap
+
+
+def _parse_hostport(value: str) -> Tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--http needs [HOST:]PORT such as 127.0.0.1:8765, not {value!r}")
+    return host, int(port)
+
+
+def _open_cache(settings: Settings, env: Dict[str, str]) -> Optional[OutputCache]:
+    """The output cache (None when disabled), in a per-user directory under the temp dir by default."""
+    import tempfile
+
+    if settings.cache("enabled") is False:
+        return None
+    user = re.sub(r"[^A-Za-z0-9_.-]", "_", env.get("USER") or env.get("USERNAME") or str(getattr(os, "getuid", lambda: "")()))
+    directory = settings.cache("dir") or os.path.join(tempfile.gettempdir(), f"abstract-cache-{user or 'user'}")
+    try:
+        cache = OutputCache(os.path.expanduser(directory), settings)
+    except OSError as e:
+        raise ConfigError(f"cannot use the output cache directory {directory}: {e.strerror or e}") from None
+    stop = threading.Event()
+
+    def sweeper() -> None:  # expired entries go even when nobody asks for them
+        while not stop.wait(60.0):
+            cache.sweep()
+
+    threading.Thread(target=sweeper, name="abstract-cache-sweep", daemon=True).start()
+    return cache
+
+
+def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str, str], value: str) -> None:
+    import secrets
+
+    if cache is None:
+        raise ConfigError("--http serves cached outputs, but output_cache.enabled is false in the settings")
+    host, port = _parse_hostport(value)
+    secret = env.get("ABSTRACT_CACHE_SECRET", "").encode()
+    if not secret:
+        secret = secrets.token_bytes(32)
+        _log.info("no ABSTRACT_CACHE_SECRET: links are signed with a random key and stop working on restart")
+    try:
+        httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"))
+    except OSError as e:
+        raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
+    _log.info("serving cached outputs on http://%s:%d/cache/", host, httpd.server_address[1])
 
 
 def _check(config: ClientConfig, upstreams: Upstreams, out: Any) -> int:
@@ -3517,7 +4015,10 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     if wfile is None:  # keep the real stdout for protocol messages; a stray print goes to stderr
         wfile = sys.stdout.buffer
         sys.stdout = sys.stderr
-    Server(rfile, wfile, sandbox, upstreams, settings).serve()
+    cache = _open_cache(settings, env)
+    if args.http:
+        _start_links(cache, settings, env, args.http)
+    Server(rfile, wfile, sandbox, upstreams, settings, cache).serve()
     return 0
 
 

@@ -296,10 +296,12 @@ class World:
         if write:
             self.write_config()
         env = base_env(APP_CONFIG_PATH=str(self.config_path))
-        if self.settings is not None:
-            path = self.tmp / "settings.json"
-            path.write_text(json.dumps(self.settings))
-            env["ABSTRACT_CONFIG"] = str(path)
+        settings = json.loads(json.dumps(self.settings or {}))  # the test's settings, never the user's cache
+        if isinstance(settings, dict):
+            settings.setdefault("output_cache", {}).setdefault("dir", str(self.tmp / "cache"))
+        path = self.tmp / "settings.json"
+        path.write_text(json.dumps(settings))
+        env["ABSTRACT_CONFIG"] = str(path)
         env.update(extra)
         return env
 

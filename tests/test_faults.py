@@ -228,6 +228,7 @@ def test_stderr_flood_neither_blocks_nor_grows_memory(world):
 @pytest.mark.skipif(not HAS_PROC, reason="reads /proc/<pid>/status (Linux)")
 def test_30_mb_single_line_result_arrives_intact_with_bounded_peak_memory(world):
     world.fake("bulky")
+    world.settings = {"output_cache": {"enabled": False}}  # the raw relay, not the cache, is under test
     proxy = world.start()
     res = proxy.upstream("bulky", "big", {"mb": 30}, timeout=60)
     assert res == {"content": [{"type": "text", "text": big_text(30)}]}
