@@ -2432,6 +2432,7 @@ class Upstream:
         self._retry_at = 0.0
         self._closing = False
         self._progress: Dict[str, Callable[[dict], None]] = {}
+        self.on_tools_changed: Optional[Callable[[str], None]] = None
         self._tokens = itertools.count(1)
 
     @property
@@ -2550,6 +2551,8 @@ class Upstream:
 
     def _on_tools_changed(self, params: Any) -> None:
         self._tools = None
+        if self.on_tools_changed is not None:
+            self.on_tools_changed(self.name)
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
@@ -2591,19 +2594,27 @@ class Upstream:
         cached = self._tools
         if cached is not None:
             return cached
-        conn, tools, cursor = self.session(), [], None
+        self._tools = self.listing("tools/list", "tools")
+        return self._tools
+
+    def listing(self, method: str, key: str) -> List[dict]:
+        """Every page of a paginated list (tools, resources, prompts), following nextCursor."""
+        conn, items, cursor = self.session(), [], None
         for _ in range(10000):
             params = {"cursor": cursor} if cursor else {}
-            res = conn.call("tools/list", self._params(params), timeout=self.settings.timeout(self.name))
-            page = res.get("tools") if isinstance(res, dict) else None
+            res = conn.call(method, self._params(params), timeout=self.settings.timeout(self.name))
+            page = res.get(key) if isinstance(res, dict) else None
             if not isinstance(page, list):
-                raise UpstreamError(f"server '{self.name}' sent a tools/list result without a tools array")
-            tools.extend(t for t in page if isinstance(t, dict) and isinstance(t.get("name"), str))
+                raise UpstreamError(f"server '{self.name}' sent a {method} result without a {key} array")
+            items.extend(t for t in page if isinstance(t, dict))
             cursor = res.get("nextCursor")
             if not cursor:
                 break
-        self._tools = tools
-        return tools
+        return [t for t in items if key != "tools" or isinstance(t.get("name"), str)]
+
+    def rpc(self, method: str, params: dict) -> Any:
+        """Any other request (resources/read, prompts/get), with the call deadline."""
+        return self.session().call(method, self._params(params), timeout=self.settings.timeout(self.name))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None) -> dict:
@@ -3042,7 +3053,8 @@ def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
     return "\n".join(out), len(out), len(rows)
 
 
-def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars: int, link: str) -> str:
+def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars: int, link: str,
+                   can_store: bool) -> str:
     """What the model reads instead of a large result."""
     what = "JSON" if entry.ctype == "application/json" else "text"
     lines = [f"The result of {entry.server}.{entry.tool} is large ({entry.chars:,} characters of {what}), so it was "
@@ -3055,8 +3067,9 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(f'More: retrieve_cached_output {{"token": "{entry.token}", "offset": {min(preview_chars, entry.chars)}}} '
-                 f'(also "start_line"/"end_line", or "pointer" like "/0" for JSON); save it with call_tool_and_store '
-                 f'{{"cache_token": "{entry.token}", "file_format": "csv"}}.')
+                 f'(also "start_line"/"end_line", or "pointer" like "/0" for JSON).')
+    if can_store:
+        lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", "file_format": "csv"}}.')
     if link:
         lines.append(f"Download (until it expires): {link}")
     return "\n".join(lines)
@@ -3248,6 +3261,21 @@ def _tool_list_tool_details(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
+def _progress_relay(call: _Call) -> Optional[Callable[[dict], None]]:
+    """A relay of upstream progress to the client under the client's own token, if it sent one."""
+    token = call.req.meta.get("progressToken")
+    if not isinstance(token, (str, int)) or isinstance(token, bool):
+        return None
+    client = call.server.conn
+
+    def relay(p: dict) -> None:
+        fwd = {k: v for k, v in p.items() if k != "_meta"}
+        fwd["progressToken"] = token
+        client.notify("notifications/progress", fwd)
+
+    return relay
+
+
 def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     """Call an upstream tool for the client: progress relayed, cancellation forwarded.
 
@@ -3256,17 +3284,8 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     """
     up = call.server.upstreams.get(server)
     _find_tool(up, tool)
-    token = call.req.meta.get("progressToken")
-    relay = None
-    if isinstance(token, (str, int)) and not isinstance(token, bool):
-        client = call.server.conn
-
-        def relay(p: dict) -> None:
-            fwd = {k: v for k, v in p.items() if k != "_meta"}
-            fwd["progressToken"] = token
-            client.notify("notifications/progress", fwd)
     try:
-        res = up.call_tool(tool, args, call.req, relay)
+        res = up.call_tool(tool, args, call.req, _progress_relay(call))
     except UpstreamError as e:
         raise ToolError(e.message) from None
     except RpcError as e:
@@ -3293,7 +3312,8 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
                 "expires_at": _iso(entry.expires), "uri": _CACHE_URI + entry.token}
         if link:
             info["retrieve_url"] = link
-    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link), info)
+    can_store = "call_tool_and_store" in call.server.tools
+    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link, can_store), info)
     if res.get("isError"):
         out["isError"] = True
     return out
@@ -3655,11 +3675,15 @@ class Server:
     """Abstract's MCP server over one client connection."""
 
     def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams, settings: Settings,
-                 cache: Optional[OutputCache] = None) -> None:
+                 cache: Optional[OutputCache] = None, expose: str = "meta") -> None:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
+        self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "info"
-        self.tools = {t[0]: t for t in _TOOLS if cache is not None or t[0] != "retrieve_cached_output"}
+        keep = {"meta": lambda n: True, "direct": lambda n: n == "retrieve_cached_output",
+                "both": lambda n: True}[expose]
+        self.tools = {t[0]: t for t in _TOOLS if keep(t[0]) and (cache is not None or t[0] != "retrieve_cached_output")}
+        self.direct = _Direct(self) if expose in ("direct", "both") else None
         methods: Dict[str, Callable[[_Request], dict]] = {
             "initialize": self._initialize,
             "server/discover": self._discover,
@@ -3669,7 +3693,9 @@ class Server:
             "tools/call": self._tools_call,
             "resources/list": self._resources_list,
             "resources/read": self._resources_read,
-            "resources/templates/list": lambda req: {"resourceTemplates": []},
+            "resources/templates/list": self._templates_list,
+            "prompts/list": self._prompts_list,
+            "prompts/get": self._prompts_get,
         }
         self.conn = Connection(rfile, wfile, name="client", pool=_Pool(),
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()})
@@ -3713,8 +3739,11 @@ class Server:
         return MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
 
     def _capabilities(self) -> dict:
-        return {"tools": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
-                "logging": {}}
+        caps: dict = {"tools": {"listChanged": self.direct is not None},
+                      "resources": {"listChanged": False, "subscribe": False}, "logging": {}}
+        if self.direct is not None:
+            caps["prompts"] = {"listChanged": False}
+        return caps
 
     # -- methods
     def _initialize(self, req: _Request) -> dict:
@@ -3723,6 +3752,7 @@ class Server:
         if not isinstance(asked, str):
             raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         self.version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+        self.initialized = True
         return {"protocolVersion": self.version, "capabilities": self._capabilities(),
                 "serverInfo": {"name": _SERVER_NAME, "version": __version__}, "instructions": _INSTRUCTIONS}
 
@@ -3740,51 +3770,66 @@ class Server:
 
     def _tools_list(self, req: _Request) -> dict:
         tools = [{"name": n, "description": d, "inputSchema": s} for n, d, s, _ in self.tools.values()]
-        cursor = (req.params or {}).get("cursor")
-        start = 0
-        if cursor is not None:
-            if not isinstance(cursor, str) or not cursor.isdigit() or int(cursor) > len(tools):
-                raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the previous page")
-            start = int(cursor)
-        result: dict = {"tools": tools[start:start + _TOOLS_PAGE]}
-        if start + _TOOLS_PAGE < len(tools):
-            result["nextCursor"] = str(start + _TOOLS_PAGE)
-        return result
+        if self.direct is not None:
+            tools += self.direct.tools()
+        return _page(req, "tools", tools)
 
     def _tools_call(self, req: _Request) -> dict:
         params = req.params or {}
         name, args = params.get("name"), params.get("arguments")
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "tools/call needs params.name (a string)")
-        tool = self.tools.get(name)
-        if tool is None:
-            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}. Abstract's tools: {_names_list(list(self.tools))}")
         if args is not None and not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "tools/call params.arguments must be an object")
+        call = _Call(self, req, args or {})
+        tool = self.tools.get(name)
         try:
-            return tool[3](_Call(self, req, args or {}))
+            if tool is not None:
+                return tool[3](call)
+            if self.direct is not None and self.direct.knows(name):
+                return self.direct.call(call, name)
         except ToolError as e:
             return _text_result(str(e), is_error=True)
+        names = list(self.tools) + (self.direct.names() if self.direct is not None else [])
+        raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}. Tools: {_names_list(names)}")
+
+    # -- prompts and resource templates: the upstreams' own, in direct mode
+    def _prompts_list(self, req: _Request) -> dict:
+        if self.direct is None:
+            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/list (Abstract offers prompts with --expose direct)")
+        return _page(req, "prompts", self.direct.prompts())
+
+    def _prompts_get(self, req: _Request) -> dict:
+        if self.direct is None:
+            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers prompts with --expose direct)")
+        return self.direct.get_prompt(req.params or {})
+
+    def _templates_list(self, req: _Request) -> dict:
+        items = self.direct.templates() if self.direct is not None else []
+        return _page(req, "resourceTemplates", items)
+
+    def tools_changed(self, server: str) -> None:
+        """An upstream's tools changed: tell a legacy client, whose tools list now differs."""
+        if self.direct is not None and self.initialized:
+            self.conn.notify("notifications/tools/list_changed")
 
     # -- resources: files in the allowed directories, by file:// URI
     def _resources_list(self, req: _Request) -> dict:
         cached = [(_CACHE_URI + e.token, f"cached {e.server}.{e.tool}", e.ctype, e.chars)
                   for e in (self.cache.entries() if self.cache else [])]
         files = [(_file_uri(p), os.path.basename(p), _mime_of(p), size) for p, size, _ in _recent_files(self.sandbox.roots)]
-        files = cached + files
-        cursor = (req.params or {}).get("cursor")
-        start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
-        page = files[start:start + _TOOLS_PAGE]
-        result: dict = {"resources": [{"uri": u, "name": n, "mimeType": m, "size": size} for u, n, m, size in page]}
-        if start + _TOOLS_PAGE < len(files):
-            result["nextCursor"] = str(start + _TOOLS_PAGE)
-        return result
+        items = [{"uri": u, "name": n, "mimeType": m, "size": size} for u, n, m, size in cached + files]
+        if self.direct is not None:
+            items = self.direct.resources() + items
+        return _page(req, "resources", items)
 
     def _resources_read(self, req: _Request) -> dict:
         uri = (req.params or {}).get("uri")
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
         missing = INVALID_PARAMS if _META_VERSION in req.meta else RESOURCE_NOT_FOUND
+        if self.direct is not None and self.direct.owns(uri):
+            return self.direct.read(uri)
         if uri.startswith(_CACHE_URI) and self.cache is not None:
             try:
                 entry = self.cache.get(uri[len(_CACHE_URI):])
@@ -3817,6 +3862,133 @@ class Server:
             item.pop("text", None)
             item["blob"] = base64.b64encode(data).decode("ascii")
         return {"contents": [item]}
+
+
+def _page(req: _Request, key: str, items: List[dict]) -> dict:
+    """One page of a list answer; the cursor is an opaque offset into `items`."""
+    cursor = (req.params or {}).get("cursor")
+    start = 0
+    if cursor is not None:
+        if not isinstance(cursor, str) or not cursor.isdigit() or int(cursor) > len(items):
+            raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the previous page")
+        start = int(cursor)
+    result: dict = {key: items[start:start + _TOOLS_PAGE]}
+    if start + _TOOLS_PAGE < len(items):
+        result["nextCursor"] = str(start + _TOOLS_PAGE)
+    return result
+
+
+def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
+    """`server__name`, in the characters clients accept ([A-Za-z0-9_-]) and at most 64 long;
+    a hash suffix keeps names apart that would otherwise collide or be cut."""
+    import hashlib
+
+    plain = re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}__{name}")
+    if len(plain) <= 64 and taken.get(plain, (server, name)) == (server, name):
+        return plain
+    digest = hashlib.sha256(f"{server}\0{name}".encode()).hexdigest()[:8]
+    return f"{plain[:55]}_{digest}"
+
+
+class _Direct:
+    """--expose direct: every selected upstream's tools, prompts and resources as Abstract's own."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
+        self._prompts: Dict[str, Tuple[str, str]] = {}
+        self._uris: Dict[str, str] = {}  # upstream resource URI -> server
+        self._lock = threading.Lock()
+        for up in server.upstreams._all.values():
+            up.on_tools_changed = server.tools_changed
+
+    def _gather(self, fn: Callable[[Upstream], List[dict]]) -> Dict[str, List[dict]]:
+        """fn over every upstream in parallel; a server that fails is logged and left out."""
+        out = {}
+        for name, got in self.server.upstreams.each(fn).items():
+            if isinstance(got, Exception):
+                _log.warning("%s left out of the list: %s", name, getattr(got, "message", None) or got)
+            else:
+                out[name] = got
+        return out
+
+    def tools(self) -> List[dict]:
+        mapping: Dict[str, Tuple[str, dict]] = {}
+        taken: Dict[str, Tuple[str, str]] = {}
+        for server, tools in self._gather(lambda up: up.tools()).items():
+            for t in tools:
+                exposed = _direct_name(server, t["name"], taken)
+                taken[exposed] = (server, t["name"])
+                mapping[exposed] = (server, t)
+        with self._lock:
+            self._tools = mapping
+        return [{**t, "name": n} for n, (_, t) in mapping.items()]
+
+    def names(self) -> List[str]:
+        return list(self._tools)
+
+    def knows(self, name: str) -> bool:
+        if name not in self._tools:
+            self.tools()  # a client may call without listing first (or after a change)
+        return name in self._tools
+
+    def call(self, call: _Call, name: str) -> dict:
+        """Call the upstream tool behind `name`: its result as it is (cached when large), its
+        JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
+        server, tool = self._tools[name]
+        up = self.server.upstreams.get(server)
+        try:
+            res = up.call_tool(tool["name"], call.args, call.req, _progress_relay(call))
+        except UpstreamError as e:
+            raise ToolError(e.message) from None
+        if not isinstance(res, dict):
+            raise ToolError(f"'{server}' tool '{tool['name']}' sent a malformed result")
+        for k in ("resultType", "ttlMs", "cacheScope"):
+            res.pop(k, None)
+        if "outputSchema" in tool:  # structuredContent must reach the client as the schema says
+            return res
+        return _maybe_cache(call, server, tool["name"], res, structured=False)
+
+    def prompts(self) -> List[dict]:
+        mapping, out = {}, []
+        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts")).items():
+            for p in prompts:
+                if isinstance(p.get("name"), str):
+                    exposed = _direct_name(server, p["name"], {k: v for k, v in mapping.items()})
+                    mapping[exposed] = (server, p["name"])
+                    out.append({**p, "name": exposed})
+        self._prompts = mapping
+        return out
+
+    def get_prompt(self, params: dict) -> dict:
+        name = params.get("name")
+        if name not in self._prompts:
+            self.prompts()
+        if name not in self._prompts:
+            raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: {_names_list(list(self._prompts))}")
+        server, real = self._prompts[name]
+        return self.server.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
+
+    def resources(self) -> List[dict]:
+        out = []
+        for server, items in self._gather(lambda up: up.listing("resources/list", "resources")).items():
+            for r in items:
+                if isinstance(r.get("uri"), str):
+                    self._uris[r["uri"]] = server
+                    out.append(r)
+        return out
+
+    def templates(self) -> List[dict]:
+        return [t for items in self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"))
+                .values() for t in items]
+
+    def owns(self, uri: str) -> bool:
+        if uri not in self._uris and not uri.startswith(("file:", _CACHE_URI)):
+            self.resources()
+        return uri in self._uris
+
+    def read(self, uri: str) -> dict:
+        return self.server.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
 
 
 _READ_MAX = 5 * 1024 * 1024  # base64 of this stays under the 10 MiB a TypeScript client accepts per message
@@ -3892,6 +4064,8 @@ def _parser() -> argparse.ArgumentParser:
                "Docs: docs/reference.md")
     ap.add_argument("dirs", nargs="*", metavar="DIR", help="allowed storage directories (created if missing)")
     ap.add_argument("--check", action="store_true", help="start every selected upstream once, report, and exit")
+    ap.add_argument("--expose", choices=("meta", "direct", "both"), default="meta",
+                    help="meta: Abstract's own tools (default); direct: every upstream tool as <server>__<tool>; both")
     ap.add_argument("--http", metavar="[HOST:]PORT", help="serve signed download links for cached outputs "
                     "(default host 127.0.0.1; port 0 picks a free one)")
     ap.add_argument("--version", action="version", version=f"abstract {__version__}")
@@ -4018,7 +4192,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     cache = _open_cache(settings, env)
     if args.http:
         _start_links(cache, settings, env, args.http)
-    Server(rfile, wfile, sandbox, upstreams, settings, cache).serve()
+    Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose).serve()
     return 0
 
 
