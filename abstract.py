@@ -203,7 +203,7 @@ def _text_result(text: str, structured: Any = None, is_error: bool = False) -> d
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    return f"{n} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def _names_list(names: List[str], limit: int = 40) -> str:
@@ -280,8 +280,9 @@ class _Tail:
 def _iter_lines(stream: Any, limit: int = 1 << 16):
     """Yield the lines of a binary stream without ever holding more than `limit` bytes of one.
 
-    Used for stderr, where a child may write megabytes without a newline; the excess of an
-    overlong line is dropped, so memory stays bounded whatever the child does.
+    Used for stderr, where a child may write megabytes without a newline: an overlong line is
+    passed on in pieces of `limit` bytes (each marked " [...]"), so memory stays bounded
+    whatever the child does.
     """
     partial = b""
     read = getattr(stream, "read1", None) or stream.read
@@ -297,9 +298,9 @@ def _iter_lines(stream: Any, limit: int = 1 << 16):
         parts = (partial + chunk).split(b"\n")
         partial = parts.pop()
         yield from parts
-        if len(partial) > limit:
+        while len(partial) > limit:
             yield partial[:limit] + b" [...]"
-            partial = b""
+            partial = partial[limit:]
 
 
 _VAR_RE = re.compile(r"\$\{(env:)?([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
@@ -391,12 +392,17 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Converted(NamedTuple):
-    """The result of _convert: the text and what it holds."""
-    text: str
+    """The result of _convert: the text (in parts, so a large table is never one huge string)
+    and what it holds."""
+    parts: List[str]
     fmt: str                      # the format actually written
     rows: Optional[int]           # record count when the data is tabular
     columns: Optional[List[str]]  # column names when the data is tabular
     notes: List[str]              # things the user should know
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 def _line_offset(text: str, lineno: int) -> int:
@@ -532,17 +538,27 @@ def _csv_cells(rows: List[Dict[str, Any]], header: List[str]) -> Iterator[List[A
         yield cells
 
 
-def _dump_csv(rows: List[Dict[str, Any]], delimiter: str = ",") -> str:
-    """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row."""
+def _dump_csv_parts(rows: List[Dict[str, Any]], delimiter: str = ",", batch: int = 2000) -> List[str]:
+    """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row, in parts of `batch` rows:
+    small buffers are cheaper to fill and join than one for the whole table, and the caller
+    can encode and write them one by one."""
     header = _csv_header(rows)
     if not header:
-        return ""
-    buf = io.StringIO()
-    writer = csv.writer(buf, delimiter=delimiter, lineterminator="\r\n",
-                        quoting=csv.QUOTE_MINIMAL)
-    writer.writerow(header)
-    writer.writerows(_csv_cells(rows, header))
-    return buf.getvalue()
+        return []
+    parts: List[str] = []
+    cells = _csv_cells(rows, header)
+    chunk: List[Any] = [header]
+    while chunk:
+        buf = io.StringIO()
+        csv.writer(buf, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL).writerows(chunk)
+        parts.append(buf.getvalue())
+        chunk = list(itertools.islice(cells, batch))
+    return parts
+
+
+def _dump_csv(rows: List[Dict[str, Any]], delimiter: str = ",") -> str:
+    """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row."""
+    return "".join(_dump_csv_parts(rows, delimiter))
 
 
 # ---- csv / tsv reader ----
@@ -1474,6 +1490,8 @@ def _xml_to_data(text: str) -> Any:
     """Data from XML: an exact reversal of _dump_xml, or the generic mapping."""
     # Refused before parsing: no DTD means no external entities and no
     # entity-expansion bombs, whatever the expat version.
+    if not text.strip():
+        raise FormatError("the text is empty, not an XML document")
     dtd = _XML_DTD.search(text)
     if dtd:
         raise FormatError("XML with a DOCTYPE or ENTITY declaration is refused", text, dtd.start())
@@ -1513,9 +1531,15 @@ def _records_view(data: Any) -> Optional[Tuple[List[Dict[str, Any]], List[str], 
     return (rows, columns, extra) if columns else None
 
 
+_MD_PIPE = re.compile(r"(\\*)\|")
+
+
 def _md_cell(text: str) -> str:
-    """Cell text that cannot break the table: pipes escaped, line breaks as <br>."""
-    return _MD_BREAK.sub("<br>", text.replace("|", "\\|"))
+    """Cell text that cannot break the table: pipes escaped, line breaks as <br>.
+    A run of backslashes right before a pipe is doubled as well: GFM reads two backslashes
+    as one escaped backslash, which would leave the pipe free to end the cell."""
+    text = _MD_PIPE.sub(lambda m: m.group(1) * 2 + "\\|", text)
+    return _MD_BREAK.sub("<br>", text)
 
 
 def _md_table(rows: List[Dict[str, Any]], columns: List[str]) -> str:
@@ -1633,9 +1657,9 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
     try:
         if fmt in ("csv", "tsv") and records is None:
             notes.append(f"stored as JSON: {reason}; {fmt} needs a list of records")
-            return _Converted(_dump_json(data), "json", None, None, notes)
+            return _Converted([_dump_json(data)], "json", None, None, notes)
         if fmt in ("csv", "tsv"):
-            text = _dump_csv(records or [], "\t" if fmt == "tsv" else ",")
+            parts = _dump_csv_parts(records or [], "\t" if fmt == "tsv" else ",")
             if rows and not columns:
                 notes.append(f"the records have no fields, so the {fmt} is empty")
             if isinstance(data, dict):
@@ -1643,13 +1667,14 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
                 notes.append(f"{fmt} holds the records under {key!r}; the other fields are left out")
         elif fmt == "xml":
             text, notes = _dump_xml(data)
+            parts = [text]
         elif fmt in ("md", "html"):
-            text = _dump_md(data, title) if fmt == "md" else _dump_html(data, title)
+            parts = [_dump_md(data, title) if fmt == "md" else _dump_html(data, title)]
         else:
-            text = {"json": _dump_json, "txt": _dump_txt, "yaml": dump_yaml}[fmt](data)
+            parts = [{"json": _dump_json, "txt": _dump_txt, "yaml": dump_yaml}[fmt](data)]
     except RecursionError:
         raise FormatError(f"data nested too deeply to write as {fmt}") from None
-    return _Converted(text, fmt, rows, columns, notes)
+    return _Converted(parts, fmt, rows, columns, notes)
 
 
 def _reject_constant(name: str) -> Any:
@@ -1659,6 +1684,8 @@ def _reject_constant(name: str) -> Any:
 
 def _load_json(text: str) -> Any:
     """json.loads with errors as FormatError (line and column kept)."""
+    if not text:  # JSONDecodeError would carry no line or column here
+        raise FormatError("the text is empty, not a JSON value")
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -1715,19 +1742,33 @@ def _safe_filename(name: str) -> str:
     reserved device names (CON, NUL, COM1, ...) suffixed, and overlong names shortened.
     """
     if not name or not name.strip():
-        raise SandboxError("filename is empty; give a name such as 'report' (the extension comes from the format)")
+        raise SandboxError(f"filename {name!r} is empty; give a name such as 'report' (the extension comes from "
+                           f"the format)")
     if "/" in name or "\\" in name or name in (".", ".."):
         raise SandboxError(f"filename {name!r} is a path; give a plain name and put the folder in storage_path")
     if re.search(r"[\x00-\x1f\x7f]", name):
         raise SandboxError(f"filename {name!r} contains control characters (such as NUL or a newline)")
-    clean = _UNSAFE_NAME_CHARS.sub("_", name).strip().rstrip(". ")
-    if not clean or set(clean) <= {"."}:
-        raise SandboxError(f"filename {name!r} has no usable characters")
-    if clean.split(".")[0].upper() in _WINDOWS_RESERVED:
-        clean = "_" + clean
+    # Cut to the byte limit first (a character is at least one byte), so a huge name costs
+    # one pass, not one re-encoding per character dropped.
+    clean = _UNSAFE_NAME_CHARS.sub("_", name[:_MAX_NAME_BYTES + 2]).strip()
     while len(clean.encode("utf-8")) > _MAX_NAME_BYTES:
         clean = clean[:-1]
-    return clean.rstrip(". ")
+    clean = clean.rstrip(". ")
+    if not clean or set(clean) <= {"."}:
+        raise SandboxError(f"filename {name[:100]!r} has no usable characters")
+    # Windows ignores trailing spaces before the extension too: "CON .txt" is the console.
+    if clean.split(".")[0].rstrip(" ").upper() in _WINDOWS_RESERVED:
+        clean = "_" + clean
+        while len(clean.encode("utf-8")) > _MAX_NAME_BYTES:
+            clean = clean[:-1].rstrip(". ")
+    return clean
+
+
+def _safe_part(text: str) -> str:
+    """A file name made from a server or tool name, never an error: separators and control
+    characters become "_" (a tool named "a/b" or ".." must not fail a store or make a folder)."""
+    text = re.sub(r"[/\\\x00-\x1f\x7f]", "_", text)
+    return _safe_filename(text if text.strip(". ") else "_" + text)
 
 
 class Sandbox:
@@ -1774,7 +1815,9 @@ class Sandbox:
         if not _WINDOWS and ("\\" in path or re.match(r"^[A-Za-z]:", path)):
             raise self._refuse(path, "is a Windows path; this machine uses / as the separator")
         full = os.path.join(self.default, os.path.expanduser(path))
-        real = os.path.realpath(os.path.abspath(full))  # follows every symlink that exists
+        # realpath alone: abspath would collapse "link/.." before the link is followed, which is
+        # not what the OS does (it follows the link, then goes up from its target).
+        real = os.path.realpath(full)
         if self.root_of(real) is None:
             raise self._refuse(path, "is outside the allowed directories")
         return real
@@ -1794,8 +1837,13 @@ class Sandbox:
         return again
 
 
-def _write_new(directory: str, stem: str, ext: str, data: bytes) -> str:
-    """Write `data` as a new file `stem+ext` (or `stem-1+ext`, ...) atomically; never overwrite.
+_UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
+
+
+def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None) -> str:
+    """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
+    (or `stem-1+ext`, ...) atomically; never overwrite. The file gets `mode`, by default what
+    the user's umask gives a new file (mkstemp alone would leave it owner-only).
 
     The bytes go to a temporary file in the same directory first and are fsynced; only the
     complete file is then linked under its final name. os.link fails when the name exists, so
@@ -1808,9 +1856,11 @@ def _write_new(directory: str, stem: str, ext: str, data: bytes) -> str:
     fd, tmp = tempfile.mkstemp(prefix=".abstract-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK if mode is None else mode)
         for n in range(100000):
             final = os.path.join(directory, f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}")
             if _claim(tmp, final):
@@ -2243,12 +2293,11 @@ class ClientConfig:
         self.missing = [w for w in wanted if w not in entries]
 
 
-_SETTINGS_DOC = "docs/reference.md#settings"
 _ORGANIZE = ("flat", "by_server", "by_server_tool")
 
 
 def _positive(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
 
 
 _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
@@ -2319,6 +2368,19 @@ def _check_keys(obj: Any, spec: Dict[str, Tuple[Callable[[Any], bool], str, Any]
             raise ConfigError(f"key '{full}' must be {want}, not {_dumps(value)}")
 
 
+def _env_seconds(environ: Dict[str, str], name: str) -> Optional[float]:
+    raw = environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not _positive(value):
+        raise ConfigError(f"{name} must be a number of seconds > 0, not {raw!r}")
+    return value
+
+
 class Settings:
     """Abstract's own settings (ABSTRACT_CONFIG, a JSON file); defaults work without one."""
 
@@ -2332,19 +2394,13 @@ class Settings:
         for name, conf in servers.items():
             _check_server(name, conf)
         self.data, self.servers = data, servers
-        env_timeout = (environ or {}).get("ABSTRACT_TIMEOUT")
-        self.env_timeout: Optional[float] = None
-        if env_timeout:
-            try:
-                self.env_timeout = float(env_timeout)
-                assert self.env_timeout > 0
-            except (ValueError, AssertionError):
-                raise ConfigError(f"ABSTRACT_TIMEOUT must be a number of seconds > 0, not {env_timeout!r}") from None
+        self.env_timeout = _env_seconds(environ or {}, "ABSTRACT_TIMEOUT")
 
     @classmethod
     def load(cls, path: Optional[str], environ: Dict[str, str]) -> "Settings":
         if not path:
             return cls({}, environ)
+        _env_seconds(environ, "ABSTRACT_TIMEOUT")  # its own message, not blamed on the file
         try:
             return cls(_read_json_file(path, "settings file"), environ)
         except ConfigError as e:
@@ -2415,7 +2471,8 @@ class Upstream:
     """A supervised upstream MCP server: process, session, tool list, restart policy."""
 
     def __init__(self, spec: ServerSpec, settings: Settings, roots: Callable[[], List[dict]],
-                 spawn: Callable[..., Any] = subprocess.Popen, clock: Callable[[], float] = time.monotonic) -> None:
+                 spawn: Callable[..., Any] = subprocess.Popen, clock: Callable[[], float] = time.monotonic,
+                 environ: Optional[Dict[str, str]] = None) -> None:
         self.spec, self.settings, self._roots = spec, settings, roots
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # start/stop
@@ -2423,6 +2480,8 @@ class Upstream:
         self._proc: Any = None
         self._stderr_thread: Optional[threading.Thread] = None
         self.tail = _Tail()
+        self.last_error = ""
+        self._environ = dict(os.environ if environ is None else environ)
         self._tools: Optional[List[dict]] = None
         self.protocol_version = ""
         self.modern = False
@@ -2433,6 +2492,7 @@ class Upstream:
         self._closing = False
         self._progress: Dict[str, Callable[[dict], None]] = {}
         self.on_tools_changed: Optional[Callable[[str], None]] = None
+        self.on_log: Optional[Callable[[str], dict]] = None
         self._tokens = itertools.count(1)
 
     @property
@@ -2449,28 +2509,31 @@ class Upstream:
                 raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
             wait = self._retry_at - self._clock()
             if wait > 0:
-                raise UpstreamError(f"server '{self.name}' crashed {_plural(self._quick_crashes, 'time')} right after "
-                                    f"starting; next start attempt in {wait:.0f} s. Last error: {self.tail.text(3)}")
+                raise UpstreamError(f"server '{self.name}' failed {_plural(self._quick_crashes, 'time')} in a row right "
+                                    f"after starting, so it is not restarted for another {wait:.0f} s. "
+                                    f"Last failure: {self.last_error}")
             self._start()
             return self._conn  # type: ignore[return-value]
 
     def _start(self) -> None:
-        env = dict(os.environ)
+        env = dict(self._environ)
         env.update(self.spec.env)
         t0 = self._clock()
+        self.tail = _Tail()  # this run's stderr only
         try:
             argv = [_resolve_command(self.spec, env)] + self.spec.args
-            self._proc = self._popen(argv, env)
+            self._proc = proc = self._popen(argv, env)
         except (OSError, UpstreamError) as e:
             self._note_crash(t0)
             msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
-            raise UpstreamError(f"server '{self.name}' could not start: {msg} (command: {self._cmdline()})") from None
+            self.last_error = f"server '{self.name}' could not start: {msg} (command: {self._cmdline()})"
+            raise UpstreamError(self.last_error) from None
         self._started_at = t0
         self._stderr_thread = threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,),
                                                name=f"stderr-{self.name}", daemon=True)
         self._stderr_thread.start()
         conn = Connection(io.BufferedReader(self._proc.stdout, 1 << 16), io.BufferedWriter(self._proc.stdin, 1 << 16),
-                          name=self.name, strict=False, on_close=self._on_close,
+                          name=self.name, strict=False, on_close=lambda: self._on_close(proc),
                           requests={"ping": lambda r: {}, "roots/list": lambda r: {"roots": self._roots()}},
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
@@ -2481,8 +2544,9 @@ class Upstream:
         except RpcError as e:
             self._kill()
             hint = "" if "stderr" in e.message else self._stderr_hint()
-            raise UpstreamError(f"server '{self.name}' did not complete the MCP handshake "
-                                f"(command: {self._cmdline()}): {e.message}{hint}") from None
+            self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
+                               f"(command: {self._cmdline()}): {e.message}{hint}")
+            raise UpstreamError(self.last_error) from None
         self.start_ms = (self._clock() - t0) * 1000
         self._tools = None
 
@@ -2557,21 +2621,29 @@ class Upstream:
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
             _log.info("[%s] %s: %s", self.name, params.get("level", "info"), _dumps(params.get("data"))[:2000])
+            if self.on_log is not None:
+                self.on_log(self.name, params)
 
-    def _on_close(self) -> str:
-        """The upstream's stdout closed: say why, from its exit status and stderr tail."""
-        proc, code = self._proc, None
-        if proc is not None:
-            try:
-                code = proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                code = None
+    def _on_close(self, proc: Any) -> str:
+        """The upstream's stdout closed: say why, from its exit status and stderr tail.
+
+        A process that closed its stdout but keeps running is of no further use; it is killed
+        so it cannot outlive Abstract.
+        """
+        code = None
+        try:
+            code = proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            self._hard_kill(proc)
         if self._stderr_thread is not None:
             self._stderr_thread.join(timeout=0.5)
         if not self._closing:
             self._note_crash(self._started_at)
         state = _exit_text(code) if code is not None else "closed its output"
-        return f"server '{self.name}' {state}{self._stderr_hint()}"
+        reason = f"server '{self.name}' {state}{self._stderr_hint()}"
+        if not self._closing:
+            self.last_error = reason
+        return reason
 
     def _note_crash(self, started: float) -> None:
         if self._clock() - started < _CRASH_WINDOW_S:
@@ -2701,9 +2773,9 @@ class Upstreams:
     """Every configured upstream: lookup by name with helpful errors, parallel start and stop."""
 
     def __init__(self, config: ClientConfig, settings: Settings, roots: Callable[[], List[dict]],
-                 spawn: Callable[..., Any] = subprocess.Popen) -> None:
+                 spawn: Callable[..., Any] = subprocess.Popen, environ: Optional[Dict[str, str]] = None) -> None:
         self.config = config
-        self._all = {n: Upstream(s, settings, roots, spawn) for n, s in config.specs.items()}
+        self._all = {n: Upstream(s, settings, roots, spawn, environ=environ) for n, s in config.specs.items()}
 
     def names(self) -> List[str]:
         return list(self._all)
@@ -2774,13 +2846,17 @@ class _Extracted:
         self.data, self.blobs, self.has_data = data, blobs, has_data
 
 
+_LEADING_SPACE = re.compile(r"\s*")
+
+
 def _json_or_text(text: str) -> Any:
     """A JSON value when the text is JSON (object, array, or a scalar), else the text itself."""
-    t = text.strip()
-    if t[:1] in ('{', '[', '"') or t in ("true", "false", "null") or re.match(r"^-?\d", t):
+    start = _LEADING_SPACE.match(text).end()  # type: ignore[union-attr]  (no copy of a big text)
+    head = text[start:start + 5]
+    if head[:1] in ('{', '[', '"') or re.match(r"^(-?\d|true|false|null)", head):
         try:
-            return json.loads(t)
-        except ValueError:
+            return json.loads(text)  # json.loads allows surrounding whitespace
+        except (ValueError, RecursionError):
             pass
     return text
 
@@ -2873,7 +2949,7 @@ def _preview(text: str, limit: int = 600) -> str:
 # A large direct result is kept in a private cache directory; the client gets a preview and a
 # token, and pulls windows of the rest with retrieve_cached_output (or over a signed URL).
 
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{16,64}\Z")  # \Z: "$" would also match before a final newline
 _CACHE_URI = "abstract://cache/"
 
 
@@ -2946,9 +3022,21 @@ class OutputCache:
                         entry = _CacheEntry(**json.load(f))
                 except (OSError, ValueError, TypeError):
                     continue
-                if isinstance(entry.token, str) and _TOKEN_RE.match(entry.token):
+                if self._sound(entry, name):
                     self._entries[entry.token] = entry
         self.sweep()
+
+    @staticmethod
+    def _sound(entry: _CacheEntry, name: str) -> bool:
+        """Metadata this cache wrote: its own file's token, numbers where numbers belong (a broken
+        file is skipped, and its files are left alone, rather than stopping the start-up)."""
+        def num(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        return (isinstance(entry.token, str) and bool(_TOKEN_RE.match(entry.token))
+                and name == entry.token + ".meta.json" and isinstance(entry.ctype, str)
+                and all(num(getattr(entry, k)) for k in ("created", "expires", "chars", "bytes"))
+                and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files))
 
     def _path(self, token: str, suffix: str) -> str:
         return os.path.join(self.dir, token + suffix)
@@ -2958,19 +3046,24 @@ class OutputCache:
         import secrets
 
         ex = _extract(res)
-        text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
         token = secrets.token_urlsafe(18)
-        files = [_write_new(self.dir, f"{token}-{i}", b.ext, b.data) for i, b in enumerate(ex.blobs, 1)]
+        files = [_write_new(self.dir, f"{token}-{i}", b.ext, b.data, 0o600) for i, b in enumerate(ex.blobs, 1)]
+        if ex.has_data or not ex.blobs:
+            text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
+        else:  # binary items only: the text view says what they are and where their files are
+            text = json.dumps([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
+                               for b, f in zip(ex.blobs, files)], indent=2, ensure_ascii=False)
         now = self._clock()
         entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
                             expires=now + float(self.settings.cache("ttl_seconds")), chars=len(text),
                             ctype="text/plain" if isinstance(ex.data, str) else "application/json",
                             bytes=0, files=files)
         body = _dumps({"result": res}).encode("utf-8", "surrogatepass")
-        _write_new(self.dir, token, ".json", body)
-        _write_new(self.dir, token, ".txt", text.encode("utf-8", "surrogatepass"))
-        entry.bytes = len(body) + len(text) + sum(os.path.getsize(f) for f in files)
-        _write_new(self.dir, token, ".meta.json", _dumps(entry.info()).encode("utf-8"))
+        _write_new(self.dir, token, ".json", body, 0o600)
+        view = text.encode("utf-8", "surrogatepass")
+        _write_new(self.dir, token, ".txt", view, 0o600)
+        entry.bytes = len(body) + len(view) + sum(os.path.getsize(f) for f in files)
+        _write_new(self.dir, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600)
         with self._lock:
             self._entries[token] = entry
         self._evict()
@@ -2994,7 +3087,7 @@ class OutputCache:
             return f.read()
 
     def result(self, entry: _CacheEntry) -> dict:
-        with open(self._path(entry.token, ".json"), encoding="utf-8") as f:
+        with open(self._path(entry.token, ".json"), encoding="utf-8", errors="surrogatepass") as f:
             return json.load(f)["result"]
 
     def entries(self) -> List[_CacheEntry]:
@@ -3005,10 +3098,13 @@ class OutputCache:
     def _drop(self, token: str) -> None:
         with self._lock:
             entry = self._entries.pop(token, None)
-        paths = [self._path(token, x) for x in (".meta.json", ".json", ".txt")] + list(entry.files if entry else [])
-        for p in paths:
+        # Only this cache's own names, joined to its own directory: a stale or crafted .meta.json
+        # may list any path, and nothing outside the cache directory is ever deleted.
+        blobs = [os.path.basename(f) for f in (entry.files if entry else [])]
+        names = [token + x for x in (".meta.json", ".json", ".txt")] + [b for b in blobs if b.startswith(token + "-")]
+        for name in names:
             try:
-                os.unlink(p)  # only ever files this cache wrote, inside its own directory
+                os.unlink(os.path.join(self.dir, name))
             except OSError:
                 pass
 
@@ -3041,7 +3137,7 @@ def _iso(t: float) -> str:
 def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
     """(text, records shown, total records) showing the first records whole, or None."""
     rows, _ = _as_records(data)
-    if not rows or not isinstance(rows[0], dict):
+    if not rows or (isinstance(data, list) and rows is not data):  # scalars wrapped as {"value": x} are no records
         return None
     out, used = [], 0
     for row in rows:
@@ -3057,9 +3153,12 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
                    can_store: bool) -> str:
     """What the model reads instead of a large result."""
     what = "JSON" if entry.ctype == "application/json" else "text"
-    lines = [f"The result of {entry.server}.{entry.tool} is large ({entry.chars:,} characters of {what}), so it was "
+    size = f"{entry.chars:,} characters of {what}"
+    if not ex.has_data and ex.blobs:
+        size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
+    lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
              f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
-    recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" else None
+    recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else None
     if recs is not None:
         lines.append(f"Preview (first {recs[1]} of {recs[2]} records):\n{recs[0]}")
     elif preview_chars:
@@ -3090,18 +3189,22 @@ class _LinkSigner:
     def check(self, token: str, expires: int, sig: str) -> bool:
         import hmac
 
-        return hmac.compare_digest(self.sign(token, expires), sig)
+        # bytes: compare_digest raises TypeError for str with non-ASCII characters (a decoded %C3%A9)
+        return hmac.compare_digest(self.sign(token, expires).encode(), sig.encode("utf-8", "replace"))
 
 
 def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str) -> Any:
     """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread."""
     import http.server
+    import socket
 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            status, ctype, body = _link_response(cache, signer, self.path)
+            # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
+            # patch releases), and the answer must not depend on the Python version.
+            status, ctype, body = _link_response(cache, signer, self.requestline.split()[1])
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
@@ -3118,10 +3221,14 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
         def log_message(self, fmt: str, *args: Any) -> None:
             _log.debug("http: " + fmt, *args)
 
-    httpd = http.server.ThreadingHTTPServer((host, port), Handler)
-    httpd.daemon_threads = True
+    class LinkServer(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT works too
+        daemon_threads = True
+
+    httpd = LinkServer((host, port), Handler)
     threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True).start()
-    real_base = base or f"http://{host}:{httpd.server_address[1]}"
+    netloc = f"[{host}]" if ":" in host else host
+    real_base = base or f"http://{netloc}:{httpd.server_address[1]}"
 
     def link(entry: _CacheEntry) -> str:
         expires = int(entry.expires)
@@ -3133,9 +3240,9 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
 
 def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, bytes]:
     """(status, content type, body) for one GET: 200, 403 bad signature, 404, 410 expired."""
-    parts = urllib.parse.urlsplit(raw_path)
-    m = re.match(r"^/cache/([A-Za-z0-9_-]{16,64})$", parts.path)
-    query = urllib.parse.parse_qs(parts.query)
+    path, _, raw_query = raw_path.partition("?")  # not urlsplit: it reads "//x" as a host and drops tabs and newlines
+    m = re.fullmatch(r"/cache/([A-Za-z0-9_-]{16,64})", path)
+    query = urllib.parse.parse_qs(raw_query)
     if m is None:
         return 404, "text/plain; charset=utf-8", b"not found\n"
     token = m.group(1)
@@ -3145,13 +3252,13 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
         return 403, "text/plain; charset=utf-8", b"missing or malformed expires/sig\n"
     if not signer.check(token, expires, sig):
         return 403, "text/plain; charset=utf-8", b"bad signature\n"
-    if expires <= time.time():
+    if expires <= cache._clock():
         return 410, "text/plain; charset=utf-8", b"link expired\n"
     try:
         entry = cache.get(token)
-    except ToolError:
+        return 200, f"{entry.ctype}; charset=utf-8", cache.text(entry).encode("utf-8", "surrogatepass")
+    except (ToolError, OSError):  # OSError: swept between get and read
         return 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
-    return 200, f"{entry.ctype}; charset=utf-8", cache.text(entry).encode("utf-8", "surrogatepass")
 
 
 # ==== 12. Tools ===================================================================
@@ -3329,21 +3436,27 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
     """A bounded window of `text` by line range or by character offset, and where it stands."""
     first, last = call.int("start_line", minimum=1), call.int("end_line", minimum=1)
     if first is not None or last is not None:
+        if first is not None and last is not None and last < first:
+            raise ToolError(f"end_line ({last}) is before start_line ({first}).")
         lines = text.splitlines(keepends=True)
         first = first or 1
         last = min(last or len(lines), len(lines))
         out: List[str] = []
-        used, n = 0, first
+        used, n, cut = 0, first, None
         while n <= last:
             line = lines[n - 1]
             if out and used + len(line) > limit:
                 break
             out.append(line[:limit])  # a single line longer than the window is cut; offset reads it all
+            if len(line) > limit:
+                cut = n
             used += len(out[-1])
             n += 1
         more = n <= len(lines)
-        return "".join(out), {"start_line": first, "end_line": n - 1, "total_lines": len(lines),
-                              "next_line": n if more else None}
+        where = {"start_line": first, "end_line": n - 1, "total_lines": len(lines), "next_line": n if more else None}
+        if cut is not None:
+            where["truncated_line"] = cut
+        return "".join(out), where
     offset = call.int("offset", 0) or 0
     length = min(call.int("length", limit, minimum=1) or limit, limit)
     chunk = text[offset:offset + length]
@@ -3362,7 +3475,7 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     if pointer is not None:
         if entry.ctype != "application/json":
             raise ToolError(f"pointer needs JSON data; the output {entry.token} is text. Use offset or start_line.")
-        value = _json_pointer(_extract(cache.result(entry)).data, pointer)
+        value = _json_pointer(json.loads(cache.text(entry)), pointer)  # the data the text view shows
         text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
     else:
         text = cache.text(entry)
@@ -3376,6 +3489,9 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         status = f"[lines {where['start_line']}-{where['end_line']} of {where['total_lines']}; next: start_line={where['next_line']}]"
     else:
         status = "[end of data]"
+    if "truncated_line" in where:
+        status += (f" [line {where['truncated_line']} is longer than the window ({limit:,} characters) and was cut; "
+                   f"read it whole by offset]")
     return {"content": [{"type": "text", "text": chunk}, {"type": "text", "text": status}], "structuredContent": where}
 
 
@@ -3386,21 +3502,24 @@ def _tool_list_allowed_directories(call: _Call) -> dict:
 
 def _store_target(call: _Call, server: str, tool: str, fmt: str) -> Tuple[str, str]:
     """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
-    sandbox, path = call.server.sandbox, call.str("storage_path")
+    sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
+    try:  # the name first: a refused name must not leave new folders behind
+        stem = _safe_part(f"{server}-{tool}-{_utc_stamp()}") if name is None else _safe_filename(name)
+        exts = tuple("." + e for e in _FORMATS + ("yml", "gz"))
+        while name is not None and stem.lower().endswith(exts):  # "report.csv.gz", "report.csv."
+            head = stem[:stem.rindex(".")]
+            if not head.strip(". "):  # ".csv" alone is the name, not an extension
+                break
+            stem = _safe_filename(head)
+    except SandboxError as e:
+        raise ToolError(f"{e}. Allowed directories: {', '.join(sandbox.roots)}; the file goes in the first, "
+                        f"or in the folder storage_path names.") from None
     try:
         if path is None:
             organize = call.server.settings.get("organize")
             parts = {"flat": [], "by_server": [server], "by_server_tool": [server, tool]}[organize]
-            path = os.path.join(*(_safe_filename(p) for p in parts)) if parts else None
-        directory = sandbox.make_dir(path)
-        name = call.str("filename")
-        if name is None:
-            return directory, _safe_filename(f"{server}-{tool}-{_utc_stamp()}")
-        low = name.lower()
-        for ext in _FORMATS + ("yml", "gz"):
-            if low.endswith("." + ext) and len(name) > len(ext) + 1:
-                name, low = name[:-len(ext) - 1], low[:-len(ext) - 1]
-        return directory, _safe_filename(name)
+            path = os.path.join(*(_safe_part(p) for p in parts)) if parts else None
+        return sandbox.make_dir(path), stem
     except SandboxError as e:
         raise ToolError(str(e)) from None
 
@@ -3417,7 +3536,7 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
         info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
         lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, {first.size:,} bytes.")
     else:
-        lines.append(f"{first.size:,} bytes.")
+        lines.append(f"{_plural(first.size, 'byte')}.")
     if main is not None and main.path.endswith(".gz"):
         info["compressed"] = True
     if blobs:
@@ -3437,18 +3556,40 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
     return result
 
 
-def _store_result(call: _Call, server: str, tool: str, args: dict, fmt: str) -> dict:
-    """Call the tool and store its result in `fmt`: call_tool_and_store, and file input's response_format."""
-    import gzip
+def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
+    """gzip-compress a stream of chunks without holding the whole file (wbits 31: gzip framing)."""
+    import zlib
 
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)
+    for chunk in chunks:
+        out = z.compress(chunk)
+        if out:
+            yield out
+    yield z.flush()
+
+
+def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -> _Stored:
+    """Write converted data part by part (a large table is never one huge bytes object)."""
+    chunks: Any = (part.encode("utf-8", "surrogatepass") for part in conv.parts)
+    ext = "." + conv.fmt
+    mime = _FORMAT_MIME[conv.fmt]
+    if call.flag("compress"):
+        chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
+    path = _write_new(directory, stem, ext, chunks)
+    return _Stored(path, conv.fmt, os.path.getsize(path), mime)
+
+
+def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable[[], dict], source: str = "") -> dict:
+    """Store a tool result in `fmt`: call_tool_and_store, file input's response_format, and
+    cached outputs. `fetch` gives the result once the target is known to be usable."""
     fmt = fmt.lower()
     if fmt not in _FORMATS:
         raise ToolError(f"format {fmt!r} is not one of {', '.join(_FORMATS)}.")
-    compress = call.flag("compress")
+    call.flag("compress")  # a bad value is refused before the tool runs
     directory, stem = _store_target(call, server, tool, fmt)
-    res = _upstream_call(call, server, tool, args)
+    res = fetch()
     if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error, so nothing was stored: {_error_text(res)}")
+        raise ToolError(f"'{server}' tool '{tool}' reported an error{source}, so nothing was stored: {_error_text(res)}")
     ex = _extract(res)
     main, conv, preview = None, None, ""
     if ex.has_data or not ex.blobs:
@@ -3456,20 +3597,31 @@ def _store_result(call: _Call, server: str, tool: str, args: dict, fmt: str) -> 
             conv = _convert(ex.data, fmt, call.str("description") or f"{server}.{tool}")
         except FormatError as e:
             raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
-        data = conv.text.encode("utf-8")
-        ext = "." + conv.fmt
-        if compress:
-            data, ext = gzip.compress(data, 6), ext + ".gz"
-        path = _write_new(directory, stem, ext, data)
-        main = _Stored(path, conv.fmt, len(data), _FORMAT_MIME[conv.fmt])
-        preview = _preview(conv.text)
+        main = _write_converted(call, directory, stem, conv)
+        preview = _preview(conv.parts[0][:4000] if conv.parts else "")
     blobs = _store_blobs(directory, stem, ex.blobs)
     return _store_answer(call, server, tool, main, conv, blobs, preview)
 
 
+def _cached_source(call: _Call) -> Optional[_CacheEntry]:
+    """The cached output named by cache_token, if the call gives one."""
+    token = call.str("cache_token")
+    if token is None:
+        return None
+    if call.server.cache is None:
+        raise ToolError("cache_token needs the output cache, which is disabled in Abstract's settings.")
+    return call.server.cache.get(token)
+
+
 def _tool_call_tool_and_store(call: _Call) -> dict:
+    fmt = call.str("file_format") or "json"
+    entry = _cached_source(call)
+    if entry is not None:  # a result cached earlier: stored without calling the tool again
+        cache = call.server.cache
+        return _store_result(call, entry.server, entry.tool, fmt, lambda: cache.result(entry))  # type: ignore
     server, tool = call.str("server", True), call.str("tool_name", True)
-    return _store_result(call, server, tool, call.obj("tool_args"), call.str("file_format") or "json")  # type: ignore[arg-type]
+    args = call.obj("tool_args")
+    return _store_result(call, server, tool, fmt, lambda: _upstream_call(call, server, tool, args))  # type: ignore
 
 
 _INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml", ".xml": "xml",
@@ -3480,6 +3632,7 @@ def _read_limited(path: str, limit: int) -> bytes:
     """The file's bytes (gunzipped for .gz), refusing more than `limit` bytes while reading, so
     a small archive cannot expand into gigabytes."""
     import gzip
+    import zlib
 
     opener = gzip.open if path.lower().endswith(".gz") else open
     try:
@@ -3487,11 +3640,14 @@ def _read_limited(path: str, limit: int) -> bytes:
             data = f.read(limit + 1)
     except PermissionError:
         raise ToolError(f"{path} is not readable (permission denied)") from None
-    except (OSError, EOFError) as e:
-        raise ToolError(f"{path} could not be read: {e}") from None
+    except (OSError, EOFError, zlib.error) as e:  # zlib.error (a corrupt stream) is no OSError
+        what = "is not a valid gzip file" if opener is not open else "could not be read"
+        raise ToolError(f"{path} {what}: {e}") from None
     if len(data) > limit:
-        what = "decompresses to more than" if opener is not open else "is larger than"
-        raise ToolError(f"{path} {what} the {limit:,}-byte input limit (max_input_file_mb in Abstract's settings).")
+        what = (f"({os.path.getsize(path):,} bytes) decompresses to more than {limit:,} bytes"
+                if opener is not open else f"is larger than {limit:,} bytes")
+        raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes (max_input_file_mb in Abstract's "
+                        f"settings).")
     return data
 
 
@@ -3501,10 +3657,12 @@ def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
         path = call.server.sandbox.resolve(file_path)
     except SandboxError as e:
         raise ToolError(str(e)) from None
+    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
     if not os.path.exists(path):
-        raise ToolError(f"file_path {file_path!r} does not exist ({path}). list_allowed_directories shows where files may be.")
+        raise ToolError(f"file_path {file_path!r} does not exist ({path}). {where}; list_allowed_directories "
+                        f"shows them.")
     if not os.path.isfile(path):
-        raise ToolError(f"file_path {file_path!r} is not a regular file ({path}).")
+        raise ToolError(f"file_path {file_path!r} is not a regular file ({path}). {where}.")
     limit = int(float(call.server.settings.get("max_input_file_mb")) * 1024 * 1024)
     size = os.path.getsize(path)
     if size > limit:
@@ -3518,7 +3676,7 @@ def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
     except UnicodeDecodeError as e:
         raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} (0x{raw[e.start]:02x}).") from None
     try:
-        return _parse_text(text.lstrip("\ufeff"), fmt), fmt, path
+        return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt, path
     except FormatError as e:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
 
@@ -3540,7 +3698,9 @@ def _check_args(tool: dict, args: dict) -> None:
         kinds = [want] if isinstance(want, str) else want if isinstance(want, list) else []
         types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
         bad_bool = isinstance(value, bool) and bool not in types
-        if types and (not isinstance(value, types) or bad_bool):
+        # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
+        whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
+        if types and (not isinstance(value, types) or bad_bool) and not whole:
             raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be {' or '.join(kinds)}, "
                             f"but the file gives {type(value).__name__}.")
 
@@ -3560,20 +3720,36 @@ def _file_args(call: _Call, data: Any, path: str) -> dict:
     return {**extra, key: data}
 
 
+def _input_data(call: _Call) -> Tuple[Any, str]:
+    """(data, where it came from) for file input: a file in the sandbox, or a cached output."""
+    entry = _cached_source(call)
+    if entry is not None:
+        if call.args.get("file_path") is not None:
+            raise ToolError("Give file_path or cache_token, not both.")
+        return _extract(call.server.cache.result(entry)).data, f"cached output {entry.token}"  # type: ignore
+    data, _, path = _load_input(call, call.str("file_path", True))  # type: ignore[arg-type]
+    return data, path
+
+
 def _tool_call_tool_with_file_content(call: _Call) -> dict:
     server, tool = call.str("server", True), call.str("tool_name", True)
     out_fmt = call.str("output_format") or "json"
     if out_fmt not in ("json", "string"):
         raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
-    data, _, path = _load_input(call, call.str("file_path", True))  # type: ignore[arg-type]
-    args = _file_args(call, data, path)
+    data, source = _input_data(call)
+    args = _file_args(call, data, source)
     up = call.server.upstreams.get(server)  # type: ignore[arg-type]
     _check_args(_find_tool(up, tool), args)  # type: ignore[arg-type]
-    if call.str("response_format") is not None:
-        return _store_result(call, server, tool, args, call.str("response_format"))  # type: ignore[arg-type]
+    response_format = call.str("response_format")
+    if response_format is not None:
+        return _store_result(call, server, tool, response_format,  # type: ignore[arg-type]
+                             lambda: _upstream_call(call, server, tool, args), f" for the data of {source}")  # type: ignore
     res = _upstream_call(call, server, tool, args)  # type: ignore[arg-type]
     if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error for the data of {path}: {_error_text(res)}")
+        raise ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: {_error_text(res)}")
+    cached = _maybe_cache(call, server, tool, res)  # type: ignore[arg-type]
+    if cached is not res:  # a large answer gets the same protection as call_tool's
+        return cached
     if out_fmt == "string":
         ex = _extract(res)
         text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
@@ -3615,10 +3791,12 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
               "description": {"type": "string", "description": "What the result is; kept with the file."},
               "storage_path": {"type": "string", "description": "Directory to store in: absolute inside an allowed "
                                "directory, or relative to the first one. Default: the first allowed directory."},
-              "filename": {"type": "string", "description": "File name without extension. Default "
-                           "<server>-<tool>-<UTC time>. An existing file is never overwritten: -1, -2... is added."},
-              "compress": {"type": "boolean", "default": False, "description": "Write gzip-compressed (.gz)."}},
-             ("server", "tool_name")),
+              "filename": {"type": "string", "description": "File name; the extension comes from file_format. "
+                           "Default <server>-<tool>-<UTC time>. An existing file is never overwritten: -1, -2... "
+                           "is added."},
+              "compress": {"type": "boolean", "default": False, "description": "Write gzip-compressed (.gz)."},
+              "cache_token": {"type": "string", "description": "Store an output call_tool cached (its token) "
+                              "instead of calling a tool; server and tool_name are then not needed."}}),
      _tool_call_tool_and_store),
     ("call_tool_with_file_content",
      "Call an upstream tool with a file's data as its arguments, without reading the file into the conversation "
@@ -3636,8 +3814,13 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
                                   "call_tool_and_store would, in this format, instead of returning it."},
               "description": {"type": "string", "description": "What the stored response is."},
               "storage_path": {"type": "string", "description": "Where to store the response (with response_format)."},
-              "filename": {"type": "string", "description": "File name for the stored response, no extension."}},
-             ("server", "tool_name", "file_path")),
+              "filename": {"type": "string", "description": "File name for the stored response; the extension "
+                           "comes from response_format."},
+              "compress": {"type": "boolean", "default": False,
+                           "description": "Store the response gzip-compressed (.gz), with response_format."},
+              "cache_token": {"type": "string", "description": "Use an output call_tool cached (its token) as "
+                              "the data instead of a file."}},
+             ("server", "tool_name")),
      _tool_call_tool_with_file_content),
     ("retrieve_cached_output",
      "Read part of a large result that call_tool cached instead of showing (its answer gives the token). "
@@ -3659,6 +3842,8 @@ _INSTRUCTIONS = (
     "- call_tool returns a result here: only for small results.\n"
     "- call_tool_and_store saves a large result to a file (csv/tsv for records, md for prose, json if unsure) and "
     "returns its path and a preview; call_tool_with_file_content sends a file's data to a tool without you reading it.\n"
+    "- A large call_tool result comes back as a preview and a token: read more with retrieve_cached_output, or pass "
+    "the token as cache_token to call_tool_and_store or call_tool_with_file_content.\n"
     "- list_allowed_directories shows where files may be stored and read."
 )
 
@@ -3667,6 +3852,7 @@ _INSTRUCTIONS = (
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
 
+_LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
               "resources/read"}
 
@@ -3679,7 +3865,9 @@ class Server:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
-        self.log_level = "info"
+        self.log_level = "warning"  # upstream log messages at this level or above reach the client
+        for up in upstreams._all.values():
+            up.on_log = self.relay_log
         keep = {"meta": lambda n: True, "direct": lambda n: n == "retrieve_cached_output",
                 "both": lambda n: True}[expose]
         self.tools = {t[0]: t for t in _TOOLS if keep(t[0]) and (cache is not None or t[0] != "retrieve_cached_output")}
@@ -3763,10 +3951,16 @@ class Server:
 
     def _set_level(self, req: _Request) -> dict:
         level = (req.params or {}).get("level")
-        if not isinstance(level, str):
-            raise RpcError(INVALID_PARAMS, "logging/setLevel needs params.level (a string)")
+        if level not in _LOG_LEVELS:
+            raise RpcError(INVALID_PARAMS, f"logging/setLevel needs params.level, one of {', '.join(_LOG_LEVELS)}")
         self.log_level = level
         return {}
+
+    def relay_log(self, server: str, params: dict) -> None:
+        """An upstream's notifications/message, passed to a legacy client at or above its level."""
+        level = params.get("level")
+        if self.initialized and level in _LOG_LEVELS and _LOG_LEVELS.index(level) >= _LOG_LEVELS.index(self.log_level):
+            self.conn.notify("notifications/message", {"level": level, "logger": server, "data": params.get("data")})
 
     def _tools_list(self, req: _Request) -> dict:
         tools = [{"name": n, "description": d, "inputSchema": s} for n, d, s, _ in self.tools.values()]
@@ -3869,7 +4063,7 @@ def _page(req: _Request, key: str, items: List[dict]) -> dict:
     cursor = (req.params or {}).get("cursor")
     start = 0
     if cursor is not None:
-        if not isinstance(cursor, str) or not cursor.isdigit() or int(cursor) > len(items):
+        if not isinstance(cursor, str) or not re.fullmatch(r"[0-9]{1,9}", cursor) or int(cursor) > len(items):
             raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the previous page")
         start = int(cursor)
     result: dict = {key: items[start:start + _TOOLS_PAGE]}
@@ -4018,7 +4212,10 @@ def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List
             dirnames[:] = [] if depth >= 3 else [d for d in dirnames if not d.startswith(".")]
             for fn in filenames:
                 seen += 1
-                if fn.startswith(".") or seen > scan:
+                if seen > scan:
+                    dirnames[:] = []  # stop descending; this directory's listing is already read
+                    break
+                if fn.startswith("."):
                     continue
                 p = os.path.join(dirpath, fn)
                 try:
@@ -4060,7 +4257,8 @@ def _parser() -> argparse.ArgumentParser:
         description="An MCP proxy that keeps large tool results out of the model's context. Reads the upstream "
                     "servers from the MCP client config named by APP_CONFIG_PATH.",
         epilog="Env: APP_CONFIG_PATH (client config file), ABSTRACT_PROXY_SERVERS (comma-separated names), "
-               "ABSTRACT_CONFIG (Abstract's settings file), ABSTRACT_TIMEOUT (seconds per tool call). "
+               "ABSTRACT_CONFIG (Abstract's settings file), ABSTRACT_TIMEOUT (seconds per tool call), "
+               "ABSTRACT_LOG_LEVEL (stderr detail), ABSTRACT_CACHE_SECRET (key for --http links). "
                "Docs: docs/reference.md")
     ap.add_argument("dirs", nargs="*", metavar="DIR", help="allowed storage directories (created if missing)")
     ap.add_argument("--check", action="store_true", help="start every selected upstream once, report, and exit")
@@ -4075,7 +4273,7 @@ def _parser() -> argparse.ArgumentParser:
 def _parse_hostport(value: str) -> Tuple[str, int]:
     host, _, port = value.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or int(port) > 65535:
+    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:  # not isdigit(): "²".isdigit() is True
         raise ConfigError(f"--http needs [HOST:]PORT such as 127.0.0.1:8765, not {value!r}")
     return host, int(port)
 
@@ -4084,7 +4282,12 @@ def _open_cache(settings: Settings, env: Dict[str, str]) -> Optional[OutputCache
     """The output cache (None when disabled), in a per-user directory under the temp dir by default."""
     import tempfile
 
-    if settings.cache("enabled") is False:
+    def turns_on(level: Any) -> bool:  # a server or tool level that enables caching over a global "off"
+        return level is True or (isinstance(level, dict) and level.get("enabled") is True)
+
+    levels = [lv for conf in settings.servers.values() for lv in
+              [conf.get("cache_outputs")] + [t.get("cache_output") for t in conf.get("tools", {}).values()]]
+    if settings.cache("enabled") is False and not any(turns_on(lv) for lv in levels):
         return None
     user = re.sub(r"[^A-Za-z0-9_.-]", "_", env.get("USER") or env.get("USERNAME") or str(getattr(os, "getuid", lambda: "")()))
     directory = settings.cache("dir") or os.path.join(tempfile.gettempdir(), f"abstract-cache-{user or 'user'}")
@@ -4116,7 +4319,8 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
         httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"))
     except OSError as e:
         raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
-    _log.info("serving cached outputs on http://%s:%d/cache/", host, httpd.server_address[1])
+    _log.info("serving cached outputs on http://%s:%d/cache/", f"[{host}]" if ":" in host else host,
+              httpd.server_address[1])
 
 
 def _check(config: ClientConfig, upstreams: Upstreams, out: Any) -> int:
@@ -4167,13 +4371,22 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
         _log.removeHandler(handler)
 
 
+def _read_umask() -> int:
+    """The process umask (os.umask can only be read by setting it; done once, before threads start)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
+    global _UMASK
+    _UMASK = _read_umask()
     settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
     dirs = _prepare_dirs(args.dirs, lambda m: err.write(f"abstract: {m}\n"))
     sandbox = Sandbox(dirs)
     config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env)
     roots = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
-    upstreams = Upstreams(config, settings, lambda: roots)
+    upstreams = Upstreams(config, settings, lambda: roots, environ=env)
     if args.check:
         if stdout is None:
             return _check(config, upstreams, sys.stdout)

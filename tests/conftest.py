@@ -6,7 +6,10 @@ Every wait has a timeout; nothing sleeps to synchronise. Teardown kills whatever
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -80,6 +83,56 @@ def proc_status(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1])
     raise KeyError(key)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equality of JSON values that also compares types (1, 1.0 and True differ), key order
+    of objects, -0.0 against 0.0, and NaN as equal to NaN."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def snapshot(root: Path, skip: tuple = ()) -> Dict[str, Any]:
+    """Every entry under `root` (symlinks not followed) -> what it is: a directory, a
+    symlink's target, or a file's size and SHA-256. Subtrees in `skip` are left out."""
+    out: Dict[str, Any] = {}
+    skipped = {os.path.realpath(p) for p in skip}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if os.path.realpath(os.path.join(dirpath, d)) not in skipped
+                       or os.path.islink(os.path.join(dirpath, d))]
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p))
+            elif os.path.isdir(p):
+                out[rel] = ("dir",)
+            elif not os.path.isfile(p):  # a FIFO or socket: never opened (it could block)
+                out[rel] = ("special",)
+            else:
+                data = Path(p).read_bytes()
+                out[rel] = ("file", len(data), hashlib.sha256(data).hexdigest())
+    return out
+
+
+def files_under(root: Path) -> Dict[str, bytes]:
+    """Relative path -> bytes of every regular file under root (symlinks, FIFOs, ... left out)."""
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p) and os.path.isfile(p):
+                out[os.path.relpath(p, root)] = Path(p).read_bytes()
+    return out
 
 
 def pipe_pair():
@@ -345,3 +398,17 @@ def world(tmp_path: Path):
         yield w
     finally:
         w.cleanup()
+
+
+@contextlib.contextmanager
+def running_world(tmp: Path, *extra_dirs: str):
+    """A World with fake upstream 'up' and one started Abstract (the store dir, then extra_dirs),
+    for module-scoped fixtures shared by tests that need no settings of their own."""
+    world = World(tmp)
+    world.fake("up")
+    world.dir.mkdir()
+    world.start(str(world.dir), *extra_dirs)
+    try:
+        yield world
+    finally:
+        world.cleanup()

@@ -7,8 +7,14 @@ so a slow tool never delays another request. Events the tests need to see (calls
 cancellations) are appended to --state-file as JSON lines.
 
 Tools: echo(text), add(a, b), slow(seconds, text), crash(code), progress(steps), big(mb),
-rpc_error(), ask_client(method), record_cancel(), getenv(name).
+rpc_error(), ask_client(method), record_cancel(), getenv(name), result(result) (answers with the
+given result object verbatim), echo_args(...) (its arguments back as JSON text and
+structuredContent), rows(n) (n records, see make_rows), needs(records, table) (declares them required).
 Positional arguments are accepted and ignored (a test uses one to look like abstract.py).
+
+With --extras (see EXTRA_TOOLS): lines(n), structured(n) (declares outputSchema, title and
+annotations), change_tools() (adds tool added_later and sends notifications/tools/list_changed),
+plus resources/list, resources/read, resources/templates/list, prompts/list and prompts/get.
 """
 
 from __future__ import annotations
@@ -39,7 +45,45 @@ TOOLS = [
     ("ask_client", "Send the client a request and return its answer.", {"method": _S}),
     ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
     ("getenv", "Return an environment variable.", {"name": _S}),
+    ("result", "Answer with the given result object verbatim.", {"result": {"type": "object"}}),
+    ("echo_args", "Return the arguments as JSON text and as structuredContent.", {}),
+    ("rows", "Return n records as JSON text.", {"n": {"type": "integer"}}),
+    ("needs", "Requires records (an array) and table (a string); echoes them.",
+     {"records": {"type": "array"}, "table": _S}),
 ]
+REQUIRED = {"needs": ["records", "table"]}  # inputSchema "required" per tool
+
+# --extras: full definitions, passed through by Abstract's direct mode as they are
+STRUCTURED_SCHEMA = {"type": "object", "properties": {"items": {"type": "array"}}, "required": ["items"]}
+EXTRA_TOOLS = [
+    {"name": "lines", "description": "n lines of text: 'line 1' ... 'line n'.",
+     "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+    {"name": "structured", "title": "Structured items", "description": "n items as structuredContent.",
+     "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+     "outputSchema": STRUCTURED_SCHEMA, "annotations": {"readOnlyHint": True, "title": "Items"}},
+    {"name": "change_tools", "description": "Add tool added_later and send notifications/tools/list_changed.",
+     "inputSchema": {"type": "object", "properties": {}}},
+]
+ADDED_LATER = {"name": "added_later", "description": "Listed after change_tools.",
+               "inputSchema": {"type": "object", "properties": {}}}
+RESOURCES = [{"uri": "fake://doc/1", "name": "doc1", "mimeType": "text/plain"}]
+TEMPLATES = [{"uriTemplate": "fake://doc/{n}", "name": "doc"}]
+PROMPTS = [{"name": "greet", "description": "Say hello.", "arguments": [{"name": "who", "required": True}]}]
+
+
+def make_lines(n: int) -> str:
+    """The text lines(n) returns."""
+    return "\n".join(f"line {i}" for i in range(1, n + 1))
+
+
+def make_items(n: int) -> list:
+    """The structuredContent items structured(n) returns."""
+    return [{"i": i, "text": f"item {i} " + "x" * 40} for i in range(n)]
+
+
+def make_rows(n: int) -> list:
+    """The records rows(n) returns (tests rebuild them to compare)."""
+    return [{"id": i, "name": f"name {i}", "score": i * 0.5, "ok": i % 2 == 0} for i in range(n)]
 
 
 def big_text(mb: float) -> str:
@@ -62,6 +106,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
     ap.add_argument("--state-file", default=None, help="append events as JSON lines")
+    ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
+    ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
+                    help="also offer a tool of this name (any characters) that works like echo_args")
     return ap.parse_args(argv)
 
 
@@ -100,6 +147,7 @@ class Fake:
         self.answers: dict = {}  # id of our request to the client -> [Event, response]
         self.cancels: dict = {}  # request id -> Event set by notifications/cancelled
         self.unknown_id_pending = opts.unknown_id
+        self.tools_changed = False  # change_tools was called
 
     # -- output
     def send(self, msg: dict) -> None:
@@ -177,6 +225,8 @@ class Fake:
         elif method == "tools/call":
             self.cancels[mid] = threading.Event()
             threading.Thread(target=self.tools_call, args=(mid, params), daemon=True).start()
+        elif self.opts.extras and method in self.EXTRA_METHODS:
+            self.reply(mid, self.EXTRA_METHODS[method](self, params))
         else:
             self.error(mid, -32601, f"Method not found: {method}")
 
@@ -203,6 +253,13 @@ class Fake:
     def tools_list(self, mid, params: dict) -> None:
         tools = [{"name": n, "description": d, "inputSchema": {"type": "object", "properties": p}}
                  for n, d, p in TOOLS]
+        tools += [{"name": n, "description": "Like echo_args.", "inputSchema": {"type": "object"}}
+                  for n in self.opts.extra_tool]
+        for t in tools:
+            if t["name"] in REQUIRED:
+                t["inputSchema"]["required"] = REQUIRED[t["name"]]
+        if self.opts.extras:
+            tools += json.loads(json.dumps(EXTRA_TOOLS + ([ADDED_LATER] if self.tools_changed else [])))
         size = self.opts.page_size or len(tools)
         cursor = params.get("cursor")
         start = int(cursor) if cursor else 0
@@ -220,7 +277,7 @@ class Fake:
         if once and not os.path.exists(once):
             _append(once, "crashed")
             self.crash(3)
-        handler = getattr(self, f"tool_{name}", None)
+        handler = self.tool_echo_args if name in self.opts.extra_tool else getattr(self, f"tool_{name}", None)
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
             return
@@ -281,6 +338,48 @@ class Fake:
     def tool_getenv(self, mid, args: dict, meta: dict) -> dict:
         value = os.environ.get(str(args.get("name")))
         return _result_text("<unset>" if value is None else value)
+
+    def tool_result(self, mid, args: dict, meta: dict) -> dict:
+        return args.get("result") or {"content": []}
+
+    def tool_echo_args(self, mid, args: dict, meta: dict) -> dict:
+        return dict(_result_text(json.dumps(args, ensure_ascii=False)), structuredContent=args)
+
+    def tool_rows(self, mid, args: dict, meta: dict) -> dict:
+        return _result_text(json.dumps(make_rows(int(args.get("n", 3)))))
+
+    def tool_needs(self, mid, args: dict, meta: dict) -> dict:
+        return dict(_result_text(json.dumps(args, ensure_ascii=False)), structuredContent=args)
+
+    # -- --extras
+    def tool_lines(self, mid, args: dict, meta: dict) -> dict:
+        return _result_text(make_lines(int(args.get("n", 3))))
+
+    def tool_structured(self, mid, args: dict, meta: dict) -> dict:
+        items = make_items(int(args.get("n", 3)))
+        return dict(_result_text(json.dumps({"items": items})), structuredContent={"items": items})
+
+    def tool_change_tools(self, mid, args: dict, meta: dict) -> dict:
+        self.tools_changed = True
+        self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        return _result_text("changed")
+
+    def resources_read(self, params: dict) -> dict:
+        uri = params.get("uri")
+        return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"content of {uri}"}]}
+
+    def prompts_get(self, params: dict) -> dict:
+        who = (params.get("arguments") or {}).get("who", "nobody")
+        text = f"hello {who} from {params.get('name')}"
+        return {"description": "A greeting.", "messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
+
+    EXTRA_METHODS = {
+        "resources/list": lambda self, p: {"resources": RESOURCES},
+        "resources/read": resources_read,
+        "resources/templates/list": lambda self, p: {"resourceTemplates": TEMPLATES},
+        "prompts/list": lambda self, p: {"prompts": PROMPTS},
+        "prompts/get": prompts_get,
+    }
 
 
 def main(argv: list) -> None:

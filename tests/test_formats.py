@@ -11,6 +11,7 @@ import random
 import sys
 from typing import Any, Iterator, List
 
+from conftest import same_json  # noqa: E402
 from abstract import (FormatError, _as_records, _convert, _dump_csv, _dump_html,  # noqa: E402
                      _dump_json, _dump_md, _dump_txt, _dump_xml, _load_csv,
                      _parse_text, _xml_to_data, dump_yaml, load_yaml)
@@ -77,19 +78,7 @@ def random_cases(count: int = 400, seed: int = 20240601) -> List[Any]:
     return [random_value(rng) for _ in range(count)]
 
 
-def same(a: Any, b: Any) -> bool:
-    """Equality that also treats NaN as equal to NaN and tells -0.0 from 0.0."""
-    if isinstance(a, float) and isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return a == b and math.copysign(1, a) == math.copysign(1, b)
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
+same = same_json  # the type-strict comparison shared by the tests
 
 
 AWKWARD_DOC = {

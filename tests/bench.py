@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Abstract's benchmark: what the proxy costs, measured against a direct call and a peer proxy.
+
+    python tests/bench.py                       # the whole run (a few minutes), a table on stdout
+    python tests/bench.py --quick               # fewer runs, smaller sizes (a smoke test)
+    python tests/bench.py --json out.json       # also write every figure as JSON
+    python tests/bench.py --markdown out.md     # also write the tables as Markdown (docs/performance.md)
+    python tests/bench.py --peer 'PY fastmcp_proxy.py --config {config}'   # add a peer proxy column
+
+Stdlib only; not collected by pytest. It starts everything itself: the upstream is this very file
+run as `bench.py --serve-upstream` (a minimal, single-threaded MCP server with deterministic
+payloads), Abstract is ../abstract.py, and a peer is any stdio MCP proxy command; `{config}` in it
+is replaced by the path of an mcpServers config that names the same upstream as `bench`.
+
+Sections: cold start, per-call latency (echo and ~250 KB of records; direct, Abstract's call_tool,
+peer), throughput with C calls in flight, call_tool_and_store of 1k/10k/100k records to json, csv,
+yaml and xml against a one-process floor (json.loads + the stdlib writer), and the bytes a client
+receives for large results (context kept out). Every figure names the machine and the run counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from typing import Any, Callable, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import abstract  # noqa: E402  (the JSON-RPC client side is Abstract's own Connection)
+
+HERE = os.path.abspath(__file__)
+_TAGS = ["alpha", "beta", "gamma", "δέλτα", "zeta,eta", 'the "theta"', "iota\tkappa"]
+
+
+# ---------------------------------------------------------------- the upstream (--serve-upstream)
+
+
+def make_rows(n: int) -> List[dict]:
+    """n records of ~250 bytes each, awkward text included (like the interop suite's rows)."""
+    return [{"id": i, "name": f"Name {i} O'Neil", "email": f"user{i}@example.com", "score": round(i * 0.37, 2),
+             "active": i % 3 == 0, "tags": _TAGS[: 1 + i % 4],
+             "note": f'Row {i}, has "quotes", commas, a tab\there,\nand a second line: café ✓ 日本語 🚀 #{i}'}
+            for i in range(n)]
+
+
+def serve_upstream() -> None:
+    """A minimal MCP server: initialize, tools/list, tools/call echo | rows(n) | blob(kb); answers inline."""
+    out = sys.stdout.buffer
+    memo: Dict[int, str] = {}
+    tools = [{"name": n, "description": n, "inputSchema": {"type": "object"}} for n in ("echo", "rows", "blob", "prepare")]
+    for line in sys.stdin.buffer:
+        msg = json.loads(line)
+        if "id" not in msg:
+            continue
+        method, params = msg.get("method"), msg.get("params") or {}
+        if method == "initialize":
+            result: Any = {"protocolVersion": params.get("protocolVersion", "2025-11-25"), "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "bench-upstream", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": tools}
+        elif method == "tools/call":
+            name, args = params.get("name"), params.get("arguments") or {}
+            if name == "prepare":  # generate a payload now, so the timed call measures only the relay
+                n = int(args.get("n", 1000))
+                memo.setdefault(n, json.dumps(make_rows(n), ensure_ascii=False))
+                text = "ok"
+            elif name == "rows":
+                n = int(args.get("n", 1000))
+                if n not in memo:  # generated once, so later calls measure the relay, not the generator
+                    memo[n] = json.dumps(make_rows(n), ensure_ascii=False)
+                text = memo[n]
+            elif name == "blob":
+                text = ("0123456789abcdef" * 64 + "\n") * int(args.get("kb", 1))
+            else:
+                text = str(args.get("text", ""))
+            result = {"content": [{"type": "text", "text": text}]}
+        else:
+            result = {}
+        out.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}, ensure_ascii=False).encode() + b"\n")
+        out.flush()
+
+
+# ---------------------------------------------------------------- a client over Abstract's Connection
+
+
+class Peer:
+    """A spawned MCP server with a connected, initialized client."""
+
+    def __init__(self, cmd: List[str], env: Optional[Dict[str, str]] = None) -> None:
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     env=env, bufsize=0)
+        self.conn = abstract.Connection(io.BufferedReader(self.proc.stdout, 1 << 16), self.proc.stdin,
+                                        name="bench", strict=False).start()
+        self.conn.call("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                      "clientInfo": {"name": "bench", "version": "1"}}, timeout=60)
+        self.init_s = time.perf_counter() - self.t0
+        self.conn.notify("notifications/initialized")
+
+    def call(self, tool: str, args: dict, timeout: float = 300) -> dict:
+        return self.conn.call("tools/call", {"name": tool, "arguments": args}, timeout=timeout)
+
+    def peak_kb(self) -> Optional[int]:
+        """VmHWM of the process (Linux only)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Target:
+    """How to start one of the three things measured, and how to call the upstream's tools through it."""
+
+    def __init__(self, label: str, cmd: List[str], env: Dict[str, str], via: str = "", prefix: str = "") -> None:
+        self.label, self.cmd, self.env, self.via, self.prefix = label, cmd, env, via, prefix
+
+    def start(self) -> Peer:
+        return Peer(self.cmd, self.env)
+
+    def invoke(self, peer: Peer, tool: str, args: dict) -> dict:
+        if self.via:
+            return peer.call("call_tool", {"server": self.via, "tool_name": tool, "tool_args": args})
+        return peer.call(self.prefix + tool, args)
+
+
+# ---------------------------------------------------------------- measurements
+
+
+def pct(xs: List[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def cold_start(target: Target, runs: int) -> dict:
+    inits, firsts = [], []
+    for _ in range(runs):
+        peer = target.start()
+        inits.append(peer.init_s * 1000)
+        target.invoke(peer, "echo", {"text": "hi"})
+        firsts.append((time.perf_counter() - peer.t0) * 1000)
+        peer.close()
+    return {"runs": runs, "initialize_ms_median": statistics.median(inits), "first_call_ms_median": statistics.median(firsts)}
+
+
+def latency(target: Target, tool: str, args: dict, n: int, warmup: int) -> dict:
+    peer = target.start()
+    try:
+        for _ in range(warmup):
+            target.invoke(peer, tool, args)
+        xs = []
+        for _ in range(n):
+            t = time.perf_counter()
+            target.invoke(peer, tool, args)
+            xs.append((time.perf_counter() - t) * 1000)
+    finally:
+        peer.close()
+    return {"n": n, "p50_ms": pct(xs, 50), "p90_ms": pct(xs, 90), "p99_ms": pct(xs, 99)}
+
+
+def throughput(target: Target, total: int, inflight: int) -> dict:
+    peer = target.start()
+    try:
+        target.invoke(peer, "echo", {"text": "warm"})
+        left = iter(range(total))
+        lock = threading.Lock()
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if next(left, None) is None:
+                        return
+                target.invoke(peer, "echo", {"text": "x"})
+
+        t = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(inflight)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        took = time.perf_counter() - t
+    finally:
+        peer.close()
+    return {"calls": total, "in_flight": inflight, "calls_per_s": total / took}
+
+
+def _floor_write(data: list, fmt: str, path: str) -> None:
+    """The stdlib floor for each format (yaml has no stdlib writer: Abstract's emitter stands in)."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        if fmt == "json":
+            json.dump(data, f, indent=2, ensure_ascii=False)
+        elif fmt == "csv":
+            w = csv.DictWriter(f, fieldnames=list(data[0]))
+            w.writeheader()
+            w.writerows({**r, "tags": json.dumps(r["tags"], ensure_ascii=False)} for r in data)
+        elif fmt == "yaml":
+            f.write(abstract.dump_yaml(data))
+        else:
+            root = ET.Element("result")
+            for r in data:
+                item = ET.SubElement(root, "item")
+                for k, v in r.items():
+                    ET.SubElement(item, k).text = json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v
+            f.write(ET.tostring(root, encoding="unicode"))
+
+
+def storing(abstract_env: Dict[str, str], store_dir: str, sizes: List[int], formats: List[str]) -> List[dict]:
+    rows_out = []
+    for n in sizes:
+        payload = json.dumps(make_rows(n), ensure_ascii=False)
+        mb = len(payload.encode()) / 1e6
+        for fmt in formats:
+            t = time.perf_counter()
+            _floor_write(json.loads(payload), fmt, os.path.join(store_dir, f"floor.{fmt}"))
+            floor_s = time.perf_counter() - t
+            peer = Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], abstract_env)
+            try:
+                peer.call("call_tool", {"server": "bench", "tool_name": "prepare", "tool_args": {"n": n}})
+                t = time.perf_counter()
+                res = peer.call("call_tool_and_store", {"server": "bench", "tool_name": "rows", "tool_args": {"n": n},
+                                                        "file_format": fmt})
+                took = time.perf_counter() - t
+                assert not res.get("isError"), res
+                peak = peer.peak_kb()
+            finally:
+                peer.close()
+            rows_out.append({"records": n, "format": fmt, "payload_mb": mb, "seconds": took,
+                             "mb_per_s": mb / took, "floor_mb_per_s": mb / floor_s,
+                             "vs_floor": floor_s / took, "peak_rss_mb": peak / 1024 if peak else None})
+    return rows_out
+
+
+def context(abstract_env: Dict[str, str], store_dir: str, sizes_kb: List[int]) -> List[dict]:
+    out = []
+    peer = Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], abstract_env)
+    try:
+        for kb in sizes_kb:
+            via = {"server": "bench", "tool_name": "blob", "tool_args": {"kb": kb}}
+            sent = len(json.dumps({"content": [{"type": "text", "text": ("0123456789abcdef" * 64 + "\n") * kb}]}))
+            cached = len(json.dumps(peer.call("call_tool", via), ensure_ascii=False))
+            stored = len(json.dumps(peer.call("call_tool_and_store", {**via, "file_format": "txt"}), ensure_ascii=False))
+            out.append({"result_kb": kb, "upstream_bytes": sent, "call_tool_bytes": cached, "store_bytes": stored})
+    finally:
+        peer.close()
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+
+def machine() -> dict:
+    return {"python": platform.python_version(), "implementation": platform.python_implementation(),
+            "cores": os.cpu_count(), "platform": platform.platform(), "machine": platform.machine()}
+
+
+def table(title: str, header: List[str], rows: List[List[Any]]) -> str:
+    def fmt(v: Any) -> str:
+        return f"{v:,.2f}" if isinstance(v, float) else ("n/a" if v is None else str(v))
+
+    body = [[fmt(v) for v in r] for r in rows]
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines) + "\n"
+
+
+def report(res: dict) -> str:
+    m = res["machine"]
+    parts = [f"Machine: {m['cores']} cores, {m['implementation']} {m['python']}, {m['platform']}\n"]
+    parts.append(table("Cold start (median of %d)" % res["cold"][0][1]["runs"], ["target", "spawn → initialize ms",
+                       "spawn → first call ms"], [[k, v["initialize_ms_median"], v["first_call_ms_median"]] for k, v in res["cold"]]))
+    lat_rows = []
+    for size, per in res["latency"].items():
+        base = per.get("direct", {}).get("p50_ms")
+        for label, v in per.items():
+            added = v["p50_ms"] - base if base is not None and label != "direct" else None
+            lat_rows.append([size, label, v["n"], v["p50_ms"], v["p90_ms"], v["p99_ms"], added])
+    parts.append(table("Per-call latency", ["result", "target", "calls", "p50 ms", "p90 ms", "p99 ms",
+                                             "added p50 ms"], lat_rows))
+    parts.append(table("Throughput", ["target", "calls", "in flight", "calls/s"],
+                       [[k, v["calls"], v["in_flight"], v["calls_per_s"]] for k, v in res["throughput"].items()]))
+    parts.append(table("call_tool_and_store", ["records", "format", "payload MB", "seconds", "MB/s", "floor MB/s",
+                                               "vs floor", "peak RSS MB"],
+                       [[r["records"], r["format"], r["payload_mb"], r["seconds"], r["mb_per_s"], r["floor_mb_per_s"],
+                         r["vs_floor"], r["peak_rss_mb"]] for r in res["storing"]]))
+    parts.append(table("Context kept out (bytes the client receives)", ["result KB", "upstream sent", "call_tool",
+                                                                        "call_tool_and_store"],
+                       [[r["result_kb"], r["upstream_bytes"], r["call_tool_bytes"], r["store_bytes"]] for r in res["context"]]))
+    return "\n".join(parts)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="fewer runs and smaller sizes")
+    ap.add_argument("--n", type=int, default=500, help="calls per latency measurement")
+    ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
+    ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
+    ap.add_argument("--json", default="", help="write the figures as JSON to this file")
+    ap.add_argument("--markdown", default="", help="write the tables as Markdown to this file")
+    a = ap.parse_args(argv)
+    if a.serve_upstream:
+        serve_upstream()
+        return 0
+    n = 100 if a.quick else a.n
+    work = tempfile.mkdtemp(prefix="abstract-bench-")
+    config = os.path.join(work, "config.json")
+    with open(config, "w") as f:
+        json.dump({"mcpServers": {"bench": {"command": sys.executable, "args": [HERE, "--serve-upstream"]}}}, f)
+    settings = os.path.join(work, "settings.json")
+    with open(settings, "w") as f:  # latency is measured on the relay: large results pass through uncached
+        json.dump({"output_cache": {"enabled": False}}, f)
+    base_env = {**os.environ, "APP_CONFIG_PATH": config, "ABSTRACT_PROXY_SERVERS": "bench"}
+    relay_env = {**base_env, "ABSTRACT_CONFIG": settings}
+    store = os.path.join(work, "store")
+    targets = [Target("direct", [sys.executable, HERE, "--serve-upstream"], dict(os.environ)),
+               Target("abstract", [sys.executable, os.path.join(ROOT, "abstract.py"), store], relay_env, via="bench")]
+    if a.peer:
+        targets.append(Target("peer", shlex.split(a.peer.replace("{config}", config)), base_env, prefix=a.peer_prefix))
+    res: Dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv)}
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    say("cold start ...")
+    res["cold"] = [(t.label, cold_start(t, 5 if a.quick else 15)) for t in targets]
+    res["latency"] = {}
+    for size, tool, args in (("echo", "echo", {"text": "hello"}), ("250 KB", "rows", {"n": 1000})):
+        say(f"latency {size} ...")
+        res["latency"][size] = {t.label: latency(t, tool, args, n, max(10, n // 10)) for t in targets}
+    say("throughput ...")
+    res["throughput"] = {t.label: throughput(t, 400 if a.quick else 2000, 16) for t in targets}
+    say("storing ...")
+    sizes = [1000, 10000] if a.quick else [1000, 10000, 100000]
+    res["storing"] = storing(base_env, store, sizes, ["json", "csv", "yaml", "xml"])
+    say("context ...")
+    res["context"] = context(base_env, store, [10, 100, 1024] if a.quick else [10, 100, 1024, 10240])
+    text = report(res)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=2)
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
