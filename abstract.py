@@ -55,7 +55,7 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 # ==== 2. Version and exports ======================================================
 
@@ -392,17 +392,22 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Converted(NamedTuple):
-    """The result of _convert: the text (in parts, so a large table is never one huge string)
-    and what it holds."""
-    parts: List[str]
+    """The result of _convert: how to render the text (in parts, so a large table is never
+    one huge string) and what it holds."""
+    render: Callable[[], Iterable[str]]
     fmt: str                      # the format actually written
     rows: Optional[int]           # record count when the data is tabular
     columns: Optional[List[str]]  # column names when the data is tabular
     notes: List[str]              # things the user should know
 
     @property
+    def parts(self) -> Iterable[str]:
+        """The text in parts, rendered afresh on each use."""
+        return self.render()
+
+    @property
     def text(self) -> str:
-        return "".join(self.parts)
+        return "".join(self.render())
 
 
 def _line_offset(text: str, lineno: int) -> int:
@@ -459,14 +464,26 @@ def _as_records(data: Any) -> Tuple[Optional[List[Dict[str, Any]]], str]:
 
 # ---- emitters: json, txt, csv ----
 
+def _dump_json_parts(data: Any, batch: int = 4096) -> Iterator[str]:
+    """Pretty JSON (indent 2, UTF-8 kept as is) ending with a newline, in parts of about
+    `batch` encoder chunks, so a large value is never one huge string."""
+    chunks = json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(data)
+    while True:
+        text = "".join(itertools.islice(chunks, batch))
+        if not text:
+            yield "\n"
+            return
+        # ensure_ascii=False leaves lone surrogates raw, which no UTF-8 writer accepts; inside
+        # JSON strings a \uXXXX escape reads back identically. (A string is never split
+        # between parts: the encoder yields each one whole.)
+        if _LONE_SURROGATE.search(text):
+            text = _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+        yield text
+
+
 def _dump_json(data: Any) -> str:
     """Pretty JSON (indent 2, UTF-8 kept as is) ending with a newline."""
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    # ensure_ascii=False leaves lone surrogates raw, which no UTF-8 writer
-    # accepts; inside JSON strings a \uXXXX escape reads back identically.
-    if _LONE_SURROGATE.search(text):
-        text = _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
-    return text
+    return "".join(_dump_json_parts(data))
 
 
 def _dump_txt(data: Any) -> str:
@@ -538,22 +555,20 @@ def _csv_cells(rows: List[Dict[str, Any]], header: List[str]) -> Iterator[List[A
         yield cells
 
 
-def _dump_csv_parts(rows: List[Dict[str, Any]], delimiter: str = ",", batch: int = 2000) -> List[str]:
+def _dump_csv_parts(rows: List[Dict[str, Any]], delimiter: str = ",", batch: int = 2000) -> Iterator[str]:
     """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row, in parts of `batch` rows:
     small buffers are cheaper to fill and join than one for the whole table, and the caller
     can encode and write them one by one."""
     header = _csv_header(rows)
     if not header:
-        return []
-    parts: List[str] = []
+        return
     cells = _csv_cells(rows, header)
     chunk: List[Any] = [header]
     while chunk:
         buf = io.StringIO()
         csv.writer(buf, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL).writerows(chunk)
-        parts.append(buf.getvalue())
+        yield buf.getvalue()
         chunk = list(itertools.islice(cells, batch))
-    return parts
 
 
 def _dump_csv(rows: List[Dict[str, Any]], delimiter: str = ",") -> str:
@@ -1657,9 +1672,10 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
     try:
         if fmt in ("csv", "tsv") and records is None:
             notes.append(f"stored as JSON: {reason}; {fmt} needs a list of records")
-            return _Converted([_dump_json(data)], "json", None, None, notes)
+            return _Converted(lambda: _dump_json_parts(data), "json", None, None, notes)
         if fmt in ("csv", "tsv"):
-            parts = _dump_csv_parts(records or [], "\t" if fmt == "tsv" else ",")
+            delimiter = "\t" if fmt == "tsv" else ","
+            render = lambda: _dump_csv_parts(records or [], delimiter)  # noqa: E731
             if rows and not columns:
                 notes.append(f"the records have no fields, so the {fmt} is empty")
             if isinstance(data, dict):
@@ -1667,14 +1683,18 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
                 notes.append(f"{fmt} holds the records under {key!r}; the other fields are left out")
         elif fmt == "xml":
             text, notes = _dump_xml(data)
-            parts = [text]
+            render = lambda: [text]  # noqa: E731
         elif fmt in ("md", "html"):
-            parts = [_dump_md(data, title) if fmt == "md" else _dump_html(data, title)]
+            text = _dump_md(data, title) if fmt == "md" else _dump_html(data, title)
+            render = lambda: [text]  # noqa: E731
+        elif fmt == "json":
+            render = lambda: _dump_json_parts(data)  # noqa: E731  (rendered while writing)
         else:
-            parts = [{"json": _dump_json, "txt": _dump_txt, "yaml": dump_yaml}[fmt](data)]
+            text = {"txt": _dump_txt, "yaml": dump_yaml}[fmt](data)
+            render = lambda: [text]  # noqa: E731
     except RecursionError:
         raise FormatError(f"data nested too deeply to write as {fmt}") from None
-    return _Converted(parts, fmt, rows, columns, notes)
+    return _Converted(render, fmt, rows, columns, notes)
 
 
 def _reject_constant(name: str) -> Any:
@@ -1985,8 +2005,9 @@ class Connection:
     def _read_loop(self) -> None:
         try:
             for line in iter(self._rfile.readline, b""):
-                if line.strip():
+                if not line.isspace():  # (strip() would copy a message of many megabytes)
                     self._on_line(line)
+                line = b""  # drop the bytes now, not when the next line arrives
         except (OSError, ValueError) as e:  # a closed or broken pipe ends the session like EOF
             _log.debug("%s: read failed: %s", self.name, e)
         finally:
@@ -3568,15 +3589,24 @@ def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
     yield z.flush()
 
 
-def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -> _Stored:
-    """Write converted data part by part (a large table is never one huge bytes object)."""
-    chunks: Any = (part.encode("utf-8", "surrogatepass") for part in conv.parts)
+def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -> Tuple[_Stored, str]:
+    """Write converted data part by part (a large table is never one huge string or bytes
+    object); returns the file and the start of its text, for the preview."""
+    head: List[str] = []
+
+    def encoded() -> Iterator[bytes]:
+        for part in conv.parts:
+            if sum(map(len, head)) < 4000:
+                head.append(part[:4000])
+            yield part.encode("utf-8", "surrogatepass")
+
+    chunks: Any = encoded()
     ext = "." + conv.fmt
     mime = _FORMAT_MIME[conv.fmt]
     if call.flag("compress"):
         chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
     path = _write_new(directory, stem, ext, chunks)
-    return _Stored(path, conv.fmt, os.path.getsize(path), mime)
+    return _Stored(path, conv.fmt, os.path.getsize(path), mime), "".join(head)
 
 
 def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable[[], dict], source: str = "") -> dict:
@@ -3591,14 +3621,17 @@ def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable
     if res.get("isError"):
         raise ToolError(f"'{server}' tool '{tool}' reported an error{source}, so nothing was stored: {_error_text(res)}")
     ex = _extract(res)
+    del res  # the wrapper's copy of a large text is not needed once it is parsed
     main, conv, preview = None, None, ""
     if ex.has_data or not ex.blobs:
         try:
             conv = _convert(ex.data, fmt, call.str("description") or f"{server}.{tool}")
+            main, head = _write_converted(call, directory, stem, conv)
         except FormatError as e:
             raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
-        main = _write_converted(call, directory, stem, conv)
-        preview = _preview(conv.parts[0][:4000] if conv.parts else "")
+        except RecursionError:
+            raise ToolError(f"the result is nested too deeply to write as {fmt}") from None
+        preview = _preview(head)
     blobs = _store_blobs(directory, stem, ex.blobs)
     return _store_answer(call, server, tool, main, conv, blobs, preview)
 

@@ -227,15 +227,32 @@ def _floor_write(data: list, fmt: str, path: str) -> None:
             f.write(ET.tostring(root, encoding="unicode"))
 
 
+def _own_peak_kb() -> Optional[int]:
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def run_floor(fmt: str, n: int, out: str) -> None:
+    """--floor: in a fresh process, json.loads the payload bytes and write them with the stdlib
+    writer; print the seconds and this process's peak RSS as JSON."""
+    payload = json.dumps(make_rows(n), ensure_ascii=False).encode()
+    t = time.perf_counter()
+    _floor_write(json.loads(payload), fmt, out)
+    print(json.dumps({"seconds": time.perf_counter() - t, "peak_kb": _own_peak_kb()}))
+
+
 def storing(abstract_env: Dict[str, str], store_dir: str, sizes: List[int], formats: List[str]) -> List[dict]:
     rows_out = []
     for n in sizes:
-        payload = json.dumps(make_rows(n), ensure_ascii=False)
-        mb = len(payload.encode()) / 1e6
+        mb = len(json.dumps(make_rows(n), ensure_ascii=False).encode()) / 1e6
         for fmt in formats:
-            t = time.perf_counter()
-            _floor_write(json.loads(payload), fmt, os.path.join(store_dir, f"floor.{fmt}"))
-            floor_s = time.perf_counter() - t
+            floor = json.loads(subprocess.run([sys.executable, HERE, "--floor", fmt, str(n),
+                                               os.path.join(store_dir, f"floor-{n}.{fmt}")],
+                                              capture_output=True, check=True, text=True).stdout)
+            floor_s = floor["seconds"]
             peer = Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], abstract_env)
             try:
                 peer.call("call_tool", {"server": "bench", "tool_name": "prepare", "tool_args": {"n": n}})
@@ -249,7 +266,8 @@ def storing(abstract_env: Dict[str, str], store_dir: str, sizes: List[int], form
                 peer.close()
             rows_out.append({"records": n, "format": fmt, "payload_mb": mb, "seconds": took,
                              "mb_per_s": mb / took, "floor_mb_per_s": mb / floor_s,
-                             "vs_floor": floor_s / took, "peak_rss_mb": peak / 1024 if peak else None})
+                             "vs_floor": floor_s / took, "peak_rss_mb": peak / 1024 if peak else None,
+                             "floor_peak_rss_mb": floor["peak_kb"] / 1024 if floor["peak_kb"] else None})
     return rows_out
 
 
@@ -286,43 +304,62 @@ def table(title: str, header: List[str], rows: List[List[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(res: dict) -> str:
-    m = res["machine"]
-    parts = [f"Machine: {m['cores']} cores, {m['implementation']} {m['python']}, {m['platform']}\n"]
-    parts.append(table("Cold start (median of %d)" % res["cold"][0][1]["runs"], ["target", "spawn → initialize ms",
-                       "spawn → first call ms"], [[k, v["initialize_ms_median"], v["first_call_ms_median"]] for k, v in res["cold"]]))
-    lat_rows = []
-    for size, per in res["latency"].items():
+def _latency_rows(latency: dict) -> List[List[Any]]:
+    rows = []
+    for size, per in latency.items():
         base = per.get("direct", {}).get("p50_ms")
         for label, v in per.items():
             added = v["p50_ms"] - base if base is not None and label != "direct" else None
-            lat_rows.append([size, label, v["n"], v["p50_ms"], v["p90_ms"], v["p99_ms"], added])
-    parts.append(table("Per-call latency", ["result", "target", "calls", "p50 ms", "p90 ms", "p99 ms",
-                                             "added p50 ms"], lat_rows))
-    parts.append(table("Throughput", ["target", "calls", "in flight", "calls/s"],
-                       [[k, v["calls"], v["in_flight"], v["calls_per_s"]] for k, v in res["throughput"].items()]))
-    parts.append(table("call_tool_and_store", ["records", "format", "payload MB", "seconds", "MB/s", "floor MB/s",
-                                               "vs floor", "peak RSS MB"],
-                       [[r["records"], r["format"], r["payload_mb"], r["seconds"], r["mb_per_s"], r["floor_mb_per_s"],
-                         r["vs_floor"], r["peak_rss_mb"]] for r in res["storing"]]))
-    parts.append(table("Context kept out (bytes the client receives)", ["result KB", "upstream sent", "call_tool",
-                                                                        "call_tool_and_store"],
-                       [[r["result_kb"], r["upstream_bytes"], r["call_tool_bytes"], r["store_bytes"]] for r in res["context"]]))
+            rows.append([size, label, v["n"], v["p50_ms"], v["p90_ms"], v["p99_ms"], added])
+    return rows
+
+
+# section -> (title, header, rows from the section's figures)
+_TABLES: Dict[str, Callable[[Any], tuple]] = {
+    "cold": lambda r: ("Cold start (median of %d)" % r[0][1]["runs"],
+                       ["target", "spawn → initialize ms", "spawn → first call ms"],
+                       [[k, v["initialize_ms_median"], v["first_call_ms_median"]] for k, v in r]),
+    "latency": lambda r: ("Per-call latency", ["result", "target", "calls", "p50 ms", "p90 ms", "p99 ms",
+                                               "added p50 ms"], _latency_rows(r)),
+    "throughput": lambda r: ("Throughput", ["target", "calls", "in flight", "calls/s"],
+                             [[k, v["calls"], v["in_flight"], v["calls_per_s"]] for k, v in r.items()]),
+    "storing": lambda r: ("call_tool_and_store (floor: json.loads + stdlib writer, one process)",
+                          ["records", "format", "payload MB", "seconds", "MB/s", "floor MB/s", "vs floor",
+                           "peak RSS MB", "floor peak RSS MB"],
+                          [[x["records"], x["format"], x["payload_mb"], x["seconds"], x["mb_per_s"],
+                            x["floor_mb_per_s"], x["vs_floor"], x["peak_rss_mb"], x["floor_peak_rss_mb"]] for x in r]),
+    "context": lambda r: ("Context kept out (bytes the client receives)",
+                          ["result KB", "upstream sent", "call_tool", "call_tool_and_store"],
+                          [[x["result_kb"], x["upstream_bytes"], x["call_tool_bytes"], x["store_bytes"]] for x in r]),
+}
+
+
+def report(res: dict) -> str:
+    m = res["machine"]
+    parts = [f"Machine: {m['cores']} cores, {m['implementation']} {m['python']}, {m['platform']}\n"]
+    for key, make in _TABLES.items():
+        if key in res:
+            parts.append(table(*make(res[key])))
     return "\n".join(parts)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--floor", nargs=3, metavar=("FMT", "N", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="fewer runs and smaller sizes")
     ap.add_argument("--n", type=int, default=500, help="calls per latency measurement")
     ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
     ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
+    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context")
     ap.add_argument("--json", default="", help="write the figures as JSON to this file")
     ap.add_argument("--markdown", default="", help="write the tables as Markdown to this file")
     a = ap.parse_args(argv)
     if a.serve_upstream:
         serve_upstream()
+        return 0
+    if a.floor:
+        run_floor(a.floor[0], int(a.floor[1]), a.floor[2])
         return 0
     n = 100 if a.quick else a.n
     work = tempfile.mkdtemp(prefix="abstract-bench-")
@@ -335,25 +372,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     base_env = {**os.environ, "APP_CONFIG_PATH": config, "ABSTRACT_PROXY_SERVERS": "bench"}
     relay_env = {**base_env, "ABSTRACT_CONFIG": settings}
     store = os.path.join(work, "store")
+    os.makedirs(store)
     targets = [Target("direct", [sys.executable, HERE, "--serve-upstream"], dict(os.environ)),
                Target("abstract", [sys.executable, os.path.join(ROOT, "abstract.py"), store], relay_env, via="bench")]
     if a.peer:
         targets.append(Target("peer", shlex.split(a.peer.replace("{config}", config)), base_env, prefix=a.peer_prefix))
     res: Dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv)}
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    say("cold start ...")
-    res["cold"] = [(t.label, cold_start(t, 5 if a.quick else 15)) for t in targets]
-    res["latency"] = {}
-    for size, tool, args in (("echo", "echo", {"text": "hello"}), ("250 KB", "rows", {"n": 1000})):
-        say(f"latency {size} ...")
-        res["latency"][size] = {t.label: latency(t, tool, args, n, max(10, n // 10)) for t in targets}
-    say("throughput ...")
-    res["throughput"] = {t.label: throughput(t, 400 if a.quick else 2000, 16) for t in targets}
-    say("storing ...")
-    sizes = [1000, 10000] if a.quick else [1000, 10000, 100000]
-    res["storing"] = storing(base_env, store, sizes, ["json", "csv", "yaml", "xml"])
-    say("context ...")
-    res["context"] = context(base_env, store, [10, 100, 1024] if a.quick else [10, 100, 1024, 10240])
+    want = set(a.only.split(",")) if a.only else {"cold", "latency", "throughput", "storing", "context"}
+    if "cold" in want:
+        say("cold start ...")
+        res["cold"] = [(t.label, cold_start(t, 5 if a.quick else 15)) for t in targets]
+    if "latency" in want:
+        res["latency"] = {}
+        for size, tool, args in (("echo", "echo", {"text": "hello"}), ("250 KB", "rows", {"n": 1000})):
+            say(f"latency {size} ...")
+            res["latency"][size] = {t.label: latency(t, tool, args, n, max(10, n // 10)) for t in targets}
+    if "throughput" in want:
+        say("throughput ...")
+        res["throughput"] = {t.label: throughput(t, 400 if a.quick else 2000, 16) for t in targets}
+    if "storing" in want:
+        say("storing ...")
+        sizes = [1000, 10000] if a.quick else [1000, 10000, 100000]
+        res["storing"] = storing(base_env, store, sizes, ["json", "csv", "yaml", "xml"])
+    if "context" in want:
+        say("context ...")
+        res["context"] = context(base_env, store, [10, 100, 1024] if a.quick else [10, 100, 1024, 10240])
     text = report(res)
     print(text)
     if a.json:
