@@ -1891,6 +1891,30 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
             os.unlink(tmp)
 
 
+def _sweep_temps(roots: List[str], min_age: float = 3600.0, scan: int = 20000) -> int:
+    """Delete the writer's own temporary files (.abstract-*.tmp) that a killed process left in
+    the allowed directories, once an hour old. Nothing else is touched; the walk is bounded."""
+    removed, seen, now = 0, 0, time.time()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            depth = dirpath[len(root):].count(os.sep)
+            dirnames[:] = [] if depth >= 3 else dirnames
+            for fn in filenames:
+                seen += 1
+                if not (fn.startswith(".abstract-") and fn.endswith(".tmp")):
+                    continue
+                path = os.path.join(dirpath, fn)
+                try:
+                    if now - os.path.getmtime(path) > min_age and not os.path.islink(path):
+                        os.unlink(path)
+                        removed += 1
+                except OSError:
+                    pass
+            if seen > scan:
+                return removed
+    return removed
+
+
 def _claim(tmp: str, final: str) -> bool:
     """Give the finished temporary file the name `final` unless that name exists."""
     try:
@@ -3046,6 +3070,23 @@ class OutputCache:
                 if self._sound(entry, name):
                     self._entries[entry.token] = entry
         self.sweep()
+        self._drop_orphans()
+
+    def _drop_orphans(self, min_age: float = 3600.0) -> None:
+        """Delete files an interrupted put() left without metadata (and stale temporary files),
+        once they are an hour old; only names of this cache's own forms are touched."""
+        now = time.time()
+        for name in os.listdir(self.dir):
+            stem = name.split(".")[0]  # <token>.json, <token>.meta.json, <token>-<n>.png, ...
+            known = stem in self._entries or re.sub(r"-[0-9]+$", "", stem) in self._entries
+            ours = (name.startswith(".abstract-") and name.endswith(".tmp")) or (
+                bool(_TOKEN_RE.match(stem)) and not known)
+            path = os.path.join(self.dir, name)
+            try:
+                if ours and now - os.path.getmtime(path) > min_age and os.path.isfile(path):
+                    os.unlink(path)
+            except OSError:
+                pass
 
     @staticmethod
     def _sound(entry: _CacheEntry, name: str) -> bool:
@@ -4435,6 +4476,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     if wfile is None:  # keep the real stdout for protocol messages; a stray print goes to stderr
         wfile = sys.stdout.buffer
         sys.stdout = sys.stderr
+    threading.Thread(target=_sweep_temps, args=(sandbox.roots,), name="abstract-temp-sweep", daemon=True).start()
     cache = _open_cache(settings, env)
     if args.http:
         _start_links(cache, settings, env, args.http)

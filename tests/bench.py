@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -366,11 +367,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     config = os.path.join(work, "config.json")
     with open(config, "w") as f:
         json.dump({"mcpServers": {"bench": {"command": sys.executable, "args": [HERE, "--serve-upstream"]}}}, f)
-    settings = os.path.join(work, "settings.json")
-    with open(settings, "w") as f:  # latency is measured on the relay: large results pass through uncached
+    relay, cached = os.path.join(work, "relay.json"), os.path.join(work, "cached.json")
+    with open(relay, "w") as f:  # latency is measured on the relay: large results pass through uncached
         json.dump({"output_cache": {"enabled": False}}, f)
-    base_env = {**os.environ, "APP_CONFIG_PATH": config, "ABSTRACT_PROXY_SERVERS": "bench"}
-    relay_env = {**base_env, "ABSTRACT_CONFIG": settings}
+    with open(cached, "w") as f:  # defaults, but a cache of its own (never the user's)
+        json.dump({"output_cache": {"dir": os.path.join(work, "cache")}}, f)
+    env = {**os.environ, "APP_CONFIG_PATH": config, "ABSTRACT_PROXY_SERVERS": "bench"}
+    base_env, relay_env = {**env, "ABSTRACT_CONFIG": cached}, {**env, "ABSTRACT_CONFIG": relay}
     store = os.path.join(work, "store")
     os.makedirs(store)
     targets = [Target("direct", [sys.executable, HERE, "--serve-upstream"], dict(os.environ)),
@@ -398,6 +401,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "context" in want:
         say("context ...")
         res["context"] = context(base_env, store, [10, 100, 1024] if a.quick else [10, 100, 1024, 10240])
+    shutil.rmtree(work, ignore_errors=True)
     text = report(res)
     print(text)
     if a.json:

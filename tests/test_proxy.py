@@ -406,13 +406,15 @@ def _assert_tools_say(proxy, *fragments: str) -> None:
 
 def test_missing_config_file_keeps_abstract_running(world, tmp_path):
     missing = tmp_path / "nowhere.json"
-    proxy = world.start(env=base_env(APP_CONFIG_PATH=str(missing)))
+    proxy = world.start(env=world.env(write=False, APP_CONFIG_PATH=str(missing)))  # (settings keep the cache in tmp)
     _assert_tools_say(proxy, str(missing), "does not exist")
     proxy.wait_stderr("does not exist")
 
 
 def test_unset_config_path_keeps_abstract_running(world):
-    proxy = world.start(env=base_env())
+    env = world.env(write=False)
+    del env["APP_CONFIG_PATH"]
+    proxy = world.start(env=env)
     _assert_tools_say(proxy, "APP_CONFIG_PATH is not set")
 
 
