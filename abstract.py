@@ -2350,6 +2350,9 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "startup_timeout_seconds": (_positive, "a number of seconds > 0", _START_TIMEOUT_S),
     "organize": (lambda v: v in _ORGANIZE, f"one of {', '.join(_ORGANIZE)}", "flat"),
     "max_input_file_mb": (_positive, "a number of megabytes > 0", 10),
+    # Upstreams that honour roots (server-filesystem does) then work in Abstract's directories
+    # instead of their own configured ones; false keeps them on their own configuration.
+    "share_roots": (lambda v: isinstance(v, bool), "true or false", True),
     "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
                        "an http:// or https:// URL", ""),
 }
@@ -2579,7 +2582,7 @@ class Upstream:
         self._stderr_thread.start()
         conn = Connection(io.BufferedReader(self._proc.stdout, 1 << 16), io.BufferedWriter(self._proc.stdin, 1 << 16),
                           name=self.name, strict=False, on_close=lambda: self._on_close(proc),
-                          requests={"ping": lambda r: {}, "roots/list": lambda r: {"roots": self._roots()}},
+                          requests=self._client_methods(),
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
                                          "notifications/message": self._on_log})
@@ -2595,6 +2598,13 @@ class Upstream:
         self.start_ms = (self._clock() - t0) * 1000
         self._tools = None
 
+    def _client_methods(self) -> Dict[str, Handler]:
+        """What Abstract answers when an upstream asks: ping, and roots/list when roots are shared."""
+        methods: Dict[str, Handler] = {"ping": lambda r: {}}
+        if self.settings.get("share_roots"):
+            methods["roots/list"] = lambda r: {"roots": self._roots()}
+        return methods
+
     def _popen(self, argv: List[str], env: Dict[str, str]) -> Any:
         kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
                               "bufsize": 0, "env": env, "cwd": self.spec.cwd or None}
@@ -2606,7 +2616,8 @@ class Upstream:
 
     def _handshake(self, conn: Connection) -> None:
         limit = self.settings.startup_timeout(self.name)
-        params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": {"roots": {"listChanged": False}},
+        caps = {"roots": {"listChanged": False}} if self.settings.get("share_roots") else {}
+        params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": caps,
                   "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
         try:
             res = conn.call("initialize", params, timeout=limit)

@@ -256,6 +256,14 @@ def test_upstream_ping_and_roots_list_are_answered(world, tmp_path):
     assert [r["name"] for r in roots] == ["first dir", "second"]
 
 
+def test_roots_are_not_shared_when_settings_say_so(world):
+    world.fake("asker")
+    world.settings = {"share_roots": False}
+    proxy = world.start()
+    assert _ask(proxy, "roots/list")["error"]["code"] == -32601
+    assert _ask(proxy, "ping") == {"result": {}}
+
+
 @pytest.mark.parametrize("method", ["sampling/createMessage", "elicitation/create", "some/unknown"])
 def test_other_upstream_requests_are_method_not_found(world, method):
     world.fake("asker")
