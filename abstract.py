@@ -22,6 +22,7 @@ Sections (grep -n '^# ==' abstract.py):
     4. Errors             5. Helpers               6. Formats
     7. Sandbox and atomic writer                   8. JSON-RPC
     9. Upstreams (config, client, supervisor)      10. Settings
+    11. Results  11b. Output cache  11c. Catalog (sqlite3)
     12. Tools             13. Server               14. CLI
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import html
 import io
@@ -50,12 +52,16 @@ import threading
 import time
 import traceback
 import urllib.parse
-import urllib.request
 import xml.etree.ElementTree as ET
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+
+try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
+    import sqlite3
+except ImportError:  # pragma: no cover
+    sqlite3 = None  # type: ignore[assignment]
 
 # ==== 2. Version and exports ======================================================
 
@@ -354,7 +360,9 @@ def _uri_to_path(uri: str) -> str:
         raise SandboxError(f"not a file:// URI: {uri!r}")
     if parts.netloc not in ("", "localhost"):
         raise SandboxError(f"file URI with a remote host is not supported: {uri!r}")
-    return urllib.request.url2pathname(parts.path)
+    from urllib.request import url2pathname  # local: it pulls in http.client, email and ssl (~16 ms of start-up)
+
+    return url2pathname(parts.path)
 
 # ==== 6. Formats ==================================================================
 # Converts JSON values (dict, list, str, int, float, bool, None) to and from
@@ -2379,6 +2387,26 @@ _CACHE_GLOBAL: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "max_window_chars": (lambda v: _count(v) and v > 0, "a number of characters > 0", 20000),
     "dir": (lambda v: isinstance(v, str) and bool(v), "a directory path", ""),
 }
+# The catalog (section 11c): whether there is one, where it lives, how much text of each output it keeps.
+_CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "enabled": (lambda v: isinstance(v, bool), "true or false", True),
+    "path": (lambda v: isinstance(v, str) and bool(v.strip()), "a file path", ""),
+    "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024", 64),
+}
+# Quotas of the allowed directories: storage.max_total_mb for each of them, or
+# storage.directories.<dir>.max_total_mb for one. Abstract refuses a store then; it never deletes.
+_QUOTA_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "max_total_mb": (_positive, "a number of megabytes > 0", None),
+}
+
+
+def _check_storage(conf: Any) -> None:
+    _check_keys(conf, _QUOTA_SETTINGS, "storage", extra=("directories",))
+    dirs = conf.get("directories", {})
+    if not isinstance(dirs, dict):
+        raise ConfigError("key 'storage.directories' must be an object mapping directories to {\"max_total_mb\": N}")
+    for directory, dconf in dirs.items():
+        _check_keys(dconf, _QUOTA_SETTINGS, f"storage.directories.{directory}")
 
 
 def _check_policy(value: Any, where: str) -> None:
@@ -2434,8 +2462,10 @@ class Settings:
 
     def __init__(self, data: Optional[dict] = None, environ: Optional[Dict[str, str]] = None) -> None:
         data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
-        _check_keys(data, _GLOBAL_SETTINGS, "", extra=("servers", "output_cache"))
+        _check_keys(data, _GLOBAL_SETTINGS, "", extra=("servers", "output_cache", "catalog", "storage"))
         _check_keys(data.get("output_cache", {}), _CACHE_GLOBAL, "output_cache")
+        _check_keys(data.get("catalog", {}), _CATALOG_SETTINGS, "catalog")
+        _check_storage(data.get("storage", {}))
         servers = data.get("servers", {})
         if not isinstance(servers, dict):
             raise ConfigError("key 'servers' must be an object mapping server names to settings")
@@ -2468,6 +2498,19 @@ class Settings:
     def cache(self, key: str) -> Any:
         """A global output_cache setting."""
         return self.data.get("output_cache", {}).get(key, _CACHE_GLOBAL[key][2])
+
+    def catalog(self, key: str) -> Any:
+        """A catalog setting."""
+        return self.data.get("catalog", {}).get(key, _CATALOG_SETTINGS[key][2])
+
+    def quota_mb(self, root: str) -> Optional[float]:
+        """The max_total_mb of the allowed directory `root` (a real path), if it has one."""
+        storage = self.data.get("storage", {})
+        for directory, conf in storage.get("directories", {}).items():
+            if "max_total_mb" in conf and os.path.realpath(os.path.expanduser(directory)) == root:
+                return float(conf["max_total_mb"])
+        own = storage.get("max_total_mb")
+        return None if own is None else float(own)
 
     def cache_policy(self, server: str, tool: str) -> Dict[str, Any]:
         """enabled / min_size / preview_chars for one tool: tool, then server, then global."""
@@ -3148,6 +3191,8 @@ class OutputCache:
         with self._lock:
             entry = self._entries.get(token)
         if entry is None:
+            entry = self._adopt(token)  # cached by another Abstract process sharing this directory
+        if entry is None:
             raise ToolError(f"No cached output with token {token}: it never existed, expired, or was evicted. "
                             f"Call the tool again.")
         if entry.expires <= self._clock():
@@ -3155,13 +3200,34 @@ class OutputCache:
             raise ToolError(f"The cached output {token} expired at {_iso(entry.expires)}. Call the tool again.")
         return entry
 
+    def _adopt(self, token: str) -> Optional[_CacheEntry]:
+        """An entry another process (sharing the cache directory) wrote after this one started."""
+        name = token + ".meta.json"
+        try:
+            with open(os.path.join(self.dir, name), encoding="utf-8") as f:
+                entry = _CacheEntry(**json.load(f))
+        except (OSError, ValueError, TypeError):
+            return None
+        if not self._sound(entry, name):
+            return None
+        with self._lock:
+            self._entries[token] = entry
+        return entry
+
+    def _read(self, entry: _CacheEntry, suffix: str) -> str:
+        try:
+            with open(self._path(entry.token, suffix), encoding="utf-8", errors="surrogatepass") as f:
+                return f.read()
+        except FileNotFoundError:  # removed meanwhile, e.g. by another process's sweep
+            with self._lock:
+                self._entries.pop(entry.token, None)
+            raise ToolError(f"The cached output {entry.token} is gone (expired or evicted). Call the tool again.") from None
+
     def text(self, entry: _CacheEntry) -> str:
-        with open(self._path(entry.token, ".txt"), encoding="utf-8", errors="surrogatepass") as f:
-            return f.read()
+        return self._read(entry, ".txt")
 
     def result(self, entry: _CacheEntry) -> dict:
-        with open(self._path(entry.token, ".json"), encoding="utf-8", errors="surrogatepass") as f:
-            return json.load(f)["result"]
+        return json.loads(self._read(entry, ".json"))["result"]
 
     def entries(self) -> List[_CacheEntry]:
         now = self._clock()
@@ -3227,6 +3293,8 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     """What the model reads instead of a large result."""
     what = "JSON" if entry.ctype == "application/json" else "text"
     size = f"{entry.chars:,} characters of {what}"
+    if ex.blobs:
+        size += f" and {_plural(len(ex.blobs), 'binary item')} of {sum(len(b.data) for b in ex.blobs):,} bytes"
     if not ex.has_data and ex.blobs:
         size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
     lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
@@ -3238,13 +3306,24 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
         lines.append(f"Preview:\n{text[:preview_chars]}" + (" [...]" if len(text) > preview_chars else ""))
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
-    lines.append(f'More: retrieve_cached_output {{"token": "{entry.token}", "offset": {min(preview_chars, entry.chars)}}} '
-                 f'(also "start_line"/"end_line", or "pointer" like "/0" for JSON).')
+    lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
     if can_store:
         lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", "file_format": "csv"}}.')
     if link:
         lines.append(f"Download (until it expires): {link}")
     return "\n".join(lines)
+
+
+def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int]], shown: int) -> str:
+    """How to read on: the next record by JSON Pointer after a records preview, else by offset."""
+    start = 'More: retrieve_cached_output {"token": "%s", ' % entry.token
+    if recs is not None:
+        key = _records_key(data)[0] if isinstance(data, dict) else None
+        pointer = ("/" + key.replace("~", "~0").replace("/", "~1") if key else "") + "/%d" % recs[1]
+        return start + '"pointer": "%s"} is the next record; offset/length or start_line/end_line page ' \
+                       "through the whole text." % pointer
+    extra = ', or a "pointer" such as "/0" into the JSON' if entry.ctype == "application/json" else ""
+    return start + '"offset": %d} (or start_line/end_line%s).' % (shown, extra)
 
 
 class _LinkSigner:
@@ -3289,7 +3368,7 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
         def do_POST(self) -> None:  # noqa: N802
             self.send_error(405)
 
-        do_PUT = do_DELETE = do_PATCH = do_POST
+        do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST  # GET only
 
         def log_message(self, fmt: str, *args: Any) -> None:
             _log.debug("http: " + fmt, *args)
@@ -3332,6 +3411,784 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
         return 200, f"{entry.ctype}; charset=utf-8", cache.text(entry).encode("utf-8", "surrogatepass")
     except (ToolError, OSError):  # OSError: swept between get and read
         return 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
+
+
+# ==== 11c. Catalog (sqlite3) ======================================================
+# One SQLite database per user records every stored file, every stored response and every cached
+# output, so an output stored last week can be found today from any conversation; with --memory it
+# also holds conversation memory. The design is seed 003's: WAL, FTS5 with bm25 ranking and
+# snippets, schema migrations keyed on PRAGMA user_version, owner-only files, a corrupt database
+# moved aside (never deleted). One connection serves every thread under a lock: SQLite serialises
+# writers anyway, and one connection keeps a row and its FTS entry in one transaction.
+
+_CATALOG_TEXT = 64 * 1024  # characters of each output kept as searchable text (catalog.max_text_kb)
+_CATALOG_KINDS = ("stored", "response", "cached")
+_ROLES = ("user", "assistant", "system")
+_SEARCH_MODES = ("words", "phrase", "prefix")
+_MAX_TERMS = 32  # words of a query that count: a pasted 10 KB query is not 1,500 AND terms
+_MARKS = ("<mark>", "</mark>")
+_SNIPPET_TOKENS = 24
+# bm25 costs about a microsecond per matching row: a word found in nearly every output of a large
+# catalog would take ~100 ms at 100k rows. Ranking is therefore done among the newest matches only,
+# this many of them (a word that common says little about relevance anyway).
+_RANK_WINDOW = 10000
+_USAGE_SCAN = 200000  # directory entries a quota measurement looks at, at most
+_TEXT_FORMATS = frozenset(_FORMATS) | {"yml", "markdown", "htm", "log", "text", "ndjson", "jsonl"}
+# Words as FTS5's default unicode61 tokenizer sees them: runs of letters and digits ("_" separates).
+_WORD_RE = re.compile(r"[^\W_]+")
+
+_CATALOG_MIGRATIONS = (
+    # 1: outputs, conversations, messages. Times are ISO 8601 UTC text with milliseconds, which
+    # sort as text; `n` (the rowid) breaks ties and is the FTS tables' content_rowid. `terms` is
+    # filled only where FTS5 is missing: the words the fallback search matches with LIKE.
+    """
+    CREATE TABLE outputs (
+        n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, created TEXT NOT NULL,
+        server TEXT NOT NULL DEFAULT '', tool TEXT NOT NULL DEFAULT '', arguments TEXT,
+        description TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL, path TEXT, token TEXT,
+        format TEXT NOT NULL DEFAULT '', bytes INTEGER, sha256 TEXT, nrows INTEGER, ncolumns INTEGER,
+        text TEXT NOT NULL DEFAULT '', terms TEXT);
+    CREATE INDEX outputs_created ON outputs(created, n);
+    CREATE INDEX outputs_origin ON outputs(server, tool, created);
+    CREATE INDEX outputs_path ON outputs(path);
+    CREATE INDEX outputs_token ON outputs(token);
+    CREATE TABLE conversations (
+        n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, created TEXT NOT NULL, updated TEXT NOT NULL,
+        title TEXT NOT NULL DEFAULT '');
+    CREATE INDEX conversations_updated ON conversations(updated, n);
+    CREATE TABLE messages (
+        n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')), content TEXT NOT NULL,
+        created TEXT NOT NULL, parent_message_id TEXT, metadata TEXT, terms TEXT);
+    CREATE INDEX messages_conversation ON messages(conversation_id, n);
+    """,
+)
+# The searchable columns of each table; bm25 weights favour a description or a name over body text.
+_FTS_COLUMNS = {"outputs": ("text", "description", "server", "tool", "path"), "messages": ("content",)}
+_FTS_WEIGHTS = {"outputs": "1.0, 4.0, 2.0, 2.0, 1.0", "messages": "1.0"}
+_OUTPUT_FIELDS = ("id", "created", "server", "tool", "arguments", "description", "kind", "path", "token",
+                  "format", "bytes", "sha256", "nrows", "ncolumns", "text", "terms")
+_OUTPUT_VIEW = "o.n, o.id, o.created, o.server, o.tool, o.arguments, o.description, o.kind, o.path, " \
+               "o.token, o.format, o.bytes, o.nrows, o.ncolumns"
+
+
+def _iso_ms(t: float) -> str:
+    """ISO 8601 UTC with milliseconds ("2025-01-31T09:05:00.250Z"): sorts as text in time order."""
+    ms = int(round(t * 1000))
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _parse_when(value: str, key: str, end: bool = False) -> str:
+    """An ISO 8601 date or date-time as catalog time text (no zone means UTC). With end=True,
+    the first instant after it, so that an `until` date includes its whole day."""
+    import datetime as dt
+
+    raw = value.strip()
+    text = raw[:-1] + "+00:00" if raw[-1:] in ("z", "Z") else raw
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            when, step = dt.datetime.strptime(text, "%Y-%m-%d"), dt.timedelta(days=1)
+        else:
+            when, step = dt.datetime.fromisoformat(text), dt.timedelta(milliseconds=1)
+        if when.tzinfo is not None:
+            when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        when = when + step if end else when
+    except (ValueError, OverflowError):
+        raise ToolError(f"{key} {value[:60]!r} is not an ISO 8601 date or time; use e.g. 2025-01-31 or "
+                        f"2025-01-31T09:00:00Z.") from None
+    return (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:"
+            f"{when.second:02d}.{when.microsecond // 1000:03d}Z")
+
+
+def _new_id() -> str:
+    import secrets
+
+    return secrets.token_hex(8)
+
+
+def _fold(word: str) -> str:
+    """A word as unicode61 indexes it: lower case, diacritics removed (so café finds cafe)."""
+    if word.isascii():
+        return word.lower()
+    import unicodedata
+
+    return "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c)).lower()
+
+
+def _terms(*columns: Optional[str]) -> str:
+    """The fallback search's view of a row: " w1 w2 | w3 " with folded words, " | " between columns
+    so a phrase never runs from one column into the next (as in FTS5)."""
+    return " " + " | ".join(" ".join(_fold(w) for w in _WORD_RE.findall(c or "")) for c in columns) + " "
+
+
+def _query_words(query: str) -> List[str]:
+    """The words of a user's query, at most _MAX_TERMS. Everything else (quotes, brackets, *, -,
+    colons) only separates words, so no input can change the query's structure."""
+    return _WORD_RE.findall(query)[:_MAX_TERMS]
+
+
+def _fts_query(words: List[str], mode: str) -> str:
+    """An FTS5 MATCH expression in which every word is a quoted string: AND, OR, NOT, NEAR and
+    column names typed by a user are only ever words."""
+    if mode == "phrase":
+        return '"' + " ".join(words) + '"'
+    quoted = ['"' + w + '"' for w in dict.fromkeys(words)]  # _WORD_RE words hold no quote
+    return " ".join(q + "*" for q in quoted) if mode == "prefix" else " ".join(quoted)
+
+
+def _like_patterns(words: List[str], mode: str) -> List[str]:
+    """LIKE patterns over _terms() that match what _fts_query matches, for plain words."""
+    folded = [re.sub(r"([\\%_])", r"\\\1", _fold(w)) for w in words]
+    if mode == "phrase":
+        return [f"% {' '.join(folded)} %"]
+    return [f"% {w}%" if mode == "prefix" else f"% {w} %" for w in dict.fromkeys(folded)]
+
+
+def _py_snippet(text: str, words: List[str], prefix: bool) -> str:
+    """What FTS5's snippet() gives, for the fallback search: about _SNIPPET_TOKENS words around the
+    first match, matching words marked."""
+    want = {_fold(w) for w in words}
+
+    def hit(m: "re.Match[str]") -> bool:
+        w = _fold(m.group())
+        return any(w.startswith(x) for x in want) if prefix else w in want
+
+    spans = list(_WORD_RE.finditer(text))
+    first = next((i for i, m in enumerate(spans) if hit(m)), None)
+    if first is None:
+        return ""
+    lo = max(0, min(first - _SNIPPET_TOKENS // 4, len(spans) - _SNIPPET_TOKENS))
+    hi = min(len(spans), lo + _SNIPPET_TOKENS)
+    out, pos = [], spans[lo].start()
+    for m in spans[lo:hi]:
+        out.append(text[pos:m.start()])
+        out.append(f"{_MARKS[0]}{m.group()}{_MARKS[1]}" if hit(m) else m.group())
+        pos = m.end()
+    return ("…" if lo else "") + "".join(out) + ("…" if hi < len(spans) else "")
+
+
+def _statements(script: str) -> List[str]:
+    """Split an SQL script into statements (sqlite3.complete_statement keeps trigger bodies whole),
+    so a migration runs inside our own transaction: executescript would commit first."""
+    out, buf = [], ""
+    for part in script.split(";"):
+        buf += part + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n;"):
+                out.append(buf.strip())
+            buf = ""
+    return out
+
+
+def _fts_schema(table: str) -> List[str]:
+    """An external-content FTS5 table over `table` and the triggers that keep it in step."""
+    cols = _FTS_COLUMNS[table]
+    c, new, old = ", ".join(cols), ", ".join("new." + x for x in cols), ", ".join("old." + x for x in cols)
+    fts = table + "_fts"
+    add = f"INSERT INTO {fts}(rowid, {c}) VALUES (new.n, {new});"
+    drop = f"INSERT INTO {fts}({fts}, rowid, {c}) VALUES ('delete', old.n, {old});"
+    return [f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5({c}, content='{table}', content_rowid='n')",
+            f"CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN {add} END",
+            f"CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN {drop} END",
+            f"CREATE TRIGGER {table}_au AFTER UPDATE ON {table} BEGIN {drop} {add} END"]
+
+
+def _has_fts5(db: Any) -> bool:
+    """Whether this sqlite3 build has FTS5 (some system builds, older ones above all, lack it)."""
+    try:
+        db.execute("CREATE VIRTUAL TABLE temp.abstract_fts5_probe USING fts5(x)")
+        db.execute("DROP TABLE temp.abstract_fts5_probe")
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def _is_corrupt(e: BaseException) -> bool:
+    """SQLITE_NOTADB or SQLITE_CORRUPT; "database is locked" is a DatabaseError too, and is not."""
+    msg = str(e).lower()
+    return "not a database" in msg or "malformed" in msg or "corrupt" in msg
+
+
+def _prepare_db_file(path: str, own_dir: bool) -> None:
+    """Create the database's directory (0700 when it is Abstract's own) and the file, owner-only
+    (0600) on POSIX, before SQLite opens it; its -wal and -shm files take the file's mode."""
+    directory = os.path.dirname(path) or "."
+    created = not os.path.isdir(directory)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    if _WINDOWS:  # ACLs, not modes: the per-user profile directory is private already
+        return
+    if created or own_dir:
+        os.chmod(directory, 0o700)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    try:
+        os.chmod(path, 0o600)
+    except PermissionError:  # someone else's file: SQLite will say whether it can be used
+        pass
+
+
+def _move_aside(path: str, close: Callable[[], None]) -> str:
+    """Rename a corrupt database to <name>.corrupt-<UTC stamp>, its -wal (which may hold the last
+    transactions) copied along first: SQLite deletes the -wal and -shm files when its last
+    connection closes, and a database must be closed before Windows lets it be renamed."""
+    target = f"{path}.corrupt-{_utc_stamp()}"
+    n = 1
+    while os.path.exists(target):
+        target = f"{path}.corrupt-{_utc_stamp()}-{n}"
+        n += 1
+    if os.path.exists(path + "-wal"):
+        shutil.copyfile(path + "-wal", target + "-wal")
+    close()
+    os.rename(path, target)
+    return target
+
+
+def _encode_cursor(when: str, n: int) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(_dumps([when, n]).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: Any) -> Tuple[str, int]:
+    import base64
+    import binascii
+
+    try:
+        when, n = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if isinstance(when, str) and isinstance(n, int) and not isinstance(n, bool):
+            return when, n
+    except (TypeError, ValueError, binascii.Error):
+        pass
+    raise ToolError(f"Invalid cursor {str(cursor)[:80]!r}: pass the next_cursor of the previous answer, or none "
+                    f"for the first page.")
+
+
+def _filters(alias: str, **conds: Any) -> Tuple[str, List[Any]]:
+    """" AND o.server = ? ..." for the conditions that are set; since is inclusive, until exclusive."""
+    ops = {"since": ("created", ">="), "until": ("created", "<")}
+    sql, params = "", []
+    for key, value in conds.items():
+        if value is not None:
+            col, op = ops.get(key, (key, "="))
+            sql += f" AND {alias}.{col} {op} ?"
+            params.append(value)
+    return sql, params
+
+
+def _file_facts(path: str, fmt: str, max_text: int) -> dict:
+    """bytes and sha256 of a file, and its first `max_text` bytes as text for a text format
+    (decompressed for .gz); binary formats get no text."""
+    import gzip
+    import hashlib
+    import zlib
+
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    text = ""
+    if fmt.lower() in _TEXT_FORMATS:
+        opener = gzip.open if path.lower().endswith(".gz") else open
+        try:
+            with opener(path, "rb") as f:  # type: ignore[operator]
+                text = f.read(max_text).decode("utf-8", "ignore")  # "ignore": a character cut at the end
+        except (OSError, EOFError, zlib.error):
+            text = ""
+    return {"bytes": size, "sha256": digest.hexdigest(), "text": text}
+
+
+def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
+    """Bytes of the regular files under `root` (symlinks not followed), and whether the walk saw
+    them all: it stops after `cap` entries, so a huge tree cannot stall a store."""
+    total, seen, stack = 0, 0, [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > cap:
+                        return total, False
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total, True
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1024 * 1024):,.1f} MB"
+
+
+def _title(content: str) -> str:
+    """A conversation's title: the start of its first message, on one line."""
+    line = " ".join(content.split())
+    return line if len(line) <= 80 else line[:79] + "…"
+
+
+class Catalog:
+    """The per-user SQLite catalog of outputs and (with --memory) conversations.
+
+    `fts=False` forces the LIKE-based search that serves sqlite3 builds without FTS5 (tests use it);
+    None detects FTS5. A file that is not a database, or a malformed one, is moved aside at
+    start-up and a fresh database created; `moved_aside` then names the kept copy.
+    """
+
+    def __init__(self, path: str = ":memory:", *, fts: Optional[bool] = None, max_text: int = _CATALOG_TEXT,
+                 clock: Callable[[], float] = time.time, own_dir: bool = False) -> None:
+        if sqlite3 is None:
+            raise Error("this Python has no sqlite3 module")
+        self.path, self.max_text, self.clock = path, max_text, clock
+        self.moved_aside = ""
+        self._lock = threading.RLock()
+        self._want_fts, self._db = fts, None
+        if path != ":memory:":
+            _prepare_db_file(path, own_dir)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:
+            if path == ":memory:" or not _is_corrupt(e):
+                raise
+            self.moved_aside = _move_aside(path, self.close)
+            _log.warning("the catalog %s is corrupt (%s): moved it aside to %s (kept, never deleted) and "
+                         "started a fresh one", path, e, self.moved_aside)
+            _prepare_db_file(path, own_dir)
+            self._open()
+
+    def _open(self) -> None:
+        self._db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        # WAL: readers never block the writer; several Abstracts (one per client) share the file.
+        for pragma in ("busy_timeout = 5000", "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
+            self._db.execute("PRAGMA " + pragma)
+        self._migrate()
+        self.fts = self._want_fts is not False and _has_fts5(self._db)
+        self._setup_search()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                try:
+                    self._db.close()
+                except sqlite3.Error:
+                    pass
+                self._db = None
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Any]:
+        """One write transaction, taken at its start (BEGIN IMMEDIATE): a busy database then waits
+        (busy_timeout) at the start instead of failing half way."""
+        with self._lock:
+            db = self._live()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _live(self) -> Any:
+        if self._db is None:  # a handler still running while Abstract shuts down
+            raise sqlite3.ProgrammingError("the catalog is closed")
+        return self._db
+
+    def _rows(self, sql: str, params: Any = ()) -> List[dict]:
+        with self._lock:
+            return [dict(r) for r in self._live().execute(sql, params).fetchall()]
+
+    def _migrate(self) -> None:
+        with self._tx() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(_CATALOG_MIGRATIONS):
+                _log.warning("the catalog %s has schema version %d, newer than this Abstract's (%d); using it as "
+                             "it is", self.path, version, len(_CATALOG_MIGRATIONS))
+                return
+            for number, script in enumerate(_CATALOG_MIGRATIONS[version:], version + 1):
+                for statement in _statements(script):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+
+    def _setup_search(self) -> None:
+        """With FTS5: its tables and triggers, rebuilt when they were missing (a fresh database, or
+        one written while FTS5 was off). Without: the triggers dropped (they would fail) and the
+        `terms` the fallback search reads filled in for rows written while FTS5 was on."""
+        with self._tx() as db:
+            triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+            for table, cols in _FTS_COLUMNS.items():
+                if self.fts and table + "_ai" not in triggers:
+                    for statement in _fts_schema(table):
+                        db.execute(statement)
+                    db.execute(f"INSERT INTO {table}_fts({table}_fts) VALUES ('rebuild')")
+                elif not self.fts:
+                    for name in sorted(triggers & {table + "_ai", table + "_ad", table + "_au"}):
+                        db.execute(f"DROP TRIGGER {name}")
+                    rows = db.execute(f"SELECT n, {', '.join(cols)} FROM {table} WHERE terms IS NULL").fetchall()
+                    db.executemany(f"UPDATE {table} SET terms = ? WHERE n = ?", [(_terms(*r[1:]), r[0]) for r in rows])
+
+    # -- outputs
+    def record(self, entry: dict) -> str:
+        """Record one output; returns its id. Keys: kind, server, tool, arguments, description, path,
+        token, format, bytes, sha256, rows, columns, text, created (epoch seconds; default now)."""
+        return self.record_many([entry])[0]
+
+    def record_many(self, entries: List[dict]) -> List[str]:
+        """Record outputs in one transaction; returns their ids."""
+        rows = [self._output_row(e) for e in entries]
+        with self._tx() as db:
+            db.executemany(f"INSERT INTO outputs ({', '.join(_OUTPUT_FIELDS)}) VALUES "
+                           f"({', '.join('?' * len(_OUTPUT_FIELDS))})", rows)
+        return [r[0] for r in rows]
+
+    def _output_row(self, e: dict) -> tuple:
+        kind = e.get("kind", "stored")
+        if kind not in _CATALOG_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(_CATALOG_KINDS)}, not {kind!r}")
+        args = e.get("arguments")
+        args = None if args is None else args if isinstance(args, str) else _dumps(args)
+        if args is not None and len(args) > _CATALOG_TEXT:  # kept whole or not at all: cut JSON is no JSON
+            args = _dumps({"_truncated": True, "_chars": len(args)})
+        text = (e.get("text") or "")[:self.max_text]
+        server, tool, desc, path = e.get("server") or "", e.get("tool") or "", e.get("description") or "", e.get("path")
+        when = e.get("created")
+        return (_new_id(), _iso_ms(self.clock() if when is None else when), server, tool, args, desc, kind, path,
+                e.get("token"), e.get("format") or "", e.get("bytes"), e.get("sha256"), e.get("rows"),
+                e.get("columns"), text, None if self.fts else _terms(text, desc, server, tool, path))
+
+    def count(self) -> int:
+        return self._rows("SELECT count(*) AS n FROM outputs")[0]["n"]
+
+    def known(self) -> Tuple[set, set]:
+        """(paths, tokens) already recorded: --reindex adds only what is missing."""
+        rows = self._rows("SELECT path, token FROM outputs")
+        return {r["path"] for r in rows if r["path"]}, {r["token"] for r in rows if r["token"]}
+
+    def _match(self, table: str, words: List[str], mode: str, where: str, params: List[Any], limit: int,
+               offset: int) -> List[int]:
+        """Row numbers matching `words`, best first (bm25, among the newest _RANK_WINDOW matches) with
+        FTS5, newest first without."""
+        if self.fts:
+            fts, match = table + "_fts", _fts_query(words, mode)
+            floor = self._rows(f"SELECT rowid AS n FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT 1 "
+                               f"OFFSET ?", (match, _RANK_WINDOW - 1))
+            bound = f" AND {fts}.rowid >= {int(floor[0]['n'])}" if floor else ""
+            rank = f"bm25({fts}, {_FTS_WEIGHTS[table]})"
+            if where:  # the join costs: only when a filter needs the table's columns
+                sql = (f"SELECT t.n FROM {fts} JOIN {table} t ON t.n = {fts}.rowid WHERE {fts} MATCH ?{bound}{where} "
+                       f"ORDER BY {rank}, t.n DESC LIMIT ? OFFSET ?")
+            else:
+                sql = f"SELECT rowid AS n FROM {fts} WHERE {fts} MATCH ?{bound} ORDER BY {rank}, rowid DESC LIMIT ? OFFSET ?"
+            args = [match, *params, limit, offset]
+        else:
+            likes = _like_patterns(words, mode)
+            cond = " AND ".join("t.terms LIKE ? ESCAPE '\\'" for _ in likes)
+            sql = f"SELECT t.n FROM {table} t WHERE {cond}{where} ORDER BY t.created DESC, t.n DESC LIMIT ? OFFSET ?"
+            args = [*likes, *params, limit, offset]
+        return [r["n"] for r in self._rows(sql, args)]
+
+    def _snippet(self, table: str, n: int, words: List[str], mode: str) -> str:
+        """The best bit of row `n` with the matching words marked (snippet() works only inside
+        a MATCH query, so each of the page's rows gets its own small query)."""
+        if self.fts:
+            fts = table + "_fts"
+            rows = self._rows(f"SELECT snippet({fts}, -1, ?, ?, '…', {_SNIPPET_TOKENS}) AS s FROM {fts} "
+                              f"WHERE {fts} MATCH ? AND rowid = ?", (*_MARKS, _fts_query(words, mode), n))
+            return rows[0]["s"] if rows else ""
+        cols = _FTS_COLUMNS[table]
+        row = self._rows(f"SELECT {', '.join(cols)} FROM {table} WHERE n = ?", (n,))
+        for col in cols if row else ():
+            found = _py_snippet(row[0][col] or "", words, mode == "prefix")
+            if found:
+                return found
+        return ""
+
+    def search(self, query: str, mode: str = "words", *, server: Optional[str] = None, tool: Optional[str] = None,
+               since: Optional[str] = None, until: Optional[str] = None, limit: int = 10, offset: int = 0) -> dict:
+        """Outputs whose text, description, server, tool or path hold the query's words.
+        Returns {"results": [row + snippet], "words": [...], "has_more": bool}."""
+        if mode not in _SEARCH_MODES:
+            raise ToolError(f"mode must be one of {', '.join(_SEARCH_MODES)}, not {mode!r}.")
+        words = _query_words(query)
+        if not words:
+            return {"results": [], "words": [], "has_more": False}
+        where, params = _filters("t", server=server, tool=tool, since=since, until=until)
+        found = self._match("outputs", words, mode, where, params, limit + 1, offset)
+        rows = {r["n"]: r for r in self._rows(f"SELECT {_OUTPUT_VIEW} FROM outputs o WHERE o.n IN "
+                                              f"({', '.join('?' * len(found[:limit]))})", found[:limit])}
+        results = [dict(rows[n], snippet=self._snippet("outputs", n, words, mode)) for n in found[:limit] if n in rows]
+        return {"results": results, "words": words, "has_more": len(found) > limit}
+
+    def recent(self, *, server: Optional[str] = None, tool: Optional[str] = None, kind: Optional[str] = None,
+               limit: int = 20, cursor: Optional[str] = None) -> Tuple[List[dict], Optional[str]]:
+        """Outputs newest first, one page; the cursor (opaque) continues after the page's last."""
+        where, params = _filters("o", server=server, tool=tool, kind=kind)
+        if cursor is not None:
+            when, n = _decode_cursor(cursor)
+            where += " AND (o.created < ? OR (o.created = ? AND o.n < ?))"
+            params += [when, when, n]
+        rows = self._rows(f"SELECT {_OUTPUT_VIEW} FROM outputs o WHERE 1{where} ORDER BY o.created DESC, o.n DESC "
+                          f"LIMIT ?", [*params, limit + 1])
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, _encode_cursor(rows[-1]["created"], rows[-1]["n"]) if more else None
+
+    def retention(self, cutoff: str, server: Optional[str] = None, tool: Optional[str] = None,
+                  cap: int = 100000) -> dict:
+        """What a rule "remove stored files older than `cutoff`" would remove: files still there.
+        Nothing is removed; cached outputs are left out (the cache's own ttl expires them)."""
+        where, params = _filters("o", server=server, tool=tool, until=cutoff)
+        rows = self._rows(f"SELECT o.path FROM outputs o WHERE o.kind != 'cached'{where} LIMIT ?", [*params, cap])
+        files, size = 0, 0
+        for r in rows:
+            try:
+                size += os.stat(r["path"]).st_size
+                files += 1
+            except (OSError, TypeError, ValueError):
+                continue
+        return {"before": cutoff, "files": files, "bytes": size, "complete": len(rows) < cap}
+
+    def describe(self) -> str:
+        """The --check line."""
+        engine = "FTS5 search" if self.fts else "fallback search (this sqlite3 has no FTS5: slower, plain words)"
+        line = f"catalog: {self.path}: {_plural(self.count(), 'output')}, {engine}"
+        if self.moved_aside:
+            return line + f"; it was corrupt and was moved aside to {self.moved_aside} (kept); a fresh one was created"
+        import glob
+
+        kept = sorted(p for p in glob.glob(glob.escape(self.path) + ".corrupt-*") if not p.endswith(("-wal", "-shm")))
+        return line + (f"; corrupt copies kept from earlier runs: {', '.join(kept)}" if kept else "")
+
+    # -- conversation memory (--memory)
+    def save_message(self, conversation_id: Optional[str], role: str, content: str,
+                     parent_message_id: Optional[str] = None, metadata: Optional[dict] = None) -> dict:
+        """Add a message, creating the conversation when it does not exist yet."""
+        if role not in _ROLES:
+            raise ToolError(f"role must be one of {', '.join(_ROLES)}, not {str(role)[:40]!r}.")
+        cid, mid, now = conversation_id or _new_id(), _new_id(), _iso_ms(self.clock())
+        terms = None if self.fts else _terms(content)
+        with self._tx() as db:
+            created = db.execute("INSERT OR IGNORE INTO conversations (id, created, updated, title) VALUES (?, ?, ?, ?)",
+                                 (cid, now, now, _title(content))).rowcount == 1
+            if parent_message_id is not None:
+                row = db.execute("SELECT conversation_id FROM messages WHERE id = ?", (parent_message_id,)).fetchone()
+                if row is None or row[0] != cid:
+                    raise ToolError(f"parent_message_id {parent_message_id[:80]!r} is not a message of conversation "
+                                    f"{cid[:80]!r}.")
+            db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
+            db.execute("INSERT INTO messages (id, conversation_id, role, content, created, parent_message_id, metadata, "
+                       "terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (mid, cid, role, content, now, parent_message_id,
+                                                                   None if metadata is None else _dumps(metadata), terms))
+        return {"conversation_id": cid, "message_id": mid, "created": now, "new_conversation": created}
+
+    def _conversation(self, cid: str) -> dict:
+        rows = self._rows("SELECT c.id, c.title, c.created, c.updated, (SELECT count(*) FROM messages m WHERE "
+                          "m.conversation_id = c.id) AS message_count FROM conversations c WHERE c.id = ?", (cid,))
+        if not rows:
+            raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones that exist.")
+        return rows[0]
+
+    @staticmethod
+    def _message(row: dict) -> dict:
+        out = {k: row[k] for k in ("id", "role", "content", "created")}
+        if row.get("parent_message_id"):
+            out["parent_message_id"] = row["parent_message_id"]
+        if row.get("metadata"):
+            out["metadata"] = json.loads(row["metadata"])
+        return out
+
+    def get_conversation(self, cid: str, limit: int = 100, before: Optional[str] = None) -> dict:
+        """A conversation and its latest `limit` messages before message `before`, oldest first;
+        next_before_message_id pages further back."""
+        conv = self._conversation(cid)
+        where, params = "", []
+        if before is not None:
+            row = self._rows("SELECT n FROM messages WHERE id = ? AND conversation_id = ?", (before, cid))
+            if not row:
+                raise ToolError(f"before_message_id {before[:80]!r} is not a message of conversation {cid[:80]!r}.")
+            where, params = " AND n < ?", [row[0]["n"]]
+        rows = self._rows(f"SELECT * FROM messages WHERE conversation_id = ?{where} ORDER BY n DESC LIMIT ?",
+                          [cid, *params, limit + 1])
+        page = [self._message(r) for r in reversed(rows[:limit])]
+        conv["messages"] = page
+        conv["next_before_message_id"] = page[0]["id"] if len(rows) > limit else None
+        return conv
+
+    def list_conversations(self, limit: int = 20, cursor: Optional[str] = None) -> Tuple[List[dict], Optional[str]]:
+        """Conversations, the most recently updated first."""
+        where, params = "", []
+        if cursor is not None:
+            when, n = _decode_cursor(cursor)
+            where, params = " WHERE c.updated < ? OR (c.updated = ? AND c.n < ?)", [when, when, n]
+        rows = self._rows(f"SELECT c.n, c.id, c.title, c.created, c.updated, (SELECT count(*) FROM messages m WHERE "
+                          f"m.conversation_id = c.id) AS message_count FROM conversations c{where} "
+                          f"ORDER BY c.updated DESC, c.n DESC LIMIT ?", [*params, limit + 1])
+        more = len(rows) > limit
+        rows = rows[:limit]
+        cursor = _encode_cursor(rows[-1]["updated"], rows[-1]["n"]) if more else None
+        return [{k: v for k, v in r.items() if k != "n"} for r in rows], cursor
+
+    def search_messages(self, query: str, mode: str = "words", *, conversation_id: Optional[str] = None,
+                        since: Optional[str] = None, until: Optional[str] = None, limit: int = 10,
+                        offset: int = 0) -> dict:
+        """Messages holding the query's words, best first, with snippets (like search)."""
+        if mode not in _SEARCH_MODES:
+            raise ToolError(f"mode must be one of {', '.join(_SEARCH_MODES)}, not {mode!r}.")
+        words = _query_words(query)
+        if not words:
+            return {"results": [], "words": [], "has_more": False}
+        where, params = _filters("t", conversation_id=conversation_id, since=since, until=until)
+        found = self._match("messages", words, mode, where, params, limit + 1, offset)
+        page = found[:limit]
+        rows = {r["n"]: r for r in self._rows(f"SELECT n, id, conversation_id, role, created FROM messages WHERE n IN "
+                                              f"({', '.join('?' * len(page))})", page)}
+        results = [{"message_id": rows[n]["id"], "conversation_id": rows[n]["conversation_id"], "role": rows[n]["role"],
+                    "created": rows[n]["created"], "snippet": self._snippet("messages", n, words, mode)}
+                   for n in page if n in rows]
+        return {"results": results, "words": words, "has_more": len(found) > limit}
+
+    def delete_conversation(self, cid: str) -> int:
+        """Delete a conversation; its messages go with it (ON DELETE CASCADE, and the FTS triggers
+        fire for each). Returns how many messages were deleted."""
+        with self._tx() as db:
+            count = db.execute("SELECT count(*) FROM messages WHERE conversation_id = ?", (cid,)).fetchone()[0]
+            if db.execute("DELETE FROM conversations WHERE id = ?", (cid,)).rowcount == 0:
+                raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones that exist.")
+        return count
+
+    def export(self, cid: Optional[str] = None) -> List[dict]:
+        """Conversations (one, or all, the most recently updated first) with all their messages."""
+        if cid is not None:
+            convs = [self._conversation(cid)]
+        else:
+            convs = self._rows("SELECT c.id, c.title, c.created, c.updated, (SELECT count(*) FROM messages m WHERE "
+                               "m.conversation_id = c.id) AS message_count FROM conversations c "
+                               "ORDER BY c.updated DESC, c.n DESC")
+        for conv in convs:
+            conv["messages"] = [self._message(r) for r in
+                                self._rows("SELECT * FROM messages WHERE conversation_id = ? ORDER BY n", (conv["id"],))]
+        return convs
+
+
+def _conversations_markdown(convs: List[dict], exported: str) -> str:
+    """An export as Markdown: one section per conversation, one subsection per message."""
+    out = [f"# Conversations\n\nExported {exported}: {_plural(len(convs), 'conversation')}.\n"]
+    for conv in convs:
+        out.append(f"## {conv['title'] or conv['id']}\n\n- id: `{conv['id']}`\n- created: {conv['created']}\n"
+                   f"- updated: {conv['updated']}\n- messages: {conv['message_count']}\n")
+        for m in conv["messages"]:
+            out.append(f"### {m['role']} · {m['created']}\n\n<!-- message {m['id']} -->\n\n{m['content']}\n")
+    return "\n".join(out)
+
+
+def _output_view(row: dict) -> dict:
+    """One catalogued output for an answer: what it is, where it is, and whether it is still there."""
+    out = {"id": row["id"], "time": row["created"], "kind": row["kind"], "server": row["server"], "tool": row["tool"],
+           "format": row["format"], "bytes": row["bytes"]}
+    if row["kind"] == "cached":
+        out["token"], out["uri"] = row["token"], _CACHE_URI + (row["token"] or "")
+    else:
+        out["path"], out["uri"] = row["path"], _file_uri(row["path"]) if row["path"] else None
+    if row.get("nrows") is not None:
+        out["rows"] = row["nrows"]
+    if row.get("ncolumns") is not None:
+        out["columns"] = row["ncolumns"]
+    if row.get("description"):
+        out["description"] = row["description"]
+    if row.get("arguments") and len(row["arguments"]) <= 1000:
+        try:
+            out["arguments"] = json.loads(row["arguments"])
+        except ValueError:  # written by something other than Abstract
+            pass
+    out["missing"] = not (row["path"] and os.path.isfile(row["path"]))
+    return out
+
+
+def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: Any = None) -> dict:
+    """The catalog entry of a cached output: its text view is the searchable text."""
+    path = os.path.join(cache.dir, entry.token + ".txt")
+    fmt = "json" if entry.ctype == "application/json" else "txt"
+    return {"kind": "cached", "server": entry.server, "tool": entry.tool, "token": entry.token, "path": path,
+            "format": fmt, "created": entry.created, "rows": len(data) if isinstance(data, list) else None,
+            **_file_facts(path, fmt, max_text)}
+
+
+# --reindex: what the files themselves tell. Default names are <server>-<tool>-<UTC stamp>, then
+# -image/-audio/-resource[-i] for binary items and -N when the name was taken.
+_DEFAULT_NAME = re.compile(r"(?P<origin>.+?)-\d{8}T\d{6}Z(?:-(?:image|audio|resource)(?:-\d+)?)?(?:-\d+)?")
+
+
+def _origin(stem: str, folders: List[str], servers: List[str]) -> Tuple[str, str]:
+    """(server, tool) guessed from a default file name: a by_server folder, else a known server
+    name, else the first "-" splits them. ("", "") for a name the user chose."""
+    m = _DEFAULT_NAME.fullmatch(stem)
+    if m is None:
+        return "", ""
+    origin = m.group("origin")
+    for server in folders[:1] + sorted(servers, key=len, reverse=True):
+        if origin.startswith(server + "-") and len(origin) > len(server) + 1:
+            return server, origin[len(server) + 1:]
+    server, _, tool = origin.partition("-")
+    return (server, tool) if tool else ("", "")
+
+
+def _walk_files(root: str) -> Iterator[str]:
+    """Regular files under `root`: hidden names (and Abstract's .abstract-*.tmp) and symlinks skipped."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not os.path.islink(os.path.join(dirpath, d)))
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if not name.startswith(".") and os.path.isfile(path) and not os.path.islink(path):
+                yield path
+
+
+def _recovered(path: str, root: str, servers: List[str], max_text: int) -> dict:
+    """A catalog entry for a file found by --reindex."""
+    name = os.path.basename(path)
+    base = name[:-3] if name.lower().endswith(".gz") else name
+    stem, ext = os.path.splitext(base)
+    fmt = {"yml": "yaml", "": "bin"}.get(ext.lstrip(".").lower(), ext.lstrip(".").lower())
+    folders = os.path.relpath(os.path.dirname(path), root).split(os.sep)
+    server, tool = _origin(stem, [f for f in folders if f != "."], servers)
+    return {"kind": "stored", "server": server, "tool": tool, "path": path, "format": fmt,
+            "created": os.stat(path).st_mtime, **_file_facts(path, fmt, max_text)}
+
+
+def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Optional[OutputCache] = None) -> dict:
+    """Add to the catalog every file in the allowed directories (and every live cached output) it
+    does not hold yet. Rows already there keep what only the original call knew (arguments,
+    description); rows whose files are gone stay and are shown as missing."""
+    paths, tokens = catalog.known()
+    summary = {"directories": len(roots), "added": 0, "known": 0, "unreadable": 0, "cached": 0}
+    batch: List[dict] = []
+    for root in roots:
+        for path in _walk_files(root):
+            if path in paths:
+                summary["known"] += 1
+                continue
+            try:
+                batch.append(_recovered(path, root, servers, catalog.max_text))
+            except OSError:
+                summary["unreadable"] += 1
+            if len(batch) >= 200:
+                summary["added"] += len(catalog.record_many(batch))
+                batch = []
+    summary["added"] += len(catalog.record_many(batch)) if batch else 0
+    live = [e for e in (cache.entries() if cache is not None else []) if e.token not in tokens]
+    for entry in live:
+        try:
+            record = _cache_record(cache, entry, catalog.max_text)  # type: ignore[arg-type]
+        except OSError:  # expired and swept meanwhile
+            continue
+        summary["cached"] += len(catalog.record_many([record]))
+    summary["rows"] = catalog.count()
+    return summary
+
 
 
 # ==== 12. Tools ===================================================================
@@ -3478,6 +4335,70 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     return res
 
 
+# -- the catalog's hooks (section 11c holds the Catalog): every stored file, stored response and
+# cached output is recorded. A catalog failure is logged and never fails the call: the output
+# itself is already safe on disk.
+
+
+def _recorded_args(call: _Call) -> Any:
+    """The arguments worth keeping with an output: a meta tool's own minus server and tool name
+    (which have columns), or a direct-mode call's upstream arguments as they are."""
+    if "tool_name" in call.args:
+        return {k: v for k, v in call.args.items() if k not in ("server", "tool_name")}
+    return call.args
+
+
+def _catalog_note(call: _Call, what: str, build: Callable[[int], List[dict]]) -> None:
+    catalog = call.server.catalog
+    if catalog is None:
+        return
+    try:
+        catalog.record_many(build(catalog.max_text))
+    except Exception as e:  # sqlite3.Error, OSError, anything: never the store's failure
+        _log.warning("catalog: could not record %s: %s", what, e)
+
+
+def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Optional[_Stored], conv: Any,
+                    blobs: List[_Stored]) -> None:
+    """Record a store's files: the converted data (with rows/columns for tables) and each binary item."""
+    desc = call.args.get("description") if isinstance(call.args.get("description"), str) else ""
+
+    def build(max_text: int) -> List[dict]:
+        out = []
+        for f in ([main] if main is not None else []) + blobs:
+            e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call), "description": desc,
+                 "path": f.path, "format": f.fmt, **_file_facts(f.path, f.fmt, max_text)}
+            if f is main and getattr(conv, "rows", None) is not None:
+                e["rows"], e["columns"] = conv.rows, len(conv.columns or [])
+            out.append(e)
+        return out
+
+    _catalog_note(call, f"the files of {server}.{tool}", build)
+
+
+def _catalog_cached(call: _Call, entry: _CacheEntry, ex: _Extracted) -> None:
+    cache = call.server.cache
+    _catalog_note(call, f"the cached output {entry.token}",
+                  lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),  # type: ignore[arg-type]
+                                         arguments=_recorded_args(call))])
+
+
+def _check_quota(call: _Call, directory: str) -> None:
+    """Refuse, before the tool runs, a store into an allowed directory at or over its max_total_mb.
+    The result's size is unknown until the tool answers, so one store may take a directory past
+    its limit; the next is refused. Nothing is ever deleted to make room."""
+    root = call.server.sandbox.root_of(directory)
+    limit = call.server.settings.quota_mb(root) if root else None
+    if limit is None:
+        return
+    used, complete = _dir_usage(root)  # type: ignore[arg-type]
+    if used >= limit * 1024 * 1024:
+        raise ToolError(f"Not stored: the allowed directory {root} holds {'at least ' if not complete else ''}"
+                        f"{_mib(used)}, at or over its limit of {limit:g} MB (max_total_mb in Abstract's settings, "
+                        f"key 'storage'). Abstract never deletes files to make room: move or delete files there, "
+                        f"store in another allowed directory (storage_path), or raise the limit.")
+
+
 def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
     """The result itself when small; else cache it and answer with a preview and a token."""
     cache = call.server.cache
@@ -3485,6 +4406,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     if cache is None or not policy["enabled"] or _result_size(res) <= policy["min_size"]:
         return res
     entry, ex, text = cache.put(res, server, tool)
+    _catalog_cached(call, entry, ex)
     link = cache.links(entry) if cache.links else ""
     info = None
     if structured:
@@ -3542,7 +4464,7 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     cache = call.server.cache
     if cache is None:
         raise ToolError("The output cache is disabled (output_cache.enabled is false in Abstract's settings).")
-    entry = cache.get(call.args.get("token"))
+    entry = cache.get(call.str("token", True))
     limit = int(call.server.settings.cache("max_window_chars"))
     pointer = call.str("pointer")
     if pointer is not None:
@@ -3669,6 +4591,7 @@ def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable
         raise ToolError(f"format {fmt!r} is not one of {', '.join(_FORMATS)}.")
     call.flag("compress")  # a bad value is refused before the tool runs
     directory, stem = _store_target(call, server, tool, fmt)
+    _check_quota(call, directory)
     res = fetch()
     if res.get("isError"):
         raise ToolError(f"'{server}' tool '{tool}' reported an error{source}, so nothing was stored: {_error_text(res)}")
@@ -3685,6 +4608,7 @@ def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable
             raise ToolError(f"the result is nested too deeply to write as {fmt}") from None
         preview = _preview(head)
     blobs = _store_blobs(directory, stem, ex.blobs)
+    _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
     return _store_answer(call, server, tool, main, conv, blobs, preview)
 
 
@@ -3842,6 +4766,235 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
 
 
+# -- the catalog's tools (search_stored_outputs, list_stored_outputs) and, with --memory, the
+# conversation memory tools of seed 003
+
+
+def _catalog_of(call: _Call) -> Catalog:
+    if call.server.catalog is None:
+        raise ToolError("The catalog is off (catalog.enabled is false in Abstract's settings, or it could not be "
+                        "opened: see Abstract's stderr).")
+    return call.server.catalog
+
+
+def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
+    """A catalog tool whose database fails (locked beyond busy_timeout, damaged while running)
+    answers with an error the model can pass on, not an internal error."""
+    def run(call: _Call) -> dict:
+        try:
+            return fn(call)
+        except Exception as e:
+            if sqlite3 is None or not isinstance(e, sqlite3.Error):
+                raise
+            raise ToolError(f"The catalog database {call.server.catalog.path} failed: {e}. Try again; if it "  # type: ignore
+                            f"persists, restart Abstract (a damaged database is moved aside at start-up).") from None
+    return run
+
+
+def _search_args(call: _Call, max_limit: int = 100) -> Tuple[str, str, int, int]:
+    """(query, mode, limit, offset) of a search tool; any string is a valid query."""
+    query = call.args.get("query")
+    if not isinstance(query, str):
+        raise ToolError("Missing required argument 'query' (a string of words to look for).")
+    mode = call.str("mode") or "words"
+    if mode not in _SEARCH_MODES:
+        raise ToolError(f"Argument 'mode' must be one of {', '.join(_SEARCH_MODES)}, not {_dumps(mode)[:40]}.")
+    return query, mode, min(call.int("limit", 10, minimum=1), max_limit), call.int("offset", 0)  # type: ignore
+
+
+def _when(call: _Call, key: str, end: bool = False) -> Optional[str]:
+    value = call.str(key)
+    return None if not value else _parse_when(value, key, end)
+
+
+def _output_line(i: int, item: dict) -> str:
+    where = item.get("path") or f"cached output {item.get('token')} ({item['uri']})"
+    size = f"{item['bytes']:,} bytes" if isinstance(item.get("bytes"), int) else "size unknown"
+    rows = f", {_plural(item['rows'], 'row')}" if item.get("rows") is not None else ""
+    origin = f"{item['server']}.{item['tool']}" if item["server"] else "(origin unknown)"
+    gone = "  [missing: the file is no longer there]" if item["missing"] else ""
+    return f"{i}. {item['time']}  {origin}  {item['format'] or '?'}, {size}{rows}  {where}{gone}"
+
+
+def _tool_search_stored_outputs(call: _Call) -> dict:
+    catalog = _catalog_of(call)
+    query, mode, limit, offset = _search_args(call)
+    found = catalog.search(query, mode, server=call.str("server") or None, tool=call.str("tool") or None,
+                           since=_when(call, "since"), until=_when(call, "until", True), limit=limit, offset=offset)
+    results = [dict(_output_view(r), snippet=r["snippet"]) for r in found["results"]]
+    engine = "fts5" if catalog.fts else "fallback"
+    out = {"results": results, "words": found["words"], "mode": mode, "engine": engine,
+           "next_offset": offset + limit if found["has_more"] else None}
+    if not found["words"]:
+        text = "The query has no words to look for (letters or digits); list_stored_outputs lists outputs newest first."
+    else:
+        order = "best first" if catalog.fts else "newest first (no FTS5 here)"
+        lines = [f"{_plural(len(results), 'stored output')} match {' '.join(found['words'])!r} ({mode}, {order}):"]
+        for i, item in enumerate(results, offset + 1):
+            lines.append(_output_line(i, item))
+            if item["snippet"]:
+                lines.append("   " + " ".join(item["snippet"].split()))
+        if found["has_more"]:
+            lines.append(f"More: offset={offset + limit}")
+        text = "\n".join(lines)
+    return _text_result(text, out)
+
+
+def _tool_list_stored_outputs(call: _Call) -> dict:
+    catalog = _catalog_of(call)
+    kind, days = call.str("kind") or None, call.args.get("retention_days")
+    if kind is not None and kind not in _CATALOG_KINDS:
+        raise ToolError(f"Argument 'kind' must be one of {', '.join(_CATALOG_KINDS)}, not {_dumps(kind)[:40]}.")
+    if days is not None and not _positive(days):
+        raise ToolError(f"Argument 'retention_days' must be a number of days > 0, not {_dumps(days)[:40]}.")
+    server, tool = call.str("server") or None, call.str("tool") or None
+    limit = min(call.int("limit", 20, minimum=1), 200)  # type: ignore[type-var]
+    rows, cursor = catalog.recent(server=server, tool=tool, kind=kind, limit=limit, cursor=call.str("cursor"))
+    items = [_output_view(r) for r in rows]
+    out: dict = {"outputs": items, "next_cursor": cursor}
+    lines = [f"{_plural(len(items), 'stored output')}, newest first:"] + [_output_line(i, x) for i, x in enumerate(items, 1)]
+    if days is not None:
+        rule = catalog.retention(_iso_ms(catalog.clock() - float(days) * 86400), server, tool)
+        for item in items:
+            item["would_remove"] = item["kind"] != "cached" and item["time"] < rule["before"] and not item["missing"]
+        out["retention"] = dict(rule, days=days)
+        lines.append(f"A retention rule of {days:g} days would remove {_plural(rule['files'], 'file')} "
+                     f"({rule['bytes']:,} bytes) stored before {rule['before']}. Abstract never deletes them itself.")
+    if cursor:
+        lines.append(f'More: cursor="{cursor}"')
+    return _text_result("\n".join(lines), out)
+
+
+def _tool_save_message(call: _Call) -> dict:
+    content, meta = call.args.get("content"), call.args.get("metadata")
+    if not isinstance(content, str):
+        raise ToolError("Missing required argument 'content' (the message text, a string).")
+    if meta is not None and not isinstance(meta, dict):
+        raise ToolError(f"Argument 'metadata' must be an object, not {_dumps(meta)[:80]}.")
+    out = _catalog_of(call).save_message(call.str("conversation_id") or None, call.str("role", True),  # type: ignore
+                                         content, call.str("parent_message_id"), meta)
+    what = "a new conversation" if out["new_conversation"] else "conversation"
+    return _text_result(f"Saved message {out['message_id']} in {what} {out['conversation_id']}.", out)
+
+
+def _tool_get_conversation(call: _Call) -> dict:
+    limit = min(call.int("message_limit", 100, minimum=1), 1000)  # type: ignore[type-var]
+    conv = _catalog_of(call).get_conversation(call.str("conversation_id", True), limit,  # type: ignore[arg-type]
+                                              call.str("before_message_id"))
+    return _text_result(_dumps(conv), conv)
+
+
+def _tool_list_conversations(call: _Call) -> dict:
+    rows, cursor = _catalog_of(call).list_conversations(min(call.int("limit", 20, minimum=1), 100),  # type: ignore
+                                                        call.str("cursor"))
+    out = {"conversations": rows, "next_cursor": cursor}
+    return _text_result(_dumps(out), out)
+
+
+def _tool_search_messages(call: _Call) -> dict:
+    query, mode, limit, offset = _search_args(call)
+    found = _catalog_of(call).search_messages(query, mode, conversation_id=call.str("conversation_id") or None,
+                                              since=_when(call, "start_date"), until=_when(call, "end_date", True),
+                                              limit=limit, offset=offset)
+    out = {"results": found["results"], "words": found["words"], "mode": mode,
+           "next_offset": offset + limit if found["has_more"] else None}
+    return _text_result(_dumps(out), out)
+
+
+def _tool_delete_conversation(call: _Call) -> dict:
+    cid = call.str("conversation_id", True)
+    n = _catalog_of(call).delete_conversation(cid)  # type: ignore[arg-type]
+    out = {"conversation_id": cid, "deleted_messages": n}
+    return _text_result(f"Deleted conversation {cid} and its {_plural(n, 'message')}.", out)
+
+
+def _tool_export_conversations(call: _Call) -> dict:
+    fmt, cid = call.str("format") or "json", call.str("conversation_id") or None
+    if fmt not in ("json", "markdown"):
+        raise ToolError(f"Argument 'format' must be json or markdown, not {_dumps(fmt)[:40]}.")
+    convs = _catalog_of(call).export(cid)
+    sandbox, name = call.server.sandbox, call.str("filename")
+    try:
+        directory = sandbox.make_dir(call.str("storage_path"))
+        stem = _safe_filename(name) if name else f"conversations-{_utc_stamp()}"
+    except SandboxError as e:
+        raise ToolError(str(e)) from None
+    _check_quota(call, directory)
+    exported = _iso_ms(time.time())
+    if fmt == "json":
+        body = json.dumps({"exported": exported, "conversations": convs}, indent=2, ensure_ascii=False)
+    else:
+        body = _conversations_markdown(convs, exported)
+    ext = ".json" if fmt == "json" else ".md"
+    stem = stem[:-len(ext)] if stem.lower().endswith(ext) and len(stem) > len(ext) else stem
+    path = _write_new(directory, stem, ext, body.encode("utf-8", "surrogatepass"))
+    out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": os.path.getsize(path),
+           "conversations": len(convs), "messages": sum(len(c["messages"]) for c in convs)}
+    what = f"{_plural(out['conversations'], 'conversation')} ({_plural(out['messages'], 'message')})"
+    result = _text_result(f"Exported {what} as {fmt}: {path}", out)
+    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
+        result["content"].append({"type": "resource_link", "uri": out["uri"], "name": os.path.basename(path),
+                                  "mimeType": _FORMAT_MIME["json" if fmt == "json" else "md"], "size": out["bytes"]})
+    return result
+
+
+_P_QUERY = {"type": "string", "description": "Words to look for. Quotes, brackets and operators are just text; "
+            "mode says how the words match."}
+_P_MODE = {"type": "string", "enum": list(_SEARCH_MODES), "default": "words",
+           "description": "words: every word, anywhere; phrase: the words next to each other, in order; prefix: "
+                          "words that start with each one (repor finds report, reports)."}
+_P_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100, "default": 10, "description": "Results per page."}
+_P_OFFSET = {"type": "integer", "minimum": 0, "default": 0, "description": "Results to skip (next_offset pages on)."}
+_P_CURSOR = {"type": "string", "description": "next_cursor of the previous answer; none for the first page."}
+_P_CONV = {"type": "string", "description": "A conversation's id (from save_message or list_conversations)."}
+_P_WHEN = "ISO 8601 UTC date or time, e.g. 2025-01-31 or 2025-01-31T09:00:00Z"
+_CATALOG_TOOL_NAMES = ("search_stored_outputs", "list_stored_outputs")
+
+_MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
+    ("save_message",
+     "Save a message to conversation memory, which lasts across conversations. Without conversation_id a new "
+     "conversation is started; an id that does not exist yet is created. Returns conversation_id and message_id.",
+     _schema({"conversation_id": _P_CONV, "role": {"type": "string", "enum": list(_ROLES)},
+              "content": {"type": "string", "description": "The message text."},
+              "parent_message_id": {"type": "string", "description": "The message this one answers (same conversation)."},
+              "metadata": {"type": "object", "description": "Anything to keep with the message.",
+                           "additionalProperties": True}}, ("role", "content")),
+     _db_errors(_tool_save_message)),
+    ("get_conversation",
+     "Read a conversation from memory: its latest messages, oldest first. For earlier ones pass "
+     "next_before_message_id as before_message_id.",
+     _schema({"conversation_id": _P_CONV,
+              "message_limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+              "before_message_id": {"type": "string", "description": "Only messages before this one."}},
+             ("conversation_id",)),
+     _db_errors(_tool_get_conversation)),
+    ("list_conversations",
+     "List the conversations in memory, the most recently updated first, with titles and message counts.",
+     _schema({"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}, "cursor": _P_CURSOR}),
+     _db_errors(_tool_list_conversations)),
+    ("search_messages",
+     "Full-text search of the messages in memory, best matches first, with highlighted snippets.",
+     _schema({"query": _P_QUERY, "mode": _P_MODE, "conversation_id": {**_P_CONV, "description": "Only this one."},
+              "start_date": {"type": "string", "description": f"Messages from this time on ({_P_WHEN})."},
+              "end_date": {"type": "string", "description": f"Messages up to this time; a date includes its day ({_P_WHEN})."},
+              "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
+     _db_errors(_tool_search_messages)),
+    ("delete_conversation",
+     "Delete a conversation and all its messages from memory, for good.",
+     _schema({"conversation_id": _P_CONV}, ("conversation_id",)),
+     _db_errors(_tool_delete_conversation)),
+    ("export_conversations",
+     "Export conversation memory (all conversations, or one) as JSON or Markdown into a file in an allowed "
+     "directory; returns its path, not the export.",
+     _schema({"format": {"type": "string", "enum": ["json", "markdown"], "default": "json"},
+              "conversation_id": {**_P_CONV, "description": "Only this conversation (default: all)."},
+              "storage_path": {"type": "string", "description": "Directory, inside an allowed one (default: the first)."},
+              "filename": {"type": "string", "description": "File name; default conversations-<UTC time>. An "
+                           "existing file is never overwritten."}}),
+     _db_errors(_tool_export_conversations)),
+]
+
+
 _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("list_available_tools",
      "List the tools of the upstream MCP servers Abstract can reach, as {server, tool, description}. "
@@ -3919,7 +5072,39 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
               "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. /results/10."}},
              ("token",)),
      _tool_retrieve_cached_output),
+    ("search_stored_outputs",
+     "Search every output Abstract has stored or cached, in this conversation or earlier ones: the files of "
+     "call_tool_and_store, responses stored by call_tool_with_file_content, and cached call_tool results. Matches "
+     "the first 64 KB of each output, its description, server, tool and path; best matches first, with a "
+     "highlighted snippet, the path (or cache token) and whether the file still exists.",
+     _schema({"query": _P_QUERY, "mode": _P_MODE,
+              "server": {"type": "string", "description": "Only outputs of this server."},
+              "tool": {"type": "string", "description": "Only outputs of this tool."},
+              "since": {"type": "string", "description": f"Only outputs from this time on ({_P_WHEN})."},
+              "until": {"type": "string", "description": f"Only outputs up to this time; a date includes its day "
+                                                         f"({_P_WHEN})."},
+              "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
+     _db_errors(_tool_search_stored_outputs)),
+    ("list_stored_outputs",
+     "List the outputs Abstract has stored or cached, newest first (all conversations), with path or cache token, "
+     "format, size and whether the file still exists. retention_days shows which stored files a retention rule "
+     "of that many days would remove; Abstract itself never deletes them.",
+     _schema({"server": {"type": "string", "description": "Only outputs of this server."},
+              "tool": {"type": "string", "description": "Only outputs of this tool."},
+              "kind": {"type": "string", "enum": list(_CATALOG_KINDS), "description": "stored: call_tool_and_store; "
+                       "response: call_tool_with_file_content's response_format; cached: large call_tool results."},
+              "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20}, "cursor": _P_CURSOR,
+              "retention_days": {"type": "number", "exclusiveMinimum": 0, "description": "Mark the files older "
+                                 "than this many days (would_remove) and total them. Nothing is deleted."}}),
+     _db_errors(_tool_list_stored_outputs)),
 ]
+
+
+def _offered(name: str, cache: Optional[OutputCache], catalog: Optional[Catalog]) -> bool:
+    """Whether a tool can work here: the cache's and the catalog's tools need them."""
+    if name == "retrieve_cached_output":
+        return cache is not None
+    return catalog is not None or name not in _CATALOG_TOOL_NAMES
 
 _INSTRUCTIONS = (
     "Abstract reaches other MCP servers' tools for you and keeps large results out of the conversation.\n"
@@ -3929,7 +5114,9 @@ _INSTRUCTIONS = (
     "returns its path and a preview; call_tool_with_file_content sends a file's data to a tool without you reading it.\n"
     "- A large call_tool result comes back as a preview and a token: read more with retrieve_cached_output, or pass "
     "the token as cache_token to call_tool_and_store or call_tool_with_file_content.\n"
-    "- list_allowed_directories shows where files may be stored and read."
+    "- list_allowed_directories shows where files may be stored and read.\n"
+    "- search_stored_outputs finds outputs stored or cached earlier, also in past conversations; "
+    "list_stored_outputs lists them newest first."
 )
 
 # ==== 13. Server ==================================================================
@@ -3946,8 +5133,10 @@ class Server:
     """Abstract's MCP server over one client connection."""
 
     def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams, settings: Settings,
-                 cache: Optional[OutputCache] = None, expose: str = "meta") -> None:
+                 cache: Optional[OutputCache] = None, expose: str = "meta", catalog: Optional[Catalog] = None,
+                 memory: bool = False) -> None:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
+        self.catalog = catalog
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
@@ -3955,7 +5144,8 @@ class Server:
             up.on_log = self.relay_log
         keep = {"meta": lambda n: True, "direct": lambda n: n == "retrieve_cached_output",
                 "both": lambda n: True}[expose]
-        self.tools = {t[0]: t for t in _TOOLS if keep(t[0]) and (cache is not None or t[0] != "retrieve_cached_output")}
+        mem = _MEMORY_TOOLS if memory and catalog is not None else []  # --memory: in every --expose mode
+        self.tools = {t[0]: t for t in _TOOLS + mem if (keep(t[0]) or t in mem) and _offered(t[0], cache, catalog)}
         self.direct = _Direct(self) if expose in ("direct", "both") else None
         methods: Dict[str, Callable[[_Request], dict]] = {
             "initialize": self._initialize,
@@ -4110,37 +5300,51 @@ class Server:
         if self.direct is not None and self.direct.owns(uri):
             return self.direct.read(uri)
         if uri.startswith(_CACHE_URI) and self.cache is not None:
-            try:
-                entry = self.cache.get(uri[len(_CACHE_URI):])
-            except ToolError as e:
-                raise RpcError(missing, str(e), {"uri": uri}) from None
-            if entry.chars > _READ_MAX:
-                raise RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read it in windows "
-                                               f"with retrieve_cached_output", {"uri": uri})
-            return {"contents": [{"uri": uri, "mimeType": entry.ctype, "text": self.cache.text(entry)}]}
+            return self._read_cached(uri, missing)
         try:
             path = self.sandbox.resolve(_uri_to_path(uri))
         except SandboxError as e:
             raise RpcError(INVALID_PARAMS, str(e), {"uri": uri}) from None
         if not os.path.isfile(path):
             raise RpcError(missing, f"Resource not found: {uri}", {"uri": uri})
-        size = os.path.getsize(path)
-        if size > _READ_MAX:
-            raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
-                                           f"{_READ_MAX:,} bytes", {"uri": uri})
-        with open(path, "rb") as f:
-            data = f.read()
-        item: dict = {"uri": uri, "mimeType": _mime_of(path)}
-        try:
-            item["text"] = data.decode("utf-8")
-            if path.endswith(".gz") or "\x00" in item["text"]:
-                raise UnicodeDecodeError("utf-8", b"", 0, 1, "binary")
-        except UnicodeDecodeError:
-            import base64
+        return {"contents": [_file_contents(path, uri)]}
 
-            item.pop("text", None)
-            item["blob"] = base64.b64encode(data).decode("ascii")
-        return {"contents": [item]}
+    def _read_cached(self, uri: str, missing: int) -> dict:
+        try:
+            entry = self.cache.get(uri[len(_CACHE_URI):])  # type: ignore[union-attr]
+        except ToolError as e:
+            raise RpcError(missing, str(e), {"uri": uri}) from None
+        if entry.chars > _READ_MAX:
+            raise RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read it in windows "
+                                           f"with retrieve_cached_output", {"uri": uri})
+        return {"contents": [{"uri": uri, "mimeType": entry.ctype, "text": self.cache.text(entry)}]}  # type: ignore
+
+
+def _file_contents(path: str, uri: str) -> dict:
+    """One resources/read item: text for UTF-8 files, base64 blob for anything else."""
+    import base64
+
+    size = os.path.getsize(path)
+    if size > _READ_MAX:
+        raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
+                                       f"{_READ_MAX:,} bytes", {"uri": uri})
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_READ_MAX + 1)
+    except OSError as e:
+        raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}", {"uri": uri}) from None
+    item: dict = {"uri": uri, "mimeType": _mime_of(path)}
+    text = None
+    if not path.endswith(".gz"):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if text is not None and "\x00" not in text:
+        item["text"] = text
+    else:
+        item["blob"] = base64.b64encode(data).decode("ascii")
+    return item
 
 
 def _page(req: _Request, key: str, items: List[dict]) -> dict:
@@ -4351,6 +5555,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="meta: Abstract's own tools (default); direct: every upstream tool as <server>__<tool>; both")
     ap.add_argument("--http", metavar="[HOST:]PORT", help="serve signed download links for cached outputs "
                     "(default host 127.0.0.1; port 0 picks a free one)")
+    ap.add_argument("--memory", action="store_true", help="offer the conversation memory tools (save_message, "
+                    "get_conversation, ...), kept in the catalog database")
+    ap.add_argument("--reindex", action="store_true", help="add the files of the allowed directories to the catalog "
+                    "(after losing it, or a corrupt one), report, and exit")
     ap.add_argument("--version", action="version", version=f"abstract {__version__}")
     return ap
 
@@ -4408,9 +5616,56 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
               httpd.server_address[1])
 
 
-def _check(config: ClientConfig, upstreams: Upstreams, out: Any) -> int:
+def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Catalog], str]:
+    """The catalog, or None and the --check line saying why. Serving goes on without a catalog
+    that cannot be opened (outputs are then not recorded); --reindex and --memory need one."""
+    if not settings.catalog("enabled"):
+        why = "off (catalog.enabled is false in the settings)"
+    elif sqlite3 is None:
+        why = "unavailable: this Python has no sqlite3 module"
+    else:
+        configured = settings.catalog("path")
+        path = os.path.abspath(os.path.expanduser(configured)) if configured else str(_user_dir("data") / "catalog.sqlite3")
+        try:
+            return Catalog(path, max_text=int(settings.catalog("max_text_kb")) * 1024, own_dir=not configured), ""
+        except (OSError, sqlite3.Error) as e:
+            why = f"unavailable: cannot open {path}: {getattr(e, 'strerror', None) or e}"
+    if needed_by:
+        raise ConfigError(f"{needed_by} needs the catalog, which is {why}")
+    if why.startswith("unavailable"):
+        _log.warning("the catalog is %s; outputs are not recorded", why)
+    return None, f"catalog: {why}"
+
+
+def _reindex_report(catalog: Catalog, sandbox: Sandbox, config: ClientConfig, cache: Optional[OutputCache],
+                    out: Any) -> int:
+    """--reindex: add the files of the allowed directories (and live cached outputs) to the catalog."""
+    try:
+        s = _reindex(catalog, sandbox.roots, list(config.specs) + config.unselected, cache)
+    except (OSError, sqlite3.Error) as e:  # a full disk, a database locked for longer than busy_timeout
+        raise ConfigError(f"--reindex of {catalog.path} failed: {getattr(e, 'strerror', None) or e}") from None
+    out.write(f"reindexed {catalog.path} from {_plural(s['directories'], 'directory').replace('ys', 'ies')}: "
+              f"{_plural(s['added'], 'file')} added, {s['known']:,} already catalogued, {s['unreadable']:,} unreadable, "
+              f"{_plural(s['cached'], 'cached output')} added; the catalog now holds {_plural(s['rows'], 'output')}\n")
+    return 0
+
+
+def _to_text(stdout: Any, report: Callable[[Any], int]) -> int:
+    """Run a report (--check, --reindex) on main's binary stdout, or on sys.stdout."""
+    if stdout is None:
+        return report(sys.stdout)
+    text = io.TextIOWrapper(stdout, "utf-8", newline="\n", write_through=True)
+    try:
+        return report(text)
+    finally:
+        text.detach()  # flush, but leave the caller's stream open
+
+
+def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: str = "") -> int:
     """--check: start every selected upstream in parallel and report per server."""
     out.write(f"abstract {__version__} (Python {sys.version.split()[0]})\n")
+    if catalog_line:
+        out.write(catalog_line + "\n")
     if config.error:
         out.write(f"config: {config.error}\n")
         return 1
@@ -4472,27 +5727,29 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env)
     roots = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
     upstreams = Upstreams(config, settings, lambda: roots, environ=env)
-    if args.check:
-        if stdout is None:
-            return _check(config, upstreams, sys.stdout)
-        text = io.TextIOWrapper(stdout, "utf-8", newline="\n", write_through=True)  # main's stdout is binary
-        try:
-            return _check(config, upstreams, text)
-        finally:
-            text.detach()  # flush, but leave the caller's stream open
-    if config.error:
-        _log.warning("%s; tools that need upstream servers will say so", config.error)
-    rfile = stdin if stdin is not None else sys.stdin.buffer
-    wfile = stdout
-    if wfile is None:  # keep the real stdout for protocol messages; a stray print goes to stderr
-        wfile = sys.stdout.buffer
-        sys.stdout = sys.stderr
-    threading.Thread(target=_sweep_temps, args=(sandbox.roots,), name="abstract-temp-sweep", daemon=True).start()
-    cache = _open_cache(settings, env)
-    if args.http:
-        _start_links(cache, settings, env, args.http)
-    Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose).serve()
-    return 0
+    catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory" if args.memory else "")
+    try:
+        if args.reindex:
+            return _to_text(stdout, lambda out: _reindex_report(catalog, sandbox, config,  # type: ignore[arg-type]
+                                                                _open_cache(settings, env), out))
+        if args.check:
+            return _to_text(stdout, lambda out: _check(config, upstreams, out, catalog.describe() if catalog else why))
+        if config.error:
+            _log.warning("%s; tools that need upstream servers will say so", config.error)
+        rfile = stdin if stdin is not None else sys.stdin.buffer
+        wfile = stdout
+        if wfile is None:  # keep the real stdout for protocol messages; a stray print goes to stderr
+            wfile = sys.stdout.buffer
+            sys.stdout = sys.stderr
+        threading.Thread(target=_sweep_temps, args=(sandbox.roots,), name="abstract-temp-sweep", daemon=True).start()
+        cache = _open_cache(settings, env)
+        if args.http:
+            _start_links(cache, settings, env, args.http)
+        Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory).serve()
+        return 0
+    finally:
+        if catalog is not None:
+            catalog.close()
 
 
 # ==== 15. Entry point =============================================================

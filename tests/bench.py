@@ -15,7 +15,8 @@ is replaced by the path of an mcpServers config that names the same upstream as 
 Sections: cold start, per-call latency (echo and ~250 KB of records; direct, Abstract's call_tool,
 peer), throughput with C calls in flight, call_tool_and_store of 1k/10k/100k records to json, csv,
 yaml and xml against a one-process floor (json.loads + the stdlib writer), and the bytes a client
-receives for large results (context kept out). Every figure names the machine and the run counts.
+receives for large results (context kept out), and catalog search latency over 10k and 100k outputs
+(search_stored_outputs' engine, FTS5 and the LIKE fallback). Every figure names the machine and the run counts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import io
 import json
 import os
 import platform
+import random
 import shlex
 import shutil
 import statistics
@@ -287,6 +289,55 @@ def context(abstract_env: Dict[str, str], store_dir: str, sizes_kb: List[int]) -
     return out
 
 
+def _vocabulary(rnd: random.Random, n: int) -> List[str]:
+    """n distinct made-up words (2-4 syllables), in a fixed order: index = frequency rank."""
+    syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
+    words: Dict[str, None] = {}
+    while len(words) < n:
+        words["".join(rnd.choice(syllables) for _ in range(rnd.randint(2, 4)))] = None
+    return list(words)
+
+
+def catalog_search(sizes: List[int], queries: int, fallback_sizes: List[int]) -> List[dict]:
+    """search_stored_outputs' engine: Catalog.search latency over n synthetic outputs of ~1 KB of text
+    each (Zipf-distributed words), in a temporary file, for several kinds of query."""
+    rnd = random.Random(7)
+    vocab = _vocabulary(rnd, 5000)
+    cum, total = [], 0.0
+    for rank in range(len(vocab)):  # Zipf: the word of rank r is 1/(r+1) as frequent as the first
+        total += 1.0 / (rank + 1)
+        cum.append(total)
+    kinds = [("1 rare word", "words", lambda: rnd.choice(vocab[1000:])),
+             ("2 mid words", "words", lambda: " ".join(rnd.sample(vocab[50:1000], 2))),
+             ("1 common word", "words", lambda: rnd.choice(vocab[:10])),
+             ("phrase", "phrase", lambda: " ".join(rnd.sample(vocab[:200], 2))),
+             ("prefix", "prefix", lambda: rnd.choice(vocab[100:1000])[:3])]
+    out = []
+    for n, fts in [(n, None) for n in sizes] + [(n, False) for n in fallback_sizes]:
+        work = tempfile.mkdtemp(prefix="abstract-bench-catalog-")
+        cat = abstract.Catalog(os.path.join(work, "catalog.sqlite3"), fts=fts)
+        t = time.perf_counter()
+        for start in range(0, n, 5000):
+            cat.record_many([{"server": f"server{i % 5}", "tool": f"tool{i % 20}", "format": "json",
+                              "path": f"/bench/server{i % 5}-tool{i % 20}-{i}.json", "created": 1.7e9 + i,
+                              "text": " ".join(rnd.choices(vocab, cum_weights=cum, k=150))}
+                             for i in range(start, min(n, start + 5000))])
+        insert_s = time.perf_counter() - t
+        size_mb = sum(os.path.getsize(os.path.join(work, f)) for f in os.listdir(work)) / 1e6
+        for label, mode, make in kinds:
+            xs = []
+            for _ in range(queries):
+                q = make()
+                t = time.perf_counter()
+                cat.search(q, mode, limit=10)
+                xs.append((time.perf_counter() - t) * 1000)
+            out.append({"rows": n, "engine": "fts5" if cat.fts else "fallback", "query": label, "queries": queries,
+                        "p50_ms": pct(xs, 50), "p90_ms": pct(xs, 90), "insert_s": insert_s, "db_mb": size_mb})
+        cat.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -332,6 +383,10 @@ _TABLES: Dict[str, Callable[[Any], tuple]] = {
     "context": lambda r: ("Context kept out (bytes the client receives)",
                           ["result KB", "upstream sent", "call_tool", "call_tool_and_store"],
                           [[x["result_kb"], x["upstream_bytes"], x["call_tool_bytes"], x["store_bytes"]] for x in r]),
+    "catalog": lambda r: ("Catalog search (Catalog.search, 10 results with snippets, ~1 KB of text per output)",
+                          ["outputs", "engine", "query", "queries", "p50 ms", "p90 ms", "insert s", "DB MB"],
+                          [[x["rows"], x["engine"], x["query"], x["queries"], x["p50_ms"], x["p90_ms"], x["insert_s"],
+                            x["db_mb"]] for x in r]),
 }
 
 
@@ -352,7 +407,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--n", type=int, default=500, help="calls per latency measurement")
     ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
     ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
-    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context")
+    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,catalog")
     ap.add_argument("--json", default="", help="write the figures as JSON to this file")
     ap.add_argument("--markdown", default="", help="write the tables as Markdown to this file")
     a = ap.parse_args(argv)
@@ -369,9 +424,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         json.dump({"mcpServers": {"bench": {"command": sys.executable, "args": [HERE, "--serve-upstream"]}}}, f)
     relay, cached = os.path.join(work, "relay.json"), os.path.join(work, "cached.json")
     with open(relay, "w") as f:  # latency is measured on the relay: large results pass through uncached
-        json.dump({"output_cache": {"enabled": False}}, f)
-    with open(cached, "w") as f:  # defaults, but a cache of its own (never the user's)
-        json.dump({"output_cache": {"dir": os.path.join(work, "cache")}}, f)
+        json.dump({"output_cache": {"enabled": False}, "catalog": {"path": os.path.join(work, "catalog.sqlite3")}}, f)
+    with open(cached, "w") as f:  # defaults, but a cache and a catalog of its own (never the user's)
+        json.dump({"output_cache": {"dir": os.path.join(work, "cache")},
+                   "catalog": {"path": os.path.join(work, "catalog.sqlite3")}}, f)
     env = {**os.environ, "APP_CONFIG_PATH": config, "ABSTRACT_PROXY_SERVERS": "bench"}
     base_env, relay_env = {**env, "ABSTRACT_CONFIG": cached}, {**env, "ABSTRACT_CONFIG": relay}
     store = os.path.join(work, "store")
@@ -382,7 +438,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         targets.append(Target("peer", shlex.split(a.peer.replace("{config}", config)), base_env, prefix=a.peer_prefix))
     res: Dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv)}
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    want = set(a.only.split(",")) if a.only else {"cold", "latency", "throughput", "storing", "context"}
+    want = set(a.only.split(",")) if a.only else {"cold", "latency", "throughput", "storing", "context", "catalog"}
     if "cold" in want:
         say("cold start ...")
         res["cold"] = [(t.label, cold_start(t, 5 if a.quick else 15)) for t in targets]
@@ -401,6 +457,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "context" in want:
         say("context ...")
         res["context"] = context(base_env, store, [10, 100, 1024] if a.quick else [10, 100, 1024, 10240])
+    if "catalog" in want:
+        say("catalog search ...")
+        res["catalog"] = catalog_search([10000] if a.quick else [10000, 100000], 50 if a.quick else 200, [10000])
     shutil.rmtree(work, ignore_errors=True)
     text = report(res)
     print(text)

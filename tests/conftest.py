@@ -352,6 +352,8 @@ class World:
         settings = json.loads(json.dumps(self.settings or {}))  # the test's settings, never the user's cache
         if isinstance(settings, dict):
             settings.setdefault("output_cache", {}).setdefault("dir", str(self.tmp / "cache"))
+            if isinstance(settings.get("catalog", {}), dict):  # never the user's own catalog either
+                settings.setdefault("catalog", {}).setdefault("path", str(self.tmp / "catalog.sqlite3"))
         path = self.tmp / "settings.json"
         path.write_text(json.dumps(settings))
         env["ABSTRACT_CONFIG"] = str(path)
@@ -389,6 +391,20 @@ def _kill_fake(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_user_dirs(tmp_path_factory):
+    """Point Abstract's per-user data directory (the default catalog, the default outputs folder)
+    into a temporary one for the whole run, for the tests that start Abstract without World's
+    settings: no test may touch the real user's catalog."""
+    keep = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    yield
+    if keep is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = keep
 
 
 @pytest.fixture

@@ -641,7 +641,7 @@ def test_retrieve_pointer_on_text_is_an_error(retr):
 
 @pytest.mark.parametrize("token, message", [
     ("A" * 24, "No cached output with token " + "A" * 24), ("nope", "is not a cache token"),
-    (None, "is not a cache token"), ("../" * 8, "is not a cache token")])
+    (None, "Missing required argument 'token'"), ("../" * 8, "is not a cache token")])
 def test_retrieve_unknown_token_is_a_clear_error(retr, token, message):
     p, _ = retr
     res = p.call_tool("retrieve_cached_output", {} if token is None else {"token": token})
