@@ -2576,6 +2576,7 @@ class Upstream:
         self._tools: Optional[List[dict]] = None
         self.protocol_version = ""
         self.modern = False
+        self.capabilities: dict = {}  # what the upstream said it offers (tools, prompts, resources...)
         self.start_ms = 0.0
         self._started_at = 0.0
         self._quick_crashes = 0
@@ -2673,6 +2674,8 @@ class Upstream:
         if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
             raise RpcError(INVALID_REQUEST, f"initialize result without protocolVersion: {str(res)[:200]}")
         self.protocol_version, self.modern = res["protocolVersion"], False
+        caps = res.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
         conn.notify("notifications/initialized")
 
     def _try_modern(self, conn: Connection, limit: float) -> bool:
@@ -2684,6 +2687,8 @@ class Upstream:
         versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
         if MODERN_VERSIONS[0] not in versions:
             return False
+        caps = res.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
         self.protocol_version, self.modern = MODERN_VERSIONS[0], True
         return True
 
@@ -5124,6 +5129,10 @@ _INSTRUCTIONS = (
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
 
+_DIRECT_INSTRUCTIONS = (
+    "The tools named <server>__<tool> are other MCP servers' tools, called through Abstract. A large result "
+    "comes back as a preview and a token: read more of it with retrieve_cached_output."
+)
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
               "resources/read"}
@@ -5217,12 +5226,18 @@ class Server:
         self.version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
         self.initialized = True
         return {"protocolVersion": self.version, "capabilities": self._capabilities(),
-                "serverInfo": {"name": _SERVER_NAME, "version": __version__}, "instructions": _INSTRUCTIONS}
+                "serverInfo": {"name": _SERVER_NAME, "version": __version__}, "instructions": self._instructions()}
 
     def _discover(self, req: _Request) -> dict:
         return {"supportedVersions": list(MODERN_VERSIONS) + list(HANDSHAKE_VERSIONS),
-                "capabilities": self._capabilities(), "instructions": _INSTRUCTIONS,
+                "capabilities": self._capabilities(), "instructions": self._instructions(),
                 "_meta": {_META_SERVER_INFO: {"name": _SERVER_NAME, "version": __version__}}}
+
+    def _instructions(self) -> str:
+        if self.direct is None:
+            return _INSTRUCTIONS
+        text = _DIRECT_INSTRUCTIONS if "call_tool" not in self.tools else _INSTRUCTIONS + "\n" + _DIRECT_INSTRUCTIONS
+        return text
 
     def _set_level(self, req: _Request) -> dict:
         level = (req.params or {}).get("level")
@@ -5235,7 +5250,9 @@ class Server:
         """An upstream's notifications/message, passed to a legacy client at or above its level."""
         level = params.get("level")
         if self.initialized and level in _LOG_LEVELS and _LOG_LEVELS.index(level) >= _LOG_LEVELS.index(self.log_level):
-            self.conn.notify("notifications/message", {"level": level, "logger": server, "data": params.get("data")})
+            logger = params.get("logger")
+            logger = f"{server}/{logger}" if isinstance(logger, str) and logger else server  # whose message
+            self.conn.notify("notifications/message", {"level": level, "logger": logger, "data": params.get("data")})
 
     def _tools_list(self, req: _Request) -> dict:
         tools = [{"name": n, "description": d, "inputSchema": s} for n, d, s, _ in self.tools.values()]
@@ -5385,10 +5402,15 @@ class _Direct:
         for up in server.upstreams._all.values():
             up.on_tools_changed = server.tools_changed
 
-    def _gather(self, fn: Callable[[Upstream], List[dict]]) -> Dict[str, List[dict]]:
-        """fn over every upstream in parallel; a server that fails is logged and left out."""
+    def _gather(self, fn: Callable[[Upstream], List[dict]], capability: str = "") -> Dict[str, List[dict]]:
+        """fn over every upstream in parallel (only those that declared `capability`, when
+        given); a server that fails is logged and left out."""
+        def run(up: Upstream) -> List[dict]:
+            up.session()
+            return fn(up) if not capability or capability in up.capabilities else []
+
         out = {}
-        for name, got in self.server.upstreams.each(fn).items():
+        for name, got in self.server.upstreams.each(run).items():
             if isinstance(got, Exception):
                 _log.warning("%s left out of the list: %s", name, getattr(got, "message", None) or got)
             else:
@@ -5434,7 +5456,7 @@ class _Direct:
 
     def prompts(self) -> List[dict]:
         mapping, out = {}, []
-        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts")).items():
+        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts"), "prompts").items():
             for p in prompts:
                 if isinstance(p.get("name"), str):
                     exposed = _direct_name(server, p["name"], {k: v for k, v in mapping.items()})
@@ -5454,7 +5476,7 @@ class _Direct:
 
     def resources(self) -> List[dict]:
         out = []
-        for server, items in self._gather(lambda up: up.listing("resources/list", "resources")).items():
+        for server, items in self._gather(lambda up: up.listing("resources/list", "resources"), "resources").items():
             for r in items:
                 if isinstance(r.get("uri"), str):
                     self._uris[r["uri"]] = server
@@ -5462,8 +5484,8 @@ class _Direct:
         return out
 
     def templates(self) -> List[dict]:
-        return [t for items in self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"))
-                .values() for t in items]
+        lists = self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"), "resources")
+        return [t for items in lists.values() for t in items]
 
     def owns(self, uri: str) -> bool:
         if uri not in self._uris and not uri.startswith(("file:", _CACHE_URI)):

@@ -228,6 +228,7 @@ class Fake:
         elif self.opts.extras and method in self.EXTRA_METHODS:
             self.reply(mid, self.EXTRA_METHODS[method](self, params))
         else:
+            self.state(event="unknown_method", method=method)
             self.error(mid, -32601, f"Method not found: {method}")
 
     # -- methods
@@ -240,14 +241,21 @@ class Fake:
         asked = params.get("protocolVersion")
         version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
         self.state(event="initialize", protocolVersion=asked)
-        self.reply(mid, {"protocolVersion": version, "capabilities": {"tools": {}},
+        self.reply(mid, {"protocolVersion": version, "capabilities": self.capabilities(),
                          "serverInfo": {"name": "fake", "version": "1.0"}})
+
+    def capabilities(self) -> dict:
+        """What this fake offers: prompts and resources only with --extras (so clients ask)."""
+        caps: dict = {"tools": {}}
+        if self.opts.extras:
+            caps.update(prompts={}, resources={})
+        return caps
 
     def discover(self, mid, params: dict) -> None:
         if not self.opts.modern_only:
             self.error(mid, -32601, "Method not found: server/discover")
             return
-        self.reply(mid, {"supportedVersions": [MODERN], "capabilities": {"tools": {}}, "ttlMs": 0,
+        self.reply(mid, {"supportedVersions": [MODERN], "capabilities": self.capabilities(), "ttlMs": 0,
                          "cacheScope": "private", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fake"}}})
 
     def tools_list(self, mid, params: dict) -> None:

@@ -247,6 +247,17 @@ def test_direct_proxies_prompts_under_mapped_names(direct):
     assert resp["error"]["code"] == -32602 and "s__greet" in resp["error"]["message"]
 
 
+def test_direct_asks_only_servers_that_offer_prompts_and_resources(world):
+    world.fake("plain")  # declares tools only
+    world.fake("rich", "--extras")
+    p = world.start("--expose", "direct", str(world.dir))
+    assert [x["name"] for x in p.result("prompts/list")["prompts"]] == ["rich__greet"]
+    assert "fake://doc/1" in [r["uri"] for r in p.result("resources/list")["resources"]]
+    p.result("resources/templates/list")
+    assert world.events("plain", "unknown_method") == []  # never asked what it did not offer
+    assert "left out of the list" not in p.stderr
+
+
 def test_direct_leaves_out_a_server_that_fails(world):
     world.fake("good", "--extras")
     world.fake("bad", "--exit-at-start", "3")
