@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-# Source: https://github.com/abstract-mcp/abstract (a vendored copy: this one file is the whole program)
+# Source: the Abstract repository (README.md, docs/); a vendored copy: this one file is the whole program.
+# When vendoring, note here the repository URL and commit you copied it from.
 """Abstract: an MCP proxy that keeps large tool results out of the model's context.
 
 Usage (from an MCP client's config, or a shell):
@@ -19,11 +20,13 @@ anywhere and run it with any python3; nothing else is needed.
 
 Sections (grep -n '^# ==' abstract.py):
     1. Imports            2. Version and exports   3. Constants
-    4. Errors             5. Helpers               6. Formats
-    7. Sandbox and atomic writer                   8. JSON-RPC
-    9. Upstreams (config, client, supervisor)      10. Settings
-    11. Results  11b. Output cache  11c. Catalog (sqlite3)
-    12. Tools             13. Server               14. CLI
+    4. Errors             5. Helpers               6. Formats (csv, json, yaml, xml, md, html)
+    7. Sandbox and atomic writer                   8. JSON-RPC (framing, Connection)
+    9. Config and settings                         10. Upstreams (client, supervisor)
+    11. Results: extraction and storing            12. Output cache and signed links
+    13. Catalog (sqlite3)                          14. Tools
+    15. Server (both protocol eras)                16. CLI
+    17. Entry point
 """
 
 # ==== 1. Imports ==================================================================
@@ -2387,7 +2390,7 @@ _CACHE_GLOBAL: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "max_window_chars": (lambda v: _count(v) and v > 0, "a number of characters > 0", 20000),
     "dir": (lambda v: isinstance(v, str) and bool(v), "a directory path", ""),
 }
-# The catalog (section 11c): whether there is one, where it lives, how much text of each output it keeps.
+# The catalog (section 13): whether there is one, where it lives, how much text of each output it keeps.
 _CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "enabled": (lambda v: isinstance(v, bool), "true or false", True),
     "path": (lambda v: isinstance(v, str) and bool(v.strip()), "a file path", ""),
@@ -3049,7 +3052,7 @@ def _preview(text: str, limit: int = 600) -> str:
     return (cut[:nl] if nl > limit // 2 else cut) + "\n[...]"
 
 
-# ==== 11b. Output cache and signed links ==========================================
+# ==== 12. Output cache and signed links ===========================================
 # A large direct result is kept in a private cache directory; the client gets a preview and a
 # token, and pulls windows of the rest with retrieve_cached_output (or over a signed URL).
 
@@ -3418,7 +3421,7 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
         return 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
 
 
-# ==== 11c. Catalog (sqlite3) ======================================================
+# ==== 13. Catalog (sqlite3) =======================================================
 # One SQLite database per user records every stored file, every stored response and every cached
 # output, so an output stored last week can be found today from any conversation; with --memory it
 # also holds conversation memory. The design is seed 003's: WAL, FTS5 with bm25 ranking and
@@ -4196,7 +4199,7 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Opti
 
 
 
-# ==== 12. Tools ===================================================================
+# ==== 14. Tools ===================================================================
 # What the model sees: each tool's schema and description, and its handler. Handlers raise
 # ToolError for anything the model can fix; it becomes an isError result with that text.
 
@@ -4340,7 +4343,7 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     return res
 
 
-# -- the catalog's hooks (section 11c holds the Catalog): every stored file, stored response and
+# -- the catalog's hooks (section 13 holds the Catalog): every stored file, stored response and
 # cached output is recorded. A catalog failure is logged and never fails the call: the output
 # itself is already safe on disk.
 
@@ -5124,7 +5127,7 @@ _INSTRUCTIONS = (
     "list_stored_outputs lists them newest first."
 )
 
-# ==== 13. Server ==================================================================
+# ==== 15. Server ==================================================================
 # The MCP server the client talks to, in both protocol eras: the legacy handshake
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
@@ -5538,7 +5541,7 @@ def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List
     return found[:limit]
 
 
-# ==== 14. CLI =====================================================================
+# ==== 16. CLI =====================================================================
 
 
 def _prepare_dirs(dirs: List[str], say: Callable[[str], None]) -> List[str]:
@@ -5774,7 +5777,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             catalog.close()
 
 
-# ==== 15. Entry point =============================================================
+# ==== 17. Entry point =============================================================
 
 if __name__ == "__main__":
     sys.modules.setdefault("abstract", sys.modules["__main__"])

@@ -1,4 +1,4 @@
-"""The catalog (section 11c) in-process: Catalog(":memory:") or a file under tmp_path.
+"""The catalog (section 13 of abstract.py) in-process: Catalog(":memory:") or a file under tmp_path.
 
 Search with FTS5 and with the forced LIKE fallback, hostile queries, pagination, corrupt files,
 permissions, migrations, concurrency, conversation memory, and the helpers --reindex uses.
