@@ -3024,10 +3024,10 @@ def _utc_stamp() -> str:
 class _Stored:
     """A file written by a store, for the answer."""
 
-    __slots__ = ("path", "fmt", "size", "mime")
+    __slots__ = ("path", "fmt", "size", "mime", "sha256")
 
-    def __init__(self, path: str, fmt: str, size: int, mime: str) -> None:
-        self.path, self.fmt, self.size, self.mime = path, fmt, size, mime
+    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "") -> None:
+        self.path, self.fmt, self.size, self.mime, self.sha256 = path, fmt, size, mime, sha256
 
 
 def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]:
@@ -3683,18 +3683,21 @@ def _filters(alias: str, **conds: Any) -> Tuple[str, List[Any]]:
     return sql, params
 
 
-def _file_facts(path: str, fmt: str, max_text: int) -> dict:
-    """bytes and sha256 of a file, and its first `max_text` bytes as text for a text format
-    (decompressed for .gz); binary formats get no text."""
+def _file_facts(path: str, fmt: str, max_text: int, sha256: str = "") -> dict:
+    """bytes and sha256 of a file (the digest is computed unless the writer already did), and
+    its first `max_text` bytes as text for a text format (decompressed for .gz); binary
+    formats get no text."""
     import gzip
     import hashlib
     import zlib
 
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
+    size = os.path.getsize(path)
+    if not sha256:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        sha256 = digest.hexdigest()
     text = ""
     if fmt.lower() in _TEXT_FORMATS:
         opener = gzip.open if path.lower().endswith(".gz") else open
@@ -3703,7 +3706,7 @@ def _file_facts(path: str, fmt: str, max_text: int) -> dict:
                 text = f.read(max_text).decode("utf-8", "ignore")  # "ignore": a character cut at the end
         except (OSError, EOFError, zlib.error):
             text = ""
-    return {"bytes": size, "sha256": digest.hexdigest(), "text": text}
+    return {"bytes": size, "sha256": sha256, "text": text}
 
 
 def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
@@ -4375,7 +4378,7 @@ def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Option
         out = []
         for f in ([main] if main is not None else []) + blobs:
             e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call), "description": desc,
-                 "path": f.path, "format": f.fmt, **_file_facts(f.path, f.fmt, max_text)}
+                 "path": f.path, "format": f.fmt, **_file_facts(f.path, f.fmt, max_text, f.sha256)}
             if f is main and getattr(conv, "rows", None) is not None:
                 e["rows"], e["columns"] = conv.rows, len(conv.columns or [])
             out.append(e)
@@ -4582,13 +4585,22 @@ def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -
                 head.append(part[:4000])
             yield part.encode("utf-8", "surrogatepass")
 
+    import hashlib
+
     chunks: Any = encoded()
     ext = "." + conv.fmt
     mime = _FORMAT_MIME[conv.fmt]
     if call.flag("compress"):
         chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
-    path = _write_new(directory, stem, ext, chunks)
-    return _Stored(path, conv.fmt, os.path.getsize(path), mime), "".join(head)
+    digest = hashlib.sha256()  # of the bytes as written, so the catalog need not read the file again
+
+    def hashed() -> Iterator[bytes]:
+        for chunk in chunks:
+            digest.update(chunk)
+            yield chunk
+
+    path = _write_new(directory, stem, ext, hashed())
+    return _Stored(path, conv.fmt, os.path.getsize(path), mime, digest.hexdigest()), "".join(head)
 
 
 def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable[[], dict], source: str = "") -> dict:

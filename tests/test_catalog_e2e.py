@@ -9,6 +9,8 @@ hostile queries, missing files, retention, quotas, a corrupt database at start-u
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import io
 import json
 import os
@@ -120,6 +122,18 @@ def test_each_kind_of_output_is_recorded(cw):
     assert len(cached) == 1 and cached[0]["kind"] == "cached" and cached[0]["token"] == made["cached"]["token"]
     assert cached[0]["uri"] == "abstract://cache/" + made["cached"]["token"] and "path" not in cached[0]
     assert cached[0]["missing"] is False and "arguments" not in cached[0]  # over 1,000 characters: left out
+
+
+def test_recorded_digests_are_those_of_the_files_as_written(cw):
+    """The writer hashes what it writes (compressed bytes for .gz), so the catalog's sha256 and
+    size are the file's own, without reading the file again."""
+    world, _, made = cw
+    with contextlib.closing(sqlite3.connect(str(world.tmp / "catalog.sqlite3"))) as db:
+        for key in ("csv", "gz", "response"):
+            path = made[key]["path"]
+            digest, size = db.execute("SELECT sha256, bytes FROM outputs WHERE path = ?", (path,)).fetchone()
+            data = Path(path).read_bytes()
+            assert (digest, size) == (hashlib.sha256(data).hexdigest(), len(data)), key
 
 
 def test_search_answer_is_compact_text_plus_structured(cw):
