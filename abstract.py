@@ -107,6 +107,7 @@ _META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 _CALL_TIMEOUT_S = 120.0  # default deadline of an upstream tool call
 _START_TIMEOUT_S = 30.0  # start-up and handshake
 _SHUTDOWN_STEP_S = 1.5  # each of: stdin close -> wait, terminate -> wait (then kill)
+_DRAIN_S = 2.0  # after stdin EOF, how long requests still running may take to answer
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
 _MAX_WORKERS = 256
@@ -1527,9 +1528,12 @@ def _xml_to_data(text: str) -> Any:
         line, column = err.position
         msg = re.sub(r": line \d+, column \d+$", "", str(err))
         raise FormatError(f"bad XML: {msg}", text, _line_offset(text, line) + column) from None
-    if root.tag == "result" and root.get("generator") == "abstract":
-        return _xml_decode(root)
-    return {root.tag: _xml_generic(root)}
+    try:
+        if root.tag == "result" and root.get("generator") == "abstract":
+            return _xml_decode(root)
+        return {root.tag: _xml_generic(root)}
+    except RecursionError:  # both walk the tree recursively; expat itself parses any depth
+        raise FormatError("XML nested too deeply", text, 0) from None
 
 
 # ---- Markdown and HTML ----
@@ -1949,9 +1953,20 @@ def _claim(tmp: str, final: str) -> bool:
 
 
 def _frame(msg: dict) -> bytes:
-    data = _dumps(msg).encode("utf-8", "surrogatepass")
+    """One message as a line of UTF-8. A lone surrogate (from a \\ud800 escape a peer sent) cannot
+    be encoded as UTF-8; such a message goes out with every non-ASCII character escaped."""
+    try:
+        data = _dumps(msg).encode("utf-8")
+    except UnicodeEncodeError:
+        data = json.dumps(msg, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     assert b"\n" not in data  # json escapes newlines; a raw one would split the frame
     return data + b"\n"
+
+
+def _no_nan(name: str) -> None:
+    """parse_constant hook: NaN and Infinity are not JSON; they are read as null, so they are
+    never passed on (a strict peer such as JSON.parse would reject the whole message)."""
+    return None
 
 
 def _error_response(mid: Any, err: RpcError) -> dict:
@@ -2015,6 +2030,7 @@ class Connection:
         pool: Optional[_Pool] = None,
         strict: bool = True,
         on_close: Optional[Callable[[], Optional[str]]] = None,
+        queued: bool = False,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -2031,17 +2047,39 @@ class Connection:
         self.closed = threading.Event()
         self.close_reason = "connection closed"
         self._shutting = False
+        # queued: a writer thread does the writing, so no caller ever blocks on a peer that stops
+        # reading (an upstream's full stdin pipe); stalled() tells how long a write has hung.
+        self._outq: Optional[queue.Queue] = queue.Queue() if queued else None
+        self._write_started = 0.0
+        self._idle = threading.Event()  # no incoming request is being handled
+        self._idle.set()
 
     # -- lifecycle
     def start(self) -> "Connection":
         threading.Thread(target=self._read_loop, name=f"rpc-read-{self.name}", daemon=True).start()
+        if self._outq is not None:
+            threading.Thread(target=self._write_loop, name=f"rpc-write-{self.name}", daemon=True).start()
         return self
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait (bounded) until no incoming request is being handled; True if none is."""
+        return self._idle.wait(timeout)
+
+    def lost(self) -> None:
+        """The peer is gone though its stream did not close (a grandchild may hold it open):
+        end the session as EOF would."""
+        self._shut(self.close_reason, eof=True)
+
+    def stalled(self, seconds: float) -> bool:
+        """Whether a write has been stuck for more than `seconds` (the peer stopped reading)."""
+        started = self._write_started
+        return bool(started) and time.monotonic() - started > seconds
 
     def _read_loop(self) -> None:
         try:
             for line in iter(self._rfile.readline, b""):
                 if not line.isspace():  # (strip() would copy a message of many megabytes)
-                    self._on_line(line)
+                    self._on_line_safely(line)
                 line = b""  # drop the bytes now, not when the next line arrives
         except (OSError, ValueError) as e:  # a closed or broken pipe ends the session like EOF
             _log.debug("%s: read failed: %s", self.name, e)
@@ -2064,6 +2102,8 @@ class Connection:
             pending, self._pending = self._pending, {}
         for fut in pending.values():
             _settle(fut, exc=UpstreamError(reason))
+        if self._outq is not None:
+            self._outq.put(None)  # ends the writer (once a stuck write fails, when the peer dies)
 
     def fail_pending(self, reason: str) -> None:
         """Close the session from outside (process gone): pending requests fail with `reason`."""
@@ -2071,15 +2111,34 @@ class Connection:
 
     # -- writing
     def send(self, msg: dict) -> bool:
-        """Write one message whole; False if the stream is gone."""
+        """Write one message whole (or queue it for the writer); False if the stream is gone."""
         data = _frame(msg)
+        if self._outq is None:
+            return self._write(data)
+        if self.closed.is_set():
+            return False
+        self._outq.put(data)
+        return True
+
+    def _write(self, data: bytes) -> bool:
         with self._wlock:
+            self._write_started = time.monotonic()
             try:
                 self._wfile.write(data)
                 self._wfile.flush()
                 return True
             except (OSError, ValueError):
                 return False
+            finally:
+                self._write_started = 0.0
+
+    def _write_loop(self) -> None:
+        while True:
+            data = self._outq.get()  # type: ignore[union-attr]
+            if data is None or not self._write(data):
+                if data is not None:  # the peer closed its input: the session is over
+                    self.lost()
+                return
 
     def notify(self, method: str, params: Optional[dict] = None) -> bool:
         msg: dict = {"jsonrpc": "2.0", "method": method}
@@ -2123,11 +2182,18 @@ class Connection:
             self.forget(mid)
 
     # -- incoming
+    def _on_line_safely(self, line: bytes) -> None:
+        """_on_line, but no message, however malformed, can end the session."""
+        try:
+            self._on_line(line)
+        except Exception:
+            _log.error("%s: a message could not be handled:\n%s", self.name, traceback.format_exc())
+
     def _on_line(self, line: bytes) -> None:
         try:
-            msg = json.loads(line)
-        except ValueError as e:
-            self._bad(line, PARSE_ERROR, f"Parse error: {e}")
+            msg = json.loads(line, parse_constant=_no_nan)
+        except (ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nested past the limit
+            self._bad(line, PARSE_ERROR, f"Parse error: {str(e)[:200]}")
             return
         if not isinstance(msg, dict):
             self._bad(line, INVALID_REQUEST, "Invalid Request: expected a JSON object (batches are not supported)")
@@ -2160,6 +2226,9 @@ class Connection:
             _log.warning("%s: skipped a line that is not JSON-RPC: %s", self.name, shown)
 
     def _on_response(self, msg: dict) -> None:
+        if not self._valid_id(msg):
+            _log.warning("%s: dropped a response whose id is neither a string nor an integer", self.name)
+            return
         with self._plock:
             fut = self._pending.pop(msg["id"], None)
         if fut is None:
@@ -2172,6 +2241,8 @@ class Connection:
     def _on_notification(self, method: str, params: Any) -> None:
         if method == "notifications/cancelled":
             rid = params.get("requestId") if isinstance(params, dict) else None
+            if not isinstance(rid, (str, int)):
+                return  # not an id this side could have issued
             with self._plock:
                 req = self._inflight.get(rid)
             if req is not None:
@@ -2189,6 +2260,7 @@ class Connection:
         req = _Request(msg["id"], msg["method"], msg.get("params"))
         with self._plock:
             self._inflight[req.id] = req
+            self._idle.clear()
         if self._pool is None:
             self._dispatch(req)
         else:
@@ -2213,6 +2285,8 @@ class Connection:
         finally:
             with self._plock:
                 self._inflight.pop(req.id, None)
+                if not self._inflight:
+                    self._idle.set()
         if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
             self.send(reply)
 
@@ -2356,9 +2430,17 @@ def _positive(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
 
 
+_SECONDS = "a number of seconds > 0 and at most 10000000 (about 4 months)"
+
+
+def _seconds(v: Any) -> bool:
+    """A duration the clocks and waits can hold (a huge one overflows time_t in a wait)."""
+    return _positive(v) and v <= 1e7
+
+
 _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "timeout_seconds": (_positive, "a number of seconds > 0", _CALL_TIMEOUT_S),
-    "startup_timeout_seconds": (_positive, "a number of seconds > 0", _START_TIMEOUT_S),
+    "timeout_seconds": (_seconds, _SECONDS, _CALL_TIMEOUT_S),
+    "startup_timeout_seconds": (_seconds, _SECONDS, _START_TIMEOUT_S),
     "organize": (lambda v: v in _ORGANIZE, f"one of {', '.join(_ORGANIZE)}", "flat"),
     "max_input_file_mb": (_positive, "a number of megabytes > 0", 10),
     # Upstreams that honour roots (server-filesystem does) then work in Abstract's directories
@@ -2368,8 +2450,8 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
                        "an http:// or https:// URL", ""),
 }
 _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "timeout_seconds": (_positive, "a number of seconds > 0", None),
-    "startup_timeout_seconds": (_positive, "a number of seconds > 0", None),
+    "timeout_seconds": (_seconds, _SECONDS, None),
+    "startup_timeout_seconds": (_seconds, _SECONDS, None),
 }
 
 
@@ -2385,7 +2467,7 @@ _CACHE_POLICY: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
 }
 _CACHE_GLOBAL: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     **_CACHE_POLICY,
-    "ttl_seconds": (_positive, "a number of seconds > 0", 3600),
+    "ttl_seconds": (_seconds, _SECONDS, 3600),
     "max_total_mb": (_positive, "a number of megabytes > 0", 1024),
     "max_window_chars": (lambda v: _count(v) and v > 0, "a number of characters > 0", 20000),
     "dir": (lambda v: isinstance(v, str) and bool(v), "a directory path", ""),
@@ -2455,8 +2537,8 @@ def _env_seconds(environ: Dict[str, str], name: str) -> Optional[float]:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not _positive(value):
-        raise ConfigError(f"{name} must be a number of seconds > 0, not {raw!r}")
+    if not _seconds(value):
+        raise ConfigError(f"{name} must be {_SECONDS}, not {raw!r}")
     return value
 
 
@@ -2580,6 +2662,7 @@ class Upstream:
         self.protocol_version = ""
         self.modern = False
         self.capabilities: dict = {}  # what the upstream said it offers (tools, prompts, resources...)
+        self._ready = False
         self.start_ms = 0.0
         self._started_at = 0.0
         self._quick_crashes = 0
@@ -2611,29 +2694,17 @@ class Upstream:
             return self._conn  # type: ignore[return-value]
 
     def _start(self) -> None:
-        env = dict(self._environ)
-        env.update(self.spec.env)
         t0 = self._clock()
-        self.tail = _Tail()  # this run's stderr only
-        try:
-            argv = [_resolve_command(self.spec, env)] + self.spec.args
-            self._proc = proc = self._popen(argv, env)
-        except (OSError, UpstreamError) as e:
-            self._note_crash(t0)
-            msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
-            self.last_error = f"server '{self.name}' could not start: {msg} (command: {self._cmdline()})"
-            raise UpstreamError(self.last_error) from None
-        self._started_at = t0
-        self._stderr_thread = threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,),
-                                               name=f"stderr-{self.name}", daemon=True)
-        self._stderr_thread.start()
-        conn = Connection(io.BufferedReader(self._proc.stdout, 1 << 16), io.BufferedWriter(self._proc.stdin, 1 << 16),
-                          name=self.name, strict=False, on_close=lambda: self._on_close(proc),
+        self._ready = False  # until the handshake completes, any failure counts as a quick crash
+        proc = self._spawn_process(t0)
+        conn = Connection(io.BufferedReader(proc.stdout, 1 << 16), io.BufferedWriter(proc.stdin, 1 << 16),
+                          name=self.name, strict=False, on_close=lambda: self._on_close(proc), queued=True,
                           requests=self._client_methods(),
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
                                          "notifications/message": self._on_log})
         self._conn = conn.start()
+        threading.Thread(target=self._watch, args=(proc, conn), name=f"watch-{self.name}", daemon=True).start()
         try:
             self._handshake(conn)
         except RpcError as e:
@@ -2642,8 +2713,37 @@ class Upstream:
             self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
                                f"(command: {self._cmdline()}): {e.message}{hint}")
             raise UpstreamError(self.last_error) from None
+        self._ready = True
         self.start_ms = (self._clock() - t0) * 1000
         self._tools = None
+
+    def _spawn_process(self, t0: float) -> Any:
+        """Start the process (its stderr drained from the start); UpstreamError if it cannot."""
+        env = dict(self._environ)
+        env.update(self.spec.env)
+        env["ABSTRACT_PARENT"] = str(os.getpid())  # an Abstract started through this one refuses to run
+        self.tail = _Tail()  # this run's stderr only
+        try:
+            argv = [_resolve_command(self.spec, env)] + self.spec.args
+            self._proc = proc = self._popen(argv, env)
+        except (OSError, UpstreamError) as e:
+            self._note_crash(t0, quick=True)
+            msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
+            self.last_error = f"server '{self.name}' could not start: {msg} (command: {self._cmdline()})"
+            raise UpstreamError(self.last_error) from None
+        self._started_at = t0
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, args=(proc.stderr,),
+                                               name=f"stderr-{self.name}", daemon=True)
+        self._stderr_thread.start()
+        return proc
+
+    def _watch(self, proc: Any, conn: Connection) -> None:
+        """Notice the process's exit even when a child it left behind keeps its stdout open:
+        pending calls then fail at once instead of waiting for their deadline."""
+        proc.wait()
+        if not conn.closed.wait(0.5):
+            self._hard_kill(proc)  # the leftovers of its process group hold the pipe
+            conn.lost()
 
     def _client_methods(self) -> Dict[str, Handler]:
         """What Abstract answers when an upstream asks: ping, and roots/list when roots are shared."""
@@ -2745,15 +2845,15 @@ class Upstream:
         if self._stderr_thread is not None:
             self._stderr_thread.join(timeout=0.5)
         if not self._closing:
-            self._note_crash(self._started_at)
+            self._note_crash(self._started_at, quick=not self._ready)
         state = _exit_text(code) if code is not None else "closed its output"
         reason = f"server '{self.name}' {state}{self._stderr_hint()}"
         if not self._closing:
             self.last_error = reason
         return reason
 
-    def _note_crash(self, started: float) -> None:
-        if self._clock() - started < _CRASH_WINDOW_S:
+    def _note_crash(self, started: float, quick: bool = False) -> None:
+        if quick or self._clock() - started < _CRASH_WINDOW_S:
             self._quick_crashes += 1
         else:
             self._quick_crashes = 1
@@ -2819,6 +2919,11 @@ class Upstream:
                                 f"retried, because the server may have done part of the work; call it again if "
                                 f"that is safe (the server is restarted on the next call).") from None
         except FutureTimeout:
+            if conn.stalled(limit):  # it stopped reading its input: nothing more can reach it
+                self._kill()
+                raise UpstreamError(f"'{self.name}' stopped reading its input: the request to tool '{tool}' could not "
+                                    f"be delivered within {limit:g} s. The server was stopped; the next call starts "
+                                    f"it again.{self._stderr_hint()}", REQUEST_TIMEOUT) from None
             conn.notify("notifications/cancelled", {"requestId": mid, "reason": f"timed out after {limit:g} s"})
             raise UpstreamError(f"'{self.name}' tool '{tool}' did not answer within {limit:g} s, so the call was "
                                 f"cancelled. Raise timeout_seconds for this server in Abstract's settings, "
@@ -2852,14 +2957,16 @@ class Upstream:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        if not _WINDOWS:
+            self._hard_kill(proc)  # children it left in its process group go too (ESRCH if none)
         if self._conn is not None:
             self._conn.fail_pending(f"server '{self.name}' was shut down")
 
     @staticmethod
     def _terminate(proc: Any) -> None:
         try:
-            if _WINDOWS:
-                proc.terminate()
+            if _WINDOWS:  # the whole tree: npx.cmd's node child would outlive proc.terminate()
+                _taskkill(proc.pid, force=False)
             else:
                 os.killpg(proc.pid, signal.SIGTERM)
         except OSError:
@@ -2869,11 +2976,22 @@ class Upstream:
     def _hard_kill(proc: Any) -> None:
         try:
             if _WINDOWS:
+                _taskkill(proc.pid, force=True)
                 proc.kill()
             else:
                 os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def _taskkill(pid: int, force: bool) -> None:
+    """Windows: end a process and its descendants (taskkill /T), bounded in time."""
+    args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
+    try:
+        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=_SHUTDOWN_STEP_S, creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 class Upstreams:
@@ -3058,6 +3176,75 @@ def _preview(text: str, limit: int = 600) -> str:
 
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{16,64}\Z")  # \Z: "$" would also match before a final newline
 _CACHE_URI = "abstract://cache/"
+_CACHE_MARKER = ".abstract-cache"  # in every cache directory: Abstract made it, and may delete in it
+# The only names the cache ever deletes: its entries' files (a token of secrets.token_urlsafe(18)
+# is 24 characters; "-<n>" numbers binary items and name collisions) and the writer's temporaries.
+_CACHE_FILE_RE = re.compile(r"(?:[A-Za-z0-9_-]{24}(?:-[0-9]+){0,2}\.(?:json|txt|meta\.json|[a-z0-9]{1,5})"
+                            r"|\.abstract-[A-Za-z0-9_]{1,32}\.tmp)\Z")
+
+
+def _nested(a: str, b: str) -> bool:
+    """Whether one of two resolved paths is the other or inside it."""
+    if _WINDOWS or _MACOS:  # file systems that usually ignore case: err on the side of "nested"
+        a, b = a.casefold(), b.casefold()
+    try:
+        return os.path.commonpath([a, b]) in (a, b)
+    except ValueError:  # different drives (Windows)
+        return False
+
+
+def _claim_cache_dir(directory: str, roots: Iterable[str] = ()) -> None:
+    """Make `directory` the output cache, or raise ConfigError saying why it cannot be.
+
+    The cache deletes files in its directory, so it must be Abstract's own: apart from every
+    allowed directory, not a symlink, owned by this user (POSIX), and new, empty, or marked by
+    an earlier run. Only then is it set to owner-only (0700).
+    """
+    import stat
+
+    real = os.path.realpath(directory)
+    for root in roots:
+        if _nested(real, os.path.realpath(root)):
+            raise ConfigError(f"it is, holds or lies inside the allowed directory {root}")
+    try:
+        if not os.path.lexists(directory):
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.lstat(directory)
+        if stat.S_ISLNK(st.st_mode):
+            raise ConfigError("it is a symbolic link")
+        if not stat.S_ISDIR(st.st_mode):
+            raise ConfigError("it is not a directory")
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():  # no owner ids on Windows
+            raise ConfigError(f"it belongs to another user (uid {st.st_uid})")
+        _mark_cache_dir(directory)
+        if not _WINDOWS:
+            os.chmod(directory, 0o700)
+    except OSError as e:
+        raise ConfigError(e.strerror or str(e)) from None
+
+
+def _mark_cache_dir(directory: str) -> None:
+    """Check for the marker, or write it into a directory that holds nothing else (or only names
+    of the cache's own forms: a cache of a version that wrote no marker)."""
+    import stat
+
+    marker = os.path.join(directory, _CACHE_MARKER)
+    try:
+        if stat.S_ISREG(os.lstat(marker).st_mode):
+            return
+        raise ConfigError(f"its {_CACHE_MARKER} is not a regular file")
+    except FileNotFoundError:
+        pass
+    foreign = sorted(n for n in os.listdir(directory) if n != _CACHE_MARKER and not _CACHE_FILE_RE.match(n))
+    if foreign:
+        raise ConfigError(f"it already holds files that are not Abstract's ({', '.join(foreign[:3])}"
+                          f"{', ...' if len(foreign) > 3 else ''}) and no {_CACHE_MARKER} marker")
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:  # another Abstract process starting at the same moment
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("This directory is Abstract's output cache: Abstract deletes expired entries in it.\n")
 
 
 def _result_size(res: dict) -> int:
@@ -3110,14 +3297,13 @@ class _CacheEntry:
 class OutputCache:
     """Large results, on disk in an owner-only directory, each under an unguessable token."""
 
-    def __init__(self, directory: str, settings: Settings, clock: Callable[[], float] = time.time) -> None:
-        self.dir, self.settings, self._clock = directory, settings, clock
+    def __init__(self, directory: str, settings: Settings, clock: Callable[[], float] = time.time,
+                 roots: Iterable[str] = ()) -> None:
+        self.dir, self.settings, self._clock, self.roots = directory, settings, clock, list(roots)
         self._lock = threading.Lock()
         self._entries: Dict[str, _CacheEntry] = {}
         self.links: Optional[Callable[[_CacheEntry], str]] = None  # set when the HTTP server runs
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        if not _WINDOWS:
-            os.chmod(directory, 0o700)
+        _claim_cache_dir(directory, self.roots)  # ConfigError: not a directory the cache may delete in
         self._load()
 
     def _load(self) -> None:
@@ -3137,15 +3323,16 @@ class OutputCache:
     def _drop_orphans(self, min_age: float = 3600.0) -> None:
         """Delete files an interrupted put() left without metadata (and stale temporary files),
         once they are an hour old; only names of this cache's own forms are touched."""
+        import stat
+
         now = time.time()
         for name in os.listdir(self.dir):
-            stem = name.split(".")[0]  # <token>.json, <token>.meta.json, <token>-<n>.png, ...
-            known = stem in self._entries or re.sub(r"-[0-9]+$", "", stem) in self._entries
-            ours = (name.startswith(".abstract-") and name.endswith(".tmp")) or (
-                bool(_TOKEN_RE.match(stem)) and not known)
+            if not _CACHE_FILE_RE.match(name) or name[:24] in self._entries:
+                continue  # not a name of the cache's forms, or a live entry's file
             path = os.path.join(self.dir, name)
             try:
-                if ours and now - os.path.getmtime(path) > min_age and os.path.isfile(path):
+                st = os.lstat(path)  # a symlink or a folder is never deleted, whatever its name
+                if stat.S_ISREG(st.st_mode) and now - st.st_mtime > min_age:
                     os.unlink(path)
             except OSError:
                 pass
@@ -3166,11 +3353,31 @@ class OutputCache:
         return os.path.join(self.dir, token + suffix)
 
     def put(self, res: dict, server: str, tool: str) -> Tuple[_CacheEntry, _Extracted, str]:
-        """Cache a result; returns the entry, its extracted data and its text view."""
+        """Cache a result; returns the entry, its extracted data and its text view.
+
+        A directory removed meanwhile (by a temp-dir cleaner, say) is made again. A write that
+        fails (OSError: a full disk) or a directory that cannot be made again (ConfigError) is
+        raised, and leaves none of the entry's files behind.
+        """
         import secrets
 
         ex = _extract(res)
         token = secrets.token_urlsafe(18)
+        try:
+            if not os.path.isdir(self.dir):
+                _claim_cache_dir(self.dir, self.roots)
+            entry, text = self._write(token, res, ex, server, tool)
+        except (OSError, ConfigError):
+            with contextlib.suppress(OSError):  # the directory itself may be gone
+                self._drop(token, [n for n in os.listdir(self.dir) if n.startswith(token)])
+            raise
+        with self._lock:
+            self._entries[token] = entry
+        self._evict()
+        return entry, ex, text
+
+    def _write(self, token: str, res: dict, ex: _Extracted, server: str, tool: str) -> Tuple[_CacheEntry, str]:
+        """Write one entry's files: binary items, the result, its text view, then the metadata."""
         files = [_write_new(self.dir, f"{token}-{i}", b.ext, b.data, 0o600) for i, b in enumerate(ex.blobs, 1)]
         if ex.has_data or not ex.blobs:
             text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
@@ -3188,10 +3395,7 @@ class OutputCache:
         _write_new(self.dir, token, ".txt", view, 0o600)
         entry.bytes = len(body) + len(view) + sum(os.path.getsize(f) for f in files)
         _write_new(self.dir, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600)
-        with self._lock:
-            self._entries[token] = entry
-        self._evict()
-        return entry, ex, text
+        return entry, text
 
     def get(self, token: Any) -> _CacheEntry:
         if not isinstance(token, str) or not _TOKEN_RE.match(token):
@@ -3242,14 +3446,16 @@ class OutputCache:
         with self._lock:
             return sorted((e for e in self._entries.values() if e.expires > now), key=lambda e: -e.created)
 
-    def _drop(self, token: str) -> None:
+    def _drop(self, token: str, extra: Iterable[str] = ()) -> None:
         with self._lock:
             entry = self._entries.pop(token, None)
         # Only this cache's own names, joined to its own directory: a stale or crafted .meta.json
         # may list any path, and nothing outside the cache directory is ever deleted.
-        blobs = [os.path.basename(f) for f in (entry.files if entry else [])]
+        blobs = [os.path.basename(f) for f in (entry.files if entry else [])] + list(extra)
         names = [token + x for x in (".meta.json", ".json", ".txt")] + [b for b in blobs if b.startswith(token + "-")]
         for name in names:
+            if not _CACHE_FILE_RE.match(name):
+                continue
             try:
                 os.unlink(os.path.join(self.dir, name))
             except OSError:
@@ -3487,24 +3693,40 @@ def _iso_ms(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
+# ISO 8601 as the catalog tools take it, the same on every Python (fromisoformat reads more on
+# 3.11+ than on 3.9): a date, extended (2025-01-31) or basic (20250131); then optionally T or a
+# space, hh[:mm[:ss[.fraction]]] (or hhmmss), then Z or an offset (+01, +0100, +01:00).
+_WHEN_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})"
+                      r"(?:[T ](\d{2})(?::?(\d{2})(?::?(\d{2})(?:[.,](\d+))?)?)?"
+                      r"([zZ]|[+-](\d{2})(?::?(\d{2}))?)?)?", re.ASCII)
+
+
 def _parse_when(value: str, key: str, end: bool = False) -> str:
     """An ISO 8601 date or date-time as catalog time text (no zone means UTC). With end=True,
     the first instant after it, so that an `until` date includes its whole day."""
     import datetime as dt
 
-    raw = value.strip()
-    text = raw[:-1] + "+00:00" if raw[-1:] in ("z", "Z") else raw
-    try:
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            when, step = dt.datetime.strptime(text, "%Y-%m-%d"), dt.timedelta(days=1)
-        else:
-            when, step = dt.datetime.fromisoformat(text), dt.timedelta(milliseconds=1)
-        if when.tzinfo is not None:
-            when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
-        when = when + step if end else when
-    except (ValueError, OverflowError):
+    m = _WHEN_RE.fullmatch(value.strip())
+    if m is None:
         raise ToolError(f"{key} {value[:60]!r} is not an ISO 8601 date or time; use e.g. 2025-01-31 or "
-                        f"2025-01-31T09:00:00Z.") from None
+                        f"2025-01-31T09:00:00Z.")
+    y, mo, d, h, mi, sec, frac, zone, zh, zm = m.groups()
+    try:
+        when = dt.datetime(int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(sec or 0),
+                           int((frac or "0")[:6].ljust(6, "0")))
+        if zone and zone not in ("z", "Z"):  # local time = UTC + offset
+            if int(zh) > 23 or int(zm or 0) > 59:
+                raise ValueError(f"UTC offset {zone} is not between -23:59 and +23:59")
+            offset = dt.timedelta(hours=int(zh), minutes=int(zm or 0))
+            when = when - offset if zone[0] == "+" else when + offset
+    except (ValueError, OverflowError) as e:
+        raise ToolError(f"{key} {value[:60]!r} is an ISO 8601 date or time, but out of range: {e}. Use a real "
+                        f"date between 0001-01-01 and 9999-12-31 (UTC), e.g. 2025-01-31.") from None
+    if end:
+        try:
+            when += dt.timedelta(days=1) if h is None else dt.timedelta(milliseconds=1)
+        except OverflowError:  # the end of 9999-12-31: the last instant there is
+            when = dt.datetime.max
     return (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:"
             f"{when.second:02d}.{when.microsecond // 1000:03d}Z")
 
@@ -3663,7 +3885,8 @@ def _decode_cursor(cursor: Any) -> Tuple[str, int]:
 
     try:
         when, n = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if isinstance(when, str) and isinstance(n, int) and not isinstance(n, bool):
+        # n is a rowid: sqlite3 raises OverflowError for an int past 64 bits
+        if isinstance(when, str) and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63:
             return when, n
     except (TypeError, ValueError, binascii.Error):
         pass
@@ -4207,6 +4430,10 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Opti
 # ToolError for anything the model can fix; it becomes an isError result with that text.
 
 
+_ARG_INT_MAX = 10**9  # the largest offset, limit or line number a tool takes
+_RETENTION_DAYS_MAX = 36500  # a hundred years
+
+
 class _Call:
     """One tools/call being handled: the arguments, the client request, the server."""
 
@@ -4233,7 +4460,10 @@ class _Call:
             raise ToolError(f"Argument '{key}' must be an object of the tool's arguments, not {_dumps(v)[:80]}.")
         return v
 
-    def int(self, key: str, default: Optional[int] = None, minimum: int = 0) -> Optional[int]:
+    def int(self, key: str, default: Optional[int] = None, minimum: int = 0,
+            maximum: int = _ARG_INT_MAX) -> Optional[int]:
+        """An integer argument in [minimum, maximum]: huge ones are refused here, before sqlite3
+        (OverflowError past 2**63) or a slice sees them."""
         v = self.args.get(key, default)
         if v is None:
             return None
@@ -4241,6 +4471,8 @@ class _Call:
             v = int(v)
         if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
             raise ToolError(f"Argument '{key}' must be an integer >= {minimum}, not {_dumps(v)[:80]}.")
+        if v > maximum:
+            raise ToolError(f"Argument '{key}' must be an integer from {minimum} to {maximum:,}; it is larger.")
         return v
 
     def flag(self, key: str) -> bool:
@@ -4414,9 +4646,13 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     """The result itself when small; else cache it and answer with a preview and a token."""
     cache = call.server.cache
     policy = call.server.settings.cache_policy(server, tool)
-    if cache is None or not policy["enabled"] or _result_size(res) <= policy["min_size"]:
+    size = _result_size(res) if cache is not None and policy["enabled"] else 0
+    if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
-    entry, ex, text = cache.put(res, server, tool)
+    try:
+        entry, ex, text = cache.put(res, server, tool)
+    except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
+        return _uncached_answer(call, server, tool, size, e)
     _catalog_cached(call, entry, ex)
     link = cache.links(entry) if cache.links else ""
     info = None
@@ -4432,10 +4668,40 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     return out
 
 
+def _uncached_answer(call: _Call, server: str, tool: str, size: int, e: Exception) -> dict:
+    """The isError answer for a large result the cache could not take: why, and what to do."""
+    where = call.server.cache.dir  # type: ignore[union-attr]
+    why = (f"writing in {where} failed ({e.strerror or e})" if isinstance(e, OSError)
+           else f"the cache directory {where} cannot be used ({e})")
+    _log.warning("could not cache the result of %s.%s: %s", server, tool, why)
+    text = (f"The result of {server}.{tool} is large ({size:,} characters), too large to show here, and it could "
+            f"not be cached: {why}.")
+    if "call_tool_and_store" in call.server.tools:
+        text += " Call it with call_tool_and_store instead, to save the result to a file."
+    else:
+        text += " Ask for less (narrower arguments), or ask the user to fix Abstract's cache directory."
+    return _text_result(text, is_error=True)
+
+
 def _tool_call_tool(call: _Call) -> dict:
     server, tool = call.str("server", True), call.str("tool_name", True)
     res = _upstream_call(call, server, tool, call.obj("tool_args"))  # type: ignore[arg-type]
     return _maybe_cache(call, server, tool, res)  # type: ignore[arg-type]
+
+
+def _skip_lines(text: str, count: int, step: int = 65536) -> int:
+    """The offset of the start of the line after `count` newlines (len(text) when there are fewer):
+    whole blocks are skipped by counting their newlines, and only the last is searched."""
+    pos = 0
+    while count > 0 and pos < len(text):
+        n = text.count("\n", pos, pos + step)
+        if n < count:
+            count, pos = count - n, pos + step
+            continue
+        for _ in range(count):
+            pos = text.find("\n", pos) + 1
+        return pos
+    return min(pos, len(text))
 
 
 def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
@@ -4444,22 +4710,25 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
     if first is not None or last is not None:
         if first is not None and last is not None and last < first:
             raise ToolError(f"end_line ({last}) is before start_line ({first}).")
-        lines = text.splitlines(keepends=True)
+        # Lines end at "\n" (a "\r\n" stays in its line). No list of lines: str.count and str.find
+        # walk the text in C, so a window of a large text costs no copy of it.
+        total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
         first = first or 1
-        last = min(last or len(lines), len(lines))
+        last = min(last or total, total)
         out: List[str] = []
-        used, n, cut = 0, first, None
+        used, n, cut, pos = 0, first, None, _skip_lines(text, first - 1)
         while n <= last:
-            line = lines[n - 1]
-            if out and used + len(line) > limit:
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end + 1
+            if out and used + (end - pos) > limit:
                 break
-            out.append(line[:limit])  # a single line longer than the window is cut; offset reads it all
-            if len(line) > limit:
+            out.append(text[pos:min(end, pos + limit)])  # a line longer than the window is cut; offset reads it all
+            if end - pos > limit:
                 cut = n
             used += len(out[-1])
-            n += 1
-        more = n <= len(lines)
-        where = {"start_line": first, "end_line": n - 1, "total_lines": len(lines), "next_line": n if more else None}
+            n, pos = n + 1, end
+        more = n <= total
+        where = {"start_line": first, "end_line": n - 1, "total_lines": total, "next_line": n if more else None}
         if cut is not None:
             where["truncated_line"] = cut
         return "".join(out), where
@@ -4603,6 +4872,14 @@ def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -
     return _Stored(path, conv.fmt, os.path.getsize(path), mime, digest.hexdigest()), "".join(head)
 
 
+def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) -> ToolError:
+    """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
+    model's error, naming the folder."""
+    also = f" ({written.path} was written before it failed)" if written is not None else ""
+    return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some space or fix "
+                     f"the folder, or store in another allowed directory (storage_path).")
+
+
 def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable[[], dict], source: str = "") -> dict:
     """Store a tool result in `fmt`: call_tool_and_store, file input's response_format, and
     cached outputs. `fetch` gives the result once the target is known to be usable."""
@@ -4618,16 +4895,19 @@ def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable
     ex = _extract(res)
     del res  # the wrapper's copy of a large text is not needed once it is parsed
     main, conv, preview = None, None, ""
-    if ex.has_data or not ex.blobs:
-        try:
-            conv = _convert(ex.data, fmt, call.str("description") or f"{server}.{tool}")
-            main, head = _write_converted(call, directory, stem, conv)
-        except FormatError as e:
-            raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
-        except RecursionError:
-            raise ToolError(f"the result is nested too deeply to write as {fmt}") from None
-        preview = _preview(head)
-    blobs = _store_blobs(directory, stem, ex.blobs)
+    try:
+        if ex.has_data or not ex.blobs:
+            try:
+                conv = _convert(ex.data, fmt, call.str("description") or f"{server}.{tool}")
+                main, head = _write_converted(call, directory, stem, conv)
+            except FormatError as e:
+                raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
+            except RecursionError:
+                raise ToolError(f"the result is nested too deeply to write as {fmt}") from None
+            preview = _preview(head)
+        blobs = _store_blobs(directory, stem, ex.blobs)
+    except OSError as e:
+        raise _write_error(directory, e, main) from None
     _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
     return _store_answer(call, server, tool, main, conv, blobs, preview)
 
@@ -4708,6 +4988,8 @@ def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
         return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt, path
     except FormatError as e:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
+    except RecursionError:  # a reader without its own guard: still the model's error, not an internal one
+        raise ToolError(f"{path} could not be read as {fmt.upper()}: nested too deeply") from None
 
 
 _JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
@@ -4865,8 +5147,10 @@ def _tool_list_stored_outputs(call: _Call) -> dict:
     kind, days = call.str("kind") or None, call.args.get("retention_days")
     if kind is not None and kind not in _CATALOG_KINDS:
         raise ToolError(f"Argument 'kind' must be one of {', '.join(_CATALOG_KINDS)}, not {_dumps(kind)[:40]}.")
-    if days is not None and not _positive(days):
-        raise ToolError(f"Argument 'retention_days' must be a number of days > 0, not {_dumps(days)[:40]}.")
+    number = isinstance(days, (int, float)) and not isinstance(days, bool)
+    if days is not None and not (number and 0 < days <= _RETENTION_DAYS_MAX):  # NaN compares False
+        raise ToolError(f"Argument 'retention_days' must be a number of days > 0 and <= {_RETENTION_DAYS_MAX}, "
+                        f"not {_dumps(days)[:40]}.")
     server, tool = call.str("server") or None, call.str("tool") or None
     limit = min(call.int("limit", 20, minimum=1), 200)  # type: ignore[type-var]
     rows, cursor = catalog.recent(server=server, tool=tool, kind=kind, limit=limit, cursor=call.str("cursor"))
@@ -4874,7 +5158,8 @@ def _tool_list_stored_outputs(call: _Call) -> dict:
     out: dict = {"outputs": items, "next_cursor": cursor}
     lines = [f"{_plural(len(items), 'stored output')}, newest first:"] + [_output_line(i, x) for i, x in enumerate(items, 1)]
     if days is not None:
-        rule = catalog.retention(_iso_ms(catalog.clock() - float(days) * 86400), server, tool)
+        # not before 1970: time.gmtime refuses negative times on Windows, and nothing is older
+        rule = catalog.retention(_iso_ms(max(0.0, catalog.clock() - float(days) * 86400)), server, tool)
         for item in items:
             item["would_remove"] = item["kind"] != "cached" and item["time"] < rule["before"] and not item["missing"]
         out["retention"] = dict(rule, days=days)
@@ -4947,7 +5232,10 @@ def _tool_export_conversations(call: _Call) -> dict:
         body = _conversations_markdown(convs, exported)
     ext = ".json" if fmt == "json" else ".md"
     stem = stem[:-len(ext)] if stem.lower().endswith(ext) and len(stem) > len(ext) else stem
-    path = _write_new(directory, stem, ext, body.encode("utf-8", "surrogatepass"))
+    try:
+        path = _write_new(directory, stem, ext, body.encode("utf-8", "surrogatepass"))
+    except OSError as e:
+        raise _write_error(directory, e) from None
     out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": os.path.getsize(path),
            "conversations": len(convs), "messages": sum(len(c["messages"]) for c in convs)}
     what = f"{_plural(out['conversations'], 'conversation')} ({_plural(out['messages'], 'message')})"
@@ -5029,9 +5317,10 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL}, ("server", "tool_name")),
      _tool_list_tool_details),
     ("call_tool",
-     "Call an upstream tool and get its result here, in the conversation, unchanged. Use it for small "
-     "results (status checks, short answers). For large results (lists, tables, documents, exports) "
-     "use call_tool_and_store when it is available, so the data goes to a file instead of the context.",
+     "Call an upstream tool and get its result here, in the conversation. Use it for small results (status "
+     "checks, short answers), which come back as the tool gave them. A large result comes back as a preview "
+     "and a token instead: read more with retrieve_cached_output. For results you know are large (lists, "
+     "tables, documents, exports) use call_tool_and_store when it is available, so the data goes to a file.",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS}, ("server", "tool_name")),
      _tool_call_tool),
     ("list_allowed_directories",
@@ -5188,10 +5477,14 @@ class Server:
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()})
 
     def serve(self) -> None:
-        """Answer the client until its stdin closes, then stop every upstream."""
+        """Answer the client until its stdin closes, finish (for a bounded time) the requests
+        still running, then stop every upstream, also when SIGTERM cuts this short."""
         self.conn.start()
-        self.conn.closed.wait()
-        self.upstreams.close()
+        try:
+            self.conn.closed.wait()
+            self.conn.wait_idle(_DRAIN_S)  # their answers still go out; the exit stays within 5 s
+        finally:
+            self.upstreams.close()
 
     # -- eras
     def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
@@ -5291,6 +5584,10 @@ class Server:
                 return self.direct.call(call, name)
         except ToolError as e:
             return _text_result(str(e), is_error=True)
+        except OSError as e:  # a file operation no handler expected to fail: still an answer the model reads
+            _log.warning("tools/call %s: %s", name, e, exc_info=True)
+            where = f" ({e.filename})" if isinstance(e.filename, str) else ""
+            return _text_result(f"{name} failed: {e.strerror or e}{where}.", is_error=True)
         names = list(self.tools) + (self.direct.names() if self.direct is not None else [])
         raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}. Tools: {_names_list(names)}")
 
@@ -5346,10 +5643,14 @@ class Server:
             entry = self.cache.get(uri[len(_CACHE_URI):])  # type: ignore[union-attr]
         except ToolError as e:
             raise RpcError(missing, str(e), {"uri": uri}) from None
-        if entry.chars > _READ_MAX:
-            raise RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read it in windows "
+        too_big = RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read it in windows "
                                            f"with retrieve_cached_output", {"uri": uri})
-        return {"contents": [{"uri": uri, "mimeType": entry.ctype, "text": self.cache.text(entry)}]}  # type: ignore
+        if entry.chars > _READ_MAX:
+            raise too_big
+        item = _text_item({"uri": uri, "mimeType": entry.ctype}, self.cache.text(entry))  # type: ignore[union-attr]
+        if item is None:
+            raise too_big
+        return {"contents": [item]}
 
 
 def _file_contents(path: str, uri: str) -> dict:
@@ -5373,10 +5674,23 @@ def _file_contents(path: str, uri: str) -> dict:
         except UnicodeDecodeError:
             pass
     if text is not None and "\x00" not in text:
-        item["text"] = text
-    else:
-        item["blob"] = base64.b64encode(data).decode("ascii")
+        return _text_item(item, text, data)  # type: ignore[return-value]  (never None for _READ_MAX bytes)
+    item["blob"] = base64.b64encode(data).decode("ascii")
     return item
+
+
+def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[dict]:
+    """`item` with the text, or, when JSON escaping would make it too long for one message
+    (a control character becomes 6 bytes), with the base64 of its UTF-8 as a blob; None when
+    even that is too long."""
+    import base64
+
+    if len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
+        return dict(item, text=text)
+    data = text.encode("utf-8", "surrogatepass") if data is None else data
+    if (len(data) + 2) // 3 * 4 > _ITEM_MAX:
+        return None
+    return dict(item, blob=base64.b64encode(data).decode("ascii"))
 
 
 def _page(req: _Request, key: str, items: List[dict]) -> dict:
@@ -5512,6 +5826,7 @@ class _Direct:
 
 
 _READ_MAX = 5 * 1024 * 1024  # base64 of this stays under the 10 MiB a TypeScript client accepts per message
+_ITEM_MAX = 9 * 1024 * 1024  # one resources/read item as JSON, leaving room in the 10 MiB for the rest
 
 
 def _mime_of(path: str) -> str:
@@ -5528,8 +5843,12 @@ def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List
     """(path, size, mtime) of the newest files in the allowed directories, newest first.
 
     The walk is bounded (`scan` entries, three levels deep, hidden names skipped) so a huge
-    directory cannot stall the answer.
+    directory cannot stall the answer. A symlink is listed only when it leads to a file inside
+    an allowed directory (resources/read would refuse the others anyway).
     """
+    import stat
+
+    sandbox = Sandbox(roots)
     found: List[Tuple[str, int, float]] = []
     seen = 0
     for root in roots:
@@ -5545,10 +5864,15 @@ def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List
                     continue
                 p = os.path.join(dirpath, fn)
                 try:
-                    st = os.stat(p)
+                    st = os.lstat(p)
+                    if stat.S_ISLNK(st.st_mode):  # listed only when it leads inside an allowed directory
+                        if sandbox.root_of(os.path.realpath(p)) is None:
+                            continue
+                        st = os.stat(p)
                 except OSError:
                     continue
-                found.append((p, st.st_size, st.st_mtime))
+                if stat.S_ISREG(st.st_mode):  # not a FIFO or a device
+                    found.append((p, st.st_size, st.st_mtime))
     found.sort(key=lambda t: t[2], reverse=True)
     return found[:limit]
 
@@ -5608,8 +5932,13 @@ def _parse_hostport(value: str) -> Tuple[str, int]:
     return host, int(port)
 
 
-def _open_cache(settings: Settings, env: Dict[str, str]) -> Optional[OutputCache]:
-    """The output cache (None when disabled), in a per-user directory under the temp dir by default."""
+def _open_cache(settings: Settings, env: Dict[str, str], roots: Iterable[str] = ()) -> Optional[OutputCache]:
+    """The output cache (None when disabled), in a per-user directory under the temp dir by default.
+
+    The cache deletes files in its directory, so it must be one of its own (_claim_cache_dir).
+    An output_cache.dir that is not stops start-up (ConfigError); an unusable default one only
+    turns the cache off, with a warning, since the user never chose it.
+    """
     import tempfile
 
     def turns_on(level: Any) -> bool:  # a server or tool level that enables caching over a global "off"
@@ -5620,11 +5949,19 @@ def _open_cache(settings: Settings, env: Dict[str, str]) -> Optional[OutputCache
     if settings.cache("enabled") is False and not any(turns_on(lv) for lv in levels):
         return None
     user = re.sub(r"[^A-Za-z0-9_.-]", "_", env.get("USER") or env.get("USERNAME") or str(getattr(os, "getuid", lambda: "")()))
-    directory = settings.cache("dir") or os.path.join(tempfile.gettempdir(), f"abstract-cache-{user or 'user'}")
+    configured = settings.cache("dir")
+    directory = os.path.expanduser(configured) if configured else os.path.join(
+        tempfile.gettempdir(), f"abstract-cache-{user or 'user'}")
     try:
-        cache = OutputCache(os.path.expanduser(directory), settings)
-    except OSError as e:
-        raise ConfigError(f"cannot use the output cache directory {directory}: {e.strerror or e}") from None
+        cache = OutputCache(directory, settings, roots=roots)
+    except (OSError, ConfigError) as e:
+        why = f"cannot use the output cache directory {directory}: {getattr(e, 'strerror', None) or e}"
+        if configured:
+            raise ConfigError(f"{why}. Set output_cache.dir in Abstract's settings to a new or empty directory "
+                              f"of your own, outside the allowed directories") from None
+        _log.warning("%s; the output cache is off, so large results pass through whole. Set output_cache.dir "
+                     "to a new or empty directory of your own to turn it on", why)
+        return None
     stop = threading.Event()
 
     def sweeper() -> None:  # expired entries go even when nobody asks for them
@@ -5639,7 +5976,8 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
     import secrets
 
     if cache is None:
-        raise ConfigError("--http serves cached outputs, but output_cache.enabled is false in the settings")
+        raise ConfigError("--http serves cached outputs, but the output cache is off (output_cache.enabled is false "
+                          "in the settings, or its directory cannot be used: see the line above)")
     host, port = _parse_hostport(value)
     secret = env.get("ABSTRACT_CACHE_SECRET", "").encode()
     if not secret:
@@ -5755,8 +6093,30 @@ def _read_umask() -> int:
     return mask
 
 
+@contextlib.contextmanager
+def _exit_on_sigterm() -> Iterator[None]:
+    """SIGTERM (what MCP clients send 2 s after closing stdin) ends serving through the normal
+    shutdown, so upstreams are stopped rather than orphaned. Main thread on POSIX only."""
+    if _WINDOWS or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
     global _UMASK
+    if env.get("ABSTRACT_PARENT") and not args.check:
+        raise ConfigError(f"this Abstract was started by another Abstract (pid {env['ABSTRACT_PARENT']}): an entry "
+                          f"in the client config runs Abstract itself. Remove that entry, or leave it out of "
+                          f"ABSTRACT_PROXY_SERVERS; it is not started, to avoid endless recursion.")
     _UMASK = _read_umask()
     settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
     dirs = _prepare_dirs(args.dirs, lambda m: err.write(f"abstract: {m}\n"))
@@ -5768,7 +6128,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     try:
         if args.reindex:
             return _to_text(stdout, lambda out: _reindex_report(catalog, sandbox, config,  # type: ignore[arg-type]
-                                                                _open_cache(settings, env), out))
+                                                                _open_cache(settings, env, sandbox.roots), out))
         if args.check:
             return _to_text(stdout, lambda out: _check(config, upstreams, out, catalog.describe() if catalog else why))
         if config.error:
@@ -5779,10 +6139,12 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             wfile = sys.stdout.buffer
             sys.stdout = sys.stderr
         threading.Thread(target=_sweep_temps, args=(sandbox.roots,), name="abstract-temp-sweep", daemon=True).start()
-        cache = _open_cache(settings, env)
+        cache = _open_cache(settings, env, sandbox.roots)
         if args.http:
             _start_links(cache, settings, env, args.http)
-        Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory).serve()
+        server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory)
+        with _exit_on_sigterm():
+            server.serve()
         return 0
     finally:
         if catalog is not None:
@@ -5791,6 +6153,21 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
 
 # ==== 17. Entry point =============================================================
 
+def _exit_now(code: Any) -> None:
+    """Flush and leave without interpreter finalisation: at shutdown, a daemon reader thread still
+    blocked on stdin would make CPython abort ("could not acquire lock ... at interpreter
+    shutdown"); every resource Abstract owns is already closed when main() returns."""
+    for stream in (sys.stderr, sys.__stdout__):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code if isinstance(code, int) else 1)
+
+
 if __name__ == "__main__":
     sys.modules.setdefault("abstract", sys.modules["__main__"])
-    sys.exit(main())
+    try:
+        _exit_now(main())
+    except SystemExit as stop:  # --help, --version, usage errors, SIGTERM
+        _exit_now(0 if stop.code is None else stop.code)

@@ -169,6 +169,7 @@ class Proxy:
         self.notifications: List[dict] = []
         self.server_requests: List[dict] = []
         self.bad_lines: List[bytes] = []  # stdout lines that are not JSON-RPC messages
+        self.raw_lines: List[bytes] = []  # every stdout line as it came (the first 64 KB of each)
         self.stderr_lines: List[str] = []
         self._ids = iter(range(1, 1 << 30))
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
@@ -184,6 +185,7 @@ class Proxy:
             except ValueError:
                 msg = None
             with self._cond:
+                self.raw_lines.append(line[:65536])
                 self._file(msg, line)
                 self._cond.notify_all()
 

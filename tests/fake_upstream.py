@@ -23,6 +23,7 @@ import argparse
 import itertools
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -36,6 +37,7 @@ _S = {"type": "string"}
 _N = {"type": "number"}
 TOOLS = [
     ("echo", "Return the text.", {"text": _S}),
+    ("go_deaf", "Answer, then never read stdin again (a server that stops reading).", {}),
     ("add", "Add two numbers.", {"a": _N, "b": _N}),
     ("slow", "Answer after some seconds.", {"seconds": _N, "text": _S}),
     ("crash", "Exit the process at once with this code.", {"code": _N}),
@@ -104,6 +106,7 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--modern-only", action="store_true", help="refuse initialize; serve 2026-07-28")
     ap.add_argument("--unknown-id", action="store_true", help="send one response with an unknown id")
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
+    ap.add_argument("--spawn-child", action="store_true", help="leave a child that holds stdout open")
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
     ap.add_argument("--state-file", default=None, help="append events as JSON lines")
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
@@ -182,7 +185,10 @@ class Fake:
             self.send_raw(b"garbage before anything\n")
         for line in iter(sys.stdin.buffer.readline, b""):
             if line.strip():
-                self.on_message(json.loads(line))
+                msg = json.loads(line)
+                self.on_message(msg)
+                if msg.get("method") == "tools/call" and (msg.get("params") or {}).get("name") == "go_deaf":
+                    threading.Event().wait()  # stop reading stdin; only a kill ends this
         os._exit(0)  # stdin closed: the client wants us gone, whatever threads still wait
 
     def send_raw(self, data: bytes) -> None:
@@ -305,6 +311,9 @@ class Fake:
         time.sleep(float(args.get("seconds", 1)))
         return _result_text(str(args.get("text", "slept")))
 
+    def tool_go_deaf(self, mid, args: dict, meta: dict) -> dict:
+        return _result_text("deaf")  # (the reading loop stops after this request: see serve)
+
     def tool_crash(self, mid, args: dict, meta: dict) -> None:
         self.crash(int(args.get("code", 1)))
 
@@ -401,7 +410,11 @@ def main(argv: list) -> None:
         _flood_stderr(opts.stderr_flood)
     if opts.start_delay:
         time.sleep(opts.start_delay)
-    Fake(opts).serve()
+    fake = Fake(opts)
+    if opts.spawn_child:  # it inherits stdout, so the pipe stays open after this process dies
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
+        fake.state(event="child", pid=child.pid)
+    fake.serve()
 
 
 if __name__ == "__main__":

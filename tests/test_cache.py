@@ -196,7 +196,7 @@ def test_sweep_and_start_up_delete_only_expired_entries(tmp_path):
     assert [e.token for e in cache.entries()] == [young.token]
     later = Clock(clock.t + 5)  # young expired too: the next start-up deletes it
     assert _cache(tmp_path, later, ttl_seconds=10).entries() == []
-    assert files_under(tmp_path) == {}
+    assert list(files_under(tmp_path)) == [".abstract-cache"]  # the marker alone stays
 
 
 def test_size_cap_evicts_oldest_first_and_keeps_the_newest(tmp_path):
@@ -231,13 +231,14 @@ def test_expiry_never_deletes_anything_outside_the_cache_dir(tmp_path):
     for v in victims:
         v.write_text("precious")
     t1, t2 = "A" * 24, "B" * 24
+    (d / ".abstract-cache").write_text("")  # Abstract's own cache, with a foreign file put in it
     (d / f"{t1}.meta.json").write_text(_meta(t1, files=[str(victims[0]), str(d / ".." / "keep2.txt")]))
     (d / f"{t1}.txt").write_text("x")
     (d / f"{t2}.meta.json").write_text(_meta("C" * 24, files=[str(victims[1])]))  # not its own file name
     (d / "notes.txt").write_text("not the cache's")
     _cache(d, Clock())
     assert all(v.read_text() == "precious" for v in victims)
-    assert sorted(p.name for p in d.iterdir()) == [f"{t2}.meta.json", "notes.txt"]
+    assert sorted(p.name for p in d.iterdir()) == [".abstract-cache", f"{t2}.meta.json", "notes.txt"]
 
 
 @pytest.mark.parametrize("meta", ["not json", "[]", "null", _meta("C" * 24, expires=None),
@@ -705,6 +706,7 @@ def test_size_cap_end_to_end_never_touches_other_files(world):
     world.settings = {"output_cache": {"min_size": 100, "max_total_mb": 0.1}}  # 104,857 bytes
     cache_dir = world.tmp / "cache"
     cache_dir.mkdir()
+    (cache_dir / ".abstract-cache").write_text("")  # Abstract's own cache, with a foreign file put in it
     (cache_dir / "foreign.txt").write_text("mine")
     (world.tmp / "sibling.txt").write_text("mine too")
     p = world.start()

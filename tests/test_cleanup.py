@@ -32,7 +32,7 @@ def test_cache_start_up_drops_orphans_but_keeps_entries_and_foreign_files(tmp_pa
     png = "iVBORw0KGgo="
     entry, _, _ = cache.put({"content": [{"type": "text", "text": "x" * 10},
                                          {"type": "image", "data": png, "mimeType": "image/png"}]}, "s", "t")
-    orphan = tmp_path / ("A" * 22 + ".json")
+    orphan = tmp_path / ("A" * 24 + ".json")
     foreign = tmp_path / "notes.txt"
     for p in (orphan, foreign):
         p.write_text("left behind")
