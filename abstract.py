@@ -370,9 +370,8 @@ def _uri_to_path(uri: str) -> str:
 
 # ==== 6. Formats ==================================================================
 # Converts JSON values (dict, list, str, int, float, bool, None) to and from
-# json, csv, tsv, md, txt, html, yaml and xml.  Imports used here: csv, html,
-# io, json, math, re, xml.etree.ElementTree as ET, and from typing: Any, Dict,
-# Iterator, List, NamedTuple, Optional, Tuple.
+# json, csv, tsv, md, txt, html, yaml and xml, the large ones in parts (never one huge string).
+# Imports used here: csv, html, io, itertools, json, math, re, xml.etree.ElementTree as ET.
 
 _FORMATS = ("json", "csv", "tsv", "md", "txt", "html", "yaml", "xml")
 _READABLE = ("json", "csv", "tsv", "yaml", "xml", "txt")
@@ -1741,7 +1740,7 @@ def _parse_text(text: str, fmt: str) -> Any:
         return _xml_to_data(text)
     if fmt == "txt":
         try:  # NaN/Infinity stay text: they are not JSON
-            return json.loads(text.strip(), parse_constant=_reject_constant)
+            return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError):
             return text
     raise FormatError(f"cannot read format {fmt!r}; readable formats: {', '.join(_READABLE)}")
@@ -1906,27 +1905,35 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
             os.unlink(tmp)
 
 
+def _bounded_walk(roots: List[str], depth: int = 3, scan: int = 20000, hidden_dirs: bool = True) -> Iterator[str]:
+    """The files under `roots`, at most `depth` levels down; the walk stops for good after `scan`
+    entries, so a huge tree cannot stall whoever asked (start-up sweeps, resources/list)."""
+    seen = 0
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            level = dirpath[len(root):].count(os.sep)
+            dirnames[:] = [] if level >= depth else [d for d in dirnames if hidden_dirs or not d.startswith(".")]
+            for fn in filenames:
+                seen += 1
+                if seen > scan:
+                    return
+                yield os.path.join(dirpath, fn)
+
+
 def _sweep_temps(roots: List[str], min_age: float = 3600.0, scan: int = 20000) -> int:
     """Delete the writer's own temporary files (.abstract-*.tmp) that a killed process left in
     the allowed directories, once an hour old. Nothing else is touched; the walk is bounded."""
-    removed, seen, now = 0, 0, time.time()
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            depth = dirpath[len(root):].count(os.sep)
-            dirnames[:] = [] if depth >= 3 else dirnames
-            for fn in filenames:
-                seen += 1
-                if not (fn.startswith(".abstract-") and fn.endswith(".tmp")):
-                    continue
-                path = os.path.join(dirpath, fn)
-                try:
-                    if now - os.path.getmtime(path) > min_age and not os.path.islink(path):
-                        os.unlink(path)
-                        removed += 1
-                except OSError:
-                    pass
-            if seen > scan:
-                return removed
+    removed, now = 0, time.time()
+    for path in _bounded_walk(roots, scan=scan):
+        fn = os.path.basename(path)
+        if not (fn.startswith(".abstract-") and fn.endswith(".tmp")):
+            continue
+        try:
+            if now - os.path.getmtime(path) > min_age and not os.path.islink(path):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
     return removed
 
 
@@ -2633,8 +2640,9 @@ def _resolve_command(spec: ServerSpec, env: Dict[str, str]) -> str:
 
 
 def _exit_text(code: Optional[int]) -> str:
+    """How the process ended, for an error message."""
     if code is None:
-        return "is not answering"
+        return "closed its output"
     if code < 0:
         try:
             return f"was killed by signal {signal.Signals(-code).name}"
@@ -2670,7 +2678,7 @@ class Upstream:
         self._closing = False
         self._progress: Dict[str, Callable[[dict], None]] = {}
         self.on_tools_changed: Optional[Callable[[str], None]] = None
-        self.on_log: Optional[Callable[[str], dict]] = None
+        self.on_log: Optional[Callable[[str, dict], None]] = None
         self._tokens = itertools.count(1)
 
     @property
@@ -2846,7 +2854,7 @@ class Upstream:
             self._stderr_thread.join(timeout=0.5)
         if not self._closing:
             self._note_crash(self._started_at, quick=not self._ready)
-        state = _exit_text(code) if code is not None else "closed its output"
+        state = _exit_text(code)
         reason = f"server '{self.name}' {state}{self._stderr_hint()}"
         if not self._closing:
             self.last_error = reason
@@ -3080,7 +3088,8 @@ def _json_or_text(text: str) -> Any:
     head = text[start:start + 5]
     if head[:1] in ('{', '[', '"') or re.match(r"^(-?\d|true|false|null)", head):
         try:
-            return json.loads(text)  # json.loads allows surrounding whitespace
+            # json.loads allows surrounding whitespace; NaN/Infinity are not JSON: such text stays text
+            return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError):
             pass
     return text
@@ -3149,11 +3158,14 @@ class _Stored:
 
 
 def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]:
+    import hashlib
+
     out = []
     for i, b in enumerate(blobs, 1):
         name = f"{stem}-{b.kind}" + (f"-{i}" if len(blobs) > 1 else "")
         path = _write_new(directory, name, b.ext, b.data)
-        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), b.mime or "application/octet-stream"))
+        digest = hashlib.sha256(b.data).hexdigest()  # for the catalog, without reading the file back
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), b.mime or "application/octet-stream", digest))
     return out
 
 
@@ -5455,8 +5467,7 @@ class Server:
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
         for up in upstreams._all.values():
             up.on_log = self.relay_log
-        keep = {"meta": lambda n: True, "direct": lambda n: n == "retrieve_cached_output",
-                "both": lambda n: True}[expose]
+        keep = (lambda n: n == "retrieve_cached_output") if expose == "direct" else (lambda n: True)
         mem = _MEMORY_TOOLS if memory and catalog is not None else []  # --memory: in every --expose mode
         self.tools = {t[0]: t for t in _TOOLS + mem if (keep(t[0]) or t in mem) and _offered(t[0], cache, catalog)}
         self.direct = _Direct(self) if expose in ("direct", "both") else None
@@ -5544,8 +5555,7 @@ class Server:
     def _instructions(self) -> str:
         if self.direct is None:
             return _INSTRUCTIONS
-        text = _DIRECT_INSTRUCTIONS if "call_tool" not in self.tools else _INSTRUCTIONS + "\n" + _DIRECT_INSTRUCTIONS
-        return text
+        return _DIRECT_INSTRUCTIONS if "call_tool" not in self.tools else _INSTRUCTIONS + "\n" + _DIRECT_INSTRUCTIONS
 
     def _set_level(self, req: _Request) -> dict:
         level = (req.params or {}).get("level")
@@ -5685,7 +5695,8 @@ def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[
     even that is too long."""
     import base64
 
-    if len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
+    if len(text) * 6 <= _ITEM_MAX or len(  # (6: the most bytes one character escapes to)
+            json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
         return dict(item, text=text)
     data = text.encode("utf-8", "surrogatepass") if data is None else data
     if (len(data) + 2) // 3 * 4 > _ITEM_MAX:
@@ -5850,29 +5861,19 @@ def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List
 
     sandbox = Sandbox(roots)
     found: List[Tuple[str, int, float]] = []
-    seen = 0
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            depth = dirpath[len(root):].count(os.sep)
-            dirnames[:] = [] if depth >= 3 else [d for d in dirnames if not d.startswith(".")]
-            for fn in filenames:
-                seen += 1
-                if seen > scan:
-                    dirnames[:] = []  # stop descending; this directory's listing is already read
-                    break
-                if fn.startswith("."):
+    for p in _bounded_walk(roots, scan=scan, hidden_dirs=False):
+        if os.path.basename(p).startswith("."):
+            continue
+        try:
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):  # listed only when it leads inside an allowed directory
+                if sandbox.root_of(os.path.realpath(p)) is None:
                     continue
-                p = os.path.join(dirpath, fn)
-                try:
-                    st = os.lstat(p)
-                    if stat.S_ISLNK(st.st_mode):  # listed only when it leads inside an allowed directory
-                        if sandbox.root_of(os.path.realpath(p)) is None:
-                            continue
-                        st = os.stat(p)
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode):  # not a FIFO or a device
-                    found.append((p, st.st_size, st.st_mtime))
+                st = os.stat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):  # not a FIFO or a device
+            found.append((p, st.st_size, st.st_mtime))
     found.sort(key=lambda t: t[2], reverse=True)
     return found[:limit]
 

@@ -43,3 +43,12 @@ def test_cache_start_up_drops_orphans_but_keeps_entries_and_foreign_files(tmp_pa
     assert not orphan.exists() and foreign.exists()
     assert [n for n in left if n.startswith(entry.token)] == sorted(
         [f"{entry.token}-1.png", f"{entry.token}.json", f"{entry.token}.meta.json", f"{entry.token}.txt"])
+
+
+def test_bounded_walk_stops_for_good_at_its_limit(tmp_path):
+    for i in range(50):
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / "f.txt").write_text("x")
+    assert len(list(abstract._bounded_walk([str(tmp_path)], scan=5))) == 5
+    assert len(abstract._recent_files([str(tmp_path)], scan=7)) == 7
+    assert len(abstract._recent_files([str(tmp_path)])) == 50

@@ -165,3 +165,9 @@ def test_a_cache_directory_inside_an_allowed_directory_is_refused(tmp_path):
                        capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
     assert p.returncode == 2 and b"allowed director" in p.stderr, p.stderr
     assert (store / "report.csv").read_text() == "a,b\n"
+
+
+def test_text_that_holds_nan_stays_text_and_is_never_written_as_json():
+    assert abstract._json_or_text("[1, NaN]") == "[1, NaN]"
+    assert abstract._json_or_text(" [1, 2] ") == [1, 2]
+    assert abstract._parse_text("Infinity", "txt") == "Infinity"
