@@ -566,11 +566,12 @@ def _csv_cells(rows: List[Dict[str, Any]], header: List[str]) -> Iterator[List[A
         yield cells
 
 
-def _dump_csv_parts(rows: List[Dict[str, Any]], delimiter: str = ",", batch: int = 2000) -> Iterator[str]:
+def _dump_csv_parts(rows: List[Dict[str, Any]], delimiter: str = ",", batch: int = 2000,
+                    header: Optional[List[str]] = None) -> Iterator[str]:
     """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row, in parts of `batch` rows:
     small buffers are cheaper to fill and join than one for the whole table, and the caller
     can encode and write them one by one."""
-    header = _csv_header(rows)
+    header = _csv_header(rows) if header is None else header  # (the caller may know it already)
     if not header:
         return
     cells = _csv_cells(rows, header)
@@ -1689,7 +1690,7 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
             return _Converted(lambda: _dump_json_parts(data), "json", None, None, notes)
         if fmt in ("csv", "tsv"):
             delimiter = "\t" if fmt == "tsv" else ","
-            render = lambda: _dump_csv_parts(records or [], delimiter)  # noqa: E731
+            render = lambda: _dump_csv_parts(records or [], delimiter, header=columns)  # noqa: E731
             if rows and not columns:
                 notes.append(f"the records have no fields, so the {fmt} is empty")
             if isinstance(data, dict):
@@ -3322,12 +3323,8 @@ class OutputCache:
         """Pick up entries of an earlier run that have not expired; delete the expired ones."""
         for name in os.listdir(self.dir):
             if name.endswith(".meta.json"):
-                try:
-                    with open(os.path.join(self.dir, name), encoding="utf-8") as f:
-                        entry = _CacheEntry(**json.load(f))
-                except (OSError, ValueError, TypeError):
-                    continue
-                if self._sound(entry, name):
+                entry = self._read_meta(name)
+                if entry is not None:
                     self._entries[entry.token] = entry
         self.sweep()
         self._drop_orphans()
@@ -3426,17 +3423,20 @@ class OutputCache:
 
     def _adopt(self, token: str) -> Optional[_CacheEntry]:
         """An entry another process (sharing the cache directory) wrote after this one started."""
-        name = token + ".meta.json"
+        entry = self._read_meta(token + ".meta.json")
+        if entry is not None:
+            with self._lock:
+                self._entries[token] = entry
+        return entry
+
+    def _read_meta(self, name: str) -> Optional[_CacheEntry]:
+        """The entry a metadata file describes, if it is sound (a broken one is skipped)."""
         try:
             with open(os.path.join(self.dir, name), encoding="utf-8") as f:
                 entry = _CacheEntry(**json.load(f))
         except (OSError, ValueError, TypeError):
             return None
-        if not self._sound(entry, name):
-            return None
-        with self._lock:
-            self._entries[token] = entry
-        return entry
+        return entry if self._sound(entry, name) else None
 
     def _read(self, entry: _CacheEntry, suffix: str) -> str:
         try:
@@ -4577,15 +4577,23 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     up = call.server.upstreams.get(server)
     _find_tool(up, tool)
     try:
-        res = up.call_tool(tool, args, call.req, _progress_relay(call))
-    except UpstreamError as e:
-        raise ToolError(e.message) from None
+        return _relayed_call(call, up, tool, args)
     except RpcError as e:
         raise ToolError(f"'{server}' tool '{tool}' answered with JSON-RPC error {e.code}: {e.message}"
                         + (f" (data: {_dumps(e.data)[:500]})" if e.data is not None else "")) from None
+
+
+def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
+    """tools/call upstream with progress relayed and cancellation forwarded; the result with the
+    era envelope removed (it is ours to set). Abstract's own failures (timeout, crash) become
+    ToolError; the upstream's JSON-RPC errors are raised as RpcError for the caller to shape."""
+    try:
+        res = up.call_tool(tool, args, call.req, _progress_relay(call))
+    except UpstreamError as e:
+        raise ToolError(e.message) from None
     if not isinstance(res, dict) or not isinstance(res.get("content", []), list):
-        raise ToolError(f"'{server}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
-    for k in ("resultType", "ttlMs", "cacheScope"):  # the era envelope is ours to set
+        raise ToolError(f"'{up.name}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
+    for k in ("resultType", "ttlMs", "cacheScope"):
         res.pop(k, None)
     return res
 
@@ -4824,7 +4832,7 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
         lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, {first.size:,} bytes.")
     else:
         lines.append(f"{_plural(first.size, 'byte')}.")
-    if main is not None and main.path.endswith(".gz"):
+    if main is not None and main.path.lower().endswith(".gz"):
         info["compressed"] = True
     if blobs:
         info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime, "bytes": b.size} for b in blobs]
@@ -5678,7 +5686,7 @@ def _file_contents(path: str, uri: str) -> dict:
         raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}", {"uri": uri}) from None
     item: dict = {"uri": uri, "mimeType": _mime_of(path)}
     text = None
-    if not path.endswith(".gz"):
+    if not path.lower().endswith(".gz"):
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -5781,15 +5789,7 @@ class _Direct:
         """Call the upstream tool behind `name`: its result as it is (cached when large), its
         JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
         server, tool = self._tools[name]
-        up = self.server.upstreams.get(server)
-        try:
-            res = up.call_tool(tool["name"], call.args, call.req, _progress_relay(call))
-        except UpstreamError as e:
-            raise ToolError(e.message) from None
-        if not isinstance(res, dict):
-            raise ToolError(f"'{server}' tool '{tool['name']}' sent a malformed result")
-        for k in ("resultType", "ttlMs", "cacheScope"):
-            res.pop(k, None)
+        res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
         if "outputSchema" in tool:  # structuredContent must reach the client as the schema says
             return res
         return _maybe_cache(call, server, tool["name"], res, structured=False)
@@ -5843,11 +5843,10 @@ _ITEM_MAX = 9 * 1024 * 1024  # one resources/read item as JSON, leaving room in 
 def _mime_of(path: str) -> str:
     import mimetypes
 
-    name = path[:-3] if path.endswith(".gz") else path
-    ext = os.path.splitext(name)[1].lower().lstrip(".")
-    if path.endswith(".gz"):
+    if path.lower().endswith(".gz"):
         return "application/gzip"
-    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
 
 
 def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List[Tuple[str, int, float]]:
