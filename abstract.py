@@ -313,14 +313,25 @@ def _iter_lines(stream: Any, limit: int = 1 << 16):
             partial = partial[limit:]
 
 
-_VAR_RE = re.compile(r"\$\{(env:)?([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
+# ${VAR}, ${VAR:-default}, ${env:VAR} (Cursor, VS Code, Windsurf), ${input:id} (VS Code prompts)
+# and the editors' predefined names (${workspaceFolder}, ${userHome}, ${pathSeparator}, ${/}).
+_VAR_RE = re.compile(r"\$\{(?:(env|input):)?([A-Za-z_][A-Za-z0-9_.-]*|/)(:-([^}]*))?\}")
 
 
-def _expand(value: str, env: Dict[str, str], missing: List[str]) -> str:
-    """Expand ${VAR}, ${VAR:-default} and ${env:VAR}; names of unset variables go to `missing`."""
+def _expand(value: str, env: Dict[str, str], missing: List[str],
+            known: Optional[Dict[str, str]] = None) -> str:
+    """Expand the variables above. `known` holds the predefined names; unset variables go to
+    `missing` as `NAME`, and ${input:id}, which only VS Code can answer, as `input:id`."""
 
     def sub(m: "re.Match[str]") -> str:
-        name, default = m.group(2), m.group(4)
+        kind, name, default = m.group(1), m.group(2), m.group(4)
+        if kind == "input":
+            if known and f"input:{name}" in known:
+                return known[f"input:{name}"]
+            missing.append(f"input:{name}")
+            return ""
+        if kind is None and known and name in known:
+            return known[name]
         if env.get(name):
             return env[name]
         if m.group(3) is not None:
@@ -332,9 +343,10 @@ def _expand(value: str, env: Dict[str, str], missing: List[str]) -> str:
     return _VAR_RE.sub(sub, value)
 
 
-def _expand_path(value: str, env: Dict[str, str], missing: List[str]) -> str:
+def _expand_path(value: str, env: Dict[str, str], missing: List[str],
+                 known: Optional[Dict[str, str]] = None) -> str:
     """_expand, then `~` at the start (home directory)."""
-    value = _expand(value, env, missing)
+    value = _expand(value, env, missing, known)
     if value == "~" or value.startswith(("~/", "~\\")):
         value = os.path.expanduser(value)
     return value
@@ -601,7 +613,14 @@ _CSV_BOOLS = {"true": True, "false": False, "True": True, "False": False}
 
 
 def _csv_value(cell: str) -> Any:
-    """Type one CSV cell: plain integers, decimals and true/false; all else stays text."""
+    """Type one CSV cell: plain integers, decimals and true/false; a JSON array or object (as
+    the CSV writer writes nested values) becomes that value again; all else stays text."""
+    if cell[:1] in ("[", "{") and cell[-1:] in ("]", "}"):
+        try:
+            value = json.loads(cell)
+        except (ValueError, RecursionError):
+            return cell
+        return value if isinstance(value, (list, dict)) else cell
     if cell[:1] in _CSV_NUM_START:
         if _CSV_INT.fullmatch(cell):
             return int(cell)
@@ -2323,8 +2342,26 @@ class ServerSpec:
         return [self.command] + self.args
 
 
+# JSONC, as VS Code and Cursor write their configs: // and /* */ comments, trailing commas.
+# Strings are matched first so that nothing inside them is touched.
+_JSONC_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/|,(?=(?:\s|//[^\n]*|/\*.*?\*/)*[}\]])',
+                       re.DOTALL)
+
+
+def _strip_jsonc(text: str) -> str:
+    """JSON from JSONC: comments and trailing commas become spaces (newlines kept), so an
+    error's line and column still point into the file as written."""
+
+    def blank(m: "re.Match[str]") -> str:
+        tok = m.group()
+        return tok if tok.startswith('"') else re.sub(r"[^\n]", " ", tok)
+
+    return _JSONC_RE.sub(blank, text)
+
+
 def _read_json_file(path: str, what: str) -> Any:
-    """Parse a JSON file; ConfigError names the file and, for bad JSON, the line and column."""
+    """Parse a JSON (or JSONC) file; ConfigError names the file and, for bad JSON, the line and
+    column."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -2333,7 +2370,11 @@ def _read_json_file(path: str, what: str) -> Any:
     except OSError as e:
         raise ConfigError(f"{what} {path} cannot be read: {e.strerror or e}") from None
     try:
-        return json.loads(raw.decode("utf-8-sig"))
+        text = raw.decode("utf-8-sig")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return json.loads(_strip_jsonc(text))  # plain JSON needs no scan; JSONC is read too
     except UnicodeDecodeError as e:
         raise ConfigError(f"{what} {path} is not UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:
@@ -2367,7 +2408,37 @@ def _runs_abstract(argv: List[str]) -> bool:
     return False
 
 
-def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str) -> ServerSpec:
+def _known_vars(path: str, environ: Dict[str, str], inputs: Dict[str, str]) -> Dict[str, str]:
+    """The editors' predefined variables for a config file at `path`: ${workspaceFolder} is the
+    folder holding .vscode/ or .cursor/ (else the file's own folder), and the settings' inputs
+    answer VS Code's ${input:id} prompts."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder).lower() in (".vscode", ".cursor"):
+        folder = os.path.dirname(folder)
+    home = environ.get("USERPROFILE" if _WINDOWS else "HOME") or os.path.expanduser("~")
+    known = {"workspaceFolder": folder, "workspaceRoot": folder, "userHome": home,
+             "pathSeparator": os.sep, "/": os.sep}
+    known.update({f"input:{k}": v for k, v in inputs.items()})
+    return known
+
+
+def _missing_text(missing: List[str], path: str) -> str:
+    """Why an entry cannot start when variables are not set, and how to set them."""
+    asks = sorted({m[6:] for m in missing if m.startswith("input:")})
+    names = sorted({m for m in missing if not m.startswith("input:")})
+    out = []
+    if names:
+        out.append(f"environment variable {', '.join(names)} is not set (used in {path}); set it in "
+                   f"Abstract's env, or write ${{{names[0]}:-default}}")
+    if asks:
+        out.append(f"${{input:{asks[0]}}} asks the editor to prompt for a value, which Abstract cannot do; "
+                   f"give it in Abstract's settings file as \"inputs\": {{\"{asks[0]}\": \"...\"}}, or "
+                   f"write ${{env:NAME}} in {path} and set NAME in Abstract's env")
+    return "; ".join(out)
+
+
+def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
+               known: Optional[Dict[str, str]] = None) -> ServerSpec:
     """Validate and expand one config entry."""
     if not isinstance(entry, dict):
         return ServerSpec(name, problem=f"its entry in {path} is not an object")
@@ -2387,14 +2458,13 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str) -> Ser
     if cwd is not None and not isinstance(cwd, str):
         return ServerSpec(name, problem=f"'cwd' in {path} must be a string")
     missing: List[str] = []
-    command = _expand_path(command, environ, missing)
-    args = [_expand_path(a, environ, missing) for a in args]
-    env = {k: _expand(v, environ, missing) for k, v in env.items()}
-    cwd = _expand_path(cwd, environ, missing) if cwd else None
+    command = _expand_path(command, environ, missing, known)
+    args = [_expand_path(a, environ, missing, known) for a in args]
+    env = {k: _expand(v, environ, missing, known) for k, v in env.items()}
+    cwd = _expand_path(cwd, environ, missing, known) if cwd else None
     spec = ServerSpec(name, command, args, env, cwd)
     if missing:
-        names = ", ".join(sorted(set(missing)))
-        spec.problem = f"environment variable {names} is not set (used in {path}); set it or write ${{NAME:-default}}"
+        spec.problem = _missing_text(missing, path)
     elif _runs_abstract(spec.argv()):
         spec.problem = "it runs Abstract itself, which would proxy itself forever"
     return spec
@@ -2403,8 +2473,10 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str) -> Ser
 class ClientConfig:
     """The upstreams named by the client config, after selection by ABSTRACT_PROXY_SERVERS."""
 
-    def __init__(self, path: Optional[str], selection: Optional[str], environ: Dict[str, str]) -> None:
+    def __init__(self, path: Optional[str], selection: Optional[str], environ: Dict[str, str],
+                 inputs: Optional[Dict[str, str]] = None) -> None:
         self.path = path or ""
+        self._inputs = dict(inputs or {})  # answers to VS Code's ${input:id}, from the settings
         self.error = ""  # why there are no upstreams at all
         self.specs: Dict[str, ServerSpec] = {}  # selected servers, in config order
         self.unselected: List[str] = []  # in the file but not selected
@@ -2420,8 +2492,9 @@ class ClientConfig:
                               "(for example claude_desktop_config.json)")
         entries = _config_entries(_read_json_file(path, "client config"), path)
         wanted = [s.strip() for s in (selection or "").split(",") if s.strip()]
+        known = _known_vars(path, environ, self._inputs)
         for name, entry in entries.items():
-            spec = _make_spec(name, entry, environ, path)
+            spec = _make_spec(name, entry, environ, path, known)
             if wanted and name not in wanted:
                 self.unselected.append(name)
             elif not wanted and spec.problem and (_runs_abstract(spec.argv()) or "disabled" in spec.problem):
@@ -2555,7 +2628,11 @@ class Settings:
 
     def __init__(self, data: Optional[dict] = None, environ: Optional[Dict[str, str]] = None) -> None:
         data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
-        _check_keys(data, _GLOBAL_SETTINGS, "", extra=("servers", "output_cache", "catalog", "storage"))
+        _check_keys(data, _GLOBAL_SETTINGS, "",
+                    extra=("servers", "output_cache", "catalog", "storage", "inputs"))
+        inputs = data.get("inputs", {})
+        if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
+            raise ConfigError("key 'inputs' must be an object mapping VS Code input ids to strings")
         _check_keys(data.get("output_cache", {}), _CACHE_GLOBAL, "output_cache")
         _check_keys(data.get("catalog", {}), _CATALOG_SETTINGS, "catalog")
         _check_storage(data.get("storage", {}))
@@ -3123,21 +3200,97 @@ def _item_value(item: dict, blobs: List[_Blob]) -> Tuple[bool, Any]:
     return True, item  # resource_link and anything unknown: kept as it is, in the JSON
 
 
+def _wraps_text(structured: Any, text: Optional[str], value: Any) -> bool:
+    """Whether structuredContent only wraps the result's one text item, as server-filesystem's
+    {"content": "<the text>"} or an SDK's {"result": <the text's JSON>}: then the text is the
+    payload, and the wrapper is not stored."""
+    if text is None or not isinstance(structured, dict) or len(structured) != 1:
+        return False
+    inner = next(iter(structured.values()))
+    if isinstance(inner, str):
+        return inner == text or inner.strip() == text.strip()
+    return value is not text and inner == value
+
+
 def _extract(result: dict) -> _Extracted:
-    """The data of a tool result: structuredContent when present; else the text items (JSON
-    parsed when they are JSON; several become a list); binaries decoded into blobs."""
+    """The data of a tool result, its MCP wrapper removed (docs/reference/formats.md):
+    1. structuredContent, unless it only wraps the one text item (_wraps_text);
+    2. else the text items: JSON parsed when they are JSON, the text itself when not; several
+       texts that are all plain text are joined by newlines, other mixes become a list;
+    3. binary items (image, audio, blob resources) are decoded into blobs, stored beside."""
     blobs: List[_Blob] = []
-    values = []
+    values, texts = [], []
     for item in result.get("content") or []:
         if isinstance(item, dict):
             keep, value = _item_value(item, blobs)
             if keep:
                 values.append(value)
+                texts.append(item.get("text") if item.get("type") == "text" else None)
     if "structuredContent" in result:
-        return _Extracted(result["structuredContent"], blobs, True)
+        text = texts[0] if len(texts) == 1 and isinstance(texts[0], str) else None
+        if not _wraps_text(result["structuredContent"], text, values[0] if values else None):
+            return _Extracted(result["structuredContent"], blobs, True)
     if not values:
         return _Extracted(None, blobs, False)
+    if len(values) > 1 and all(isinstance(v, str) and v is t for v, t in zip(values, texts)):
+        return _Extracted("\n".join(values), blobs, True)  # plain texts: one text
     return _Extracted(values[0] if len(values) == 1 else values, blobs, True)
+
+
+# Markdown's marks at a line's start (headings, fences, lists, tables) and links anywhere.
+_MD_LINE = re.compile(r"^(?:#{1,6} |```|\s{0,3}[-*+] |\s{0,3}\d+\. |\|.*\|\s*$|> )", re.MULTILINE)
+_MD_LINK = re.compile(r"\[[^\]\n]+\]\([^)\s]+\)")
+
+
+def _looks_markdown(text: str) -> bool:
+    """Text whose first 20,000 characters carry a heading and a few more Markdown marks."""
+    head = text[:20000]
+    marks = _MD_LINE.findall(head)
+    headings = sum(1 for m in marks if m.startswith("#"))
+    return headings >= 1 and len(marks) + len(_MD_LINK.findall(head)) >= 3
+
+
+def _natural_format(data: Any) -> str:
+    """The format that fits data when the model named none: JSON data stays JSON; text that is
+    not JSON is stored as it is (.md when it reads as Markdown, else .txt)."""
+    if isinstance(data, str):
+        return "md" if _looks_markdown(data) else "txt"
+    return "json"
+
+
+def _suggested_format(data: Any) -> str:
+    """The file format to suggest to the model for data: csv for records, else the natural one."""
+    if not isinstance(data, str) and _as_records(data)[0] is not None:
+        return "csv"
+    return _natural_format(data)
+
+
+def _delimited_rows(text: str, delimiter: str) -> Optional[List[Dict[str, Any]]]:
+    """Text that is itself CSV or TSV (a read_text_file of a .csv) as records of its cells,
+    strings kept exactly; None when it is not such a table (no delimiter in the header, ragged
+    rows, a single line)."""
+    first = text[:text.find("\n")] if "\n" in text else text
+    if delimiter not in first:
+        return None
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True) if r]
+    except csv.Error:
+        return None
+    if len(rows) < 2 or any(len(r) != len(rows[0]) for r in rows) or len(set(rows[0])) != len(rows[0]):
+        return None
+    header = rows[0]
+    return [dict(zip(header, r)) for r in rows[1:]]
+
+
+def _tabular_text(data: Any, fmt: str) -> Any:
+    """For csv/tsv asked of plain text: the rows the text holds as CSV or TSV, else the text."""
+    if fmt not in ("csv", "tsv") or not isinstance(data, str):
+        return data
+    for delimiter in ("\t", ",") if fmt == "tsv" else (",", "\t"):
+        rows = _delimited_rows(data, delimiter)
+        if rows is not None:
+            return rows
+    return data
 
 
 def _error_text(result: dict) -> str:
@@ -3534,7 +3687,9 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
     if can_store:
-        lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", "file_format": "csv"}}.')
+        fmt = _suggested_format(ex.data) if ex.has_data else "json"
+        lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", '
+                     f'"file_format": "{fmt}"}}.')
     if link:
         lines.append(f"Download (until it expires): {link}")
     return "\n".join(lines)
@@ -4446,6 +4601,18 @@ _ARG_INT_MAX = 10**9  # the largest offset, limit or line number a tool takes
 _RETENTION_DAYS_MAX = 36500  # a hundred years
 
 
+# Names models often use for Abstract's arguments: taken as the argument the tool has (the
+# first one it has), never silently dropped. An alias the tool itself defines is not an alias.
+_ARG_ALIASES: Dict[str, Tuple[str, ...]] = {
+    "arguments": ("tool_args",), "args": ("tool_args",), "params": ("tool_args",),
+    "tool": ("tool_name",), "name": ("tool_name",), "server_name": ("server",),
+    "format": ("file_format", "response_format"), "path": ("file_path",),
+    "output_path": ("storage_path",), "directory": ("storage_path",),
+}
+# Format names models often use, taken as the format they mean.
+_FORMAT_ALIASES = {"yml": "yaml", "markdown": "md", "text": "txt", "htm": "html"}
+
+
 class _Call:
     """One tools/call being handled: the arguments, the client request, the server."""
 
@@ -4487,11 +4654,39 @@ class _Call:
             raise ToolError(f"Argument '{key}' must be an integer from {minimum} to {maximum:,}; it is larger.")
         return v
 
+    def format(self, key: str) -> Optional[str]:
+        """A file format argument, its common other names (yml, markdown, text, htm) accepted."""
+        v = self.str(key)
+        if v is None:
+            return None
+        fmt = v.strip().lower().lstrip(".")
+        fmt = _FORMAT_ALIASES.get(fmt, fmt)
+        if fmt not in _FORMATS:
+            raise ToolError(f"Argument '{key}' must be one of {', '.join(_FORMATS)}, not {_dumps(v)[:80]}.")
+        return fmt
+
     def flag(self, key: str) -> bool:
         v = self.args.get(key, False)
         if not isinstance(v, bool):
             raise ToolError(f"Argument '{key}' must be true or false, not {_dumps(v)[:80]}.")
         return v
+
+
+def _checked_args(tool: str, schema: dict, args: dict) -> dict:
+    """The arguments with aliases renamed; a ToolError for a name the tool does not take, so a
+    misspelt argument is never silently ignored."""
+    props = schema.get("properties", {})
+    out = {}
+    for key, value in args.items():
+        target = key
+        if key not in props:
+            target = next((t for t in _ARG_ALIASES.get(key, ()) if t in props), "")
+            if not target:
+                raise ToolError(f"{tool} has no argument '{key}'. Its arguments: {', '.join(props) or 'none'}.")
+            if target in args:
+                raise ToolError(f"Give '{target}' or '{key}' (the same argument), not both.")
+        out[target] = value
+    return out
 
 
 def _schema(props: dict, required: Tuple[str, ...] = ()) -> dict:
@@ -4795,7 +4990,7 @@ def _tool_list_allowed_directories(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
-def _store_target(call: _Call, server: str, tool: str, fmt: str) -> Tuple[str, str]:
+def _store_target(call: _Call, server: str, tool: str) -> Tuple[str, str]:
     """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
     sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
     try:  # the name first: a refused name must not leave new folders behind
@@ -4900,14 +5095,13 @@ def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) 
                      f"the folder, or store in another allowed directory (storage_path).")
 
 
-def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable[[], dict], source: str = "") -> dict:
-    """Store a tool result in `fmt`: call_tool_and_store, file input's response_format, and
-    cached outputs. `fetch` gives the result once the target is known to be usable."""
-    fmt = fmt.lower()
-    if fmt not in _FORMATS:
-        raise ToolError(f"format {fmt!r} is not one of {', '.join(_FORMATS)}.")
+def _store_result(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
+                  source: str = "") -> dict:
+    """Store a tool result in `fmt` (None: the format that fits the content): call_tool_and_store,
+    file input's response_format, and cached outputs. `fetch` gives the result once the target
+    is known to be usable."""
     call.flag("compress")  # a bad value is refused before the tool runs
-    directory, stem = _store_target(call, server, tool, fmt)
+    directory, stem = _store_target(call, server, tool)
     _check_quota(call, directory)
     res = fetch()
     if res.get("isError"):
@@ -4917,8 +5111,10 @@ def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable
     main, conv, preview = None, None, ""
     try:
         if ex.has_data or not ex.blobs:
+            fmt = fmt or _natural_format(ex.data)
             try:
-                conv = _convert(ex.data, fmt, call.str("description") or f"{server}.{tool}")
+                data = _tabular_text(ex.data, fmt)
+                conv = _convert(data, fmt, call.str("description") or f"{server}.{tool}")
                 main, head = _write_converted(call, directory, stem, conv)
             except FormatError as e:
                 raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
@@ -4943,7 +5139,7 @@ def _cached_source(call: _Call) -> Optional[_CacheEntry]:
 
 
 def _tool_call_tool_and_store(call: _Call) -> dict:
-    fmt = call.str("file_format") or "json"
+    fmt = call.format("file_format")
     entry = _cached_source(call)
     if entry is not None:  # a result cached earlier: stored without calling the tool again
         cache = call.server.cache
@@ -5071,7 +5267,7 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     args = _file_args(call, data, source)
     up = call.server.upstreams.get(server)  # type: ignore[arg-type]
     _check_args(_find_tool(up, tool), args)  # type: ignore[arg-type]
-    response_format = call.str("response_format")
+    response_format = call.format("response_format")
     if response_format is not None:
         return _store_result(call, server, tool, response_format,  # type: ignore[arg-type]
                              lambda: _upstream_call(call, server, tool, args), f" for the data of {source}")  # type: ignore
@@ -5350,11 +5546,11 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("call_tool_and_store",
      "Call an upstream tool and save its result to a file in an allowed directory instead of the conversation; "
      "you get back the path, size, row/column counts and a short preview. Use it for large results. Pick "
-     "file_format from what you know of the data: csv or tsv for lists of records, md for prose, json when "
-     "unsure; also yaml, xml, html, txt.",
+     "file_format from what you know of the data: csv or tsv for lists of records, md for prose; without it "
+     "the content decides (json for JSON data, text as it is in .txt or .md). Also yaml, xml, html.",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS,
-              "file_format": {"type": "string", "enum": list(_FORMATS), "default": "json",
-                              "description": "Format to convert the result to."},
+              "file_format": {"type": "string", "enum": list(_FORMATS),
+                              "description": "Format to convert the result to. Default: by content."},
               "description": {"type": "string", "description": "What the result is; kept with the file."},
               "storage_path": {"type": "string", "description": "Directory to store in: absolute inside an allowed "
                                "directory, or relative to the first one. Default: the first allowed directory."},
@@ -5597,6 +5793,7 @@ class Server:
         tool = self.tools.get(name)
         try:
             if tool is not None:
+                call.args = _checked_args(name, tool[2], call.args)
                 return tool[3](call)
             if self.direct is not None and self.direct.knows(name):
                 return self.direct.call(call, name)
@@ -6121,7 +6318,8 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
     dirs = _prepare_dirs(args.dirs, lambda m: err.write(f"abstract: {m}\n"))
     sandbox = Sandbox(dirs)
-    config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env)
+    config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env,
+                          settings.data.get("inputs"))
     roots = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
     upstreams = Upstreams(config, settings, lambda: roots, environ=env)
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory" if args.memory else "")

@@ -419,7 +419,7 @@ def test_unset_config_path_keeps_abstract_running(world):
 
 
 def test_bad_json_config_error_names_line_and_column(world):
-    world.config_path.write_text('{\n  "mcpServers": {\n    "a": {"command": "x",}\n  }\n}\n')
+    world.config_path.write_text('{\n  "mcpServers": {\n    "a": {"command": "x" "y"}\n  }\n}\n')
     proxy = world.start(env=world.env(write=False))
     _assert_tools_say(proxy, "not valid JSON", "line 3 column 26", str(world.config_path))
 

@@ -268,7 +268,7 @@ def test_image_and_audio_are_stored_as_binary_files(px):
                {"type": "image", "data": base64.b64encode(jpeg).decode(), "mimeType": "image/jpeg"}]
     res = store(px, "result", result_args(content), storage_path="media", filename="shot")
     main = stored(res)
-    assert main.name == "shot.json" and json.loads(main.read_text()) == "caption, with a comma"
+    assert main.name == "shot.txt" and main.read_text() == "caption, with a comma"
     files = res["structuredContent"]["files"]
     got = {Path(f["path"]).name: (f["mimeType"], f["bytes"], Path(f["path"]).read_bytes()) for f in files}
     assert got == {"shot-image-1.png": ("image/png", len(png), png),
