@@ -107,6 +107,7 @@ _META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 _CALL_TIMEOUT_S = 120.0  # default deadline of an upstream tool call
 _START_TIMEOUT_S = 30.0  # start-up and handshake
 _SHUTDOWN_STEP_S = 1.5  # each of: stdin close -> wait, terminate -> wait (then kill)
+_ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
 _DRAIN_S = 2.0  # after stdin EOF, how long requests still running may take to answer
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
@@ -2505,6 +2506,7 @@ class ClientConfig:
 
 
 _ORGANIZE = ("flat", "by_server", "by_server_tool")
+_ROOTS_MODES = ("client", "allowed_directories", "none")
 
 
 def _positive(v: Any) -> bool:
@@ -2524,9 +2526,14 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "startup_timeout_seconds": (_seconds, _SECONDS, _START_TIMEOUT_S),
     "organize": (lambda v: v in _ORGANIZE, f"one of {', '.join(_ORGANIZE)}", "flat"),
     "max_input_file_mb": (_positive, "a number of megabytes > 0", 10),
-    # Upstreams that honour roots (server-filesystem does) then work in Abstract's directories
-    # instead of their own configured ones; false keeps them on their own configuration.
-    "share_roots": (lambda v: isinstance(v, bool), "true or false", True),
+    # The roots upstreams are told of: the client's own (relayed; none when the client declares
+    # none, so servers such as server-filesystem keep their configured folders), Abstract's
+    # allowed directories, or none. share_roots is the older spelling: true/false.
+    "roots": (lambda v: v in _ROOTS_MODES, f"one of {', '.join(_ROOTS_MODES)}", "client"),
+    "share_roots": (lambda v: isinstance(v, bool), "true (allowed_directories) or false (none)", None),
+    # Transparent mode advertises upstream tools without their outputSchema, so that a large
+    # result can be cached; true keeps the schemas (and relays those tools' results whole).
+    "keep_output_schemas": (lambda v: isinstance(v, bool), "true or false", False),
     "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
                        "an http:// or https:// URL", ""),
 }
@@ -2658,6 +2665,12 @@ class Settings:
     def get(self, key: str) -> Any:
         return self.data.get(key, _GLOBAL_SETTINGS[key][2])
 
+    def roots_mode(self) -> str:
+        """roots, or the older share_roots: true is allowed_directories, false none."""
+        if "roots" not in self.data and "share_roots" in self.data:
+            return "allowed_directories" if self.data["share_roots"] else "none"
+        return str(self.get("roots"))
+
     def timeout(self, server: str) -> float:
         """Tool-call deadline: the server's setting, else ABSTRACT_TIMEOUT, else the global one."""
         own = self.servers.get(server, {}).get("timeout_seconds")
@@ -2729,13 +2742,45 @@ def _exit_text(code: Optional[int]) -> str:
     return f"exited with code {code}"
 
 
+class _Roots:
+    """The roots Abstract offers upstreams (docs/reference/protocol.md). Roots belong to the
+    client: in mode "client" an upstream is offered roots only when Abstract's own client
+    declared them, and its roots/list is relayed to the client; "allowed_directories" offers
+    Abstract's folders instead; "none" offers nothing."""
+
+    def __init__(self, mode: str, allowed: List[dict], timeout: float = _ROOTS_TIMEOUT_S) -> None:
+        self.mode, self.allowed, self._timeout = mode, allowed, timeout
+        self._ask: Optional[Callable[[float], Any]] = None  # the client's roots/list, once declared
+
+    def client_declared(self, ask: Callable[[float], Any]) -> None:
+        """The client declared roots: `ask(timeout)` sends it roots/list."""
+        self._ask = ask
+
+    def offered(self) -> bool:
+        """Whether upstreams are told, in initialize, that Abstract has roots."""
+        return self.mode == "allowed_directories" or (self.mode == "client" and self._ask is not None)
+
+    def list(self) -> dict:
+        """The answer to an upstream's roots/list."""
+        if self.mode == "allowed_directories":
+            return {"roots": list(self.allowed)}
+        if self._ask is None:
+            raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no roots)")
+        res = self._ask(self._timeout)
+        roots = res.get("roots") if isinstance(res, dict) else None
+        if not isinstance(roots, list):
+            raise RpcError(INTERNAL_ERROR, "the client's roots/list answer holds no roots list")
+        return {"roots": roots}
+
+
 class Upstream:
     """A supervised upstream MCP server: process, session, tool list, restart policy."""
 
-    def __init__(self, spec: ServerSpec, settings: Settings, roots: Callable[[], List[dict]],
+    def __init__(self, spec: ServerSpec, settings: Settings, roots: _Roots,
                  spawn: Callable[..., Any] = subprocess.Popen, clock: Callable[[], float] = time.monotonic,
                  environ: Optional[Dict[str, str]] = None) -> None:
         self.spec, self.settings, self._roots = spec, settings, roots
+        self.roots_offered = False  # this session was told of roots (so it hears of changes)
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # start/stop
         self._conn: Optional[Connection] = None
@@ -2832,10 +2877,10 @@ class Upstream:
             conn.lost()
 
     def _client_methods(self) -> Dict[str, Handler]:
-        """What Abstract answers when an upstream asks: ping, and roots/list when roots are shared."""
+        """What Abstract answers when an upstream asks: ping, and roots/list when roots are offered."""
         methods: Dict[str, Handler] = {"ping": lambda r: {}}
-        if self.settings.get("share_roots"):
-            methods["roots/list"] = lambda r: {"roots": self._roots()}
+        if self._roots.offered():
+            methods["roots/list"] = lambda r: self._roots.list()
         return methods
 
     def _popen(self, argv: List[str], env: Dict[str, str]) -> Any:
@@ -2849,7 +2894,8 @@ class Upstream:
 
     def _handshake(self, conn: Connection) -> None:
         limit = self.settings.startup_timeout(self.name)
-        caps = {"roots": {"listChanged": False}} if self.settings.get("share_roots") else {}
+        self.roots_offered = self._roots.offered()
+        caps = {"roots": {"listChanged": self._roots.mode == "client"}} if self.roots_offered else {}
         params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": caps,
                   "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
         try:
@@ -3018,6 +3064,12 @@ class Upstream:
             conn.forget(mid)
             self._progress.pop(token, None)
 
+    def notify_roots_changed(self) -> None:
+        """Relay the client's notifications/roots/list_changed, if this session was offered roots."""
+        conn = self._conn
+        if conn is not None and self.roots_offered and not conn.closed.is_set():
+            conn.notify("notifications/roots/list_changed")
+
     # -- stop
     def close(self) -> None:
         """Shut down: close stdin, wait, terminate, wait, kill (every wait bounded).
@@ -3083,10 +3135,15 @@ def _taskkill(pid: int, force: bool) -> None:
 class Upstreams:
     """Every configured upstream: lookup by name with helpful errors, parallel start and stop."""
 
-    def __init__(self, config: ClientConfig, settings: Settings, roots: Callable[[], List[dict]],
+    def __init__(self, config: ClientConfig, settings: Settings, roots: _Roots,
                  spawn: Callable[..., Any] = subprocess.Popen, environ: Optional[Dict[str, str]] = None) -> None:
-        self.config = config
+        self.config, self.roots = config, roots
         self._all = {n: Upstream(s, settings, roots, spawn, environ=environ) for n, s in config.specs.items()}
+
+    def roots_changed(self) -> None:
+        """The client's roots changed: tell every running upstream that was offered roots."""
+        for up in self._all.values():
+            up.notify_roots_changed()
 
     def names(self) -> List[str]:
         return list(self._all)
@@ -4702,6 +4759,21 @@ _P_ARGS = {"type": "object", "description": "Arguments for the upstream tool, as
            "additionalProperties": True}
 
 
+_SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z0-9(`\"'\[])")
+
+
+def _first_sentence(text: str, limit: int = 150) -> str:
+    """A description's first sentence on one line, at most about `limit` characters."""
+    text = " ".join(text[:limit * 8].split())
+    m = _SENTENCE_END.search(text)
+    if m is not None:
+        text = text[:m.end()]
+    if len(text) > limit:
+        cut = text.rfind(" ", 0, limit - 1)
+        text = text[:cut if cut > limit // 2 else limit - 1].rstrip(",;:- ") + "…"
+    return text
+
+
 def _tool_list_available_tools(call: _Call) -> dict:
     ups = call.server.upstreams
     detailed, only = call.flag("detailed"), call.str("filter_by_server")
@@ -4718,14 +4790,31 @@ def _tool_list_available_tools(call: _Call) -> dict:
             failed.append({"server": name, "error": getattr(got, "message", None) or str(got)})
             continue
         for t in got:
-            e = {"server": name, "tool": t["name"], "description": t.get("description", "")}
+            desc = t.get("description") or ""
+            e = {"server": name, "tool": t["name"], "description": desc if detailed else _first_sentence(desc)}
             if detailed:
                 e["inputSchema"] = t.get("inputSchema", {})
             entries.append(e)
     out: dict = {"tools": entries, "total_tools": len(entries)}
     if failed:
         out["failed_servers"] = failed
-    return _text_result(_dumps(out), out)
+    if detailed:
+        return _text_result(_dumps(out), out)
+    return _text_result(_listing_text(entries, failed), out)
+
+
+def _listing_text(entries: List[dict], failed: List[dict]) -> str:
+    """The compact listing for the model: a line per tool under its server, then failures."""
+    lines = [f"{_plural(len(entries), 'tool')}. Call one with call_tool (server, tool_name, tool_args); "
+             f"list_tool_details shows its arguments."]
+    server = None
+    for e in entries:
+        if e["server"] != server:
+            server = e["server"]
+            lines.append(f"[{server}]")
+        lines.append(f"{e['tool']}: {e['description']}" if e["description"] else e["tool"])
+    lines.extend(f"[{f['server']}] not available: {f['error']}" for f in failed)
+    return "\n".join(lines)
 
 
 def _find_tool(up: Upstream, tool: str) -> dict:
@@ -4974,7 +5063,8 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     if pointer is not None:
         where["pointer"] = pointer
     if where.get("next_offset") is not None:
-        status = f"[{where['next_offset']:,} of {where['total_chars']:,} characters shown; next: offset={where['next_offset']}]"
+        status = (f"[characters {where['offset']:,} to {where['next_offset']:,} of {where['total_chars']:,} "
+                  f"shown; next: offset={where['next_offset']}]")
     elif where.get("next_line") is not None:
         status = f"[lines {where['start_line']}-{where['end_line']} of {where['total_lines']}; next: start_line={where['next_line']}]"
     else:
@@ -5521,8 +5611,9 @@ _MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
 
 _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("list_available_tools",
-     "List the tools of the upstream MCP servers Abstract can reach, as {server, tool, description}. "
-     "Start here to find a tool. Set detailed=true to include each inputSchema (costs more context); "
+     "List the tools of the upstream MCP servers Abstract can reach: server, tool and the first sentence of "
+     "its description. Start here to find a tool. detailed=true adds full descriptions and each inputSchema "
+     "(costs more context); "
      "filter_by_server limits the list to one server.",
      _schema({"detailed": {"type": "boolean", "description": "Include each tool's inputSchema.", "default": False},
               "filter_by_server": {"type": "string", "description": "Only this server's tools."}}),
@@ -5689,7 +5780,9 @@ class Server:
             "prompts/get": self._prompts_get,
         }
         self.conn = Connection(rfile, wfile, name="client", pool=_Pool(),
-                               requests={m: self._enveloped(m, fn) for m, fn in methods.items()})
+                               requests={m: self._enveloped(m, fn) for m, fn in methods.items()},
+                               notifications={"notifications/roots/list_changed":
+                                              lambda params: upstreams.roots_changed()})
 
     def serve(self) -> None:
         """Answer the client until its stdin closes, finish (for a bounded time) the requests
@@ -5748,6 +5841,9 @@ class Server:
             raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         self.version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
         self.initialized = True
+        caps = params.get("capabilities")
+        if isinstance(caps, dict) and isinstance(caps.get("roots"), dict):  # roots are the client's
+            self.upstreams.roots.client_declared(lambda timeout: self.conn.call("roots/list", None, timeout))
         return {"protocolVersion": self.version, "capabilities": self._capabilities(),
                 "serverInfo": {"name": _SERVER_NAME, "version": __version__}, "instructions": self._instructions()}
 
@@ -5972,7 +6068,11 @@ class _Direct:
                 mapping[exposed] = (server, t)
         with self._lock:
             self._tools = mapping
-        return [{**t, "name": n} for n, (_, t) in mapping.items()]
+        keep = self.server.settings.get("keep_output_schemas")
+        # Without outputSchema a large result may be cached (a client would reject a preview in
+        # place of the structuredContent the schema promises); a small one still passes whole.
+        return [{**({k: v for k, v in t.items() if k != "outputSchema"} if not keep else t), "name": n}
+                for n, (_, t) in mapping.items()]
 
     def names(self) -> List[str]:
         return list(self._tools)
@@ -5987,8 +6087,8 @@ class _Direct:
         JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
         server, tool = self._tools[name]
         res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
-        if "outputSchema" in tool:  # structuredContent must reach the client as the schema says
-            return res
+        if "outputSchema" in tool and self.server.settings.get("keep_output_schemas"):
+            return res  # structuredContent must reach the client as the advertised schema says
         return _maybe_cache(call, server, tool["name"], res, structured=False)
 
     def prompts(self) -> List[dict]:
@@ -6320,8 +6420,8 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     sandbox = Sandbox(dirs)
     config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env,
                           settings.data.get("inputs"))
-    roots = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
-    upstreams = Upstreams(config, settings, lambda: roots, environ=env)
+    allowed = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
+    upstreams = Upstreams(config, settings, _Roots(settings.roots_mode(), allowed), environ=env)
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory" if args.memory else "")
     try:
         if args.reindex:

@@ -246,7 +246,7 @@ class Fake:
             return
         asked = params.get("protocolVersion")
         version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
-        self.state(event="initialize", protocolVersion=asked)
+        self.state(event="initialize", protocolVersion=asked, capabilities=params.get("capabilities"))
         self.reply(mid, {"protocolVersion": version, "capabilities": self.capabilities(),
                          "serverInfo": {"name": "fake", "version": "1.0"}})
 

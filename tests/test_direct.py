@@ -55,10 +55,16 @@ def test_direct_lists_every_upstream_tool_and_retrieve(direct):
     assert not set(META_TOOLS) & set(tools)
 
 
+def _without_output_schema(t: dict) -> dict:
+    return {k: v for k, v in t.items() if k != "outputSchema"}
+
+
 def test_direct_passes_definitions_through(direct):
     tools = _tools(direct)
-    for t in EXTRA_TOOLS:  # title, annotations, outputSchema, inputSchema with required: all as they were
-        assert same_json(tools["s__" + t["name"]], {**t, "name": "s__" + t["name"]})
+    for t in EXTRA_TOOLS:  # title, annotations, inputSchema with required: all as they were
+        want = _without_output_schema({**t, "name": "s__" + t["name"]})  # outputSchema left out
+        assert same_json(tools["s__" + t["name"]], want)
+    assert any("outputSchema" in t for t in EXTRA_TOOLS)
     assert tools["s__needs"]["inputSchema"]["required"] == ["records", "table"]
     assert tools["s__echo"]["description"] == "Return the text."
 
@@ -178,8 +184,24 @@ def test_direct_large_results_are_cached_and_retrievable(direct):
     assert text_of(got) == big_text(0.01)[100:150]
 
 
-def test_direct_output_schema_tools_are_never_cached(direct):
+def test_direct_output_schema_tools_are_cached_when_large(direct):
+    small = direct.call_tool("s__structured", {"n": 2})  # small: structuredContent passes whole
+    assert small["structuredContent"] == {"items": make_items(2)}
     res = direct.call_tool("s__structured", {"n": 2000})  # ~100,000 characters, far over min_size
+    assert "structuredContent" not in res and len(text_of(res)) < 2000
+    token = re.search(r"Token: (\S+) ", text_of(res)).group(1)
+    got = direct.call_tool("retrieve_cached_output", {"token": token, "pointer": "/items/1999"})
+    assert json.loads(text_of(got)) == make_items(2000)[1999]
+
+
+def test_direct_keep_output_schemas_relays_definitions_and_results_whole(world):
+    world.fake("s", "--extras")
+    world.settings = {"output_cache": {"min_size": 1000}, "keep_output_schemas": True}
+    p = world.start("--expose", "direct", str(world.dir))
+    tools = _tools(p)
+    for t in EXTRA_TOOLS:
+        assert same_json(tools["s__" + t["name"]], {**t, "name": "s__" + t["name"]})
+    res = p.call_tool("s__structured", {"n": 2000})
     assert res["structuredContent"] == {"items": make_items(2000)}
     assert json.loads(text_of(res)) == {"items": make_items(2000)}
 

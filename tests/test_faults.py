@@ -247,6 +247,7 @@ def _ask(proxy, method: str) -> dict:
 
 def test_upstream_ping_and_roots_list_are_answered(world, tmp_path):
     world.fake("asker")
+    world.settings = {"roots": "allowed_directories"}
     dirs = [tmp_path / "first dir", tmp_path / "second"]
     proxy = world.start(*map(str, dirs))
     assert _ask(proxy, "ping") == {"result": {}}
@@ -254,6 +255,13 @@ def test_upstream_ping_and_roots_list_are_answered(world, tmp_path):
     assert [r["uri"] for r in roots] == [d.resolve().as_uri() for d in dirs]
     assert roots[0]["uri"].startswith("file:///") and "%20" in roots[0]["uri"]
     assert [r["name"] for r in roots] == ["first dir", "second"]
+
+
+def test_roots_are_the_clients_so_none_when_the_client_declares_none(world):
+    world.fake("asker")
+    proxy = world.start()  # the test client's initialize declares no capabilities
+    assert _ask(proxy, "roots/list")["error"]["code"] == -32601
+    assert "roots" not in world.events("asker", "initialize")[0]["capabilities"]
 
 
 def test_roots_are_not_shared_when_settings_say_so(world):
