@@ -6207,7 +6207,7 @@ def _parser() -> argparse.ArgumentParser:
                "ABSTRACT_CONFIG (Abstract's settings file), ABSTRACT_TIMEOUT (seconds per tool call), "
                "ABSTRACT_LOG_LEVEL (stderr detail), ABSTRACT_CACHE_SECRET (key for --http links). "
                "Docs: docs/reference.md")
-    ap.add_argument("dirs", nargs="*", metavar="DIR", help="allowed storage directories (created if missing)")
+    ap.add_argument("dirs", nargs="*", metavar="DIR", help=f"allowed storage directories (created if missing); default: {_user_dir('outputs')}")
     ap.add_argument("--check", action="store_true", help="start every selected upstream once, report, and exit")
     ap.add_argument("--expose", choices=("meta", "direct", "both"), default="meta",
                     help="meta: Abstract's own tools (default); direct: every upstream tool as <server>__<tool>; both")

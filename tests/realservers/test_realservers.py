@@ -1,0 +1,391 @@
+"""Abstract behind MCP servers nobody here wrote (issue 11): server-filesystem, server-memory and
+server-everything from npm, mcp-server-git and mcp-server-time from PyPI, pinned and installed by
+tests/realservers/install.sh into a cache folder (.ci/run calls it). Without them this module is
+skipped with one line that says how to install them.
+
+Files are checked with independent parsers (csv, json, xml.etree), never with Abstract's own.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import text_of, wait_for
+
+HOME = Path(os.environ.get("ABSTRACT_REALSERVERS_HOME")
+            or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "abstract-realservers")
+NODE_BIN = HOME / "node" / "node_modules" / ".bin"
+VENV_BIN = HOME / "venv" / "bin"
+COMMANDS = {
+    "filesystem": NODE_BIN / "mcp-server-filesystem",
+    "memory": NODE_BIN / "mcp-server-memory",
+    "everything": NODE_BIN / "mcp-server-everything",
+    "git": VENV_BIN / "mcp-server-git",
+    "time": VENV_BIN / "mcp-server-time",
+}
+INSTALLED = {name for name, path in COMMANDS.items() if path.exists()}
+if not INSTALLED:
+    pytest.skip(f"real MCP servers not installed in {HOME}: run bash tests/realservers/install.sh",
+                allow_module_level=True)
+
+
+def need(*names: str) -> None:
+    missing = [n for n in names if n not in INSTALLED]
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (bash tests/realservers/install.sh)")
+
+
+WAIT = 60.0  # npx-free, but node and a venv start slowly on a loaded machine
+
+
+class Real:
+    """A World with real servers: `add(name, ...)` puts one in the client config."""
+
+    def __init__(self, world, tmp: Path) -> None:
+        self.world, self.tmp = world, tmp
+        self.data = tmp / "data"  # server-filesystem's own folder
+        self.data.mkdir()
+        world.dir.mkdir(parents=True, exist_ok=True)
+
+    def add(self, name: str, *args: str, env: Dict[str, str] = None) -> None:
+        need(name)
+        entry: dict = {"command": str(COMMANDS[name]), "args": list(args)}
+        if env:
+            entry["env"] = env
+        self.world.servers[name] = entry
+
+    def filesystem(self) -> None:
+        self.add("filesystem", str(self.data))
+
+    def start(self, *extra: str, capabilities: dict = None, settings: dict = None):
+        self.world.settings = settings
+        proxy = self.world.start(*extra, str(self.world.dir), initialize=False)
+        proxy.result("initialize", {"protocolVersion": "2025-11-25", "capabilities": capabilities or {},
+                                    "clientInfo": {"name": "pytest", "version": "0"}}, timeout=WAIT)
+        proxy.notify("notifications/initialized")
+        return proxy
+
+
+@pytest.fixture
+def real(world, tmp_path):
+    return Real(world, tmp_path)
+
+
+def call(proxy, _tool: str, **args) -> dict:
+    return proxy.call_tool(_tool, args, timeout=WAIT)
+
+
+def upstream(proxy, server: str, tool: str, **args) -> dict:
+    res = call(proxy, "call_tool", server=server, tool_name=tool, tool_args=args)
+    assert not res.get("isError"), text_of(res)
+    return res
+
+
+def store(proxy, server: str, tool: str, args: dict, **kw) -> dict:
+    res = call(proxy, "call_tool_and_store", server=server, tool_name=tool, tool_args=args, **kw)
+    assert not res.get("isError"), text_of(res)
+    return res["structuredContent"]
+
+
+def write_csv(path: Path, rows: int) -> List[dict]:
+    records = [{"id": str(i), "zip": f"0{2134 + i}", "name": f"name {i}, jr", "score": f"{i}.50"}
+               for i in range(rows)]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+    return records
+
+
+def git_repo(path: Path, commits: int) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not on PATH")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    subprocess.run(["git", "init", "-q", str(path)], check=True, env=env, timeout=30)
+    for i in range(commits):
+        (path / "f.txt").write_text(f"version {i}\n")
+        subprocess.run(["git", "-C", str(path), "add", "f.txt"], check=True, env=env, timeout=30)
+        subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", f"change number {i}"], check=True,
+                       env=env, timeout=30)
+
+
+# -- 1. roots belong to the client
+
+
+def fs_dirs(proxy) -> str:
+    return text_of(upstream(proxy, "filesystem", "list_allowed_directories"))
+
+
+def test_filesystem_keeps_its_own_folder_when_the_client_declares_no_roots(real):
+    real.filesystem()
+    (real.data / "notes.txt").write_text("inside the configured folder\n")
+    proxy = real.start()
+    res = upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "notes.txt"))
+    assert text_of(res) == "inside the configured folder\n"
+    again = upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "notes.txt"))
+    assert text_of(again) == "inside the configured folder\n"
+    assert str(real.data.resolve()) in fs_dirs(proxy)
+    assert str(real.world.dir.resolve()) not in fs_dirs(proxy)
+
+
+def test_client_roots_are_relayed_to_filesystem(real, tmp_path):
+    real.filesystem()
+    theirs = tmp_path / "client root"
+    theirs.mkdir()
+    (theirs / "c.txt").write_text("from the client's root")
+    proxy = real.start(capabilities={"roots": {"listChanged": True}})
+    rid = proxy.send_request("tools/call", {"name": "call_tool", "arguments": {
+        "server": "filesystem", "tool_name": "list_allowed_directories"}})
+    ask = wait_for(lambda: next((r for r in proxy.server_requests if r["method"] == "roots/list"), None),
+                   WAIT, "Abstract to ask the client for roots")
+    proxy.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": [{"uri": theirs.as_uri()}]}})
+    proxy.wait_response(rid, WAIT)
+    wait_for(lambda: str(theirs.resolve()) in fs_dirs(proxy), WAIT, "server-filesystem to take the roots")
+    res = upstream(proxy, "filesystem", "read_text_file", path=str(theirs / "c.txt"))
+    assert text_of(res) == "from the client's root"
+    # the client's roots change: server-filesystem hears of it and asks again, through Abstract
+    asked = len([r for r in proxy.server_requests if r["method"] == "roots/list"])
+    proxy.notify("notifications/roots/list_changed")
+    again = wait_for(lambda: [r for r in proxy.server_requests if r["method"] == "roots/list"][asked:],
+                     WAIT, "a second roots/list")
+    proxy.send({"jsonrpc": "2.0", "id": again[0]["id"], "result": {"roots": [{"uri": real.data.as_uri()}]}})
+    wait_for(lambda: str(theirs.resolve()) not in fs_dirs(proxy), WAIT, "the new roots to apply")
+
+
+def test_allowed_directories_setting_offers_abstracts_folders(real):
+    real.filesystem()
+    proxy = real.start(settings={"roots": "allowed_directories"})
+    upstream(proxy, "filesystem", "list_allowed_directories")  # starts it; it asks for roots
+    wait_for(lambda: str(real.world.dir.resolve()) in fs_dirs(proxy), WAIT, "Abstract's folder as root")
+
+
+# -- 2. text is stored as text, in the format that fits
+
+
+def test_git_log_is_stored_as_text_and_the_cache_suggests_txt(real, tmp_path):
+    repo = tmp_path / "repo"
+    git_repo(repo, 3)
+    real.add("git", "--repository", str(repo))
+    proxy = real.start(settings={"output_cache": {"min_size": 100}})
+    out = store(proxy, "git", "git_log", {"repo_path": str(repo)})
+    path = Path(out["path"])
+    assert path.suffix == ".txt" and out["format"] == "txt"
+    text = path.read_text()
+    assert text.startswith("Commit history:\n") and "Message: change number 2\n" in text
+    cached = upstream(proxy, "git", "git_log", repo_path=str(repo))  # over min_size: cached
+    assert '"file_format": "txt"' in text_of(cached) and '"csv"' not in text_of(cached)
+
+
+def test_markdown_text_is_stored_as_md(real):
+    real.filesystem()
+    doc = "# Title\n\nSome prose with a [link](https://example.com).\n\n## Part\n\n- one\n- two\n"
+    (real.data / "doc.md").write_text(doc)
+    proxy = real.start()
+    out = store(proxy, "filesystem", "read_text_file", {"path": str(real.data / "doc.md")})
+    assert Path(out["path"]).suffix == ".md" and Path(out["path"]).read_text() == doc
+
+
+# -- 3. the payload, not the wrapper
+
+
+def test_csv_file_read_and_stored_as_csv_keeps_its_rows(real):
+    real.filesystem()
+    records = write_csv(real.data / "people.csv", 300)
+    proxy = real.start()
+    out = store(proxy, "filesystem", "read_text_file", {"path": str(real.data / "people.csv")},
+                file_format="csv")
+    assert out["rows"] == 300 and out["columns"] == 4
+    with open(out["path"], newline="") as f:
+        assert list(csv.DictReader(f)) == records  # "02134" and "1.50" exactly as they were
+    tsv = store(proxy, "filesystem", "read_text_file", {"path": str(real.data / "people.csv")},
+                file_format="tsv")
+    with open(tsv["path"], newline="") as f:
+        assert list(csv.DictReader(f, delimiter="\t")) == records
+
+
+def test_directory_tree_is_stored_as_the_tree_not_an_escaped_string(real):
+    real.filesystem()
+    (real.data / "sub").mkdir()
+    (real.data / "sub" / "a.txt").write_text("a")
+    (real.data / "b.txt").write_text("b")
+    proxy = real.start()
+    out = store(proxy, "filesystem", "directory_tree", {"path": str(real.data)})
+    tree = json.loads(Path(out["path"]).read_text())
+    assert out["format"] == "json" and isinstance(tree, list)
+    assert {e["name"] for e in tree} == {"sub", "b.txt"}
+    sub = next(e for e in tree if e["name"] == "sub")
+    assert sub["children"] == [{"name": "a.txt", "type": "file"}]
+    xml = store(proxy, "filesystem", "directory_tree", {"path": str(real.data)}, file_format="xml")
+    names = {el.text for el in ET.parse(xml["path"]).getroot().iter("name")}
+    assert {"sub", "a.txt", "b.txt"} <= names
+
+
+def test_structured_data_is_stored_as_it_is(real):
+    real.add("everything")
+    proxy = real.start()
+    out = store(proxy, "everything", "get-structured-content", {"location": "New York"})
+    data = json.loads(Path(out["path"]).read_text())
+    assert set(data) == {"temperature", "conditions", "humidity"}
+
+
+def test_time_result_is_stored_as_json(real):
+    real.add("time")
+    proxy = real.start()
+    out = store(proxy, "time", "get_current_time", {"timezone": "UTC"})
+    data = json.loads(Path(out["path"]).read_text())
+    assert out["format"] == "json" and data["timezone"] == "UTC" and "datetime" in data
+
+
+def test_an_image_is_stored_as_an_image(real):
+    real.add("everything")
+    proxy = real.start()
+    out = store(proxy, "everything", "get-tiny-image", {})
+    pngs = [f for f in out.get("files", []) if f["mimeType"] == "image/png"] or \
+        ([out] if out["path"].endswith(".png") else [])
+    assert pngs, out
+    assert Path(pngs[0]["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- 4. transparent mode protects against large results of tools with an outputSchema
+
+
+def test_transparent_mode_caches_a_large_read_text_file(real):
+    real.filesystem()
+    big = "".join(f"line {i} of a large file\n" for i in range(10000))  # ~250 KB
+    (real.data / "big.txt").write_text(big)
+    (real.data / "small.txt").write_text("small")
+    proxy = real.start("--expose", "direct")
+    tools = {t["name"]: t for t in proxy.result("tools/list", timeout=WAIT)["tools"]}
+    assert "outputSchema" not in tools["filesystem__read_text_file"]
+    small = call(proxy, "filesystem__read_text_file", path=str(real.data / "small.txt"))
+    assert text_of(small) == "small" and small["structuredContent"] == {"content": "small"}
+    res = call(proxy, "filesystem__read_text_file", path=str(real.data / "big.txt"))
+    answer = text_of(res)
+    assert len(json.dumps(res)) < 3000 and "Token:" in answer
+    token = re.search(r"Token: (\S+) ", answer).group(1)
+    got = call(proxy, "retrieve_cached_output", token=token, offset=500, length=400)
+    assert text_of(got) == big[500:900]
+    # 9. the status says what was shown
+    assert f"[characters 500 to 900 of {len(big):,} shown; next: offset=900]" == got["content"][1]["text"]
+
+
+# -- 5. model mistakes are named, common aliases understood
+
+
+def test_unknown_arguments_are_refused_and_aliases_accepted(real):
+    real.add("time")
+    proxy = real.start()
+    wrong = call(proxy, "call_tool", server="time", tool_name="get_current_time",
+                 argumentz={"timezone": "UTC"})
+    assert wrong["isError"] and "argumentz" in text_of(wrong) and "tool_args" in text_of(wrong)
+    alias = call(proxy, "call_tool", server="time", tool="get_current_time", arguments={"timezone": "UTC"})
+    assert not alias.get("isError") and json.loads(text_of(alias))["timezone"] == "UTC"
+    out = call(proxy, "call_tool_and_store", server="time", tool_name="convert_time",
+               args={"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+               file_format="yml")
+    assert out["structuredContent"]["format"] == "yaml" and out["structuredContent"]["path"].endswith(".yaml")
+
+
+# -- 6. store, then feed back: nesting survives CSV
+
+
+def test_memory_graph_round_trips_through_csv(real, tmp_path):
+    real.add("memory", env={"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")})
+    proxy = real.start()
+    entities = [{"name": f"e{i}", "entityType": "thing", "observations": [f"obs {i}", f"more, {i}"]}
+                for i in range(5)]
+    upstream(proxy, "memory", "create_entities", entities=entities)
+    out = store(proxy, "memory", "read_graph", {}, file_format="csv", filename="graph")
+    with open(out["path"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [json.loads(r["observations"]) for r in rows] == [e["observations"] for e in entities]
+    # a second memory, fed from the CSV: the observations arrive as arrays again
+    real.add("memory", env={"MEMORY_FILE_PATH": str(tmp_path / "memory2.jsonl")})
+    real.world.servers["memory2"] = real.world.servers.pop("memory")
+    proxy2 = real.start()
+    fed = call(proxy2, "call_tool_with_file_content", server="memory2", tool_name="create_entities",
+               file_path=out["path"], data_key="entities")
+    assert not fed.get("isError"), text_of(fed)
+    graph = json.loads(text_of(upstream(proxy2, "memory2", "read_graph")))
+    assert sorted(graph["entities"], key=lambda e: e["name"]) == entities
+
+
+# -- 7. the configs people have
+
+
+def test_vscode_jsonc_config_with_workspace_folder(real, tmp_path):
+    need("filesystem", "time")
+    workspace = tmp_path / "workspace"
+    (workspace / ".vscode").mkdir(parents=True)
+    (workspace / "files").mkdir()
+    (workspace / "files" / "w.txt").write_text("from the workspace")
+    config = workspace / ".vscode" / "mcp.json"
+    config.write_text(f"""{{
+  // VS Code's own format: comments, trailing commas, ${{workspaceFolder}}
+  "inputs": [{{"type": "promptString", "id": "tz", "description": "Time zone"}}],
+  "servers": {{
+    "filesystem": {{
+      "type": "stdio",
+      "command": "{COMMANDS['filesystem']}",
+      "args": ["${{workspaceFolder}}${{pathSeparator}}files"], /* the workspace's folder */
+    }},
+    "time": {{"command": "{COMMANDS['time']}", "args": ["--local-timezone", "${{input:tz}}"],}},
+  }},
+}}
+""")
+    env = real.world.env(write=False, APP_CONFIG_PATH=str(config))
+    proxy = real.world.start(str(real.world.dir), env=env)
+    res = upstream(proxy, "filesystem", "read_text_file", path=str(workspace / "files" / "w.txt"))
+    assert text_of(res) == "from the workspace"
+    bad = call(proxy, "call_tool", server="time", tool_name="get_current_time", tool_args={"timezone": "UTC"})
+    assert bad["isError"] and "${input:tz}" in text_of(bad) and '"inputs"' in text_of(bad)
+    real.world.settings = {"inputs": {"tz": "Europe/Paris"}}
+    proxy2 = real.world.start(str(real.world.dir), env=real.world.env(write=False, APP_CONFIG_PATH=str(config)))
+    ok = upstream(proxy2, "time", "get_current_time", timezone="UTC")
+    assert json.loads(text_of(ok))["timezone"] == "UTC"
+
+
+# -- 8. listings cost little context
+
+
+def test_listing_of_every_real_server_is_compact(real):
+    need("filesystem", "memory", "everything", "time")
+    real.filesystem()
+    for name in ("memory", "everything", "time"):
+        real.add(name)
+    if "git" in INSTALLED:
+        real.add("git")
+    proxy = real.start()
+    res = call(proxy, "list_available_tools")
+    entries = res["structuredContent"]["tools"]
+    assert len(entries) >= 30
+    assert all(len(e["description"]) <= 151 and "\n" not in e["description"] for e in entries)
+    text = text_of(res)
+    assert len(text) < 120 * len(entries), f"{len(text)} characters for {len(entries)} tools"
+    for e in entries:
+        assert (f"{e['tool']}: {e['description']}" if e["description"] else e["tool"]) in text
+    detailed = call(proxy, "list_available_tools", detailed=True)["structuredContent"]["tools"]
+    read = next(e for e in detailed if e["tool"] == "read_text_file")
+    assert "inputSchema" in read and len(read["description"]) > 150  # the whole description
+
+
+def test_cached_text_file_is_stored_by_token_as_txt(real):
+    real.filesystem()
+    big = "".join(f"entry {i}: some text, with commas\n" for i in range(5000))
+    (real.data / "log.txt").write_text(big)
+    proxy = real.start()
+    cached = upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "log.txt"))
+    token = re.search(r"Token: (\S+) ", text_of(cached)).group(1)
+    out = call(proxy, "call_tool_and_store", cache_token=token)["structuredContent"]
+    assert out["format"] == "txt" and Path(out["path"]).read_text() == big
