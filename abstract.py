@@ -2830,7 +2830,8 @@ class Upstream:
         proc = self._spawn_process(t0)
         conn = Connection(io.BufferedReader(proc.stdout, 1 << 16), io.BufferedWriter(proc.stdin, 1 << 16),
                           name=self.name, strict=False, on_close=lambda: self._on_close(proc), queued=True,
-                          requests=self._client_methods(),
+                          # the upstream's requests run off its reader: roots/list waits for the client
+                          requests=self._client_methods(), pool=_Pool(2, f"requests-{self.name}"),
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
                                          "notifications/message": self._on_log})
