@@ -6069,11 +6069,18 @@ class _Direct:
                 mapping[exposed] = (server, t)
         with self._lock:
             self._tools = mapping
-        keep = self.server.settings.get("keep_output_schemas")
-        # Without outputSchema a large result may be cached (a client would reject a preview in
-        # place of the structuredContent the schema promises); a small one still passes whole.
-        return [{**({k: v for k, v in t.items() if k != "outputSchema"} if not keep else t), "name": n}
-                for n, (_, t) in mapping.items()]
+        return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items() if k != "outputSchema"}),
+                 "name": n} for n, (s, t) in mapping.items()]
+
+    def _keeps_schema(self, server: str, tool: dict) -> bool:
+        """Whether a tool is listed with its outputSchema, and its results relayed whole. A client
+        rejects a preview in place of the structuredContent a schema promises, so the schema is
+        left out where a large result may be cached: unless keep_output_schemas is set, or
+        caching is off for that tool."""
+        if "outputSchema" not in tool or self.server.settings.get("keep_output_schemas"):
+            return True
+        policy = self.server.settings.cache_policy(server, tool["name"])
+        return self.server.cache is None or not policy["enabled"]
 
     def names(self) -> List[str]:
         return list(self._tools)
@@ -6088,7 +6095,7 @@ class _Direct:
         JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
         server, tool = self._tools[name]
         res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
-        if "outputSchema" in tool and self.server.settings.get("keep_output_schemas"):
+        if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
         return _maybe_cache(call, server, tool["name"], res, structured=False)
 

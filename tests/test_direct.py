@@ -287,3 +287,13 @@ def test_direct_leaves_out_a_server_that_fails(world):
     names = list(_tools(p))
     assert "good__echo" in names and not [n for n in names if n.startswith("bad__")]
     assert p.result("prompts/list")["prompts"] == [{**PROMPTS[0], "name": "good__greet"}]
+
+
+def test_direct_tools_whose_caching_is_off_keep_their_output_schema(world):
+    world.fake("s", "--extras")
+    world.settings = {"servers": {"s": {"tools": {"structured": {"cache_output": False}}}}}
+    p = world.start("--expose", "direct", str(world.dir))
+    structured = next(t for t in EXTRA_TOOLS if t["name"] == "structured")
+    assert same_json(_tools(p)["s__structured"], {**structured, "name": "s__structured"})
+    res = p.call_tool("s__structured", {"n": 2000})
+    assert res["structuredContent"] == {"items": make_items(2000)}
