@@ -1763,6 +1763,15 @@ def _folds_case(path: str) -> bool:
         return False
 
 
+def _unicode_problem(text: str) -> Optional[str]:
+    """Why `text` cannot name a file: a lone surrogate (a \\ud800 escape) has no UTF-8 form."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (it holds a lone surrogate such as \\ud800)"
+    return None
+
+
 _WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"} | {f"{p}{i}" for p in ("COM", "LPT")
                                                                         for i in list("123456789") + ["¹", "²", "³"]}
 _UNSAFE_NAME_CHARS = re.compile(r'[<>:"|?*\x00-\x1f\x7f]')
@@ -1783,6 +1792,8 @@ def _safe_filename(name: str) -> str:
         raise SandboxError(f"filename {name!r} is a path; give a plain name and put the folder in storage_path")
     if re.search(r"[\x00-\x1f\x7f]", name):
         raise SandboxError(f"filename {name!r} contains control characters (such as NUL or a newline)")
+    if _unicode_problem(name):
+        raise SandboxError(f"filename {name[:100]!r} {_unicode_problem(name)}")
     # Cut to the byte limit first (a character is at least one byte), so a huge name costs
     # one pass, not one re-encoding per character dropped.
     clean = _UNSAFE_NAME_CHARS.sub("_", name[:_MAX_NAME_BYTES + 2]).strip()
@@ -1806,12 +1817,64 @@ def _safe_part(text: str) -> str:
     return _safe_filename(text if text.strip(". ") else "_" + text)
 
 
+# Descriptor-relative calls (openat, mkdirat, linkat): POSIX has them, Windows does not. Where
+# they exist, the sandbox decides a directory once and every later step goes through the open
+# descriptor; a symlink or rename swapped into the tree afterwards changes nothing.
+_DIR_FDS = (not _WINDOWS and hasattr(os, "O_DIRECTORY") and hasattr(os, "O_NOFOLLOW")
+            and {os.open, os.mkdir, os.link, os.unlink, os.stat} <= os.supports_dir_fd)
+_O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# O_NONBLOCK: opening a FIFO swapped in for a file returns at once (fstat then refuses it)
+# instead of waiting for a writer forever.
+_O_READ = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+           | getattr(os, "O_BINARY", 0))
+
+
+class _Dir(str):
+    """A directory the sandbox decided on: its real path and, where _DIR_FDS, the descriptor
+    every write into it goes through (`with` closes it)."""
+
+    fd: Optional[int] = None
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> "_Dir":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten `with` must not leak the descriptor
+        self.close()
+
+
+def _walk_failure(e: OSError) -> str:
+    """A descriptor walk's OSError as the reason a refusal gives."""
+    import errno
+
+    if e.errno in (errno.ELOOP, getattr(errno, "EMLINK", -1)):  # O_NOFOLLOW met a symlink
+        return "a symbolic link is in the way (a loop, or the folder was changed while in use)"
+    if e.errno == errno.ENOTDIR:
+        return "a part of it is a file, not a directory"
+    return e.strerror or str(e)
+
+
+class _NotRegular(SandboxError):
+    """Inside the sandbox, but not a regular file (a folder, FIFO, device): resources/read
+    answers "not found" for it, as for a missing file."""
+
+
 class Sandbox:
     """The allowed directories; every path Abstract reads or writes is checked here first.
 
     Containment is decided on fully resolved real paths (symlinks followed, `..` collapsed,
     case folded where the file system folds case), never on string prefixes, so a symlink
-    pointing out is refused and /allowed-evil is not inside /allowed.
+    pointing out is refused and /allowed-evil is not inside /allowed. On POSIX the decision is
+    then used through descriptors (_Dir, open_read): the directory is opened from its root one
+    component at a time without following symlinks, and files are created and opened relative
+    to it, so nothing changed in the tree after the check can lead out.
     """
 
     def __init__(self, roots: List[str]) -> None:
@@ -1826,8 +1889,8 @@ class Sandbox:
         return {"allowed_directories": list(self.roots), "default_directory": self.default,
                 "total_directories": len(self.roots)}
 
-    def _refuse(self, path: str, why: str) -> SandboxError:
-        return SandboxError(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path inside "
+    def _refuse(self, path: str, why: str, kind: type = SandboxError) -> SandboxError:
+        return kind(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path inside "
                             f"one of them (relative paths are taken from {self.default}).")
 
     def root_of(self, real: str) -> Optional[str]:
@@ -1847,6 +1910,9 @@ class Sandbox:
             raise self._refuse(str(path), "is empty")
         if re.search(r"[\x00-\x1f\x7f]", path):
             raise self._refuse(path, "contains control characters (such as NUL)")
+        bad = _unicode_problem(path)
+        if bad:
+            raise self._refuse(path, bad)
         if not _WINDOWS and ("\\" in path or re.match(r"^[A-Za-z]:", path)):
             raise self._refuse(path, "is a Windows path; this machine uses / as the separator")
         full = os.path.join(self.default, os.path.expanduser(path))
@@ -1857,11 +1923,43 @@ class Sandbox:
             raise self._refuse(path, "is outside the allowed directories")
         return real
 
-    def make_dir(self, path: Optional[str]) -> str:
-        """Resolve a storage directory inside a root, creating missing subdirectories."""
+    def _walk(self, real: str, create: bool) -> int:
+        """A descriptor of the directory `real` (inside a root), opened from the root one
+        component at a time, never through a symlink; missing components are made if `create`."""
+        root = self.root_of(real)
+        if root is None:
+            raise self._refuse(real, "is outside the allowed directories")
+        fd = os.open(root, _O_DIR)
+        try:
+            for part in real[len(root):].split(os.sep):  # root_of matched: real starts with root
+                if not part:
+                    continue
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                fd, parent = os.open(part, _O_DIR, dir_fd=fd), fd
+                os.close(parent)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def make_dir(self, path: Optional[str]) -> _Dir:
+        """Resolve a storage directory inside a root, creating missing subdirectories; where
+        _DIR_FDS, the answer holds it open (close it, or use `with`)."""
         real = self.resolve(path) if path else self.default
         if os.path.exists(real) and not os.path.isdir(real):
             raise self._refuse(path or real, "is a file, not a directory")
+        if _DIR_FDS:
+            try:
+                fd = self._walk(real, create=True)
+            except OSError as e:
+                raise self._refuse(path or real, f"cannot be created ({_walk_failure(e)})") from None
+            out = _Dir(real)
+            out.fd = fd
+            return out
+        # Windows: no descriptor-relative calls; the path is checked again after creating it
+        # (see docs/reference/sandbox.md for what this does not cover).
         try:
             os.makedirs(real, exist_ok=True)
         except OSError as e:
@@ -1869,7 +1967,44 @@ class Sandbox:
         again = os.path.realpath(real)  # a symlink swapped in while creating must not lead out
         if self.root_of(again) is None:
             raise self._refuse(path or real, "is outside the allowed directories")
-        return again
+        return _Dir(again)
+
+    def open_read(self, path: str) -> Tuple[Any, str, int]:
+        """(binary file, real path, size) of the regular file `path` inside a root.
+
+        Where _DIR_FDS the file is opened relative to its directory's descriptor with
+        O_NOFOLLOW | O_NONBLOCK, and the opened descriptor is checked: a symlink, FIFO or device
+        swapped in after the check is refused, never read or waited on. A file with more than
+        one hard link is refused everywhere: its other name may lie outside the allowed
+        directories. Raises SandboxError, or FileNotFoundError when it does not exist.
+        """
+        import stat
+
+        real = self.resolve(path)
+        if real in self.roots:
+            raise self._refuse(path, "is an allowed directory, not a file", _NotRegular)
+        try:
+            if _DIR_FDS:
+                dfd = self._walk(os.path.dirname(real), create=False)
+                try:
+                    fd = os.open(os.path.basename(real), _O_READ, dir_fd=dfd)
+                finally:
+                    os.close(dfd)
+            else:  # Windows: the resolved path, opened once; the checks below use the handle
+                fd = os.open(real, _O_READ)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except OSError as e:  # a symlink where the file was (a loop, or swapped in after the check)
+            raise self._refuse(path, f"cannot be opened ({_walk_failure(e)})", _NotRegular) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise self._refuse(path, "is not a regular file (it is a folder, FIFO or device)", _NotRegular)
+        if st.st_nlink > 1:
+            os.close(fd)
+            raise self._refuse(path, f"has {st.st_nlink} hard links; Abstract reads only files with one (another "
+                                     f"name of it may lie outside the allowed directories), so copy it instead")
+        return os.fdopen(fd, "rb"), real, st.st_size
 
 
 _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
@@ -1885,25 +2020,56 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     two concurrent writers never take the same name and a crash never leaves a partial file
     under a final name. Where hard links are unsupported (FAT, some network shares) the name is
     reserved with O_EXCL and the finished file renamed over the reservation.
-    """
-    import tempfile  # local: only storing needs it
 
-    fd, tmp = tempfile.mkstemp(prefix=".abstract-", suffix=".tmp", dir=directory)
+    Where _DIR_FDS every step is relative to the directory's descriptor (the one a _Dir from
+    Sandbox.make_dir holds, else the directory opened here without following a symlink), so a
+    folder renamed or replaced by a symlink meanwhile cannot send the file elsewhere.
+    """
+    held = getattr(directory, "fd", None)
+    dfd = held if held is not None or not _DIR_FDS else os.open(directory, _O_DIR)
+    try:
+        return _write_in(dfd, str(directory), stem, ext, data, mode)
+    finally:
+        if dfd is not None and dfd != held:
+            os.close(dfd)
+
+
+def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any, mode: Optional[int]) -> str:
+    """_write_new's work: `dfd` is the directory's descriptor, or None (Windows: paths)."""
+    import secrets
+
+    def at(name: str) -> str:  # the name relative to dfd, or the full path without one
+        return name if dfd is not None else os.path.join(directory, name)
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = f".abstract-{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(at(tmp), flags | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise SandboxError(f"no free temporary file name in {directory}")
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK if mode is None else mode)
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), 0o666 & ~_UMASK if mode is None else mode)
+            else:  # Windows: only the read-only bit exists, and the file is writable anyway
+                os.chmod(at(tmp), 0o666 & ~_UMASK if mode is None else mode)
+            mine = os.fstat(f.fileno())
         for n in range(100000):
-            final = os.path.join(directory, f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}")
-            if _claim(tmp, final):
-                return final
+            final = f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}"
+            if _claim(dfd, at(tmp), at(final), mine):
+                return os.path.join(directory, final)
         raise SandboxError(f"no free file name for {stem}{ext} in {directory}")
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(at(tmp), dir_fd=dfd)
 
 
 def _bounded_walk(roots: List[str], depth: int = 3, scan: int = 20000, hidden_dirs: bool = True) -> Iterator[str]:
@@ -1938,20 +2104,26 @@ def _sweep_temps(roots: List[str], min_age: float = 3600.0, scan: int = 20000) -
     return removed
 
 
-def _claim(tmp: str, final: str) -> bool:
-    """Give the finished temporary file the name `final` unless that name exists."""
-    try:
-        os.link(tmp, final)
-        return True
+def _claim(dfd: Optional[int], tmp: str, final: str, mine: os.stat_result) -> bool:
+    """Give the finished temporary file the name `final` unless that name exists (names are
+    relative to `dfd` when it is given). The temporary name could have been replaced meanwhile
+    by someone else's file or symlink: the link is not followed, and what got published is
+    checked to be `mine` (the file written), else removed again."""
+    try:  # (follow_symlinks=False is linkat without AT_SYMLINK_FOLLOW; Windows has no such option)
+        os.link(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd, **({} if dfd is None else {"follow_symlinks": False}))
     except FileExistsError:
         return False
-    except OSError:  # no hard links here: reserve the name, then rename over the reservation
-        pass
-    try:
-        os.close(os.open(final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-    except FileExistsError:
-        return False
-    os.replace(tmp, final)
+    except (OSError, NotImplementedError):  # no hard links here: reserve the name, rename over it
+        try:
+            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
+            os.close(os.open(final, flags, 0o644, dir_fd=dfd))
+        except FileExistsError:
+            return False
+        os.replace(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
+    st = os.stat(final, dir_fd=dfd, follow_symlinks=False)
+    if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+        os.unlink(final, dir_fd=dfd)
+        raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while it was written")
     return True
 
 
@@ -2728,7 +2900,9 @@ class Upstream:
 
     def _spawn_process(self, t0: float) -> Any:
         """Start the process (its stderr drained from the start); UpstreamError if it cannot."""
-        env = dict(self._environ)
+        # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
+        # entry's env names them; upper(): Windows names ignore case.
+        env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
         env.update(self.spec.env)
         env["ABSTRACT_PARENT"] = str(os.getpid())  # an Abstract started through this one refuses to run
         self.tail = _Tail()  # this run's stderr only
@@ -4795,7 +4969,7 @@ def _tool_list_allowed_directories(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
-def _store_target(call: _Call, server: str, tool: str, fmt: str) -> Tuple[str, str]:
+def _store_target(call: _Call, server: str, tool: str, fmt: str) -> Tuple[_Dir, str]:
     """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
     sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
     try:  # the name first: a refused name must not leave new folders behind
@@ -4882,14 +5056,16 @@ def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -
     if call.flag("compress"):
         chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
     digest = hashlib.sha256()  # of the bytes as written, so the catalog need not read the file again
+    size = [0]  # (nor the path, which may lead elsewhere by now)
 
     def hashed() -> Iterator[bytes]:
         for chunk in chunks:
             digest.update(chunk)
+            size[0] += len(chunk)
             yield chunk
 
     path = _write_new(directory, stem, ext, hashed())
-    return _Stored(path, conv.fmt, os.path.getsize(path), mime, digest.hexdigest()), "".join(head)
+    return _Stored(path, conv.fmt, size[0], mime, digest.hexdigest()), "".join(head)
 
 
 def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) -> ToolError:
@@ -4908,6 +5084,12 @@ def _store_result(call: _Call, server: str, tool: str, fmt: str, fetch: Callable
         raise ToolError(f"format {fmt!r} is not one of {', '.join(_FORMATS)}.")
     call.flag("compress")  # a bad value is refused before the tool runs
     directory, stem = _store_target(call, server, tool, fmt)
+    with directory:  # held open (POSIX): the folder decided now is the one written, however long the tool runs
+        return _store_in(call, server, tool, fmt, fetch, source, directory, stem)
+
+
+def _store_in(call: _Call, server: str, tool: str, fmt: str, fetch: Callable[[], dict], source: str,
+              directory: str, stem: str) -> dict:
     _check_quota(call, directory)
     res = fetch()
     if res.get("isError"):
@@ -4957,24 +5139,22 @@ _INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml"
                   ".txt": "txt"}
 
 
-def _read_limited(path: str, limit: int) -> bytes:
-    """The file's bytes (gunzipped for .gz), refusing more than `limit` bytes while reading, so
-    a small archive cannot expand into gigabytes."""
+def _read_limited(f: Any, path: str, size: int, limit: int) -> bytes:
+    """The bytes of the open file `f` (gunzipped for .gz), refusing more than `limit` bytes
+    while reading, so a small archive cannot expand into gigabytes."""
     import gzip
     import zlib
 
-    opener = gzip.open if path.lower().endswith(".gz") else open
+    packed = path.lower().endswith(".gz")
     try:
-        with opener(path, "rb") as f:  # type: ignore[operator]
-            data = f.read(limit + 1)
-    except PermissionError:
-        raise ToolError(f"{path} is not readable (permission denied)") from None
+        with (gzip.GzipFile(fileobj=f, mode="rb") if packed else f) as src:
+            data = src.read(limit + 1)
     except (OSError, EOFError, zlib.error) as e:  # zlib.error (a corrupt stream) is no OSError
-        what = "is not a valid gzip file" if opener is not open else "could not be read"
+        what = "is not a valid gzip file" if packed else "could not be read"
         raise ToolError(f"{path} {what}: {e}") from None
     if len(data) > limit:
-        what = (f"({os.path.getsize(path):,} bytes) decompresses to more than {limit:,} bytes"
-                if opener is not open else f"is larger than {limit:,} bytes")
+        what = f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed else \
+            f"is larger than {limit:,} bytes"
         raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes (max_input_file_mb in Abstract's "
                         f"settings).")
     return data
@@ -4982,22 +5162,22 @@ def _read_limited(path: str, limit: int) -> bytes:
 
 def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
     """(data, format, real path) of an input file inside the sandbox."""
+    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
     try:
-        path = call.server.sandbox.resolve(file_path)
+        f, path, size = call.server.sandbox.open_read(file_path)
     except SandboxError as e:
         raise ToolError(str(e)) from None
-    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
-    if not os.path.exists(path):
-        raise ToolError(f"file_path {file_path!r} does not exist ({path}). {where}; list_allowed_directories "
-                        f"shows them.")
-    if not os.path.isfile(path):
-        raise ToolError(f"file_path {file_path!r} is not a regular file ({path}). {where}.")
+    except FileNotFoundError:
+        raise ToolError(f"file_path {file_path!r} does not exist. {where}; list_allowed_directories "
+                        f"shows them.") from None
+    except PermissionError:
+        raise ToolError(f"file_path {file_path!r} is not readable (permission denied)") from None
     limit = int(float(call.server.settings.get("max_input_file_mb")) * 1024 * 1024)
-    size = os.path.getsize(path)
     if size > limit:
+        f.close()
         raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes (max_input_file_mb in "
                         f"Abstract's settings).")
-    raw = _read_limited(path, limit)
+    raw = _read_limited(f, path, size, limit)
     base = path[:-3] if path.lower().endswith(".gz") else path
     fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
     try:
@@ -5244,6 +5424,11 @@ def _tool_export_conversations(call: _Call) -> dict:
         stem = _safe_filename(name) if name else f"conversations-{_utc_stamp()}"
     except SandboxError as e:
         raise ToolError(str(e)) from None
+    with directory:
+        return _export_in(call, directory, stem, fmt, convs)
+
+
+def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dict]) -> dict:
     _check_quota(call, directory)
     exported = _iso_ms(time.time())
     if fmt == "json":
@@ -5252,11 +5437,12 @@ def _tool_export_conversations(call: _Call) -> dict:
         body = _conversations_markdown(convs, exported)
     ext = ".json" if fmt == "json" else ".md"
     stem = stem[:-len(ext)] if stem.lower().endswith(ext) and len(stem) > len(ext) else stem
+    data = body.encode("utf-8", "surrogatepass")
     try:
-        path = _write_new(directory, stem, ext, body.encode("utf-8", "surrogatepass"))
+        path = _write_new(directory, stem, ext, data)
     except OSError as e:
         raise _write_error(directory, e) from None
-    out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": os.path.getsize(path),
+    out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": len(data),
            "conversations": len(convs), "messages": sum(len(c["messages"]) for c in convs)}
     what = f"{_plural(out['conversations'], 'conversation')} ({_plural(out['messages'], 'message')})"
     result = _text_result(f"Exported {what} as {fmt}: {path}", out)
@@ -5649,12 +5835,15 @@ class Server:
         if uri.startswith(_CACHE_URI) and self.cache is not None:
             return self._read_cached(uri, missing)
         try:
-            path = self.sandbox.resolve(_uri_to_path(uri))
+            f, path, size = self.sandbox.open_read(_uri_to_path(uri))
+        except (FileNotFoundError, _NotRegular):
+            raise RpcError(missing, f"Resource not found: {uri}", {"uri": uri}) from None
         except SandboxError as e:
             raise RpcError(INVALID_PARAMS, str(e), {"uri": uri}) from None
-        if not os.path.isfile(path):
-            raise RpcError(missing, f"Resource not found: {uri}", {"uri": uri})
-        return {"contents": [_file_contents(path, uri)]}
+        except OSError as e:
+            raise RpcError(INVALID_PARAMS, f"{uri} cannot be read: {e.strerror or e}", {"uri": uri}) from None
+        with f:
+            return {"contents": [_file_contents(f, path, size, uri)]}
 
     def _read_cached(self, uri: str, missing: int) -> dict:
         try:
@@ -5671,17 +5860,16 @@ class Server:
         return {"contents": [item]}
 
 
-def _file_contents(path: str, uri: str) -> dict:
-    """One resources/read item: text for UTF-8 files, base64 blob for anything else."""
+def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
+    """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
+    anything else."""
     import base64
 
-    size = os.path.getsize(path)
     if size > _READ_MAX:
         raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
                                        f"{_READ_MAX:,} bytes", {"uri": uri})
     try:
-        with open(path, "rb") as f:
-            data = f.read(_READ_MAX + 1)
+        data = f.read(_READ_MAX + 1)
     except OSError as e:
         raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}", {"uri": uri}) from None
     item: dict = {"uri": uri, "mimeType": _mime_of(path)}
