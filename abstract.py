@@ -111,6 +111,8 @@ _DRAIN_S = 2.0  # after stdin EOF, how long requests still running may take to a
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
 _MAX_WORKERS = 256
+_MAX_MESSAGE_MB = 128  # longest JSON-RPC line read from an upstream (max_upstream_message_mb)
+_MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
 _TOOLS_PAGE = 100
 _CRASH_WINDOW_S = 10.0  # an upstream that dies this soon after starting counts as a quick crash
 _BACKOFF_MAX_S = 60.0
@@ -2143,6 +2145,31 @@ def _frame(msg: dict) -> bytes:
     return data + b"\n"
 
 
+def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
+    """(line, True) for each line of `rfile` up to `limit` bytes (newline not counted), and
+    (its first 200 bytes, False) for a longer one as soon as it is known to be longer; reading
+    on skips the rest of it in 64 KiB pieces. However long a line is, no more than `limit`
+    bytes of it are ever held."""
+    while True:
+        line = rfile.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line, True
+            continue
+        head, line = line[:200], b""
+        yield head, False
+        while True:
+            rest = rfile.readline(1 << 16)
+            if not rest or rest.endswith(b"\n"):
+                break
+
+
+# The id of a request too long to read: taken only from where clients put it, first (or right
+# after "jsonrpc"), so an "id" inside the params is never mistaken for it.
+_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]{1,18}|"[^"\\]{0,100}")\s*,')
+
+
 def _no_nan(name: str) -> None:
     """parse_constant hook: NaN and Infinity are not JSON; they are read as null, so they are
     never passed on (a strict peer such as JSON.parse would reject the whole message)."""
@@ -2211,6 +2238,7 @@ class Connection:
         strict: bool = True,
         on_close: Optional[Callable[[], Optional[str]]] = None,
         queued: bool = False,
+        max_line: int = _MAX_MESSAGE_MB << 20,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -2219,6 +2247,7 @@ class Connection:
         self._pool = pool
         self._strict = strict  # answer garbage with JSON-RPC errors (server side) or just log it
         self._on_close = on_close
+        self.max_line = max_line  # bytes in one incoming message; a longer one is not read (_too_long)
         self._wlock = threading.Lock()
         self._ids = itertools.count(1)
         self._plock = threading.Lock()
@@ -2257,14 +2286,35 @@ class Connection:
 
     def _read_loop(self) -> None:
         try:
-            for line in iter(self._rfile.readline, b""):
-                if not line.isspace():  # (strip() would copy a message of many megabytes)
+            for line, whole in _read_lines(self._rfile, self.max_line):
+                if not whole:
+                    if self._too_long(line):
+                        return
+                elif not line.isspace():  # (strip() would copy a message of many megabytes)
                     self._on_line_safely(line)
                 line = b""  # drop the bytes now, not when the next line arrives
         except (OSError, ValueError) as e:  # a closed or broken pipe ends the session like EOF
             _log.debug("%s: read failed: %s", self.name, e)
         finally:
             self._shut(self.close_reason, eof=True)
+
+    def _too_long(self, head: bytes) -> bool:
+        """A message over max_line bytes (skipped unread). From the client, its request (if its id
+        is at the start) fails at once; from an upstream, the session ends, failing its pending
+        calls at once, and is started afresh on next use. True: stop reading."""
+        limit = f"{self.max_line:,} bytes"
+        if self._strict:
+            m = _HEAD_ID.match(head)
+            mid = json.loads(m.group(1)) if m else None
+            _log.warning("%s: a message over %s was dropped: %s", self.name, limit, head[:100])
+            self.send(_error_response(mid, RpcError(INVALID_REQUEST, f"Request too large: more than {limit} in one "
+                                                    f"message (max_client_message_mb in Abstract's settings)")))
+            return False
+        reason = (f"{self.name} sent a message of more than {limit} (max_upstream_message_mb in Abstract's "
+                  f"settings); its session was ended and starts afresh on the next call")
+        _log.warning("%s", reason)
+        self._shut(reason)
+        return True
 
     def _shut(self, reason: str, eof: bool = False) -> None:
         with self._plock:
@@ -2404,6 +2454,10 @@ class Connection:
             self.send(_error_response(mid, RpcError(code, message)))
         else:
             _log.warning("%s: skipped a line that is not JSON-RPC: %s", self.name, shown)
+            m = _HEAD_ID.match(line) if b'"method"' not in line[:200] else None
+            if m:  # an answer that cannot be read (nested too deeply, say) fails its call now, not at its deadline
+                self.forget(json.loads(m.group(1)), RpcError(INTERNAL_ERROR, f"{self.name} answered with a message "
+                                                                             f"that cannot be read ({message})"))
 
     def _on_response(self, msg: dict) -> None:
         if not self._valid_id(msg):
@@ -2618,6 +2672,7 @@ def _seconds(v: Any) -> bool:
     return _positive(v) and v <= 1e7
 
 
+_MEGABYTES = "a number of megabytes > 0 and at most 4096"
 _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, _CALL_TIMEOUT_S),
     "startup_timeout_seconds": (_seconds, _SECONDS, _START_TIMEOUT_S),
@@ -2628,6 +2683,8 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "share_roots": (lambda v: isinstance(v, bool), "true or false", True),
     "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
                        "an http:// or https:// URL", ""),
+    "max_upstream_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_MESSAGE_MB),
+    "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_CLIENT_MESSAGE_MB),
 }
 _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, None),
@@ -2880,6 +2937,7 @@ class Upstream:
         proc = self._spawn_process(t0)
         conn = Connection(io.BufferedReader(proc.stdout, 1 << 16), io.BufferedWriter(proc.stdin, 1 << 16),
                           name=self.name, strict=False, on_close=lambda: self._on_close(proc), queued=True,
+                          max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
                           requests=self._client_methods(),
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
@@ -5679,6 +5737,7 @@ class Server:
             "prompts/get": self._prompts_get,
         }
         self.conn = Connection(rfile, wfile, name="client", pool=_Pool(),
+                               max_line=int(float(settings.get("max_client_message_mb")) * (1 << 20)),
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()})
 
     def serve(self) -> None:
