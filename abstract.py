@@ -2672,7 +2672,12 @@ def _seconds(v: Any) -> bool:
     return _positive(v) and v <= 1e7
 
 
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 _MEGABYTES = "a number of megabytes > 0 and at most 4096"
+_HTTP_SECONDS = "a number of seconds > 0 and at most 3600"
 _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, _CALL_TIMEOUT_S),
     "startup_timeout_seconds": (_seconds, _SECONDS, _START_TIMEOUT_S),
@@ -2683,6 +2688,10 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "share_roots": (lambda v: isinstance(v, bool), "true or false", True),
     "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
                        "an http:// or https:// URL", ""),
+    # --http download links: time to send a request whole, longest stall of any read or write, connections
+    "http_header_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 10),
+    "http_idle_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 30),
+    "http_max_connections": (lambda v: _count(v) and 1 <= v <= 4096, "a whole number from 1 to 4096", 64),
     "max_upstream_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_MESSAGE_MB),
     "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_CLIENT_MESSAGE_MB),
 }
@@ -2690,10 +2699,6 @@ _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, None),
     "startup_timeout_seconds": (_seconds, _SECONDS, None),
 }
-
-
-def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 # Output cache knobs; the same keys at every level (global, server, tool), the most specific wins.
@@ -3682,6 +3687,11 @@ class OutputCache:
     def text(self, entry: _CacheEntry) -> str:
         return self._read(entry, ".txt")
 
+    def open_text(self, entry: _CacheEntry) -> Tuple[Any, int]:
+        """(binary file, size) of an entry's text view as stored (UTF-8), for streaming it."""
+        f = open(self._path(entry.token, ".txt"), "rb")  # OSError: swept meanwhile
+        return f, os.fstat(f.fileno()).st_size
+
     def result(self, entry: _CacheEntry) -> dict:
         return json.loads(self._read(entry, ".json"))["result"]
 
@@ -3803,37 +3813,106 @@ class _LinkSigner:
         return hmac.compare_digest(self.sign(token, expires).encode(), sig.encode("utf-8", "replace"))
 
 
-def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str) -> Any:
-    """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread."""
+def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
+    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once (the accept loop
+    waits for a free one, so more wait in the listen backlog, not in Abstract), each given
+    `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
+    backlog that takes a burst of downloads."""
+    import socket
+
+    header_s, _, max_conn = limits
+
+    class LinkServer(base):  # type: ignore[misc, valid-type]
+        daemon_threads = True
+        request_queue_size = 1024  # socketserver's 5 refuses connections in a burst (the kernel may cap it)
+
+        def server_activate(self) -> None:
+            self._slots = threading.Semaphore(max_conn)
+            self._deadlines: Dict[Any, float] = {}
+            self._lock = threading.Lock()
+            super().server_activate()
+            threading.Thread(target=self._watch, name="abstract-http-watch", daemon=True).start()
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            self._slots.acquire()  # freed by a finished request or by the watchdog
+            with self._lock:
+                self._deadlines[request] = time.monotonic() + header_s
+            super().process_request(request, client_address)
+
+        def request_started(self, request: Any) -> None:
+            """The request line and headers are in: the header deadline no longer applies."""
+            with self._lock:
+                self._deadlines.pop(request, None)
+
+        def shutdown_request(self, request: Any) -> None:
+            super().shutdown_request(request)
+            with self._lock:
+                self._deadlines.pop(request, None)
+            self._slots.release()
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
+            _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+        def _watch(self) -> None:
+            while True:
+                time.sleep(0.25)  # a deadline is met within a quarter of a second
+                now = time.monotonic()
+                with self._lock:
+                    late = [r for r, t in self._deadlines.items() if t <= now]
+                    for r in late:
+                        del self._deadlines[r]
+                for r in late:  # the handler's blocked read returns; its thread ends
+                    with contextlib.suppress(OSError):
+                        r.shutdown(socket.SHUT_RDWR)
+
+    return LinkServer
+
+
+def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str,
+                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)) -> Any:
+    """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread.
+    `limits`: seconds to send the request, seconds any read or write may stall, connections."""
     import http.server
     import socket
 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
+        timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self.server.request_started(self.connection)  # type: ignore[attr-defined]
             # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
             # patch releases), and the answer must not depend on the Python version.
             status, ctype, body = _link_response(cache, signer, self.requestline.split()[1])
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "private, no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                f, size = (None, len(body)) if isinstance(body, bytes) else body()
+            except OSError:  # swept between the check and the open
+                status, ctype, body = 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
+                f, size = None, len(body)
+            with f if f is not None else contextlib.nullcontext():
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(size))
+                self.send_header("Cache-Control", "private, no-store")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.end_headers()
+                if f is None:
+                    self.wfile.write(body)  # type: ignore[arg-type]
+                else:  # streamed: a slow reader holds 64 KiB, not the whole output
+                    for chunk in iter(lambda: f.read(1 << 16), b""):  # type: ignore[union-attr]
+                        self.wfile.write(chunk)
 
         def do_POST(self) -> None:  # noqa: N802
             self.send_error(405)
 
-        do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST  # GET only
+        do_PUT = do_DELETE = do_PATCH = do_POST  # other methods (HEAD, OPTIONS, ...): http.server's 501
 
         def log_message(self, fmt: str, *args: Any) -> None:
             _log.debug("http: " + fmt, *args)
 
-    class LinkServer(http.server.ThreadingHTTPServer):
+    class LinkServer(_link_server_class(http.server.ThreadingHTTPServer, limits)):  # type: ignore[misc]
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT works too
-        daemon_threads = True
 
     httpd = LinkServer((host, port), Handler)
     threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True).start()
@@ -3848,8 +3927,9 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
     return httpd
 
 
-def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, bytes]:
-    """(status, content type, body) for one GET: 200, 403 bad signature, 404, 410 expired."""
+def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, Any]:
+    """(status, content type, body) for one GET: 200 (body: a function opening the text as
+    (binary file, size), to stream it), 403 bad signature, 404, 410 expired (body: bytes)."""
     path, _, raw_query = raw_path.partition("?")  # not urlsplit: it reads "//x" as a host and drops tabs and newlines
     m = re.fullmatch(r"/cache/([A-Za-z0-9_-]{16,64})", path)
     query = urllib.parse.parse_qs(raw_query)
@@ -3866,7 +3946,7 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
         return 410, "text/plain; charset=utf-8", b"link expired\n"
     try:
         entry = cache.get(token)
-        return 200, f"{entry.ctype}; charset=utf-8", cache.text(entry).encode("utf-8", "surrogatepass")
+        return 200, f"{entry.ctype}; charset=utf-8", lambda: cache.open_text(entry)
     except (ToolError, OSError):  # OSError: swept between get and read
         return 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
 
@@ -6231,7 +6311,9 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
         secret = secrets.token_bytes(32)
         _log.info("no ABSTRACT_CACHE_SECRET: links are signed with a random key and stop working on restart")
     try:
-        httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"))
+        limits = (float(settings.get("http_header_timeout_seconds")), float(settings.get("http_idle_timeout_seconds")),
+                  int(settings.get("http_max_connections")))
+        httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"), limits)
     except OSError as e:
         raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
     _log.info("serving cached outputs on http://%s:%d/cache/", f"[{host}]" if ":" in host else host,
