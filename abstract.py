@@ -1729,6 +1729,8 @@ def _load_json(text: str) -> Any:
         raise FormatError(err.msg, err.doc, err.pos) from None
     except RecursionError:
         raise FormatError("JSON nested too deeply", text, 0) from None
+    except ValueError:  # Python 3.11+ reads integers of at most 4300 digits (int_max_str_digits)
+        raise FormatError("a number in it has too many digits (more than 4300)", text, 0) from None
 
 
 def _parse_text(text: str, fmt: str) -> Any:
@@ -4212,7 +4214,7 @@ def _decode_cursor(cursor: Any) -> Tuple[str, int]:
         # n is a rowid: sqlite3 raises OverflowError for an int past 64 bits
         if isinstance(when, str) and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63:
             return when, n
-    except (TypeError, ValueError, binascii.Error):
+    except (TypeError, ValueError, RecursionError, binascii.Error):  # RecursionError: "[[[[..." nested deep
         pass
     raise ToolError(f"Invalid cursor {str(cursor)[:80]!r}: pass the next_cursor of the previous answer, or none "
                     f"for the first page.")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -172,3 +173,21 @@ def _head_status(url: str) -> object:
             return int(s.recv(12)[9:12])
     except OSError as e:
         return type(e).__name__
+
+
+def test_a_huge_integer_in_an_input_file_and_a_deep_cursor_are_clear_errors(world: World):
+    import base64
+
+    world.fake("up")
+    world.dir.mkdir()
+    (world.dir / "big.json").write_text('{"n": ' + "7" * 5000 + "}")
+    proxy = world.start()
+    res = proxy.call_tool("call_tool_with_file_content", {"server": "up", "tool_name": "echo_args",
+                                                          "file_path": "big.json", "data_key": "d"})
+    if hasattr(sys, "set_int_max_str_digits"):  # Python 3.11+ refuses such integers (3.9 reads them)
+        assert res.get("isError") is True and "too many digits" in text_of(res), res
+    else:  # pragma: no cover
+        assert not res.get("isError"), res
+    deep = base64.urlsafe_b64encode(b"[" * 100000 + b"]" * 100000).decode()
+    res = proxy.call_tool("list_stored_outputs", {"cursor": deep})
+    assert res.get("isError") is True and "Invalid cursor" in text_of(res), res
