@@ -112,6 +112,8 @@ _DRAIN_S = 2.0  # after stdin EOF, how long requests still running may take to a
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
 _MAX_WORKERS = 256
+_MAX_MESSAGE_MB = 128  # longest JSON-RPC line read from an upstream (max_upstream_message_mb)
+_MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
 _TOOLS_PAGE = 100
 _CRASH_WINDOW_S = 10.0  # an upstream that dies this soon after starting counts as a quick crash
 _BACKOFF_MAX_S = 60.0
@@ -1747,6 +1749,8 @@ def _load_json(text: str) -> Any:
         raise FormatError(err.msg, err.doc, err.pos) from None
     except RecursionError:
         raise FormatError("JSON nested too deeply", text, 0) from None
+    except ValueError:  # Python 3.11+ reads integers of at most 4300 digits (int_max_str_digits)
+        raise FormatError("a number in it has too many digits (more than 4300)", text, 0) from None
 
 
 def _parse_text(text: str, fmt: str) -> Any:
@@ -1783,6 +1787,15 @@ def _folds_case(path: str) -> bool:
         return False
 
 
+def _unicode_problem(text: str) -> Optional[str]:
+    """Why `text` cannot name a file: a lone surrogate (a \\ud800 escape) has no UTF-8 form."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (it holds a lone surrogate such as \\ud800)"
+    return None
+
+
 _WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"} | {f"{p}{i}" for p in ("COM", "LPT")
                                                                         for i in list("123456789") + ["¹", "²", "³"]}
 _UNSAFE_NAME_CHARS = re.compile(r'[<>:"|?*\x00-\x1f\x7f]')
@@ -1803,6 +1816,8 @@ def _safe_filename(name: str) -> str:
         raise SandboxError(f"filename {name!r} is a path; give a plain name and put the folder in storage_path")
     if re.search(r"[\x00-\x1f\x7f]", name):
         raise SandboxError(f"filename {name!r} contains control characters (such as NUL or a newline)")
+    if _unicode_problem(name):
+        raise SandboxError(f"filename {name[:100]!r} {_unicode_problem(name)}")
     # Cut to the byte limit first (a character is at least one byte), so a huge name costs
     # one pass, not one re-encoding per character dropped.
     clean = _UNSAFE_NAME_CHARS.sub("_", name[:_MAX_NAME_BYTES + 2]).strip()
@@ -1826,12 +1841,64 @@ def _safe_part(text: str) -> str:
     return _safe_filename(text if text.strip(". ") else "_" + text)
 
 
+# Descriptor-relative calls (openat, mkdirat, linkat): POSIX has them, Windows does not. Where
+# they exist, the sandbox decides a directory once and every later step goes through the open
+# descriptor; a symlink or rename swapped into the tree afterwards changes nothing.
+_DIR_FDS = (not _WINDOWS and hasattr(os, "O_DIRECTORY") and hasattr(os, "O_NOFOLLOW")
+            and {os.open, os.mkdir, os.link, os.unlink, os.stat} <= os.supports_dir_fd)
+_O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# O_NONBLOCK: opening a FIFO swapped in for a file returns at once (fstat then refuses it)
+# instead of waiting for a writer forever.
+_O_READ = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+           | getattr(os, "O_BINARY", 0))
+
+
+class _Dir(str):
+    """A directory the sandbox decided on: its real path and, where _DIR_FDS, the descriptor
+    every write into it goes through (`with` closes it)."""
+
+    fd: Optional[int] = None
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> "_Dir":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten `with` must not leak the descriptor
+        self.close()
+
+
+def _walk_failure(e: OSError) -> str:
+    """A descriptor walk's OSError as the reason a refusal gives."""
+    import errno
+
+    if e.errno in (errno.ELOOP, getattr(errno, "EMLINK", -1)):  # O_NOFOLLOW met a symlink
+        return "a symbolic link is in the way (a loop, or the folder was changed while in use)"
+    if e.errno == errno.ENOTDIR:
+        return "a part of it is a file, not a directory"
+    return e.strerror or str(e)
+
+
+class _NotRegular(SandboxError):
+    """Inside the sandbox, but not a regular file (a folder, FIFO, device): resources/read
+    answers "not found" for it, as for a missing file."""
+
+
 class Sandbox:
     """The allowed directories; every path Abstract reads or writes is checked here first.
 
     Containment is decided on fully resolved real paths (symlinks followed, `..` collapsed,
     case folded where the file system folds case), never on string prefixes, so a symlink
-    pointing out is refused and /allowed-evil is not inside /allowed.
+    pointing out is refused and /allowed-evil is not inside /allowed. On POSIX the decision is
+    then used through descriptors (_Dir, open_read): the directory is opened from its root one
+    component at a time without following symlinks, and files are created and opened relative
+    to it, so nothing changed in the tree after the check can lead out.
     """
 
     def __init__(self, roots: List[str]) -> None:
@@ -1846,8 +1913,8 @@ class Sandbox:
         return {"allowed_directories": list(self.roots), "default_directory": self.default,
                 "total_directories": len(self.roots)}
 
-    def _refuse(self, path: str, why: str) -> SandboxError:
-        return SandboxError(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path inside "
+    def _refuse(self, path: str, why: str, kind: type = SandboxError) -> SandboxError:
+        return kind(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path inside "
                             f"one of them (relative paths are taken from {self.default}).")
 
     def root_of(self, real: str) -> Optional[str]:
@@ -1867,6 +1934,9 @@ class Sandbox:
             raise self._refuse(str(path), "is empty")
         if re.search(r"[\x00-\x1f\x7f]", path):
             raise self._refuse(path, "contains control characters (such as NUL)")
+        bad = _unicode_problem(path)
+        if bad:
+            raise self._refuse(path, bad)
         if not _WINDOWS and ("\\" in path or re.match(r"^[A-Za-z]:", path)):
             raise self._refuse(path, "is a Windows path; this machine uses / as the separator")
         full = os.path.join(self.default, os.path.expanduser(path))
@@ -1877,11 +1947,43 @@ class Sandbox:
             raise self._refuse(path, "is outside the allowed directories")
         return real
 
-    def make_dir(self, path: Optional[str]) -> str:
-        """Resolve a storage directory inside a root, creating missing subdirectories."""
+    def _walk(self, real: str, create: bool) -> int:
+        """A descriptor of the directory `real` (inside a root), opened from the root one
+        component at a time, never through a symlink; missing components are made if `create`."""
+        root = self.root_of(real)
+        if root is None:
+            raise self._refuse(real, "is outside the allowed directories")
+        fd = os.open(root, _O_DIR)
+        try:
+            for part in real[len(root):].split(os.sep):  # root_of matched: real starts with root
+                if not part:
+                    continue
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                fd, parent = os.open(part, _O_DIR, dir_fd=fd), fd
+                os.close(parent)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def make_dir(self, path: Optional[str]) -> _Dir:
+        """Resolve a storage directory inside a root, creating missing subdirectories; where
+        _DIR_FDS, the answer holds it open (close it, or use `with`)."""
         real = self.resolve(path) if path else self.default
         if os.path.exists(real) and not os.path.isdir(real):
             raise self._refuse(path or real, "is a file, not a directory")
+        if _DIR_FDS:
+            try:
+                fd = self._walk(real, create=True)
+            except OSError as e:
+                raise self._refuse(path or real, f"cannot be created ({_walk_failure(e)})") from None
+            out = _Dir(real)
+            out.fd = fd
+            return out
+        # Windows: no descriptor-relative calls; the path is checked again after creating it
+        # (see docs/reference/sandbox.md for what this does not cover).
         try:
             os.makedirs(real, exist_ok=True)
         except OSError as e:
@@ -1889,7 +1991,44 @@ class Sandbox:
         again = os.path.realpath(real)  # a symlink swapped in while creating must not lead out
         if self.root_of(again) is None:
             raise self._refuse(path or real, "is outside the allowed directories")
-        return again
+        return _Dir(again)
+
+    def open_read(self, path: str) -> Tuple[Any, str, int]:
+        """(binary file, real path, size) of the regular file `path` inside a root.
+
+        Where _DIR_FDS the file is opened relative to its directory's descriptor with
+        O_NOFOLLOW | O_NONBLOCK, and the opened descriptor is checked: a symlink, FIFO or device
+        swapped in after the check is refused, never read or waited on. A file with more than
+        one hard link is refused everywhere: its other name may lie outside the allowed
+        directories. Raises SandboxError, or FileNotFoundError when it does not exist.
+        """
+        import stat
+
+        real = self.resolve(path)
+        if real in self.roots:
+            raise self._refuse(path, "is an allowed directory, not a file", _NotRegular)
+        try:
+            if _DIR_FDS:
+                dfd = self._walk(os.path.dirname(real), create=False)
+                try:
+                    fd = os.open(os.path.basename(real), _O_READ, dir_fd=dfd)
+                finally:
+                    os.close(dfd)
+            else:  # Windows: the resolved path, opened once; the checks below use the handle
+                fd = os.open(real, _O_READ)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except OSError as e:  # a symlink where the file was (a loop, or swapped in after the check)
+            raise self._refuse(path, f"cannot be opened ({_walk_failure(e)})", _NotRegular) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise self._refuse(path, "is not a regular file (it is a folder, FIFO or device)", _NotRegular)
+        if st.st_nlink > 1:
+            os.close(fd)
+            raise self._refuse(path, f"has {st.st_nlink} hard links; Abstract reads only files with one (another "
+                                     f"name of it may lie outside the allowed directories), so copy it instead")
+        return os.fdopen(fd, "rb"), real, st.st_size
 
 
 _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
@@ -1905,25 +2044,56 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     two concurrent writers never take the same name and a crash never leaves a partial file
     under a final name. Where hard links are unsupported (FAT, some network shares) the name is
     reserved with O_EXCL and the finished file renamed over the reservation.
-    """
-    import tempfile  # local: only storing needs it
 
-    fd, tmp = tempfile.mkstemp(prefix=".abstract-", suffix=".tmp", dir=directory)
+    Where _DIR_FDS every step is relative to the directory's descriptor (the one a _Dir from
+    Sandbox.make_dir holds, else the directory opened here without following a symlink), so a
+    folder renamed or replaced by a symlink meanwhile cannot send the file elsewhere.
+    """
+    held = getattr(directory, "fd", None)
+    dfd = held if held is not None or not _DIR_FDS else os.open(directory, _O_DIR)
+    try:
+        return _write_in(dfd, str(directory), stem, ext, data, mode)
+    finally:
+        if dfd is not None and dfd != held:
+            os.close(dfd)
+
+
+def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any, mode: Optional[int]) -> str:
+    """_write_new's work: `dfd` is the directory's descriptor, or None (Windows: paths)."""
+    import secrets
+
+    def at(name: str) -> str:  # the name relative to dfd, or the full path without one
+        return name if dfd is not None else os.path.join(directory, name)
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = f".abstract-{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(at(tmp), flags | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise SandboxError(f"no free temporary file name in {directory}")
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK if mode is None else mode)
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), 0o666 & ~_UMASK if mode is None else mode)
+            else:  # Windows: only the read-only bit exists, and the file is writable anyway
+                os.chmod(at(tmp), 0o666 & ~_UMASK if mode is None else mode)
+            mine = os.fstat(f.fileno())
         for n in range(100000):
-            final = os.path.join(directory, f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}")
-            if _claim(tmp, final):
-                return final
+            final = f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}"
+            if _claim(dfd, at(tmp), at(final), mine):
+                return os.path.join(directory, final)
         raise SandboxError(f"no free file name for {stem}{ext} in {directory}")
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(at(tmp), dir_fd=dfd)
 
 
 def _bounded_walk(roots: List[str], depth: int = 3, scan: int = 20000, hidden_dirs: bool = True) -> Iterator[str]:
@@ -1958,20 +2128,26 @@ def _sweep_temps(roots: List[str], min_age: float = 3600.0, scan: int = 20000) -
     return removed
 
 
-def _claim(tmp: str, final: str) -> bool:
-    """Give the finished temporary file the name `final` unless that name exists."""
-    try:
-        os.link(tmp, final)
-        return True
+def _claim(dfd: Optional[int], tmp: str, final: str, mine: os.stat_result) -> bool:
+    """Give the finished temporary file the name `final` unless that name exists (names are
+    relative to `dfd` when it is given). The temporary name could have been replaced meanwhile
+    by someone else's file or symlink: the link is not followed, and what got published is
+    checked to be `mine` (the file written), else removed again."""
+    try:  # (follow_symlinks=False is linkat without AT_SYMLINK_FOLLOW; Windows has no such option)
+        os.link(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd, **({} if dfd is None else {"follow_symlinks": False}))
     except FileExistsError:
         return False
-    except OSError:  # no hard links here: reserve the name, then rename over the reservation
-        pass
-    try:
-        os.close(os.open(final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-    except FileExistsError:
-        return False
-    os.replace(tmp, final)
+    except (OSError, NotImplementedError):  # no hard links here: reserve the name, rename over it
+        try:
+            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
+            os.close(os.open(final, flags, 0o644, dir_fd=dfd))
+        except FileExistsError:
+            return False
+        os.replace(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
+    st = os.stat(final, dir_fd=dfd, follow_symlinks=False)
+    if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+        os.unlink(final, dir_fd=dfd)
+        raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while it was written")
     return True
 
 
@@ -1989,6 +2165,31 @@ def _frame(msg: dict) -> bytes:
         data = json.dumps(msg, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     assert b"\n" not in data  # json escapes newlines; a raw one would split the frame
     return data + b"\n"
+
+
+def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
+    """(line, True) for each line of `rfile` up to `limit` bytes (newline not counted), and
+    (its first 200 bytes, False) for a longer one as soon as it is known to be longer; reading
+    on skips the rest of it in 64 KiB pieces. However long a line is, no more than `limit`
+    bytes of it are ever held."""
+    while True:
+        line = rfile.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line, True
+            continue
+        head, line = line[:200], b""
+        yield head, False
+        while True:
+            rest = rfile.readline(1 << 16)
+            if not rest or rest.endswith(b"\n"):
+                break
+
+
+# The id of a request too long to read: taken only from where clients put it, first (or right
+# after "jsonrpc"), so an "id" inside the params is never mistaken for it.
+_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]{1,18}|"[^"\\]{0,100}")\s*,')
 
 
 def _no_nan(name: str) -> None:
@@ -2059,6 +2260,7 @@ class Connection:
         strict: bool = True,
         on_close: Optional[Callable[[], Optional[str]]] = None,
         queued: bool = False,
+        max_line: int = _MAX_MESSAGE_MB << 20,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -2067,6 +2269,7 @@ class Connection:
         self._pool = pool
         self._strict = strict  # answer garbage with JSON-RPC errors (server side) or just log it
         self._on_close = on_close
+        self.max_line = max_line  # bytes in one incoming message; a longer one is not read (_too_long)
         self._wlock = threading.Lock()
         self._ids = itertools.count(1)
         self._plock = threading.Lock()
@@ -2105,14 +2308,35 @@ class Connection:
 
     def _read_loop(self) -> None:
         try:
-            for line in iter(self._rfile.readline, b""):
-                if not line.isspace():  # (strip() would copy a message of many megabytes)
+            for line, whole in _read_lines(self._rfile, self.max_line):
+                if not whole:
+                    if self._too_long(line):
+                        return
+                elif not line.isspace():  # (strip() would copy a message of many megabytes)
                     self._on_line_safely(line)
                 line = b""  # drop the bytes now, not when the next line arrives
         except (OSError, ValueError) as e:  # a closed or broken pipe ends the session like EOF
             _log.debug("%s: read failed: %s", self.name, e)
         finally:
             self._shut(self.close_reason, eof=True)
+
+    def _too_long(self, head: bytes) -> bool:
+        """A message over max_line bytes (skipped unread). From the client, its request (if its id
+        is at the start) fails at once; from an upstream, the session ends, failing its pending
+        calls at once, and is started afresh on next use. True: stop reading."""
+        limit = f"{self.max_line:,} bytes"
+        if self._strict:
+            m = _HEAD_ID.match(head)
+            mid = json.loads(m.group(1)) if m else None
+            _log.warning("%s: a message over %s was dropped: %s", self.name, limit, head[:100])
+            self.send(_error_response(mid, RpcError(INVALID_REQUEST, f"Request too large: more than {limit} in one "
+                                                    f"message (max_client_message_mb in Abstract's settings)")))
+            return False
+        reason = (f"{self.name} sent a message of more than {limit} (max_upstream_message_mb in Abstract's "
+                  f"settings); its session was ended and starts afresh on the next call")
+        _log.warning("%s", reason)
+        self._shut(reason)
+        return True
 
     def _shut(self, reason: str, eof: bool = False) -> None:
         with self._plock:
@@ -2252,6 +2476,10 @@ class Connection:
             self.send(_error_response(mid, RpcError(code, message)))
         else:
             _log.warning("%s: skipped a line that is not JSON-RPC: %s", self.name, shown)
+            m = _HEAD_ID.match(line) if b'"method"' not in line[:200] else None
+            if m:  # an answer that cannot be read (nested too deeply, say) fails its call now, not at its deadline
+                self.forget(json.loads(m.group(1)), RpcError(INTERNAL_ERROR, f"{self.name} answered with a message "
+                                                                             f"that cannot be read ({message})"))
 
     def _on_response(self, msg: dict) -> None:
         if not self._valid_id(msg):
@@ -2521,6 +2749,12 @@ def _seconds(v: Any) -> bool:
     return _positive(v) and v <= 1e7
 
 
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+_MEGABYTES = "a number of megabytes > 0 and at most 4096"
+_HTTP_SECONDS = "a number of seconds > 0 and at most 3600"
 _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, _CALL_TIMEOUT_S),
     "startup_timeout_seconds": (_seconds, _SECONDS, _START_TIMEOUT_S),
@@ -2536,15 +2770,17 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "keep_output_schemas": (lambda v: isinstance(v, bool), "true or false", False),
     "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
                        "an http:// or https:// URL", ""),
+    # --http download links: time to send a request whole, longest stall of any read or write, connections
+    "http_header_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 10),
+    "http_idle_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 30),
+    "http_max_connections": (lambda v: _count(v) and 1 <= v <= 4096, "a whole number from 1 to 4096", 64),
+    "max_upstream_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_MESSAGE_MB),
+    "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_CLIENT_MESSAGE_MB),
 }
 _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, None),
     "startup_timeout_seconds": (_seconds, _SECONDS, None),
 }
-
-
-def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 # Output cache knobs; the same keys at every level (global, server, tool), the most specific wins.
@@ -2830,6 +3066,7 @@ class Upstream:
         proc = self._spawn_process(t0)
         conn = Connection(io.BufferedReader(proc.stdout, 1 << 16), io.BufferedWriter(proc.stdin, 1 << 16),
                           name=self.name, strict=False, on_close=lambda: self._on_close(proc), queued=True,
+                          max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
                           # the upstream's requests run off its reader: roots/list waits for the client
                           requests=self._client_methods(), pool=_Pool(2, f"requests-{self.name}"),
                           notifications={"notifications/progress": self._on_progress,
@@ -2851,7 +3088,9 @@ class Upstream:
 
     def _spawn_process(self, t0: float) -> Any:
         """Start the process (its stderr drained from the start); UpstreamError if it cannot."""
-        env = dict(self._environ)
+        # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
+        # entry's env names them; upper(): Windows names ignore case.
+        env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
         env.update(self.spec.env)
         env["ABSTRACT_PARENT"] = str(os.getpid())  # an Abstract started through this one refuses to run
         self.tail = _Tail()  # this run's stderr only
@@ -3661,6 +3900,11 @@ class OutputCache:
     def text(self, entry: _CacheEntry) -> str:
         return self._read(entry, ".txt")
 
+    def open_text(self, entry: _CacheEntry) -> Tuple[Any, int]:
+        """(binary file, size) of an entry's text view as stored (UTF-8), for streaming it."""
+        f = open(self._path(entry.token, ".txt"), "rb")  # OSError: swept meanwhile
+        return f, os.fstat(f.fileno()).st_size
+
     def result(self, entry: _CacheEntry) -> dict:
         return json.loads(self._read(entry, ".json"))["result"]
 
@@ -3784,37 +4028,106 @@ class _LinkSigner:
         return hmac.compare_digest(self.sign(token, expires).encode(), sig.encode("utf-8", "replace"))
 
 
-def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str) -> Any:
-    """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread."""
+def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
+    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once (the accept loop
+    waits for a free one, so more wait in the listen backlog, not in Abstract), each given
+    `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
+    backlog that takes a burst of downloads."""
+    import socket
+
+    header_s, _, max_conn = limits
+
+    class LinkServer(base):  # type: ignore[misc, valid-type]
+        daemon_threads = True
+        request_queue_size = 1024  # socketserver's 5 refuses connections in a burst (the kernel may cap it)
+
+        def server_activate(self) -> None:
+            self._slots = threading.Semaphore(max_conn)
+            self._deadlines: Dict[Any, float] = {}
+            self._lock = threading.Lock()
+            super().server_activate()
+            threading.Thread(target=self._watch, name="abstract-http-watch", daemon=True).start()
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            self._slots.acquire()  # freed by a finished request or by the watchdog
+            with self._lock:
+                self._deadlines[request] = time.monotonic() + header_s
+            super().process_request(request, client_address)
+
+        def request_started(self, request: Any) -> None:
+            """The request line and headers are in: the header deadline no longer applies."""
+            with self._lock:
+                self._deadlines.pop(request, None)
+
+        def shutdown_request(self, request: Any) -> None:
+            super().shutdown_request(request)
+            with self._lock:
+                self._deadlines.pop(request, None)
+            self._slots.release()
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
+            _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+        def _watch(self) -> None:
+            while True:
+                time.sleep(0.25)  # a deadline is met within a quarter of a second
+                now = time.monotonic()
+                with self._lock:
+                    late = [r for r, t in self._deadlines.items() if t <= now]
+                    for r in late:
+                        del self._deadlines[r]
+                for r in late:  # the handler's blocked read returns; its thread ends
+                    with contextlib.suppress(OSError):
+                        r.shutdown(socket.SHUT_RDWR)
+
+    return LinkServer
+
+
+def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str,
+                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)) -> Any:
+    """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread.
+    `limits`: seconds to send the request, seconds any read or write may stall, connections."""
     import http.server
     import socket
 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
+        timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self.server.request_started(self.connection)  # type: ignore[attr-defined]
             # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
             # patch releases), and the answer must not depend on the Python version.
             status, ctype, body = _link_response(cache, signer, self.requestline.split()[1])
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "private, no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                f, size = (None, len(body)) if isinstance(body, bytes) else body()
+            except OSError:  # swept between the check and the open
+                status, ctype, body = 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
+                f, size = None, len(body)
+            with f if f is not None else contextlib.nullcontext():
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(size))
+                self.send_header("Cache-Control", "private, no-store")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.end_headers()
+                if f is None:
+                    self.wfile.write(body)  # type: ignore[arg-type]
+                else:  # streamed: a slow reader holds 64 KiB, not the whole output
+                    for chunk in iter(lambda: f.read(1 << 16), b""):  # type: ignore[union-attr]
+                        self.wfile.write(chunk)
 
         def do_POST(self) -> None:  # noqa: N802
             self.send_error(405)
 
-        do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST  # GET only
+        do_PUT = do_DELETE = do_PATCH = do_POST  # other methods (HEAD, OPTIONS, ...): http.server's 501
 
         def log_message(self, fmt: str, *args: Any) -> None:
             _log.debug("http: " + fmt, *args)
 
-    class LinkServer(http.server.ThreadingHTTPServer):
+    class LinkServer(_link_server_class(http.server.ThreadingHTTPServer, limits)):  # type: ignore[misc]
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT works too
-        daemon_threads = True
 
     httpd = LinkServer((host, port), Handler)
     threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True).start()
@@ -3829,8 +4142,9 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
     return httpd
 
 
-def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, bytes]:
-    """(status, content type, body) for one GET: 200, 403 bad signature, 404, 410 expired."""
+def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, Any]:
+    """(status, content type, body) for one GET: 200 (body: a function opening the text as
+    (binary file, size), to stream it), 403 bad signature, 404, 410 expired (body: bytes)."""
     path, _, raw_query = raw_path.partition("?")  # not urlsplit: it reads "//x" as a host and drops tabs and newlines
     m = re.fullmatch(r"/cache/([A-Za-z0-9_-]{16,64})", path)
     query = urllib.parse.parse_qs(raw_query)
@@ -3847,7 +4161,7 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
         return 410, "text/plain; charset=utf-8", b"link expired\n"
     try:
         entry = cache.get(token)
-        return 200, f"{entry.ctype}; charset=utf-8", cache.text(entry).encode("utf-8", "surrogatepass")
+        return 200, f"{entry.ctype}; charset=utf-8", lambda: cache.open_text(entry)
     except (ToolError, OSError):  # OSError: swept between get and read
         return 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
 
@@ -4113,7 +4427,7 @@ def _decode_cursor(cursor: Any) -> Tuple[str, int]:
         # n is a rowid: sqlite3 raises OverflowError for an int past 64 bits
         if isinstance(when, str) and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63:
             return when, n
-    except (TypeError, ValueError, binascii.Error):
+    except (TypeError, ValueError, RecursionError, binascii.Error):  # RecursionError: "[[[[..." nested deep
         pass
     raise ToolError(f"Invalid cursor {str(cursor)[:80]!r}: pass the next_cursor of the previous answer, or none "
                     f"for the first page.")
@@ -5081,7 +5395,7 @@ def _tool_list_allowed_directories(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
-def _store_target(call: _Call, server: str, tool: str) -> Tuple[str, str]:
+def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
     """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
     sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
     try:  # the name first: a refused name must not leave new folders behind
@@ -5168,14 +5482,16 @@ def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -
     if call.flag("compress"):
         chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
     digest = hashlib.sha256()  # of the bytes as written, so the catalog need not read the file again
+    size = [0]  # (nor the path, which may lead elsewhere by now)
 
     def hashed() -> Iterator[bytes]:
         for chunk in chunks:
             digest.update(chunk)
+            size[0] += len(chunk)
             yield chunk
 
     path = _write_new(directory, stem, ext, hashed())
-    return _Stored(path, conv.fmt, os.path.getsize(path), mime, digest.hexdigest()), "".join(head)
+    return _Stored(path, conv.fmt, size[0], mime, digest.hexdigest()), "".join(head)
 
 
 def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) -> ToolError:
@@ -5193,6 +5509,12 @@ def _store_result(call: _Call, server: str, tool: str, fmt: Optional[str], fetch
     is known to be usable."""
     call.flag("compress")  # a bad value is refused before the tool runs
     directory, stem = _store_target(call, server, tool)
+    with directory:  # held open (POSIX): the folder decided now is the one written, however long the tool runs
+        return _store_in(call, server, tool, fmt, fetch, source, directory, stem)
+
+
+def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
+              source: str, directory: str, stem: str) -> dict:
     _check_quota(call, directory)
     res = fetch()
     if res.get("isError"):
@@ -5244,24 +5566,22 @@ _INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml"
                   ".txt": "txt"}
 
 
-def _read_limited(path: str, limit: int) -> bytes:
-    """The file's bytes (gunzipped for .gz), refusing more than `limit` bytes while reading, so
-    a small archive cannot expand into gigabytes."""
+def _read_limited(f: Any, path: str, size: int, limit: int) -> bytes:
+    """The bytes of the open file `f` (gunzipped for .gz), refusing more than `limit` bytes
+    while reading, so a small archive cannot expand into gigabytes."""
     import gzip
     import zlib
 
-    opener = gzip.open if path.lower().endswith(".gz") else open
+    packed = path.lower().endswith(".gz")
     try:
-        with opener(path, "rb") as f:  # type: ignore[operator]
-            data = f.read(limit + 1)
-    except PermissionError:
-        raise ToolError(f"{path} is not readable (permission denied)") from None
+        with (gzip.GzipFile(fileobj=f, mode="rb") if packed else f) as src:
+            data = src.read(limit + 1)
     except (OSError, EOFError, zlib.error) as e:  # zlib.error (a corrupt stream) is no OSError
-        what = "is not a valid gzip file" if opener is not open else "could not be read"
+        what = "is not a valid gzip file" if packed else "could not be read"
         raise ToolError(f"{path} {what}: {e}") from None
     if len(data) > limit:
-        what = (f"({os.path.getsize(path):,} bytes) decompresses to more than {limit:,} bytes"
-                if opener is not open else f"is larger than {limit:,} bytes")
+        what = f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed else \
+            f"is larger than {limit:,} bytes"
         raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes (max_input_file_mb in Abstract's "
                         f"settings).")
     return data
@@ -5269,22 +5589,22 @@ def _read_limited(path: str, limit: int) -> bytes:
 
 def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
     """(data, format, real path) of an input file inside the sandbox."""
+    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
     try:
-        path = call.server.sandbox.resolve(file_path)
+        f, path, size = call.server.sandbox.open_read(file_path)
     except SandboxError as e:
         raise ToolError(str(e)) from None
-    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
-    if not os.path.exists(path):
-        raise ToolError(f"file_path {file_path!r} does not exist ({path}). {where}; list_allowed_directories "
-                        f"shows them.")
-    if not os.path.isfile(path):
-        raise ToolError(f"file_path {file_path!r} is not a regular file ({path}). {where}.")
+    except FileNotFoundError:
+        raise ToolError(f"file_path {file_path!r} does not exist. {where}; list_allowed_directories "
+                        f"shows them.") from None
+    except PermissionError:
+        raise ToolError(f"file_path {file_path!r} is not readable (permission denied)") from None
     limit = int(float(call.server.settings.get("max_input_file_mb")) * 1024 * 1024)
-    size = os.path.getsize(path)
     if size > limit:
+        f.close()
         raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes (max_input_file_mb in "
                         f"Abstract's settings).")
-    raw = _read_limited(path, limit)
+    raw = _read_limited(f, path, size, limit)
     base = path[:-3] if path.lower().endswith(".gz") else path
     fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
     try:
@@ -5531,6 +5851,11 @@ def _tool_export_conversations(call: _Call) -> dict:
         stem = _safe_filename(name) if name else f"conversations-{_utc_stamp()}"
     except SandboxError as e:
         raise ToolError(str(e)) from None
+    with directory:
+        return _export_in(call, directory, stem, fmt, convs)
+
+
+def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dict]) -> dict:
     _check_quota(call, directory)
     exported = _iso_ms(time.time())
     if fmt == "json":
@@ -5539,11 +5864,12 @@ def _tool_export_conversations(call: _Call) -> dict:
         body = _conversations_markdown(convs, exported)
     ext = ".json" if fmt == "json" else ".md"
     stem = stem[:-len(ext)] if stem.lower().endswith(ext) and len(stem) > len(ext) else stem
+    data = body.encode("utf-8", "surrogatepass")
     try:
-        path = _write_new(directory, stem, ext, body.encode("utf-8", "surrogatepass"))
+        path = _write_new(directory, stem, ext, data)
     except OSError as e:
         raise _write_error(directory, e) from None
-    out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": os.path.getsize(path),
+    out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": len(data),
            "conversations": len(convs), "messages": sum(len(c["messages"]) for c in convs)}
     what = f"{_plural(out['conversations'], 'conversation')} ({_plural(out['messages'], 'message')})"
     result = _text_result(f"Exported {what} as {fmt}: {path}", out)
@@ -5781,6 +6107,7 @@ class Server:
             "prompts/get": self._prompts_get,
         }
         self.conn = Connection(rfile, wfile, name="client", pool=_Pool(),
+                               max_line=int(float(settings.get("max_client_message_mb")) * (1 << 20)),
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()},
                                notifications={"notifications/roots/list_changed":
                                               lambda params: upstreams.roots_changed()})
@@ -5943,12 +6270,15 @@ class Server:
         if uri.startswith(_CACHE_URI) and self.cache is not None:
             return self._read_cached(uri, missing)
         try:
-            path = self.sandbox.resolve(_uri_to_path(uri))
+            f, path, size = self.sandbox.open_read(_uri_to_path(uri))
+        except (FileNotFoundError, _NotRegular):
+            raise RpcError(missing, f"Resource not found: {uri}", {"uri": uri}) from None
         except SandboxError as e:
             raise RpcError(INVALID_PARAMS, str(e), {"uri": uri}) from None
-        if not os.path.isfile(path):
-            raise RpcError(missing, f"Resource not found: {uri}", {"uri": uri})
-        return {"contents": [_file_contents(path, uri)]}
+        except OSError as e:
+            raise RpcError(INVALID_PARAMS, f"{uri} cannot be read: {e.strerror or e}", {"uri": uri}) from None
+        with f:
+            return {"contents": [_file_contents(f, path, size, uri)]}
 
     def _read_cached(self, uri: str, missing: int) -> dict:
         try:
@@ -5965,17 +6295,16 @@ class Server:
         return {"contents": [item]}
 
 
-def _file_contents(path: str, uri: str) -> dict:
-    """One resources/read item: text for UTF-8 files, base64 blob for anything else."""
+def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
+    """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
+    anything else."""
     import base64
 
-    size = os.path.getsize(path)
     if size > _READ_MAX:
         raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
                                        f"{_READ_MAX:,} bytes", {"uri": uri})
     try:
-        with open(path, "rb") as f:
-            data = f.read(_READ_MAX + 1)
+        data = f.read(_READ_MAX + 1)
     except OSError as e:
         raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}", {"uri": uri}) from None
     item: dict = {"uri": uri, "mimeType": _mime_of(path)}
@@ -6289,7 +6618,9 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
         secret = secrets.token_bytes(32)
         _log.info("no ABSTRACT_CACHE_SECRET: links are signed with a random key and stop working on restart")
     try:
-        httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"))
+        limits = (float(settings.get("http_header_timeout_seconds")), float(settings.get("http_idle_timeout_seconds")),
+                  int(settings.get("http_max_connections")))
+        httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"), limits)
     except OSError as e:
         raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
     _log.info("serving cached outputs on http://%s:%d/cache/", f"[{host}]" if ":" in host else host,

@@ -52,6 +52,8 @@ TOOLS = [
     ("rows", "Return n records as JSON text.", {"n": {"type": "integer"}}),
     ("needs", "Requires records (an array) and table (a string); echoes them.",
      {"records": {"type": "array"}, "table": _S}),
+    ("endless", "Start the answer, then write this many megabytes with no newline, and hang.", {"mb": _N}),
+    ("deep", "Answer with a result nested this many arrays deep.", {"n": {"type": "integer"}}),
 ]
 REQUIRED = {"needs": ["records", "table"]}  # inputSchema "required" per tool
 
@@ -367,6 +369,19 @@ class Fake:
 
     def tool_needs(self, mid, args: dict, meta: dict) -> dict:
         return dict(_result_text(json.dumps(args, ensure_ascii=False)), structuredContent=args)
+
+    def tool_endless(self, mid, args: dict, meta: dict) -> None:
+        with self.wlock:  # one line that never ends: nothing else can be written after it
+            self.out.write(json.dumps({"jsonrpc": "2.0", "id": mid}).encode()[:-1] + b',"result":"')
+            chunk = b"x" * (1 << 20)
+            for _ in range(int(args.get("mb", 1))):
+                self.out.write(chunk)
+            self.out.flush()
+            threading.Event().wait()
+
+    def tool_deep(self, mid, args: dict, meta: dict) -> None:
+        n = int(args.get("n", 5000))
+        self.send_raw(b'{"jsonrpc":"2.0","id":%s,"result":%s%s}\n' % (json.dumps(mid).encode(), b"[" * n, b"]" * n))
 
     # -- --extras
     def tool_lines(self, mid, args: dict, meta: dict) -> dict:

@@ -273,10 +273,15 @@ def links(tmp_path):
 
 def test_link_good_answers_200_with_the_content_type(links):
     clock, cache, signer, t, j, url = links
-    assert abstract._link_response(cache, signer, url(t.token)) == (200, "text/plain; charset=utf-8", b"plain text")
+    status, ctype, body = abstract._link_response(cache, signer, url(t.token))
+    f, size = body()  # the file, to stream
+    with f:
+        assert (status, ctype, f.read(), size) == (200, "text/plain; charset=utf-8", b"plain text", 10)
     status, ctype, body = abstract._link_response(cache, signer, url(j.token))
     assert (status, ctype) == (200, "application/json; charset=utf-8")
-    assert json.loads(body) == make_rows(3)
+    f, size = body()
+    with f:
+        assert json.loads(f.read()) == make_rows(3)
 
 
 def test_link_bad_signatures_are_403(links):
@@ -809,6 +814,13 @@ def test_http_other_methods_are_405(web, method):
     p, text, rows = web
     status, _, body = _http_method(text["retrieve_url"], method)
     assert status == 405 and b"ttt" not in body
+
+
+@pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "TRACE"])
+def test_http_head_and_options_are_501_as_documented(web, method):
+    p, text, rows = web
+    status, _, body = _http(text["retrieve_url"], method=method)
+    assert status == 501 and b"ttt" not in body
 
 
 def _http_method(url: str, method: str):

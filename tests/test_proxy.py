@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -321,6 +322,24 @@ def test_variables_are_expanded_in_command_args_and_env(world):
     proxy = world.start(env=env)
     got = {k: text_of(proxy.upstream("vars", "getenv", {"name": k})) for k in "ABCDE"}
     assert got == {"A": "alpha-value", "B": "fallback", "C": "c-value", "D": "x-alpha-value-y", "E": "dflt"}
+
+
+def test_upstream_environment_keeps_abstracts_secrets_and_knobs(world):
+    """An upstream gets Abstract's environment and its entry's env, without ABSTRACT_* variables
+    (the cache secret above all) unless the entry names them."""
+    world.fake("plain")
+    world.fake("named", env={"ABSTRACT_TIMEOUT": "${ABSTRACT_TIMEOUT}", "OWN": "mine"})
+    proxy = world.start(env=world.env(ABSTRACT_CACHE_SECRET="s3cret-key", ABSTRACT_TIMEOUT="77",
+                                      ABSTRACT_LOG_LEVEL="INFO", USER_THING="kept"))
+    names = ("ABSTRACT_CACHE_SECRET", "ABSTRACT_TIMEOUT", "ABSTRACT_LOG_LEVEL", "ABSTRACT_CONFIG",
+             "APP_CONFIG_PATH", "USER_THING", "OWN", "PATH")
+    seen = {s: {n: text_of(proxy.upstream(s, "getenv", {"name": n})) for n in names} for s in ("plain", "named")}
+    assert seen["plain"]["ABSTRACT_CACHE_SECRET"] == "<unset>" == seen["named"]["ABSTRACT_CACHE_SECRET"]
+    assert {seen[s][n] for s in seen for n in ("ABSTRACT_LOG_LEVEL", "ABSTRACT_CONFIG")} == {"<unset>"}
+    assert seen["plain"]["ABSTRACT_TIMEOUT"] == "<unset>" and seen["named"]["ABSTRACT_TIMEOUT"] == "77"
+    assert seen["plain"]["USER_THING"] == "kept" == seen["named"]["USER_THING"]
+    assert seen["named"]["OWN"] == "mine" and seen["plain"]["PATH"] == os.environ["PATH"]
+    assert seen["plain"]["APP_CONFIG_PATH"] == str(world.config_path)  # not Abstract's own knob
 
 
 def test_tilde_is_expanded_to_home(world, tmp_path):
