@@ -37,6 +37,7 @@ import argparse
 import collections
 import contextlib
 import csv
+import fnmatch
 import html
 import io
 import itertools
@@ -2780,6 +2781,10 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
 _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, None),
     "startup_timeout_seconds": (_seconds, _SECONDS, None),
+    # Which of the server's tools Abstract shows: names or shell-style patterns (fnmatch, case
+    # sensitive) of the upstream's own names; deny wins over allow.
+    "allow_tools": (lambda v: _patterns(v), "a list of tool names or patterns such as \"read_*\"", None),
+    "deny_tools": (lambda v: _patterns(v), "a list of tool names or patterns such as \"delete_*\"", None),
 }
 
 
@@ -2824,6 +2829,19 @@ def _check_policy(value: Any, where: str) -> None:
         _check_keys(value, _CACHE_POLICY, where)
 
 
+def _patterns(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(p, str) and p for p in v)
+
+
+# Per tool, beside cache_output: `name` renames the tool (the upstream still gets its own name),
+# `description` replaces the upstream's.
+_TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "name": (lambda v: isinstance(v, str) and 0 < len(v) <= 128 and v.strip() == v,
+             "a tool name (1 to 128 characters, no surrounding spaces)", None),
+    "description": (lambda v: isinstance(v, str), "a string", None),
+}
+
+
 def _check_server(name: str, conf: Any) -> None:
     where = f"servers.{name}"
     _check_keys(conf, _SERVER_SETTINGS, where, extra=("cache_outputs", "tools"))
@@ -2832,10 +2850,17 @@ def _check_server(name: str, conf: Any) -> None:
     tools = conf.get("tools", {})
     if not isinstance(tools, dict):
         raise ConfigError(f"key '{where}.tools' must be an object mapping tool names to settings")
+    renamed: Dict[str, str] = {}
     for tool, tconf in tools.items():
-        _check_keys(tconf, {}, f"{where}.tools.{tool}", extra=("cache_output",))
+        _check_keys(tconf, _TOOL_SETTINGS, f"{where}.tools.{tool}", extra=("cache_output",))
         if "cache_output" in tconf:
             _check_policy(tconf["cache_output"], f"{where}.tools.{tool}.cache_output")
+        new = tconf.get("name")
+        if new is not None and new in renamed:
+            raise ConfigError(f"keys '{where}.tools.{renamed[new]}.name' and '{where}.tools.{tool}.name' "
+                              f"both rename to {new!r}; give each tool its own name")
+        if new is not None:
+            renamed[new] = tool
 
 
 def _check_keys(obj: Any, spec: Dict[str, Tuple[Callable[[Any], bool], str, Any]], where: str,
@@ -2931,8 +2956,43 @@ class Settings:
         own = storage.get("max_total_mb")
         return None if own is None else float(own)
 
+    def upstream_tool(self, server: str, tool: str) -> str:
+        """The upstream's own name of a tool that Abstract shows as `tool` (renamed or not)."""
+        for own, tconf in self.servers.get(server, {}).get("tools", {}).items():
+            if tconf.get("name") == tool:
+                return own
+        return tool
+
+    def shape_tools(self, server: str, tools: List[dict]) -> List[dict]:
+        """The tools Abstract shows of an upstream's list: allow_tools/deny_tools applied, then
+        each tool's name and description replaced where its settings say. A tool whose own name
+        another tool is renamed to is hidden (the rename wins), with a warning."""
+        conf = self.servers.get(server, {})
+        allow, deny = conf.get("allow_tools"), conf.get("deny_tools") or []
+        own = conf.get("tools", {})
+        targets = {c["name"]: t for t, c in own.items() if "name" in c}
+        out = []
+        for t in tools:
+            name = t["name"]
+            if allow is not None and not any(fnmatch.fnmatchcase(name, p) for p in allow):
+                continue
+            if any(fnmatch.fnmatchcase(name, p) for p in deny):
+                continue
+            if name in targets and targets[name] != name:
+                _log.warning("%s: tool %r is hidden: settings rename %r to that name", server, name, targets[name])
+                continue
+            tconf = own.get(name, {})
+            if "name" in tconf or "description" in tconf:
+                t = {**t, "name": tconf.get("name", name)}
+                if "description" in tconf:
+                    t["description"] = tconf["description"]
+            out.append(t)
+        return out
+
     def cache_policy(self, server: str, tool: str) -> Dict[str, Any]:
-        """enabled / min_size / preview_chars for one tool: tool, then server, then global."""
+        """enabled / min_size / preview_chars for one tool (by the name Abstract shows): tool,
+        then server, then global."""
+        tool = self.upstream_tool(server, tool)
         conf = self.servers.get(server, {})
         levels = [self.data.get("output_cache", {}), conf.get("cache_outputs", {}),
                   conf.get("tools", {}).get(tool, {}).get("cache_output", {})]
@@ -3241,11 +3301,12 @@ class Upstream:
 
     # -- requests
     def tools(self) -> List[dict]:
-        """The upstream's tools (every page), cached until it says the list changed."""
+        """The upstream's tools (every page) as Abstract shows them (Settings.shape_tools: hidden
+        ones left out, renamed ones renamed), cached until it says the list changed."""
         cached = self._tools
         if cached is not None:
             return cached
-        self._tools = self.listing("tools/list", "tools")
+        self._tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
         return self._tools
 
     def listing(self, method: str, key: str) -> List[dict]:
@@ -3271,7 +3332,7 @@ class Upstream:
                   progress: Optional[Callable[[dict], None]] = None) -> dict:
         """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled."""
         conn = self.session()
-        params: dict = {"name": tool, "arguments": args}
+        params: dict = {"name": self.settings.upstream_tool(self.name, tool), "arguments": args}
         token = ""
         if progress is not None:
             token = f"abstract-{next(self._tokens)}"
@@ -4964,6 +5025,89 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Opti
 
 
 
+# ---- the tool index: list_available_tools' query ----
+# An in-memory FTS5 index of every shown upstream tool, rebuilt when a tool list changes (each
+# upstream keeps its list object until then, so "changed" is an identity test). Words are
+# stemmed (porter) and OR-ed: a question about a tool's purpose shares only some words with it.
+
+_TOOL_COLUMNS = ("name", "title", "description", "params")
+_TOOL_WEIGHTS = "6.0, 4.0, 2.0, 1.0"
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
+    """The indexed columns of a tool: its name (camelCase split too), title, description, and
+    its parameters' names and descriptions."""
+    name = str(tool.get("name", ""))
+    schema, ann = tool.get("inputSchema"), tool.get("annotations")
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    params = []
+    for key, spec in props.items() if isinstance(props, dict) else ():
+        params.append(str(key))
+        if isinstance(spec, dict) and isinstance(spec.get("description"), str):
+            params.append(spec["description"][:500])
+    title = tool.get("title") or (ann.get("title") if isinstance(ann, dict) else None)
+    return (name + " " + _CAMEL.sub(" ", name), str(title or ""), str(tool.get("description") or "")[:4000],
+            " ".join(params))
+
+
+class _ToolIndex:
+    """Ranks tools for a query: FTS5 bm25 where sqlite3 has FTS5, else a count of the query's
+    words found in each tool's text (`fts=False` forces that, for tests)."""
+
+    def __init__(self, fts: Optional[bool] = None) -> None:
+        self._want_fts = fts
+        self._lock = threading.Lock()
+        self._lists: List[List[dict]] = []  # the lists indexed (kept, so identity stays meaningful)
+        self._rows: List[Tuple[str, dict]] = []  # rowid - 1 -> (server, tool)
+        self._db: Any = None
+
+    def search(self, lists: Dict[str, List[dict]], query: str, limit: int) -> List[Tuple[float, str, dict]]:
+        """(score, server, tool) of the best matches, best first; [] when no word matches."""
+        words = _query_words(query)
+        if not words:
+            return []
+        with self._lock:
+            self._refresh(lists)
+            found = self._fts(words, limit) if self._db is not None else self._plain(words, limit)
+        return [(score, *self._rows[i]) for score, i in found]
+
+    def _refresh(self, lists: Dict[str, List[dict]]) -> None:
+        current = list(lists.values())
+        if len(current) == len(self._lists) and all(a is b for a, b in zip(current, self._lists)):
+            return
+        self._lists, self._rows = current, [(s, t) for s, ts in lists.items() for t in ts]
+        if self._db is None and sqlite3 is not None and self._want_fts is not False:
+            db = sqlite3.connect(":memory:", check_same_thread=False)
+            if _has_fts5(db):
+                self._db = db
+            else:
+                db.close()
+        if self._db is not None:
+            cols = ", ".join(_TOOL_COLUMNS)
+            self._db.execute("DROP TABLE IF EXISTS tools")
+            self._db.execute(f"CREATE VIRTUAL TABLE tools USING fts5({cols}, tokenize='porter unicode61')")
+            self._db.executemany(f"INSERT INTO tools(rowid, {cols}) VALUES (?, ?, ?, ?, ?)",
+                                 [(i + 1, *_tool_text(t)) for i, (_, t) in enumerate(self._rows)])
+
+    def _fts(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+        match = " OR ".join('"' + w + '"' for w in dict.fromkeys(words))  # words hold no quote
+        rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) AS r FROM tools "
+                                f"WHERE tools MATCH ? ORDER BY r, rowid LIMIT ?", (match, limit)).fetchall()
+        return [(round(-r, 3), rowid - 1) for rowid, r in rows]
+
+    def _plain(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+        want = list(dict.fromkeys(_fold(w) for w in words))
+        scored = []
+        for i, (_, t) in enumerate(self._rows):
+            text = _terms(*_tool_text(t))
+            hits = sum(1 for w in want if f" {w} " in text)
+            if hits:
+                scored.append((float(hits), i))
+        scored.sort(key=lambda x: (-x[0], x[1]))
+        return scored[:limit]
+
+
 # ==== 14. Tools ===================================================================
 # What the model sees: each tool's schema and description, and its handler. Handlers raise
 # ToolError for anything the model can fix; it becomes an isError result with that text.
@@ -5091,43 +5235,69 @@ def _first_sentence(text: str, limit: int = 150) -> str:
 
 def _tool_list_available_tools(call: _Call) -> dict:
     ups = call.server.upstreams
-    detailed, only = call.flag("detailed"), call.str("filter_by_server")
+    detailed, only, query = call.flag("detailed"), call.str("filter_by_server"), call.str("query")
+    limit = call.int("limit", minimum=1)
     names = ups.names()
     if only is not None:
         ups.get(only)  # unknown server: a ToolError naming the ones that exist
         names = [only]
     elif ups.config.error:
         raise ToolError(f"No upstream servers are available: {ups.config.error}. Fix it and restart Abstract.")
-    entries: List[dict] = []
+    lists: Dict[str, List[dict]] = {}
     failed: List[dict] = []
     for name, got in ups.each(lambda up: up.tools(), names).items():
         if isinstance(got, Exception):
             failed.append({"server": name, "error": getattr(got, "message", None) or str(got)})
-            continue
-        for t in got:
-            desc = t.get("description") or ""
-            e = {"server": name, "tool": t["name"], "description": desc if detailed else _first_sentence(desc)}
-            if detailed:
-                e["inputSchema"] = t.get("inputSchema", {})
-            entries.append(e)
+        else:
+            lists[name] = got
+    lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first
+    if query is not None:
+        found = call.server.tool_index.search(lists, query, limit or 10)
+        entries = [_tool_entry(server, t, detailed, score) for score, server, t in found]
+    else:
+        entries = [_tool_entry(server, t, detailed) for server, ts in lists.items() for t in ts][:limit]
     out: dict = {"tools": entries, "total_tools": len(entries)}
+    if query is not None:
+        out["query"] = query
     if failed:
         out["failed_servers"] = failed
     if detailed:
         return _text_result(_dumps(out), out)
-    return _text_result(_listing_text(entries, failed), out)
+    return _text_result(_listing_text(entries, failed, query), out)
 
 
-def _listing_text(entries: List[dict], failed: List[dict]) -> str:
-    """The compact listing for the model: a line per tool under its server, then failures."""
-    lines = [f"{_plural(len(entries), 'tool')}. Call one with call_tool (server, tool_name, tool_args); "
-             f"list_tool_details shows its arguments."]
+def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] = None) -> dict:
+    """One tool in a listing: compact (the first sentence), or whole with its inputSchema."""
+    desc = tool.get("description") or ""
+    e: dict = {"server": server, "tool": tool["name"], "description": desc if detailed else _first_sentence(desc)}
+    if score is not None:
+        e["score"] = score
+    if detailed:
+        e["inputSchema"] = tool.get("inputSchema", {})
+    return e
+
+
+def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] = None) -> str:
+    """The compact listing for the model: a line per tool under its server (search hits: best
+    first, each with its server and score), then the servers that failed."""
+    how = "Call one with call_tool (server, tool_name, tool_args); list_tool_details shows its arguments."
+    if query is None:
+        lines = [f"{_plural(len(entries), 'tool')}. {how}"]
+    elif entries:
+        lines = [f"{_plural(len(entries), 'tool')} for {_dumps(query)[:200]}, best first. {how}"]
+    else:
+        lines = [f"No tool matches {_dumps(query)[:200]}. Try other words, or list_available_tools "
+                 f"without query for every tool."]
     server = None
     for e in entries:
+        line = f"{e['tool']}: {e['description']}" if e["description"] else e["tool"]
+        if query is not None:
+            lines.append(f"[{e['server']}] {line} (score {e['score']:g})")
+            continue
         if e["server"] != server:
             server = e["server"]
             lines.append(f"[{server}]")
-        lines.append(f"{e['tool']}: {e['description']}" if e["description"] else e["tool"])
+        lines.append(line)
     lines.extend(f"[{f['server']}] not available: {f['error']}" for f in failed)
     return "\n".join(lines)
 
@@ -5939,11 +6109,15 @@ _MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
 _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("list_available_tools",
      "List the tools of the upstream MCP servers Abstract can reach: server, tool and the first sentence of "
-     "its description. Start here to find a tool. detailed=true adds full descriptions and each inputSchema "
-     "(costs more context); "
+     "its description. Start here to find a tool; with query, only the best matches for what you want to do. "
+     "detailed=true adds full descriptions and each inputSchema (costs more context); "
      "filter_by_server limits the list to one server.",
-     _schema({"detailed": {"type": "boolean", "description": "Include each tool's inputSchema.", "default": False},
-              "filter_by_server": {"type": "string", "description": "Only this server's tools."}}),
+     _schema({"query": {"type": "string", "description": "What you want to do, in words: the tools that fit "
+                        "best come first (searches names, descriptions and parameters)."},
+              "detailed": {"type": "boolean", "description": "Include each tool's inputSchema.", "default": False},
+              "filter_by_server": {"type": "string", "description": "Only this server's tools."},
+              "limit": {"type": "integer", "minimum": 1, "description": "At most this many tools (with query: "
+                        "default 10)."}}),
      _tool_list_available_tools),
     ("list_tool_details",
      "Get one upstream tool's complete definition (description, inputSchema, outputSchema, annotations) "
@@ -6084,6 +6258,7 @@ class Server:
                  memory: bool = False) -> None:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.catalog = catalog
+        self.tool_index = _ToolIndex()  # list_available_tools' query
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
@@ -6349,16 +6524,34 @@ def _page(req: _Request, key: str, items: List[dict]) -> dict:
     return result
 
 
+def _name_chars(text: str) -> str:
+    """text with every character outside [A-Za-z0-9_-] (what clients accept in names) as "_"."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)
+
+
 def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
     """`server__name`, in the characters clients accept ([A-Za-z0-9_-]) and at most 64 long;
     a hash suffix keeps names apart that would otherwise collide or be cut."""
     import hashlib
 
-    plain = re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}__{name}")
+    plain = _name_chars(f"{server}__{name}")
     if len(plain) <= 64 and taken.get(plain, (server, name)) == (server, name):
         return plain
     digest = hashlib.sha256(f"{server}\0{name}".encode()).hexdigest()[:8]
     return f"{plain[:55]}_{digest}"
+
+
+def _direct_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
+    """Transparent mode's names of every upstream's tools: exposed name -> (server, tool), in
+    config order and each server's own order, so the same lists always give the same names."""
+    mapping: Dict[str, Tuple[str, dict]] = {}
+    taken: Dict[str, Tuple[str, str]] = {}
+    for server, tools in lists.items():
+        for t in tools:
+            exposed = _direct_name(server, t["name"], taken)
+            taken[exposed] = (server, t["name"])
+            mapping[exposed] = (server, t)
+    return mapping
 
 
 class _Direct:
@@ -6389,13 +6582,8 @@ class _Direct:
         return out
 
     def tools(self) -> List[dict]:
-        mapping: Dict[str, Tuple[str, dict]] = {}
-        taken: Dict[str, Tuple[str, str]] = {}
-        for server, tools in self._gather(lambda up: up.tools()).items():
-            for t in tools:
-                exposed = _direct_name(server, t["name"], taken)
-                taken[exposed] = (server, t["name"])
-                mapping[exposed] = (server, t)
+        gathered = self._gather(lambda up: up.tools())
+        mapping = _direct_names({n: gathered[n] for n in self.server.upstreams.names() if n in gathered})
         with self._lock:
             self._tools = mapping
         return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items() if k != "outputSchema"}),
@@ -6694,8 +6882,36 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
         else:
             out.write(f"  {name:<{width}}  started  protocol {up.protocol_version}  "
                       f"{_plural(len(got), 'tool')}  {up.start_ms:.0f} ms\n")
+    _context_report({n: results[n] for n in upstreams.names()  # config order: names as direct mode gives them
+                     if n in results and not isinstance(results[n], Exception)}, out)
     upstreams.close()
     return 0 if ok else 1
+
+
+def _kb_tokens(size: int) -> str:
+    return f"{size / 1024:.1f} KB (~{size // 4:,} tokens)"  # ~4 bytes a token, for English and JSON
+
+
+def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
+    """--check: what the tool definitions cost the client's context in each --expose mode, and
+    the names transparent mode had to change to fit ^[a-zA-Z0-9_-]{1,64}$."""
+    meta = len(_dumps([{"name": n, "description": d, "inputSchema": sch} for n, d, sch, _ in _TOOLS]))
+    names = _direct_names(lists)
+    per: Dict[str, int] = {n: 0 for n in lists}
+    for exposed, (server, t) in names.items():
+        per[server] += len(_dumps({**{k: v for k, v in t.items() if k != "outputSchema"}, "name": exposed}))
+    out.write(f"context: --expose meta lists {_kb_tokens(meta)} of tool definitions, whatever the servers; "
+              f"--expose direct {_kb_tokens(sum(per.values()))}\n")
+    width = max([len(n) for n in per] + [4])
+    for server, size in per.items():
+        out.write(f"  {server:<{width}}  direct: {_plural(len(lists[server]), 'tool')}, {_kb_tokens(size)}\n")
+    lines = [f"  server {s!r} is written {_name_chars(s)} in its tools' names\n"
+             for s in lists if _name_chars(s) != s]
+    lines += [f"  {s}: {t['name']!r} -> {e}\n" for e, (s, t) in names.items()
+              if e != f"{_name_chars(s)}__{t['name']}"]
+    if lines:
+        out.write("direct mode renames (names must match ^[a-zA-Z0-9_-]{1,64}$ and be unique):\n")
+        out.writelines(lines)
 
 
 def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None, stderr: Any = None,

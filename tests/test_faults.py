@@ -160,6 +160,8 @@ def _check_report(out: str) -> dict:
     blocks: dict = {}
     name = None
     for line in out.splitlines():
+        if line.startswith("context:"):  # the per-server blocks end here
+            break
         if line.startswith("  ") and line[2] != " ":
             name = line.split()[0]
             blocks[name] = line

@@ -389,3 +389,148 @@ def test_cached_text_file_is_stored_by_token_as_txt(real):
     token = re.search(r"Token: (\S+) ", text_of(cached)).group(1)
     out = call(proxy, "call_tool_and_store", cache_token=token)["structuredContent"]
     assert out["format"] == "txt" and Path(out["path"]).read_text() == big
+
+
+# -- issue 18: search, filter and rename, names clients accept
+
+
+def search(proxy, query: str, **kw) -> List[dict]:
+    res = call(proxy, "list_available_tools", query=query, **kw)
+    assert not res.get("isError"), text_of(res)
+    return res["structuredContent"]["tools"]
+
+
+def test_search_finds_a_tool_by_its_purpose_among_100_tools(real, tmp_path):
+    need("filesystem", "memory", "everything", "git", "time")
+    for i in range(3):
+        real.add("filesystem", str(real.data))
+        real.world.servers[f"files{i}"] = real.world.servers.pop("filesystem")
+    for i in range(2):
+        real.add("memory", env={"MEMORY_FILE_PATH": str(tmp_path / f"m{i}.jsonl")})
+        real.world.servers[f"memory{i}"] = real.world.servers.pop("memory")
+    for i in range(3):
+        real.add("everything")
+        real.world.servers[f"everything{i}"] = real.world.servers.pop("everything")
+    real.add("git")
+    real.add("time")
+    proxy = real.start()
+    total = call(proxy, "list_available_tools")["structuredContent"]["total_tools"]
+    assert total >= 100
+    purposes = {
+        "what time is it now in a given timezone": ("time", "get_current_time"),
+        "show the commit log": ("git", "git_log"),
+        "convert a time between time zones": ("time", "convert_time"),
+        "add observations to entities in the knowledge graph": (None, "add_observations"),
+        "find files whose names match a pattern": (None, "search_files"),
+        "get the size and modification time of a file": (None, "get_file_info"),
+    }
+    for query, (server, tool) in purposes.items():
+        hits = search(proxy, query)
+        assert hits and hits[0]["tool"] == tool, (query, [(h["server"], h["tool"]) for h in hits[:5]])
+        if server is not None:
+            assert hits[0]["server"] == server
+        assert len(hits) <= 10 and all(h["score"] > 0 for h in hits)
+        assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+        assert all(len(h["description"]) <= 151 for h in hits)
+    assert len(search(proxy, "file", limit=3)) == 3
+    only = search(proxy, "time", filter_by_server="git")
+    assert all(h["server"] == "git" for h in only)
+
+
+def test_hostile_queries_are_just_words(real):
+    need("time", "git")
+    real.add("time")
+    real.add("git")
+    proxy = real.start()
+    for q in ['" OR 1=1 --', "name:* NEAR(a b)", "'); DROP TABLE tools; --", "*", "AND OR NOT",
+              "x" * 5000, "\u0000\ud800 zeit ☃", "^time", '"get_current_time"']:
+        res = call(proxy, "list_available_tools", query=q)
+        assert not res.get("isError"), (q, text_of(res))
+        assert isinstance(res["structuredContent"]["tools"], list)
+    none = call(proxy, "list_available_tools", query="!!! ???")
+    assert none["structuredContent"]["tools"] == [] and "No tool matches" in text_of(none)
+    assert search(proxy, '"get_current_time"')[0]["tool"] == "get_current_time"
+    assert proxy.result("ping") == {}
+
+
+FS_SETTINGS = {"servers": {"filesystem": {
+    "deny_tools": ["write_*", "edit_file", "move_file", "create_*"],
+    "tools": {"read_text_file": {"name": "read_document", "description": "Read one document from the archive."},
+              "list_directory": {"description": "Show what a folder holds."}}}}}
+
+
+def test_deny_rename_and_description_through_listing_search_and_calls(real):
+    real.filesystem()
+    (real.data / "doc.txt").write_text("the document")
+    proxy = real.start(settings=FS_SETTINGS)
+    listing = call(proxy, "list_available_tools")
+    names = {e["tool"] for e in listing["structuredContent"]["tools"]}
+    assert "read_document" in names and "read_text_file" not in names
+    assert not names & {"write_file", "edit_file", "move_file", "create_directory"}
+    assert "write_file" not in text_of(listing) and "read_document: Read one document from the archive." \
+        in text_of(listing)
+    details = call(proxy, "list_tool_details", server="filesystem", tool_name="read_document")
+    assert details["structuredContent"]["tool"]["description"] == "Read one document from the archive."
+    assert text_of(upstream(proxy, "filesystem", "read_document", path=str(real.data / "doc.txt"))) == "the document"
+    for hidden in ("write_file", "read_text_file"):
+        res = call(proxy, "call_tool", server="filesystem", tool_name=hidden,
+                   tool_args={"path": str(real.data / "x.txt"), "content": "no"})
+        assert res["isError"] and f"has no tool '{hidden}'" in text_of(res)
+        assert "write_file" not in text_of(res).split("Its tools:")[1]
+    assert not (real.data / "x.txt").exists()
+    assert all(h["tool"] != "write_file" for h in search(proxy, "write a new file with content"))
+    assert search(proxy, "archive document")[0]["tool"] == "read_document"
+    stored = store(proxy, "filesystem", "read_document", {"path": str(real.data / "doc.txt")})
+    assert Path(stored["path"]).read_text() == "the document"
+
+
+def test_allow_list_and_renames_in_transparent_mode(real):
+    real.filesystem()
+    (real.data / "doc.txt").write_text("the document")
+    settings = json.loads(json.dumps(FS_SETTINGS))
+    settings["servers"]["filesystem"]["allow_tools"] = ["read_*", "list_*"]
+    settings["servers"]["filesystem"]["deny_tools"] = ["read_media_file"]
+    proxy = real.start("--expose", "direct", settings=settings)
+    tools = {t["name"]: t for t in proxy.result("tools/list", timeout=WAIT)["tools"]}
+    fs = sorted(n for n in tools if n.startswith("filesystem__"))
+    assert fs == ["filesystem__list_allowed_directories", "filesystem__list_directory",
+                  "filesystem__list_directory_with_sizes", "filesystem__read_document",
+                  "filesystem__read_file", "filesystem__read_multiple_files"]
+    assert tools["filesystem__list_directory"]["description"] == "Show what a folder holds."
+    res = call(proxy, "filesystem__read_document", path=str(real.data / "doc.txt"))
+    assert text_of(res) == "the document"
+    refused = proxy.request("tools/call", {"name": "filesystem__write_file", "arguments": {
+        "path": str(real.data / "y.txt"), "content": "no"}}, timeout=WAIT)
+    assert refused["error"]["code"] == -32602 and not (real.data / "y.txt").exists()
+
+
+NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def test_transparent_names_fit_clients_and_are_deterministic(real):
+    need("time")
+    long_server = "a-very-long-server-name-for-the-company-wide-time-service-v2"
+    for name in ("t.z", "t_z", "zeit ☃ server", long_server):
+        real.add("time")
+        real.world.servers[name] = real.world.servers.pop("time")
+    seen = []
+    for _ in range(2):
+        proxy = real.start("--expose", "direct")
+        listed = proxy.result("tools/list", timeout=WAIT)["tools"]
+        names = [t["name"] for t in listed]
+        required = {t["name"]: t["inputSchema"].get("required", []) for t in listed}
+        seen.append(names)
+        ours = [n for n in names if n != "retrieve_cached_output"]
+        assert len(ours) == 8 and len(set(ours)) == 8
+        assert all(NAME_OK.match(n) for n in names), names
+        for n in ours:  # every name can be called
+            res = call(proxy, n, **({"timezone": "UTC"} if required[n] == ["timezone"] else
+                                    {"source_timezone": "UTC", "time": "12:00", "target_timezone": "UTC"}))
+            assert not res.get("isError"), (n, text_of(res))
+        proxy.stop()
+    assert seen[0] == seen[1]
+    assert "t_z__get_current_time" in seen[0]  # the first server in the config keeps the plain name
+    check = real.world.check(timeout=120)
+    out = check.stdout.decode()
+    assert "direct mode renames" in out and "server 'zeit ☃ server' is written zeit___server" in out
+    assert "context: --expose meta lists" in out and re.search(r"t\.z +direct: 2 tools, [\d.]+ KB", out)
