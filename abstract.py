@@ -2097,32 +2097,108 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             os.unlink(at(tmp), dir_fd=dfd)
 
 
-def _bounded_walk(roots: List[str], depth: int = 3, scan: int = 20000, hidden_dirs: bool = True) -> Iterator[str]:
-    """The files under `roots`, at most `depth` levels down; the walk stops for good after `scan`
-    entries, so a huge tree cannot stall whoever asked (start-up sweeps, resources/list)."""
+def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs: bool
+             ) -> Iterator[Tuple[Optional[int], str, str]]:
+    """_bounded_walk's work for one folder: `dfd` is its descriptor, or None (Windows: paths)."""
+    with os.scandir(path if dfd is None else dfd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    subdirs = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)  # a symlink to a folder is listed, not walked
+        except OSError:  # gone meanwhile
+            continue
+        if not is_dir:
+            yield dfd, entry.name, os.path.join(path, entry.name)
+        elif level < depth and (hidden_dirs or not entry.name.startswith(".")):
+            subdirs.append(entry.name)
+    for name in subdirs:
+        sub = os.path.join(path, name)
+        if dfd is None:  # Windows: a junction counts as a folder before Python 3.12 (see sandbox.md)
+            with contextlib.suppress(OSError):
+                yield from _walk_in(None, sub, level + 1, depth, hidden_dirs)
+            continue
+        try:  # O_NOFOLLOW | O_DIRECTORY: a folder swapped for a symlink, FIFO or file is skipped
+            fd = os.open(name, _O_DIR, dir_fd=dfd)
+        except OSError:
+            continue
+        try:
+            yield from _walk_in(fd, sub, level + 1, depth, hidden_dirs)
+        except OSError:  # unreadable (permissions) or removed while walked
+            pass
+        finally:
+            os.close(fd)
+
+
+def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000, hidden_dirs: bool = True
+                  ) -> Iterator[Tuple[Optional[int], str, str]]:
+    """(folder descriptor, name, path) of each entry that is not a folder under `roots` (files,
+    symlinks, FIFOs: the caller decides), at most `depth` levels down, in name order; the walk
+    stops for good after `scan` of them, so a huge tree cannot stall whoever asked.
+
+    The one walker. Where _DIR_FDS, each folder is opened relative to its parent's descriptor
+    without following a symlink, so a folder swapped for a symlink while walking leads nowhere;
+    act on an entry through (descriptor, name), valid until the next one. Where not (Windows)
+    the descriptor is None and the path is all there is.
+    """
     seen = 0
     for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            level = dirpath[len(root):].count(os.sep)
-            dirnames[:] = [] if level >= depth else [d for d in dirnames if hidden_dirs or not d.startswith(".")]
-            for fn in filenames:
+        try:
+            top = os.open(root, _O_DIR) if _DIR_FDS else None
+        except OSError:  # missing, or not a folder
+            continue
+        try:
+            for item in _walk_in(top, root, 0, depth, hidden_dirs):
                 seen += 1
-                if seen > scan:
+                if scan is not None and seen > scan:
                     return
-                yield os.path.join(dirpath, fn)
+                yield item
+        except OSError:
+            continue
+        finally:
+            if top is not None:
+                os.close(top)
+
+
+def _at(dfd: Optional[int], name: str, path: str) -> str:
+    """What names a walked entry: its name relative to `dfd`, or its path without one."""
+    return name if dfd is not None else path
+
+
+def _open_regular(name: str, dfd: Optional[int] = None) -> Tuple[Any, os.stat_result]:
+    """(binary file, fstat) of `name` (relative to `dfd` when given), a regular file with one
+    link: opened without following a symlink in its last part or waiting on a FIFO, and checked
+    through the descriptor, so nothing swapped in after a walk or check is read. OSError else."""
+    import errno
+    import stat
+
+    fd = os.open(name, _O_READ, dir_fd=dfd)
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+        return os.fdopen(fd, "rb"), st
+    os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
+    if stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EMLINK, f"has {st.st_nlink} hard links (Abstract reads only files with one)", name)
+    raise OSError(errno.EINVAL, "not a regular file (a FIFO or device)", name)
 
 
 def _sweep_temps(roots: List[str], min_age: float = 3600.0, scan: int = 20000) -> int:
     """Delete the writer's own temporary files (.abstract-*.tmp) that a killed process left in
-    the allowed directories, once an hour old. Nothing else is touched; the walk is bounded."""
+    the allowed directories, once an hour old. Nothing else is touched (a symlink of that name
+    neither: only the link would go); the walk is bounded, and each file is checked and deleted
+    through its folder's descriptor, never through a folder swapped in meanwhile."""
+    import stat
+
     removed, now = 0, time.time()
-    for path in _bounded_walk(roots, scan=scan):
-        fn = os.path.basename(path)
+    for dfd, fn, path in _bounded_walk(roots, scan=scan):
         if not (fn.startswith(".abstract-") and fn.endswith(".tmp")):
             continue
         try:
-            if now - os.path.getmtime(path) > min_age and not os.path.islink(path):
-                os.unlink(path)
+            st = os.stat(_at(dfd, fn, path), dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > min_age:
+                os.unlink(_at(dfd, fn, path), dir_fd=dfd)
                 removed += 1
         except OSError:
             pass
@@ -3717,12 +3793,15 @@ def _nested(a: str, b: str) -> bool:
         return False
 
 
-def _claim_cache_dir(directory: str, roots: Iterable[str] = ()) -> None:
-    """Make `directory` the output cache, or raise ConfigError saying why it cannot be.
+def _claim_cache_dir(directory: str, roots: Iterable[str] = ()) -> Optional[int]:
+    """Make `directory` the output cache, or raise ConfigError saying why it cannot be; where
+    _DIR_FDS, returns the directory held open (the caller closes it), else None.
 
     The cache deletes files in its directory, so it must be Abstract's own: apart from every
     allowed directory, not a symlink, owned by this user (POSIX), and new, empty, or marked by
-    an earlier run. Only then is it set to owner-only (0700).
+    an earlier run. Only then is it set to owner-only (0700). Where _DIR_FDS the checks after
+    the first are made on the opened descriptor (O_NOFOLLOW), so a symlink swapped in for the
+    folder meanwhile is refused, never marked or chmodded.
     """
     import stat
 
@@ -3730,6 +3809,7 @@ def _claim_cache_dir(directory: str, roots: Iterable[str] = ()) -> None:
     for root in roots:
         if _nested(real, os.path.realpath(root)):
             raise ConfigError(f"it is, holds or lies inside the allowed directory {root}")
+    fd = None
     try:
         if not os.path.lexists(directory):
             os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -3738,33 +3818,51 @@ def _claim_cache_dir(directory: str, roots: Iterable[str] = ()) -> None:
             raise ConfigError("it is a symbolic link")
         if not stat.S_ISDIR(st.st_mode):
             raise ConfigError("it is not a directory")
+        if _DIR_FDS:
+            try:
+                fd = os.open(directory, _O_DIR)
+            except OSError as e:
+                raise ConfigError(_walk_failure(e)) from None
+            st = os.fstat(fd)
+            if not os.path.samestat(st, os.stat(real)):  # the folder checked against the roots
+                raise ConfigError("it was replaced while Abstract checked it; start again")
         if hasattr(os, "getuid") and st.st_uid != os.getuid():  # no owner ids on Windows
             raise ConfigError(f"it belongs to another user (uid {st.st_uid})")
-        _mark_cache_dir(directory)
-        if not _WINDOWS:
+        _mark_cache_dir(directory, fd)
+        if fd is not None:
+            os.fchmod(fd, 0o700)
+        elif not _WINDOWS:
             os.chmod(directory, 0o700)
-    except OSError as e:
-        raise ConfigError(e.strerror or str(e)) from None
+        return fd
+    except BaseException as e:
+        if fd is not None:
+            os.close(fd)
+        if isinstance(e, OSError):
+            raise ConfigError(e.strerror or str(e)) from None
+        raise
 
 
-def _mark_cache_dir(directory: str) -> None:
+def _mark_cache_dir(directory: str, dfd: Optional[int]) -> None:
     """Check for the marker, or write it into a directory that holds nothing else (or only names
-    of the cache's own forms: a cache of a version that wrote no marker)."""
+    of the cache's own forms: a cache of a version that wrote no marker). `dfd`: the directory's
+    descriptor, everything relative to it; None (Windows): paths."""
     import stat
 
-    marker = os.path.join(directory, _CACHE_MARKER)
+    marker = _at(dfd, _CACHE_MARKER, os.path.join(directory, _CACHE_MARKER))
     try:
-        if stat.S_ISREG(os.lstat(marker).st_mode):
+        if stat.S_ISREG(os.stat(marker, dir_fd=dfd, follow_symlinks=False).st_mode):
             return
         raise ConfigError(f"its {_CACHE_MARKER} is not a regular file")
     except FileNotFoundError:
         pass
-    foreign = sorted(n for n in os.listdir(directory) if n != _CACHE_MARKER and not _CACHE_FILE_RE.match(n))
+    names = os.listdir(directory if dfd is None else dfd)
+    foreign = sorted(n for n in names if n != _CACHE_MARKER and not _CACHE_FILE_RE.match(n))
     if foreign:
         raise ConfigError(f"it already holds files that are not Abstract's ({', '.join(foreign[:3])}"
                           f"{', ...' if len(foreign) > 3 else ''}) and no {_CACHE_MARKER} marker")
     try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(marker, flags, 0o600, dir_fd=dfd)
     except FileExistsError:  # another Abstract process starting at the same moment
         return
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -3819,20 +3917,71 @@ class _CacheEntry:
 
 
 class OutputCache:
-    """Large results, on disk in an owner-only directory, each under an unguessable token."""
+    """Large results, on disk in an owner-only directory, each under an unguessable token.
+
+    Where _DIR_FDS the directory claimed is held open, and every read, write and delete goes
+    through that descriptor: a folder renamed or replaced by a symlink meanwhile changes
+    nothing. put() checks the path still names the folder held, and claims it again (with all
+    of _claim_cache_dir's checks) when it was deleted or replaced.
+    """
 
     def __init__(self, directory: str, settings: Settings, clock: Callable[[], float] = time.time,
                  roots: Iterable[str] = ()) -> None:
         self.dir, self.settings, self._clock, self.roots = directory, settings, clock, list(roots)
         self._lock = threading.Lock()
+        self._dir_lock = threading.Lock()  # guards _fd: replaced by put(), duplicated by every user
         self._entries: Dict[str, _CacheEntry] = {}
         self.links: Optional[Callable[[_CacheEntry], str]] = None  # set when the HTTP server runs
-        _claim_cache_dir(directory, self.roots)  # ConfigError: not a directory the cache may delete in
+        # ConfigError: not a directory the cache may delete in
+        self._fd: Optional[int] = _claim_cache_dir(directory, self.roots)
         self._load()
+
+    def __del__(self) -> None:
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            os.close(fd)
+
+    def _held(self, recheck: bool = False) -> _Dir:
+        """The cache directory as a _Dir holding its own duplicate of the descriptor (use `with`),
+        so a put() replacing the descriptor meanwhile closes nothing in use. `recheck`: first
+        claim the folder at self.dir again if it is no longer the one held (ConfigError if it
+        cannot be). Windows (no descriptor): only that check, on the path."""
+        import stat
+
+        with self._dir_lock:
+            if recheck:
+                try:
+                    st: Optional[os.stat_result] = os.lstat(self.dir)
+                except OSError:
+                    st = None
+                same = (st is not None and os.path.samestat(st, os.fstat(self._fd)) if self._fd is not None
+                        else st is not None and stat.S_ISDIR(st.st_mode))
+                if not same:
+                    fd, old = _claim_cache_dir(self.dir, self.roots), self._fd
+                    self._fd = fd
+                    if old is not None:
+                        os.close(old)
+            out = _Dir(self.dir)
+            if self._fd is not None:
+                out.fd = os.dup(self._fd)  # non-inheritable, like every descriptor Python makes
+            return out
+
+    def _names(self) -> List[str]:
+        with self._held() as d:
+            return os.listdir(d if d.fd is None else d.fd)
+
+    def _open(self, name: str) -> Tuple[Any, os.stat_result]:
+        """(binary file, fstat) of the cache's regular file `name` (OSError: gone, or not one)."""
+        with self._held() as d:
+            try:
+                return _open_regular(_at(d.fd, name, os.path.join(d, name)), d.fd)
+            except OSError as e:  # named by its path in errors, as the user knows it
+                e.filename = os.path.join(d, name)
+                raise
 
     def _load(self) -> None:
         """Pick up entries of an earlier run that have not expired; delete the expired ones."""
-        for name in os.listdir(self.dir):
+        for name in self._names():
             if name.endswith(".meta.json"):
                 entry = self._read_meta(name)
                 if entry is not None:
@@ -3846,16 +3995,17 @@ class OutputCache:
         import stat
 
         now = time.time()
-        for name in os.listdir(self.dir):
-            if not _CACHE_FILE_RE.match(name) or name[:24] in self._entries:
-                continue  # not a name of the cache's forms, or a live entry's file
-            path = os.path.join(self.dir, name)
-            try:
-                st = os.lstat(path)  # a symlink or a folder is never deleted, whatever its name
-                if stat.S_ISREG(st.st_mode) and now - st.st_mtime > min_age:
-                    os.unlink(path)
-            except OSError:
-                pass
+        with self._held() as d:
+            for name in os.listdir(d if d.fd is None else d.fd):
+                if not _CACHE_FILE_RE.match(name) or name[:24] in self._entries:
+                    continue  # not a name of the cache's forms, or a live entry's file
+                at = _at(d.fd, name, os.path.join(d, name))
+                try:  # a symlink or a folder is never deleted, whatever its name
+                    st = os.stat(at, dir_fd=d.fd, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and now - st.st_mtime > min_age:
+                        os.unlink(at, dir_fd=d.fd)
+                except OSError:
+                    pass
 
     @staticmethod
     def _sound(entry: _CacheEntry, name: str) -> bool:
@@ -3869,9 +4019,6 @@ class OutputCache:
                 and all(num(getattr(entry, k)) for k in ("created", "expires", "chars", "bytes"))
                 and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files))
 
-    def _path(self, token: str, suffix: str) -> str:
-        return os.path.join(self.dir, token + suffix)
-
     def put(self, res: dict, server: str, tool: str) -> Tuple[_CacheEntry, _Extracted, str]:
         """Cache a result; returns the entry, its extracted data and its text view.
 
@@ -3884,21 +4031,21 @@ class OutputCache:
         ex = _extract(res)
         token = secrets.token_urlsafe(18)
         try:
-            if not os.path.isdir(self.dir):
-                _claim_cache_dir(self.dir, self.roots)
-            entry, text = self._write(token, res, ex, server, tool)
+            with self._held(recheck=True) as d:  # made again if removed, claimed again if replaced
+                entry, text = self._write(d, token, res, ex, server, tool)
         except (OSError, ConfigError):
             with contextlib.suppress(OSError):  # the directory itself may be gone
-                self._drop(token, [n for n in os.listdir(self.dir) if n.startswith(token)])
+                self._drop(token, [n for n in self._names() if n.startswith(token)])
             raise
         with self._lock:
             self._entries[token] = entry
         self._evict()
         return entry, ex, text
 
-    def _write(self, token: str, res: dict, ex: _Extracted, server: str, tool: str) -> Tuple[_CacheEntry, str]:
-        """Write one entry's files: binary items, the result, its text view, then the metadata."""
-        files = [_write_new(self.dir, f"{token}-{i}", b.ext, b.data, 0o600) for i, b in enumerate(ex.blobs, 1)]
+    def _write(self, d: _Dir, token: str, res: dict, ex: _Extracted, server: str, tool: str
+               ) -> Tuple[_CacheEntry, str]:
+        """Write one entry's files into `d`: binary items, the result, its text view, then the metadata."""
+        files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600) for i, b in enumerate(ex.blobs, 1)]
         if ex.has_data or not ex.blobs:
             text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
         else:  # binary items only: the text view says what they are and where their files are
@@ -3910,11 +4057,11 @@ class OutputCache:
                             ctype="text/plain" if isinstance(ex.data, str) else "application/json",
                             bytes=0, files=files)
         body = _dumps({"result": res}).encode("utf-8", "surrogatepass")
-        _write_new(self.dir, token, ".json", body, 0o600)
+        _write_new(d, token, ".json", body, 0o600)
         view = text.encode("utf-8", "surrogatepass")
-        _write_new(self.dir, token, ".txt", view, 0o600)
-        entry.bytes = len(body) + len(view) + sum(os.path.getsize(f) for f in files)
-        _write_new(self.dir, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600)
+        _write_new(d, token, ".txt", view, 0o600)
+        entry.bytes = len(body) + len(view) + sum(len(b.data) for b in ex.blobs)
+        _write_new(d, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600)
         return entry, text
 
     def get(self, token: Any) -> _CacheEntry:
@@ -3943,16 +4090,16 @@ class OutputCache:
     def _read_meta(self, name: str) -> Optional[_CacheEntry]:
         """The entry a metadata file describes, if it is sound (a broken one is skipped)."""
         try:
-            with open(os.path.join(self.dir, name), encoding="utf-8") as f:
-                entry = _CacheEntry(**json.load(f))
+            with self._open(name)[0] as f:
+                entry = _CacheEntry(**json.loads(f.read(1 << 20)))  # metadata is a few hundred bytes
         except (OSError, ValueError, TypeError):
             return None
         return entry if self._sound(entry, name) else None
 
     def _read(self, entry: _CacheEntry, suffix: str) -> str:
         try:
-            with open(self._path(entry.token, suffix), encoding="utf-8", errors="surrogatepass") as f:
-                return f.read()
+            with self._open(entry.token + suffix)[0] as f:
+                return f.read().decode("utf-8", "surrogatepass")
         except FileNotFoundError:  # removed meanwhile, e.g. by another process's sweep
             with self._lock:
                 self._entries.pop(entry.token, None)
@@ -3963,8 +4110,8 @@ class OutputCache:
 
     def open_text(self, entry: _CacheEntry) -> Tuple[Any, int]:
         """(binary file, size) of an entry's text view as stored (UTF-8), for streaming it."""
-        f = open(self._path(entry.token, ".txt"), "rb")  # OSError: swept meanwhile
-        return f, os.fstat(f.fileno()).st_size
+        f, st = self._open(entry.token + ".txt")  # OSError: swept meanwhile
+        return f, st.st_size
 
     def result(self, entry: _CacheEntry) -> dict:
         return json.loads(self._read(entry, ".json"))["result"]
@@ -3981,13 +4128,11 @@ class OutputCache:
         # may list any path, and nothing outside the cache directory is ever deleted.
         blobs = [os.path.basename(f) for f in (entry.files if entry else [])] + list(extra)
         names = [token + x for x in (".meta.json", ".json", ".txt")] + [b for b in blobs if b.startswith(token + "-")]
-        for name in names:
-            if not _CACHE_FILE_RE.match(name):
-                continue
-            try:
-                os.unlink(os.path.join(self.dir, name))
-            except OSError:
-                pass
+        with self._held() as d:
+            for name in names:
+                if _CACHE_FILE_RE.match(name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(_at(d.fd, name, os.path.join(d, name)), dir_fd=d.fd)
 
     def sweep(self) -> int:
         """Delete expired entries; returns how many."""
@@ -4506,29 +4651,30 @@ def _filters(alias: str, **conds: Any) -> Tuple[str, List[Any]]:
     return sql, params
 
 
-def _file_facts(path: str, fmt: str, max_text: int, sha256: str = "") -> dict:
+def _file_facts(opened: Tuple[Any, int], path: str, fmt: str, max_text: int, sha256: str = "") -> dict:
     """bytes and sha256 of a file (the digest is computed unless the writer already did), and
     its first `max_text` bytes as text for a text format (decompressed for .gz); binary
-    formats get no text."""
+    formats get no text. `opened`: (binary file, size), the file opened once by the caller
+    (Sandbox.open_read, _open_regular, the cache), read here and closed; `path` names it."""
     import gzip
     import hashlib
     import zlib
 
-    size = os.path.getsize(path)
-    if not sha256:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
+    f, size = opened
+    with f:
+        if not sha256:
+            digest = hashlib.sha256()
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
-        sha256 = digest.hexdigest()
-    text = ""
-    if fmt.lower() in _TEXT_FORMATS:
-        opener = gzip.open if path.lower().endswith(".gz") else open
-        try:
-            with opener(path, "rb") as f:  # type: ignore[operator]
-                text = f.read(max_text).decode("utf-8", "ignore")  # "ignore": a character cut at the end
-        except (OSError, EOFError, zlib.error):
-            text = ""
+            sha256 = digest.hexdigest()
+        text = ""
+        if fmt.lower() in _TEXT_FORMATS:
+            try:
+                f.seek(0)
+                with gzip.GzipFile(fileobj=f) if path.lower().endswith(".gz") else contextlib.nullcontext(f) as g:
+                    text = g.read(max_text).decode("utf-8", "ignore")  # "ignore": a character cut at the end
+            except (OSError, EOFError, zlib.error):
+                text = ""
     return {"bytes": size, "sha256": sha256, "text": text}
 
 
@@ -4949,7 +5095,7 @@ def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: A
     fmt = "json" if entry.ctype == "application/json" else "txt"
     return {"kind": "cached", "server": entry.server, "tool": entry.tool, "token": entry.token, "path": path,
             "format": fmt, "created": entry.created, "rows": len(data) if isinstance(data, list) else None,
-            **_file_facts(path, fmt, max_text)}
+            **_file_facts(cache.open_text(entry), path, fmt, max_text)}
 
 
 # --reindex: what the files themselves tell. Default names are <server>-<tool>-<UTC stamp>, then
@@ -4971,42 +5117,45 @@ def _origin(stem: str, folders: List[str], servers: List[str]) -> Tuple[str, str
     return (server, tool) if tool else ("", "")
 
 
-def _walk_files(root: str) -> Iterator[str]:
-    """Regular files under `root`: hidden names (and Abstract's .abstract-*.tmp) and symlinks skipped."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not os.path.islink(os.path.join(dirpath, d)))
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            if not name.startswith(".") and os.path.isfile(path) and not os.path.islink(path):
-                yield path
+_REINDEX_DEPTH = 100  # folders deeper than this below an allowed directory are not reindexed
 
 
-def _recovered(path: str, root: str, servers: List[str], max_text: int) -> dict:
-    """A catalog entry for a file found by --reindex."""
+def _recovered(dfd: Optional[int], path: str, root: str, servers: List[str], max_text: int) -> dict:
+    """A catalog entry for a file found by --reindex (`dfd`: its folder's descriptor from the
+    walk, so the file read is the one walked to, never one behind a symlink swapped in)."""
     name = os.path.basename(path)
+    f, st = _open_regular(_at(dfd, name, path), dfd)
     base = name[:-3] if name.lower().endswith(".gz") else name
     stem, ext = os.path.splitext(base)
     fmt = {"yml": "yaml", "": "bin"}.get(ext.lstrip(".").lower(), ext.lstrip(".").lower())
     folders = os.path.relpath(os.path.dirname(path), root).split(os.sep)
     server, tool = _origin(stem, [f for f in folders if f != "."], servers)
     return {"kind": "stored", "server": server, "tool": tool, "path": path, "format": fmt,
-            "created": os.stat(path).st_mtime, **_file_facts(path, fmt, max_text)}
+            "created": st.st_mtime, **_file_facts((f, st.st_size), path, fmt, max_text)}
 
 
 def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Optional[OutputCache] = None) -> dict:
     """Add to the catalog every file in the allowed directories (and every live cached output) it
     does not hold yet. Rows already there keep what only the original call knew (arguments,
     description); rows whose files are gone stay and are shown as missing."""
+    import stat
+
     paths, tokens = catalog.known()
     summary = {"directories": len(roots), "added": 0, "known": 0, "unreadable": 0, "cached": 0}
     batch: List[dict] = []
-    for root in roots:
-        for path in _walk_files(root):
+    for root in roots:  # hidden names (Abstract's .abstract-*.tmp too) and all but regular files skipped
+        for dfd, name, path in _bounded_walk([root], _REINDEX_DEPTH, scan=None, hidden_dirs=False):
+            try:
+                regular = stat.S_ISREG(os.stat(_at(dfd, name, path), dir_fd=dfd, follow_symlinks=False).st_mode)
+            except OSError:
+                continue
+            if name.startswith(".") or not regular:
+                continue
             if path in paths:
                 summary["known"] += 1
                 continue
             try:
-                batch.append(_recovered(path, root, servers, catalog.max_text))
+                batch.append(_recovered(dfd, path, root, servers, catalog.max_text))
             except OSError:
                 summary["unreadable"] += 1
             if len(batch) >= 200:
@@ -5395,11 +5544,15 @@ def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Option
     """Record a store's files: the converted data (with rows/columns for tables) and each binary item."""
     desc = call.args.get("description") if isinstance(call.args.get("description"), str) else ""
 
+    def opened(path: str) -> Tuple[Any, int]:  # the file just stored, read back through the sandbox
+        f, _, size = call.server.sandbox.open_read(path)
+        return f, size
+
     def build(max_text: int) -> List[dict]:
         out = []
         for f in ([main] if main is not None else []) + blobs:
             e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call), "description": desc,
-                 "path": f.path, "format": f.fmt, **_file_facts(f.path, f.fmt, max_text, f.sha256)}
+                 "path": f.path, "format": f.fmt, **_file_facts(opened(f.path), f.path, f.fmt, max_text, f.sha256)}
             if f is main and getattr(conv, "rows", None) is not None:
                 e["rows"], e["columns"] = conv.rows, len(conv.columns or [])
             out.append(e)
@@ -6682,11 +6835,11 @@ def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List
 
     sandbox = Sandbox(roots)
     found: List[Tuple[str, int, float]] = []
-    for p in _bounded_walk(roots, scan=scan, hidden_dirs=False):
-        if os.path.basename(p).startswith("."):
+    for dfd, name, p in _bounded_walk(roots, scan=scan, hidden_dirs=False):
+        if name.startswith("."):
             continue
         try:
-            st = os.lstat(p)
+            st = os.stat(_at(dfd, name, p), dir_fd=dfd, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):  # listed only when it leads inside an allowed directory
                 if sandbox.root_of(os.path.realpath(p)) is None:
                     continue

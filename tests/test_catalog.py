@@ -506,13 +506,16 @@ def test_file_facts_hash_size_and_text(tmp_path):
 
     f = tmp_path / "a.csv"
     f.write_bytes("é,b\n".encode() * 1000)
-    facts = abstract._file_facts(str(f), "csv", 9)
+    def facts_of(path, fmt, max_text):
+        return abstract._file_facts((open(path, "rb"), os.path.getsize(path)), str(path), fmt, max_text)
+
+    facts = facts_of(f, "csv", 9)
     assert facts["bytes"] == f.stat().st_size and facts["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
     assert facts["text"] == "é,b\né,b"  # 9 bytes, the cut character dropped
     g = tmp_path / "b.json.gz"
     g.write_bytes(gzip.compress(b'{"k": "zipped"}'))
-    assert abstract._file_facts(str(g), "json", 100)["text"] == '{"k": "zipped"}'
-    assert abstract._file_facts(str(g), "png", 100)["text"] == ""
+    assert facts_of(g, "json", 100)["text"] == '{"k": "zipped"}'
+    assert facts_of(g, "png", 100)["text"] == ""
 
 
 def test_dir_usage_is_bounded(tmp_path):
