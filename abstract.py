@@ -621,7 +621,7 @@ def _csv_value(cell: str) -> Any:
     the CSV writer writes nested values) becomes that value again; all else stays text."""
     if cell[:1] in ("[", "{") and cell[-1:] in ("]", "}"):
         try:
-            value = json.loads(cell)
+            value = json.loads(cell, parse_constant=_reject_constant, parse_float=_finite_float)
         except (ValueError, RecursionError):
             return cell
         return value if isinstance(value, (list, dict)) else cell
@@ -1740,18 +1740,28 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    """parse_float hook: 1e999 would become infinity, which no JSON peer can read."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large for JSON")
+    return value
+
+
 def _load_json(text: str) -> Any:
-    """json.loads with errors as FormatError (line and column kept)."""
+    """json.loads with errors as FormatError (line and column kept); NaN, Infinity and numbers
+    too large for a double are refused, since the upstream could not read them."""
     if not text:  # JSONDecodeError would carry no line or column here
         raise FormatError("the text is empty, not a JSON value")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as err:
         raise FormatError(err.msg, err.doc, err.pos) from None
     except RecursionError:
         raise FormatError("JSON nested too deeply", text, 0) from None
-    except ValueError:  # Python 3.11+ reads integers of at most 4300 digits (int_max_str_digits)
-        raise FormatError("a number in it has too many digits (more than 4300)", text, 0) from None
+    except ValueError as err:  # Python 3.11+ reads integers of at most 4300 digits (int_max_str_digits)
+        why = str(err) if "JSON" in str(err) else "a number in it has too many digits (more than 4300)"
+        raise FormatError(why, text, 0) from None
 
 
 def _parse_text(text: str, fmt: str) -> Any:
@@ -2650,8 +2660,11 @@ class ServerSpec:
 
 # JSONC, as VS Code and Cursor write their configs: // and /* */ comments, trailing commas.
 # Strings are matched first so that nothing inside them is touched.
-_JSONC_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/|,(?=(?:\s|//[^\n]*|/\*.*?\*/)*[}\]])',
-                       re.DOTALL)
+# Each alternative matches in one way only (a // comment to its line's end, a /* */ comment to its
+# first */), so the scan is linear and no bracket inside a comment makes a comma look trailing.
+_JSONC_BLOCK = r"/\*(?:[^*]|\*(?!/))*\*/"
+_JSONC_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|' + _JSONC_BLOCK
+                       + r"|,(?=(?:\s|//[^\n]*\n|" + _JSONC_BLOCK + r")*[}\]])")
 
 
 def _strip_jsonc(text: str) -> str:
@@ -2685,6 +2698,10 @@ def _read_json_file(path: str, what: str) -> Any:
         raise ConfigError(f"{what} {path} is not UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path} is nested too deeply to read") from None
+    except ValueError:  # Python 3.11+: an integer of more than 4300 digits
+        raise ConfigError(f"{what} {path} holds a number with too many digits") from None
 
 
 def _config_entries(doc: Any, path: str) -> Dict[str, Any]:
@@ -3032,32 +3049,39 @@ class Settings:
         own = storage.get("max_total_mb")
         return None if own is None else float(own)
 
+    def _shown(self, server: str, tool: str) -> bool:
+        """Whether allow_tools and deny_tools let a tool (by its upstream name) be shown."""
+        conf = self.servers.get(server, {})
+        allow, deny = conf.get("allow_tools"), conf.get("deny_tools") or []
+        if allow is not None and not any(fnmatch.fnmatchcase(tool, p) for p in allow):
+            return False
+        return not any(fnmatch.fnmatchcase(tool, p) for p in deny)
+
+    def _renames(self, server: str) -> Dict[str, str]:
+        """new name -> upstream name, for the renames of tools that are shown."""
+        own = self.servers.get(server, {}).get("tools", {})
+        return {c["name"]: t for t, c in own.items() if "name" in c and self._shown(server, t)}
+
     def upstream_tool(self, server: str, tool: str) -> str:
         """The upstream's own name of a tool that Abstract shows as `tool` (renamed or not)."""
-        for own, tconf in self.servers.get(server, {}).get("tools", {}).items():
-            if tconf.get("name") == tool:
-                return own
-        return tool
+        return self._renames(server).get(tool, tool)
 
     def shape_tools(self, server: str, tools: List[dict]) -> List[dict]:
         """The tools Abstract shows of an upstream's list: allow_tools/deny_tools applied, then
-        each tool's name and description replaced where its settings say. A tool whose own name
-        another tool is renamed to is hidden (the rename wins), with a warning."""
-        conf = self.servers.get(server, {})
-        allow, deny = conf.get("allow_tools"), conf.get("deny_tools") or []
-        own = conf.get("tools", {})
-        targets = {c["name"]: t for t, c in own.items() if "name" in c}
+        each tool's name and description replaced where its settings say. A tool keeping its own
+        name that a shown tool is renamed to is hidden (the rename wins), with a warning; renames
+        may swap names."""
+        own = self.servers.get(server, {}).get("tools", {})
+        renames = self._renames(server)
         out = []
         for t in tools:
             name = t["name"]
-            if allow is not None and not any(fnmatch.fnmatchcase(name, p) for p in allow):
-                continue
-            if any(fnmatch.fnmatchcase(name, p) for p in deny):
-                continue
-            if name in targets and targets[name] != name:
-                _log.warning("%s: tool %r is hidden: settings rename %r to that name", server, name, targets[name])
+            if not self._shown(server, name):
                 continue
             tconf = own.get(name, {})
+            if name in renames and renames[name] != name and "name" not in tconf:
+                _log.warning("%s: tool %r is hidden: settings rename %r to that name", server, name, renames[name])
+                continue
             if "name" in tconf or "description" in tconf:
                 t = {**t, "name": tconf.get("name", name)}
                 if "description" in tconf:
@@ -3123,6 +3147,7 @@ class _Roots:
     def __init__(self, mode: str, allowed: List[dict], timeout: float = _ROOTS_TIMEOUT_S) -> None:
         self.mode, self.allowed, self._timeout = mode, allowed, timeout
         self._ask: Optional[Callable[[float], Any]] = None  # the client's roots/list, once declared
+        self._asking = threading.BoundedSemaphore(4)  # an upstream's flood of roots/list: bounded
 
     def client_declared(self, ask: Callable[[float], Any]) -> None:
         """The client declared roots: `ask(timeout)` sends it roots/list."""
@@ -3138,7 +3163,12 @@ class _Roots:
             return {"roots": list(self.allowed)}
         if self._ask is None:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no roots)")
-        res = self._ask(self._timeout)
+        if not self._asking.acquire(blocking=False):
+            raise RpcError(INTERNAL_ERROR, "too many roots/list requests at once; ask again when one is answered")
+        try:
+            res = self._ask(self._timeout)
+        finally:
+            self._asking.release()
         roots = res.get("roots") if isinstance(res, dict) else None
         if not isinstance(roots, list):
             raise RpcError(INTERNAL_ERROR, "the client's roots/list answer holds no roots list")
@@ -3640,10 +3670,12 @@ def _wraps_text(structured: Any, text: Optional[str], value: Any) -> bool:
     payload, and the wrapper is not stored."""
     if text is None or not isinstance(structured, dict) or len(structured) != 1:
         return False
-    inner = next(iter(structured.values()))
+    key, inner = next(iter(structured.items()))
     if isinstance(inner, str):
         return inner == text or inner.strip() == text.strip()
-    return value is not text and inner == value
+    # Other values only as the Python SDK wraps a tool's plain return value: {"result": <value>}
+    # ({"count": 3} beside a text "3" keeps its field name; True is no 1)
+    return key == "result" and value is not text and type(inner) is type(value) and inner == value
 
 
 def _extract(result: dict) -> _Extracted:
@@ -5216,10 +5248,10 @@ class _ToolIndex:
         words = _query_words(query)
         if not words:
             return []
-        with self._lock:
+        with self._lock:  # a search of other lists may rebuild the index as soon as it is released
             self._refresh(lists)
             found = self._fts(words, limit) if self._db is not None else self._plain(words, limit)
-        return [(score, *self._rows[i]) for score, i in found]
+            return [(score, *self._rows[i]) for score, i in found]
 
     def _refresh(self, lists: Dict[str, List[dict]]) -> None:
         current = list(lists.values())
@@ -5348,8 +5380,10 @@ def _checked_args(tool: str, schema: dict, args: dict) -> dict:
             target = next((t for t in _ARG_ALIASES.get(key, ()) if t in props), "")
             if not target:
                 raise ToolError(f"{tool} has no argument '{key}'. Its arguments: {', '.join(props) or 'none'}.")
-            if target in args:
-                raise ToolError(f"Give '{target}' or '{key}' (the same argument), not both.")
+            if target in args or target in out:
+                given = target if target in args else next(k for k in args if k != key and k in
+                                                           _ARG_ALIASES and target in _ARG_ALIASES[k])
+                raise ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
         out[target] = value
     return out
 
@@ -5404,20 +5438,23 @@ def _tool_list_available_tools(call: _Call) -> dict:
         found = call.server.tool_index.search(lists, query, limit or 10)
         entries = [_tool_entry(server, t, detailed, score) for score, server, t in found]
     else:
-        entries = [_tool_entry(server, t, detailed) for server, ts in lists.items() for t in ts][:limit]
-    out: dict = {"tools": entries, "total_tools": len(entries)}
+        entries = [_tool_entry(server, t, detailed) for server, ts in lists.items() for t in ts]
+    total = len(entries) if query is not None else sum(map(len, lists.values()))
+    entries = entries[:limit]
+    out: dict = {"tools": entries, "total_tools": total}
     if query is not None:
         out["query"] = query
     if failed:
         out["failed_servers"] = failed
     if detailed:
         return _text_result(_dumps(out), out)
-    return _text_result(_listing_text(entries, failed, query), out)
+    return _text_result(_listing_text(entries, failed, query, total), out)
 
 
 def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] = None) -> dict:
     """One tool in a listing: compact (the first sentence), or whole with its inputSchema."""
-    desc = tool.get("description") or ""
+    desc = tool.get("description")
+    desc = desc if isinstance(desc, str) else ""  # an upstream may send anything
     e: dict = {"server": server, "tool": tool["name"], "description": desc if detailed else _first_sentence(desc)}
     if score is not None:
         e["score"] = score
@@ -5426,12 +5463,14 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
     return e
 
 
-def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] = None) -> str:
+def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] = None,
+                  total: int = 0) -> str:
     """The compact listing for the model: a line per tool under its server (search hits: best
     first, each with its server and score), then the servers that failed."""
     how = "Call one with call_tool (server, tool_name, tool_args); list_tool_details shows its arguments."
     if query is None:
-        lines = [f"{_plural(len(entries), 'tool')}. {how}"]
+        shown = f"The first {len(entries)} of {total} tools" if total > len(entries) else _plural(total, "tool")
+        lines = [f"{shown}. {how}"]
     elif entries:
         lines = [f"{_plural(len(entries), 'tool')} for {_dumps(query)[:200]}, best first. {how}"]
     else:

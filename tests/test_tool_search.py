@@ -79,3 +79,77 @@ def test_check_reports_context_cost_and_renames(world):
     assert "server 'my server.v2' is written my_server_v2 in its tools' names" in out
     line = next(l for l in out.splitlines() if l.strip().startswith("s ") and "direct:" in l)
     assert "tools" in line and "KB" in line and "tokens" in line
+
+
+def test_renames_may_swap_names_and_a_denied_tool_renames_nothing():
+    settings = abstract.Settings({"servers": {"s": {
+        "tools": {"echo": {"name": "slow"}, "slow": {"name": "echo"}, "fail": {"name": "boom"},
+                  "boom": {"name": "gone"}},
+        "deny_tools": ["boom"]}}})
+    tools = [{"name": n} for n in ("echo", "slow", "fail", "big")]
+    shown = [t["name"] for t in settings.shape_tools("s", tools)]
+    assert shown == ["slow", "echo", "boom", "big"]
+    assert [settings.upstream_tool("s", n) for n in shown] == ["echo", "slow", "fail", "big"]
+    assert settings.upstream_tool("s", "gone") == "gone"  # boom is denied: its rename does not apply
+
+
+def test_odd_descriptions_and_limits_in_the_listing(world):
+    world.fake("s")
+    proxy = world.start()
+    res = proxy.call_tool("list_available_tools", {"limit": 2})
+    assert len(res["structuredContent"]["tools"]) == 2 and res["structuredContent"]["total_tools"] > 2
+    assert text_of(res).startswith(f"The first 2 of {res['structuredContent']['total_tools']} tools.")
+    clash = proxy.call_tool("call_tool", {"server": "s", "tool_name": "echo", "args": {"text": "a"},
+                                          "params": {"text": "b"}})
+    assert clash["isError"] and "'args' or 'params'" in text_of(clash)
+
+
+def test_tool_entry_survives_a_description_that_is_not_a_string():
+    assert abstract._tool_entry("s", {"name": "x", "description": {"weird": 1}}, False)["description"] == ""
+    assert abstract._tool_entry("s", {"name": "x", "description": 12345}, True)["description"] == ""
+
+
+@pytest.mark.parametrize("structured, text, unwrapped", [
+    ({"content": "a,b\n1,2"}, "a,b\n1,2", True),
+    ({"result": [1, 2]}, "[1, 2]", True),
+    ({"count": 3}, "3", False),
+    ({"result": True}, "1", False),
+    ({"a": 1, "b": 2}, '{"a": 1, "b": 2}', False),
+])
+def test_structured_content_is_unwrapped_only_when_it_wraps_the_text(structured, text, unwrapped):
+    ex = abstract._extract({"content": [{"type": "text", "text": text}], "structuredContent": structured})
+    assert (ex.data != structured) is unwrapped, ex.data
+
+
+def test_jsonc_comments_never_make_a_comma_trailing_and_scan_in_linear_time():
+    import json
+    import time
+    cases = {'{"a": 1,\n // old: {"x": 1}\n "b": 2}': {"a": 1, "b": 2},
+             '[1,\n // see [docs]\n 2]': [1, 2],
+             '{"a": 0, /* x */ "b": 1, /* y */ }': {"a": 0, "b": 1},
+             '{"s": "// not a comment, /* nor this */", "t": [1,],}': {"s": "// not a comment, /* nor this */",
+                                                                       "t": [1]}}
+    for text, want in cases.items():
+        assert json.loads(abstract._strip_jsonc(text)) == want
+    hostile = '{"a":1,\n' + "".join(f"// old{i}: npx -y pkg https://example.com/{i}\n" for i in range(40)) + '"b":2}'
+    t0 = time.process_time()
+    assert json.loads(abstract._strip_jsonc(hostile)) == {"a": 1, "b": 2}
+    abstract._strip_jsonc('{"a": 1, ' + "/**/ " * 5000 + '"b": 2}')
+    assert time.process_time() - t0 < 5, "backtracking"  # linear: milliseconds; exponential: hours
+
+
+def test_nan_and_infinity_in_input_files_are_refused_or_kept_as_text():
+    assert abstract._csv_value("[NaN]") == "[NaN]" and abstract._csv_value("[1e999]") == "[1e999]"
+    assert abstract._csv_value('["obs 0"]') == ["obs 0"]
+    for bad in ('{"a": NaN}', '{"a": 1e999}', '[Infinity]'):
+        with pytest.raises(abstract.FormatError):
+            abstract._load_json(bad)
+
+
+def test_client_config_with_a_huge_number_or_deep_nesting_is_a_clear_error(tmp_path):
+    for name, text in (("digits.json", '{"mcpServers": {"a": {"command": "x", "n": ' + "9" * 5000 + "}}}"),
+                       ("deep.json", "[" * 100000 + "]" * 100000)):
+        path = tmp_path / name
+        path.write_text(text)
+        config = abstract.ClientConfig(str(path), None, {})
+        assert str(path) in config.error and ("digits" in config.error or "nested" in config.error)
