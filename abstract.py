@@ -4000,17 +4000,125 @@ def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
     return "\n".join(out), len(out), len(rows)
 
 
+_SHAPE_SCAN = 20000  # records a shape's types and counts are taken from
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if isinstance(value, int) else "number"
+    return "text" if isinstance(value, str) else "array" if isinstance(value, list) else "object"
+
+
+def _columns_shape(rows: List[Dict[str, Any]]) -> str:
+    """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
+    (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
+    scan = rows[:_SHAPE_SCAN]
+    kinds: Dict[str, Dict[str, int]] = {}
+    for row in scan:
+        for key, value in row.items():
+            seen = kinds.setdefault(key, {})
+            kind = _json_kind(value)
+            seen[kind] = seen.get(kind, 0) + 1
+    parts = []
+    for key, seen in kinds.items():
+        nulls = seen.pop("null", 0)
+        missing = len(scan) - nulls - sum(seen.values())
+        counts = [f"{nulls:,} null"] * bool(nulls and seen) + [f"{missing:,} missing"] * bool(missing)
+        parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
+                     + (f" ({', '.join(counts)})" if counts else ""))
+    of = f" (types from the first {_SHAPE_SCAN:,})" if len(rows) > _SHAPE_SCAN else ""
+    return ", ".join(parts) + of
+
+
+def _list_kind(items: List[Any]) -> str:
+    """"list of 12 objects", "list of 3 integers|texts" for a list's first 1,000 values."""
+    kinds = sorted({_json_kind(v) for v in items[:1000]})
+    return f"list of {len(items):,}" + (f" {'|'.join(k + 's' for k in kinds)}" if kinds else "")
+
+
+def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
+    """The keys of nested objects as an indented tree, with each list's size, within `limit`
+    characters (three levels, 20 keys a level)."""
+    out: List[str] = []
+    if not isinstance(data, dict):
+        return out
+    for key in list(data)[:20]:
+        value = data[key]
+        line = "  " * depth + f"{key}: " + (_list_kind(value) if isinstance(value, list) else
+                                             f"object of {_plural(len(value), 'key')}" if isinstance(value, dict)
+                                             else _json_kind(value))
+        if sum(map(len, out)) + len(line) > limit:
+            out.append("  " * depth + "...")
+            return out
+        out.append(line)
+        if isinstance(value, dict) and depth < 2:
+            out.extend(_tree_shape(value, limit - sum(map(len, out)), depth + 1))
+    if len(data) > 20:
+        out.append("  " * depth + f"... and {len(data) - 20:,} more keys")
+    return out
+
+
+def _shape(data: Any, limit: int) -> str:
+    """What the data is, for a preview: records with their columns' types, or the tree of an
+    object's keys (the size of each list); "" for text and scalars."""
+    rows, _ = _as_records(data)
+    if rows is not None and (not isinstance(data, list) or rows is data):
+        where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
+        return f"Shape: {_plural(len(rows), 'record')}{where}; columns: {_columns_shape(rows)}"[:max(limit, 200)]
+    if isinstance(data, list):
+        return f"Shape: a {_list_kind(data)}"
+    if isinstance(data, dict):
+        return "\n".join(["Shape: an object:"] + _tree_shape(data, limit))
+    return ""
+
+
+def _query_hint(source: str, data: Any) -> str:
+    """How to ask the data with query_output instead of reading it: "" when it holds no records."""
+    if isinstance(data, str):  # a CSV or TSV table as text (a read_text_file of a .csv): its header decides
+        head = data[:20000]
+        head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
+        data = _tabular_text(head, "csv")
+        if isinstance(data, str):
+            return ""
+    rows, _ = _as_records(data)
+    pointer = ""
+    if rows is None and isinstance(data, dict):
+        lists = [k for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+        if not lists:
+            return ""
+        pointer = ', "records_pointer": "/%s"' % lists[0].replace("~", "~0").replace("/", "~1")
+        rows = data[lists[0]]
+    if not rows or (isinstance(data, list) and rows is not data):
+        return ""
+    columns = list(dict.fromkeys(itertools.chain.from_iterable(rows[:_SHAPE_SCAN])))
+    names = ", ".join(columns[:30]) + (", ..." if len(columns) > 30 else "")
+    return (f'Ask it in SQL instead of reading it: query_output {{"source": {_dumps(source)}{pointer}, '
+            f'"sql": "SELECT count(*) FROM data"}} (table data; columns: {names}).')
+
+
 def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars: int, link: str,
-                   can_store: bool) -> str:
-    """What the model reads instead of a large result."""
+                   can_store: bool, can_query: bool = False) -> str:
+    """What the model reads instead of a large result: its size and shape, a preview, and how
+    to read on, ask it in SQL, or store it."""
     what = "JSON" if entry.ctype == "application/json" else "text"
     size = f"{entry.chars:,} characters of {what}"
+    if what == "text" and ex.has_data:
+        size += f", {_plural(text.count(chr(10)) + (1 if text and not text.endswith(chr(10)) else 0), 'line')}"
     if ex.blobs:
         size += f" and {_plural(len(ex.blobs), 'binary item')} of {sum(len(b.data) for b in ex.blobs):,} bytes"
     if not ex.has_data and ex.blobs:
         size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
     lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
              f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
+    shape = _shape(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else ""
+    if shape:
+        lines.append(shape)
+        if not shape.startswith("Shape: a list"):  # (a list's shape is one short line)
+            preview_chars = max(preview_chars - len(shape), 0)
     recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else None
     if recs is not None:
         lines.append(f"Preview (first {recs[1]} of {recs[2]} records):\n{recs[0]}")
@@ -4019,6 +4127,9 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
+    hint = _query_hint(entry.token, ex.data) if can_query and ex.has_data and not ex.blobs else ""
+    if hint:
+        lines.append(hint)
     if can_store:
         fmt = _suggested_format(ex.data) if ex.has_data else "json"
         lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", '
@@ -4032,10 +4143,8 @@ def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int
     """How to read on: the next record by JSON Pointer after a records preview, else by offset."""
     start = 'More: retrieve_cached_output {"token": "%s", ' % entry.token
     if recs is not None:
-        key = _records_key(data)[0] if isinstance(data, dict) else None
-        pointer = ("/" + key.replace("~", "~0").replace("/", "~1") if key else "") + "/%d" % recs[1]
-        return start + '"pointer": "%s"} is the next record; offset/length or start_line/end_line page ' \
-                       "through the whole text." % pointer
+        return start + '"record_offset": %d, "record_count": 20} reads the next records; offset/length or ' \
+                       "start_line/end_line page through the whole text." % recs[1]
     extra = ', or a "pointer" such as "/0" into the JSON' if entry.ctype == "application/json" else ""
     return start + '"offset": %d} (or start_line/end_line%s).' % (shown, extra)
 
@@ -5616,7 +5725,8 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
         if link:
             info["retrieve_url"] = link
     can_store = "call_tool_and_store" in call.server.tools
-    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link, can_store), info)
+    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link, can_store,
+                                      "query_output" in call.server.tools), info)
     if res.get("isError"):
         out["isError"] = True
     return out
@@ -5694,6 +5804,28 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
                    "next_offset": end if end < len(text) else None}
 
 
+def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
+    """A window of the records the data holds (record_offset, record_count), one compact JSON
+    record a line, within `limit` characters (a record longer than that is cut)."""
+    rows, reason = _as_records(data)
+    if rows is None or (isinstance(data, list) and rows is not data):
+        what = reason or "a list of plain values"
+        raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. Use pointer, "
+                        f"offset or start_line.")
+    first, count = call.int("record_offset", 0) or 0, call.int("record_count", 100, minimum=1) or 100
+    out: List[str] = []
+    used = 0
+    for row in itertools.islice(rows, first, first + count):
+        line = _dumps(row)
+        if out and used + len(line) + 1 > limit:
+            break
+        out.append(line if len(line) <= limit else line[:limit] + " [...]")
+        used += len(out[-1]) + 1
+    end = min(first, len(rows)) + len(out)
+    return "\n".join(out), {"record_offset": first, "record_count": len(out), "total_records": len(rows),
+                            "next_record_offset": end if end < len(rows) else None}
+
+
 def _tool_retrieve_cached_output(call: _Call) -> dict:
     cache = call.server.cache
     if cache is None:
@@ -5701,18 +5833,32 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     entry = cache.get(call.str("token", True))
     limit = int(call.server.settings.cache("max_window_chars"))
     pointer = call.str("pointer")
-    if pointer is not None:
+    by_record = "record_offset" in call.args or "record_count" in call.args
+    if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
+        raise ToolError("Give record_offset/record_count, or offset/length, or start_line/end_line: one way to page.")
+    value: Any = None
+    if pointer is not None or by_record:
         if entry.ctype != "application/json":
-            raise ToolError(f"pointer needs JSON data; the output {entry.token} is text. Use offset or start_line.")
-        value = _json_pointer(json.loads(cache.text(entry)), pointer)  # the data the text view shows
-        text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+            what = "pointer" if pointer is not None else "record_offset/record_count"
+            raise ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use offset or start_line.")
+        value = json.loads(cache.text(entry))  # the data the text view shows
+        if pointer is not None:
+            value = _json_pointer(value, pointer)
+    if by_record:
+        chunk, where = _records_window(value, call, limit)
     else:
-        text = cache.text(entry)
-    chunk, where = _window(text, call, limit)
+        text = cache.text(entry) if pointer is None else \
+            value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+        chunk, where = _window(text, call, limit)
     where.update({"token": entry.token, "expires_at": _iso(entry.expires)})
     if pointer is not None:
         where["pointer"] = pointer
-    if where.get("next_offset") is not None:
+    if by_record:
+        last = where["record_offset"] + where["record_count"] - 1
+        status = (f"[records {where['record_offset']}-{last} of {where['total_records']:,}"
+                  + (f"; next: record_offset={where['next_record_offset']}]" if where["next_record_offset"] is not None
+                     else "; end of records]"))
+    elif where.get("next_offset") is not None:
         status = (f"[characters {where['offset']:,} to {where['next_offset']:,} of {where['total_chars']:,} "
                   f"shown; next: offset={where['next_offset']}]")
     elif where.get("next_line") is not None:
@@ -5754,8 +5900,25 @@ def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
         raise ToolError(str(e)) from None
 
 
+_QUERYABLE = ("json", "csv", "tsv", "yaml", "xml")  # stored formats query_output reads back as records
+
+
+def _data_notes(call: _Call, main: Optional[_Stored], data: Any) -> List[str]:
+    """The shape of stored data, and for records how to ask the file with query_output."""
+    if main is None:
+        return []
+    if isinstance(data, str):
+        lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
+        return [f"Shape: text, {_plural(lines, 'line')}."]
+    out = [_shape(data, 600)] if data is not None else []
+    if main.fmt in _QUERYABLE and "query_output" in call.server.tools:
+        hint = _query_hint(main.path, data if main.fmt not in ("csv", "tsv") else _as_records(data)[0])
+        out.append(hint)
+    return [line for line in out if line]
+
+
 def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
-                  blobs: List[_Stored], preview: str) -> dict:
+                  blobs: List[_Stored], preview: str, about: List[str] = ()) -> dict:  # type: ignore[assignment]
     """The short answer to a store: text for the model, resource_link, structuredContent."""
     files = ([main] if main else []) + blobs
     first = files[0]
@@ -5776,8 +5939,10 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
     if notes:
         info["notes"] = notes
         lines.extend(f"Note: {n}" for n in notes)
+    lines.extend(a for a in about if not a.startswith("Ask it"))
     if preview:
         lines.append("Preview:\n" + preview)
+    lines.extend(a for a in about if a.startswith("Ask it"))
     result = _text_result("\n".join(lines), info)
     if call.server.protocol_for(call.req) in _LINK_VERSIONS:
         desc = call.str("description") or f"Result of {server}.{tool}"
@@ -5873,7 +6038,8 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
     except OSError as e:
         raise _write_error(directory, e, main) from None
     _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
-    return _store_answer(call, server, tool, main, conv, blobs, preview)
+    about = _data_notes(call, main, _tabular_text(ex.data, main.fmt) if main is not None else None)
+    return _store_answer(call, server, tool, main, conv, blobs, preview, about)
 
 
 def _cached_source(call: _Call) -> Optional[_CacheEntry]:
@@ -6483,13 +6649,18 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("retrieve_cached_output",
      "Read part of a large result that call_tool cached instead of showing (its answer gives the token). "
      "Windows are bounded (20,000 characters by default): page with offset/length, or by line with "
-     "start_line/end_line, or for JSON take a sub-value with an RFC 6901 pointer such as /results/10.",
+     "start_line/end_line, or by record with record_offset/record_count, or for JSON take a sub-value with an "
+     "RFC 6901 pointer such as /results/10. To filter or count, query_output is cheaper.",
      _schema({"token": {"type": "string", "description": "The token from the cached answer."},
               "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "First character."},
               "length": {"type": "integer", "minimum": 1, "description": "Characters to return (capped)."},
               "start_line": {"type": "integer", "minimum": 1, "description": "First line (1-based)."},
               "end_line": {"type": "integer", "minimum": 1, "description": "Last line (inclusive)."},
-              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. /results/10."}},
+              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. /results/10."},
+              "record_offset": {"type": "integer", "minimum": 0, "description": "For records: the first record "
+                                "(0-based); records come one compact JSON object a line."},
+              "record_count": {"type": "integer", "minimum": 1, "default": 100,
+                               "description": "For records: how many (capped by the window)."}},
              ("token",)),
      _tool_retrieve_cached_output),
     ("query_output",

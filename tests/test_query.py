@@ -366,3 +366,70 @@ def test_query_output_is_offered_and_described(px):
     assert schema["required"] == ["source", "sql"]
     assert set(schema["properties"]) == {"source", "sql", "limit", "records_pointer", "file_format", "filename",
                                          "storage_path"}
+
+
+# ==== the cached and stored answers point at query_output, and show the shape ========
+
+HINT_RE = re.compile(r"query_output (\{.*\}) \(table data; columns: (.*)\)\.")
+
+
+def follow_hint(px, text: str) -> dict:
+    """Make the query_output call an answer suggests, as a model would."""
+    m = HINT_RE.search(text)
+    assert m, text
+    return query(px, **json.loads(m.group(1)))
+
+
+def test_a_cached_answer_shows_the_shape_and_how_to_ask(px):
+    rows = [{"id": i, "name": f"n{i}", "tags": ["x"] * (i % 3), **({"city": None} if i % 4 == 0 else {}),
+             **({"city": "Oslo"} if i % 4 == 1 else {})} for i in range(100)]
+    text = text_of(px.upstream("up", "result", {"result": {"content": [{"type": "text", "text": json.dumps(rows)}]}}))
+    assert "Shape: 100 records; columns: id integer, name text, tags array, city text (25 null, 50 missing)" in text
+    assert HINT_RE.search(text).group(2) == "id, name, tags, city"
+    assert ok(follow_hint(px, text))["rows"] == [{"count(*)": 100}]
+
+
+def test_a_cached_object_shows_its_tree_and_the_records_pointer(px):
+    doc = {"meta": {"total": 2, "page": {"next": None, "size": 50}},
+           "users": [{"id": i, "name": "x" * 30} for i in range(40)], "teams": [{"t": 1}], "ids": list(range(7))}
+    text = text_of(px.upstream("up", "result", {"result": {"content": [{"type": "text", "text": json.dumps(doc)}]}}))
+    assert ("Shape: an object:\nmeta: object of 2 keys\n  total: integer\n  page: object of 2 keys\n"
+            "    next: null\n    size: integer\nusers: list of 40 objects\nteams: list of 1 objects\n"
+            "ids: list of 7 integers") in text
+    assert '"records_pointer": "/users"' in text
+    assert ok(follow_hint(px, text))["rows"] == [{"count(*)": 40}]
+
+
+def test_a_stored_answer_points_at_query_output_over_the_file(px):
+    res = px.call_tool("call_tool_and_store", {"server": "up", "tool_name": "rows", "tool_args": {"n": 300},
+                                               "file_format": "csv", "storage_path": "hinted"})
+    text = text_of(res)
+    assert "Shape: 300 records; columns: id integer, name text, score number, ok boolean" in text
+    path = res["structuredContent"]["path"]
+    assert json.loads(HINT_RE.search(text).group(1))["source"] == path
+    assert ok(follow_hint(px, text))["rows"] == [{"count(*)": 300}]
+    txt = px.call_tool("call_tool_and_store", {"server": "up", "tool_name": "echo", "tool_args": {"text": "a\nb\nc"},
+                                               "storage_path": "hinted"})
+    assert "Shape: text, 3 lines." in text_of(txt) and "query_output" not in text_of(txt)
+
+
+def test_retrieve_pages_by_record(px):
+    token = cached_token(px, n=500)
+    got = px.call_tool("retrieve_cached_output", {"token": token, "record_offset": 10, "record_count": 3})
+    assert [json.loads(line) for line in text_of(got).split("\n")] == make_rows(500)[10:13]
+    assert got["content"][1]["text"] == "[records 10-12 of 500; next: record_offset=13]"
+    sc = got["structuredContent"]
+    assert (sc["record_offset"], sc["record_count"], sc["total_records"], sc["next_record_offset"]) == (10, 3, 500, 13)
+    end = px.call_tool("retrieve_cached_output", {"token": token, "record_offset": 498})
+    assert len(text_of(end).split("\n")) == 2 and end["content"][1]["text"] == "[records 498-499 of 500; end of records]"
+    many = px.call_tool("retrieve_cached_output", {"token": token, "record_count": 500})  # bounded by the window
+    assert 100 < many["structuredContent"]["record_count"] < 500 and len(text_of(many)) <= 20000
+    wrapped = cached_token(px, "result", result={"content": [{"type": "text", "text": json.dumps(
+        {"data": {"items": make_rows(100)}})}]})
+    inner = px.call_tool("retrieve_cached_output", {"token": wrapped, "pointer": "/data", "record_offset": 99})
+    assert json.loads(text_of(inner)) == make_rows(100)[99]
+    both = px.call_tool("retrieve_cached_output", {"token": token, "record_offset": 1, "offset": 5})
+    assert both["isError"] and "one way to page" in text_of(both)
+    nums = cached_token(px, "result", result={"content": [{"type": "text", "text": json.dumps(list(range(3000)))}]})
+    bad = px.call_tool("retrieve_cached_output", {"token": nums, "record_offset": 0})
+    assert bad["isError"] and "need a list of records; this data is a list of plain values" in text_of(bad)

@@ -400,6 +400,9 @@ def test_query_output_over_a_csv_server_filesystem_read(real):
     proxy = real.start(settings={"output_cache": {"min_size": 1000}})
     cached = upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "people.csv"))
     token = re.search(r"Token: (\S+) ", text_of(cached)).group(1)
+    assert "characters of text, 3,001 lines)" in text_of(cached)
+    assert f'query_output {{"source": "{token}", "sql": "SELECT count(*) FROM data"}} (table data; columns: id, zip, ' \
+           f'name, score)' in text_of(cached)
     res = call(proxy, "query_output", source=token,
                sql="SELECT zip, typeof(zip) AS t, name FROM data WHERE score >= 2997 ORDER BY id")
     assert not res.get("isError"), text_of(res)
@@ -421,6 +424,9 @@ def test_query_output_over_server_memory_graph(real, tmp_path):
                                                               for i in range(1, 4)])
     cached = upstream(proxy, "memory", "read_graph")
     token = re.search(r"Token: (\S+) ", text_of(cached)).group(1)
+    # the cached answer shows the graph's shape and the query_output call to make
+    assert "entities: list of 12 objects\nrelations: list of 3 objects" in text_of(cached)
+    assert f'query_output {{"source": "{token}", "records_pointer": "/entities"' in text_of(cached)
     plain = call(proxy, "query_output", source=token, sql="SELECT * FROM data")
     assert plain["isError"] and "records_pointer" in text_of(plain) and "/entities" in text_of(plain)
     res = call(proxy, "query_output", source=token, records_pointer="/entities",
