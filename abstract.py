@@ -2835,6 +2835,21 @@ _QUOTA_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
 }
 
 
+# The default output_cache.min_size by client (the clientInfo name it sends), from what each
+# does with a big result (docs/reference/cache.md#the-threshold-by-client): Claude Code warns
+# above 10,000 tokens (about 40,000 characters) and saves results over about 50,000 characters
+# to a file by itself; Claude Desktop ("claude-ai") and Cursor put every result into the context,
+# so less gets through there. Other clients keep 50,000.
+_CLIENT_MIN_SIZE = (("claude-code", 40000), ("claude-ai", 20000), ("cursor", 20000))
+
+
+def _client_min_size(client: str) -> int:
+    """The default min_size for a client by its clientInfo name (a prefix, any case)."""
+    name = client.strip().lower()
+    return next((size for prefix, size in _CLIENT_MIN_SIZE if name.startswith(prefix)),
+                _CACHE_POLICY["min_size"][2])
+
+
 def _check_storage(conf: Any) -> None:
     _check_keys(conf, _QUOTA_SETTINGS, "storage", extra=("directories",))
     dirs = conf.get("directories", {})
@@ -2962,12 +2977,14 @@ class Settings:
         own = storage.get("max_total_mb")
         return None if own is None else float(own)
 
-    def cache_policy(self, server: str, tool: str) -> Dict[str, Any]:
-        """enabled / min_size / preview_chars for one tool: tool, then server, then global."""
+    def cache_policy(self, server: str, tool: str, client: str = "") -> Dict[str, Any]:
+        """enabled / min_size / preview_chars for one tool: tool, then server, then global, then
+        the default for the client (its clientInfo name, _client_min_size)."""
         conf = self.servers.get(server, {})
         levels = [self.data.get("output_cache", {}), conf.get("cache_outputs", {}),
                   conf.get("tools", {}).get(tool, {}).get("cache_output", {})]
         policy = {k: spec[2] for k, spec in _CACHE_POLICY.items()}
+        policy["min_size"] = _client_min_size(client)
         for level in levels:
             level = {"enabled": level} if isinstance(level, bool) else level
             policy.update({k: v for k, v in level.items() if k in _CACHE_POLICY})
@@ -5708,7 +5725,7 @@ def _check_quota(call: _Call, directory: str) -> None:
 def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
     """The result itself when small; else cache it and answer with a preview and a token."""
     cache = call.server.cache
-    policy = call.server.settings.cache_policy(server, tool)
+    policy = call.server.settings.cache_policy(server, tool, call.server.client_name(call.req))
     size = _result_size(res) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
@@ -6759,6 +6776,7 @@ class Server:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.catalog = catalog
         self.tables = _Tables()  # query_output's loaded tables
+        self.client = ""  # the legacy client's clientInfo name (initialize)
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
@@ -6826,6 +6844,12 @@ class Server:
             raise RpcError(INVALID_PARAMS, f"params._meta['{_META_CAPS}'] must be an object")
         return True
 
+    def client_name(self, req: _Request) -> str:
+        """The client's clientInfo name: the modern request's own, else initialize's."""
+        info = req.meta.get(_META_INFO)
+        name = info.get("name") if isinstance(info, dict) else None
+        return name if isinstance(name, str) else self.client
+
     def protocol_for(self, req: _Request) -> str:
         return MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
 
@@ -6844,6 +6868,8 @@ class Server:
             raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         self.version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
         self.initialized = True
+        info = params.get("clientInfo")
+        self.client = str(info.get("name") or "")[:200] if isinstance(info, dict) else ""
         caps = params.get("capabilities")
         if isinstance(caps, dict) and isinstance(caps.get("roots"), dict):  # roots are the client's
             self.upstreams.roots.client_declared(lambda timeout: self.conn.call("roots/list", None, timeout))

@@ -433,3 +433,44 @@ def test_retrieve_pages_by_record(px):
     nums = cached_token(px, "result", result={"content": [{"type": "text", "text": json.dumps(list(range(3000)))}]})
     bad = px.call_tool("retrieve_cached_output", {"token": nums, "record_offset": 0})
     assert bad["isError"] and "need a list of records; this data is a list of plain values" in text_of(bad)
+
+
+# ==== the threshold by client ======================================================
+
+
+def start_as(world: World, client: str):
+    p = world.start(initialize=False)
+    p.result("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                            "clientInfo": {"name": client, "version": "1"}})
+    p.notify("notifications/initialized")
+    return p
+
+
+def is_cached(res: dict) -> bool:
+    return bool(TOKEN_RE.search(text_of(res)))
+
+
+@pytest.mark.parametrize("client, cached_at, passed_at", [
+    ("claude-ai", 20001, 20000), ("Cursor-VSCode", 20001, 20000), ("claude-code", 40001, 40000),
+    ("pytest", 50001, 50000), ("", 50001, 50000)])
+def test_the_default_threshold_follows_the_client(world, client, cached_at, passed_at):
+    world.fake("up")
+    p = start_as(world, client)
+    assert not is_cached(p.upstream("up", "echo", {"text": "x" * passed_at}))
+    assert is_cached(p.upstream("up", "echo", {"text": "x" * cached_at}))
+
+
+def test_a_min_size_setting_wins_over_the_client_default_and_modern_requests_name_their_client(world):
+    world.fake("up")
+    world.settings = {"servers": {"up": {"cache_outputs": {"min_size": 30000}}}}
+    p = start_as(world, "claude-ai")
+    assert not is_cached(p.upstream("up", "echo", {"text": "x" * 30000}))  # the setting, not 20,000
+    assert is_cached(p.upstream("up", "echo", {"text": "x" * 30001}))
+    world.settings = None
+    q = world.start(initialize=False)
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "claude-ai", "version": "1"}}
+    args = {"server": "up", "tool_name": "echo", "tool_args": {"text": "x" * 25000}}
+    assert is_cached(q.call_tool("call_tool", args, meta=meta))
+    meta["io.modelcontextprotocol/clientInfo"] = {"name": "other", "version": "1"}
+    assert not is_cached(q.call_tool("call_tool", args, meta=meta))
