@@ -24,9 +24,9 @@ Sections (grep -n '^# ==' abstract.py):
     7. Sandbox and atomic writer                   8. JSON-RPC (framing, Connection)
     9. Config and settings                         10. Upstreams (client, supervisor)
     11. Results: extraction and storing            12. Output cache and signed links
-    13. Catalog (sqlite3)                          14. Tools
-    15. Server (both protocol eras)                16. CLI
-    17. Entry point
+    13. Catalog (sqlite3)                          14. Queries (sqlite3)
+    15. Tools                                      16. Server (both protocol eras)
+    17. CLI                                        18. Entry point
 """
 
 # ==== 1. Imports ==================================================================
@@ -390,7 +390,7 @@ def _uri_to_path(uri: str) -> str:
 # Imports used here: csv, html, io, itertools, json, math, re, xml.etree.ElementTree as ET.
 
 _FORMATS = ("json", "csv", "tsv", "md", "txt", "html", "yaml", "xml")
-_READABLE = ("json", "csv", "tsv", "yaml", "xml", "txt")
+_READABLE = ("json", "jsonl", "csv", "tsv", "yaml", "xml", "txt")
 
 # Compact JSON for nested table cells.  JSONEncoder.encode builds a new C
 # encoder on every call, which made nested cells the main cost of writing CSV,
@@ -1764,10 +1764,28 @@ def _load_json(text: str) -> Any:
         raise FormatError(why, text, 0) from None
 
 
+def _load_jsonl(text: str) -> List[Any]:
+    """The values of JSON Lines text (one JSON value a line; blank lines skipped)."""
+    out = []
+    pos = 0
+    for line in text.split("\n"):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise FormatError(f"JSON Lines: {err.msg}", text, pos + err.pos) from None
+            except (RecursionError, ValueError):
+                raise FormatError("JSON Lines: a value nested too deeply or a number too long", text, pos) from None
+        pos += len(line) + 1
+    return out
+
+
 def _parse_text(text: str, fmt: str) -> Any:
     """Data from text in one of the readable formats."""
     if fmt == "json":
         return _load_json(text)
+    if fmt == "jsonl":
+        return _load_jsonl(text)
     if fmt in ("csv", "tsv"):
         return _load_csv(text, "\t" if fmt == "tsv" else ",")
     if fmt == "yaml":
@@ -2900,11 +2918,34 @@ _CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "path": (lambda v: isinstance(v, str) and bool(v.strip()), "a file path", ""),
     "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024", 64),
 }
+# query_output (section 14): how long one query may run, how much memory loaded tables may keep,
+# the largest file it reads, and the largest result it stores with file_format.
+_QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "timeout_seconds": (lambda v: _positive(v) and v <= 3600, "a number of seconds > 0 and at most 3600", 5),
+    "max_memory_mb": (lambda v: _positive(v) and v <= 65536, "a number of megabytes > 0 and at most 65536", 512),
+    "max_file_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 200),
+    "max_result_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 100),
+}
 # Quotas of the allowed directories: storage.max_total_mb for each of them, or
 # storage.directories.<dir>.max_total_mb for one. Abstract refuses a store then; it never deletes.
 _QUOTA_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "max_total_mb": (_positive, "a number of megabytes > 0", None),
 }
+
+
+# The default output_cache.min_size by client (the clientInfo name it sends), from what each
+# does with a big result (docs/reference/cache.md#the-threshold-by-client): Claude Code warns
+# above 10,000 tokens (about 40,000 characters) and saves results over about 50,000 characters
+# to a file by itself; Claude Desktop ("claude-ai") and Cursor put every result into the context,
+# so less gets through there. Other clients keep 50,000.
+_CLIENT_MIN_SIZE = (("claude-code", 40000), ("claude-ai", 20000), ("cursor", 20000))
+
+
+def _client_min_size(client: str) -> int:
+    """The default min_size for a client by its clientInfo name (a prefix, any case)."""
+    name = client.strip().lower()
+    return next((size for prefix, size in _CLIENT_MIN_SIZE if name.startswith(prefix)),
+                _CACHE_POLICY["min_size"][2])
 
 
 def _check_storage(conf: Any) -> None:
@@ -2990,12 +3031,13 @@ class Settings:
     def __init__(self, data: Optional[dict] = None, environ: Optional[Dict[str, str]] = None) -> None:
         data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
         _check_keys(data, _GLOBAL_SETTINGS, "",
-                    extra=("servers", "output_cache", "catalog", "storage", "inputs"))
+                    extra=("servers", "output_cache", "catalog", "storage", "inputs", "query"))
         inputs = data.get("inputs", {})
         if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
             raise ConfigError("key 'inputs' must be an object mapping VS Code input ids to strings")
         _check_keys(data.get("output_cache", {}), _CACHE_GLOBAL, "output_cache")
         _check_keys(data.get("catalog", {}), _CATALOG_SETTINGS, "catalog")
+        _check_keys(data.get("query", {}), _QUERY_SETTINGS, "query")
         _check_storage(data.get("storage", {}))
         servers = data.get("servers", {})
         if not isinstance(servers, dict):
@@ -3039,6 +3081,10 @@ class Settings:
     def catalog(self, key: str) -> Any:
         """A catalog setting."""
         return self.data.get("catalog", {}).get(key, _CATALOG_SETTINGS[key][2])
+
+    def query(self, key: str) -> Any:
+        """A query_output setting."""
+        return self.data.get("query", {}).get(key, _QUERY_SETTINGS[key][2])
 
     def quota_mb(self, root: str) -> Optional[float]:
         """The max_total_mb of the allowed directory `root` (a real path), if it has one."""
@@ -3089,14 +3135,16 @@ class Settings:
             out.append(t)
         return out
 
-    def cache_policy(self, server: str, tool: str) -> Dict[str, Any]:
+    def cache_policy(self, server: str, tool: str, client: str = "") -> Dict[str, Any]:
         """enabled / min_size / preview_chars for one tool (by the name Abstract shows): tool,
-        then server, then global."""
-        tool = self.upstream_tool(server, tool)
+        then server, then global, then the default for the client (its clientInfo name,
+        _client_min_size)."""
+        tool = self.upstream_tool(server, tool)  # settings are keyed by the upstream's name
         conf = self.servers.get(server, {})
         levels = [self.data.get("output_cache", {}), conf.get("cache_outputs", {}),
                   conf.get("tools", {}).get(tool, {}).get("cache_output", {})]
         policy = {k: spec[2] for k, spec in _CACHE_POLICY.items()}
+        policy["min_size"] = _client_min_size(client)
         for level in levels:
             level = {"enabled": level} if isinstance(level, bool) else level
             policy.update({k: v for k, v in level.items() if k in _CACHE_POLICY})
@@ -4207,17 +4255,125 @@ def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
     return "\n".join(out), len(out), len(rows)
 
 
+_SHAPE_SCAN = 20000  # records a shape's types and counts are taken from
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if isinstance(value, int) else "number"
+    return "text" if isinstance(value, str) else "array" if isinstance(value, list) else "object"
+
+
+def _columns_shape(rows: List[Dict[str, Any]]) -> str:
+    """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
+    (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
+    scan = rows[:_SHAPE_SCAN]
+    kinds: Dict[str, Dict[str, int]] = {}
+    for row in scan:
+        for key, value in row.items():
+            seen = kinds.setdefault(key, {})
+            kind = _json_kind(value)
+            seen[kind] = seen.get(kind, 0) + 1
+    parts = []
+    for key, seen in kinds.items():
+        nulls = seen.pop("null", 0)
+        missing = len(scan) - nulls - sum(seen.values())
+        counts = [f"{nulls:,} null"] * bool(nulls and seen) + [f"{missing:,} missing"] * bool(missing)
+        parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
+                     + (f" ({', '.join(counts)})" if counts else ""))
+    of = f" (types from the first {_SHAPE_SCAN:,})" if len(rows) > _SHAPE_SCAN else ""
+    return ", ".join(parts) + of
+
+
+def _list_kind(items: List[Any]) -> str:
+    """"list of 12 objects", "list of 3 integers|texts" for a list's first 1,000 values."""
+    kinds = sorted({_json_kind(v) for v in items[:1000]})
+    return f"list of {len(items):,}" + (f" {'|'.join(k + 's' for k in kinds)}" if kinds else "")
+
+
+def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
+    """The keys of nested objects as an indented tree, with each list's size, within `limit`
+    characters (three levels, 20 keys a level)."""
+    out: List[str] = []
+    if not isinstance(data, dict):
+        return out
+    for key in list(data)[:20]:
+        value = data[key]
+        line = "  " * depth + f"{key}: " + (_list_kind(value) if isinstance(value, list) else
+                                             f"object of {_plural(len(value), 'key')}" if isinstance(value, dict)
+                                             else _json_kind(value))
+        if sum(map(len, out)) + len(line) > limit:
+            out.append("  " * depth + "...")
+            return out
+        out.append(line)
+        if isinstance(value, dict) and depth < 2:
+            out.extend(_tree_shape(value, limit - sum(map(len, out)), depth + 1))
+    if len(data) > 20:
+        out.append("  " * depth + f"... and {len(data) - 20:,} more keys")
+    return out
+
+
+def _shape(data: Any, limit: int) -> str:
+    """What the data is, for a preview: records with their columns' types, or the tree of an
+    object's keys (the size of each list); "" for text and scalars."""
+    rows, _ = _as_records(data)
+    if rows is not None and (not isinstance(data, list) or rows is data):
+        where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
+        return f"Shape: {_plural(len(rows), 'record')}{where}; columns: {_columns_shape(rows)}"[:max(limit, 200)]
+    if isinstance(data, list):
+        return f"Shape: a {_list_kind(data)}"
+    if isinstance(data, dict):
+        return "\n".join(["Shape: an object:"] + _tree_shape(data, limit))
+    return ""
+
+
+def _query_hint(source: str, data: Any) -> str:
+    """How to ask the data with query_output instead of reading it: "" when it holds no records."""
+    if isinstance(data, str):  # a CSV or TSV table as text (a read_text_file of a .csv): its header decides
+        head = data[:20000]
+        head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
+        data = _tabular_text(head, "csv")
+        if isinstance(data, str):
+            return ""
+    rows, _ = _as_records(data)
+    pointer = ""
+    if rows is None and isinstance(data, dict):
+        lists = [k for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+        if not lists:
+            return ""
+        pointer = ', "records_pointer": "/%s"' % lists[0].replace("~", "~0").replace("/", "~1")
+        rows = data[lists[0]]
+    if not rows or (isinstance(data, list) and rows is not data):
+        return ""
+    columns = list(dict.fromkeys(itertools.chain.from_iterable(rows[:_SHAPE_SCAN])))
+    names = ", ".join(columns[:30]) + (", ..." if len(columns) > 30 else "")
+    return (f'Ask it in SQL instead of reading it: query_output {{"source": {_dumps(source)}{pointer}, '
+            f'"sql": "SELECT count(*) FROM data"}} (table data; columns: {names}).')
+
+
 def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars: int, link: str,
-                   can_store: bool) -> str:
-    """What the model reads instead of a large result."""
+                   can_store: bool, can_query: bool = False) -> str:
+    """What the model reads instead of a large result: its size and shape, a preview, and how
+    to read on, ask it in SQL, or store it."""
     what = "JSON" if entry.ctype == "application/json" else "text"
     size = f"{entry.chars:,} characters of {what}"
+    if what == "text" and ex.has_data:
+        size += f", {_plural(text.count(chr(10)) + (1 if text and not text.endswith(chr(10)) else 0), 'line')}"
     if ex.blobs:
         size += f" and {_plural(len(ex.blobs), 'binary item')} of {sum(len(b.data) for b in ex.blobs):,} bytes"
     if not ex.has_data and ex.blobs:
         size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
     lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
              f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
+    shape = _shape(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else ""
+    if shape:
+        lines.append(shape)
+        if not shape.startswith("Shape: a list"):  # (a list's shape is one short line)
+            preview_chars = max(preview_chars - len(shape), 0)
     recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else None
     if recs is not None:
         lines.append(f"Preview (first {recs[1]} of {recs[2]} records):\n{recs[0]}")
@@ -4226,6 +4382,9 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
+    hint = _query_hint(entry.token, ex.data) if can_query and ex.has_data and not ex.blobs else ""
+    if hint:
+        lines.append(hint)
     if can_store:
         fmt = _suggested_format(ex.data) if ex.has_data else "json"
         lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", '
@@ -4239,10 +4398,8 @@ def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int
     """How to read on: the next record by JSON Pointer after a records preview, else by offset."""
     start = 'More: retrieve_cached_output {"token": "%s", ' % entry.token
     if recs is not None:
-        key = _records_key(data)[0] if isinstance(data, dict) else None
-        pointer = ("/" + key.replace("~", "~0").replace("/", "~1") if key else "") + "/%d" % recs[1]
-        return start + '"pointer": "%s"} is the next record; offset/length or start_line/end_line page ' \
-                       "through the whole text." % pointer
+        return start + '"record_offset": %d, "record_count": 20} reads the next records; offset/length or ' \
+                       "start_line/end_line page through the whole text." % recs[1]
     extra = ', or a "pointer" such as "/0" into the JSON' if entry.ctype == "application/json" else ""
     return start + '"offset": %d} (or start_line/end_line%s).' % (shown, extra)
 
@@ -5289,7 +5446,311 @@ class _ToolIndex:
         return scored[:limit]
 
 
-# ==== 14. Tools ===================================================================
+# ==== 14. Queries (sqlite3) =======================================================
+# query_output's engine. The records of an output load into an in-memory SQLite table `data`
+# (one per source, kept for reuse within a memory budget, least recently used dropped first),
+# and one read-only SELECT runs over it: an authorizer allows only reading `data` (and the
+# json_each/json_tree functions) and calling functions, PRAGMA query_only is on, a progress
+# handler stops it at the time limit, and the rows it may hold are bounded.
+
+_QUERY_TABLE = "data"
+_QUERY_VTABS = ("json_each", "json_tree")  # table-valued functions a query may read from
+_QUERY_DENIED_FUNCTIONS = frozenset(("load_extension",))
+_QUERY_MAX_VALUE = 16 * 1024 * 1024  # longest text or blob one expression may make (setlimit, 3.11+)
+_QUERY_CELL = 200  # characters of a cell in the answer's table
+# SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
+_SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CREATE TEMP TABLE",
+                5: "CREATE TEMP TRIGGER", 6: "CREATE TEMP VIEW", 7: "CREATE TRIGGER", 8: "CREATE VIEW",
+                9: "DELETE", 10: "DROP INDEX", 11: "DROP TABLE", 12: "DROP TEMP INDEX", 13: "DROP TEMP TABLE",
+                14: "DROP TEMP TRIGGER", 15: "DROP TEMP VIEW", 16: "DROP TRIGGER", 17: "DROP VIEW",
+                18: "INSERT", 19: "PRAGMA", 20: "READ", 21: "SELECT", 22: "TRANSACTION", 23: "UPDATE",
+                24: "ATTACH", 25: "DETACH", 26: "ALTER TABLE", 27: "REINDEX", 28: "ANALYZE",
+                29: "CREATE VIRTUAL TABLE", 30: "DROP VIRTUAL TABLE", 31: "FUNCTION", 32: "SAVEPOINT",
+                33: "RECURSIVE"}
+_SQL_OK, _SQL_DENY = 0, 1
+
+
+def _sql_name(name: str) -> str:
+    """An SQL identifier for any column name ("" doubled inside)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sql_value(value: Any) -> Any:
+    """A JSON value as SQLite stores it: booleans as 1 and 0 (as json_extract gives them),
+    integers past 64 bits as text, objects and arrays as compact JSON text."""
+    kind = type(value)
+    if kind is str or kind is float or value is None:
+        return value
+    if kind is bool:
+        return int(value)
+    if kind is int:
+        return value if -(1 << 63) <= value < (1 << 63) else str(value)
+    return _compact_json(value)
+
+
+def _sql_columns(rows: List[Dict[str, Any]]) -> Tuple[List[str], List[str], List[str]]:
+    """(keys in first-seen order, their column names, notes). SQLite folds the case of column
+    names, so keys that differ only in case (or are empty) get a numbered name."""
+    keys = [k for k in dict.fromkeys(itertools.chain.from_iterable(rows)) if isinstance(k, str)]
+    names, seen, notes = [], set(), []
+    for key in keys:
+        name, n = key or "column", 1
+        while name.casefold() in seen:
+            n += 1
+            name = f"{key or 'column'}_{n}"
+        seen.add(name.casefold())
+        names.append(name)
+        if name != key:
+            notes.append(f"key {key!r} is column {name}")
+    return keys, names, notes
+
+
+class _Table:
+    """One source's records in its own in-memory database, with the lock its queries take."""
+
+    __slots__ = ("db", "columns", "rows", "size", "notes", "lock", "refused", "deadline", "closed", "load_s")
+
+    def __init__(self, db: Any, columns: List[str], rows: int, notes: List[str]) -> None:
+        self.db, self.columns, self.rows, self.notes = db, columns, rows, notes
+        self.lock = threading.Lock()
+        self.refused: List[str] = []  # what the authorizer refused in the statement being prepared
+        self.deadline = 0.0  # monotonic time the running query must end by
+        self.closed = False
+        self.load_s: Optional[float] = None  # seconds its loading took, until the first query says so
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+        self.size = page * db.execute("PRAGMA page_count").fetchone()[0]
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+            self.closed = True
+
+
+def _clean_text(value: Any) -> Any:
+    """A string SQLite can take (UTF-8): lone surrogates replaced by U+FFFD."""
+    return _LONE_SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
+
+
+def _load_table(rows: List[Dict[str, Any]]) -> _Table:
+    """The records as table `data` in a new in-memory database, then locked down for queries."""
+    keys, names, notes = _sql_columns(rows)
+    db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    try:
+        db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, names)) or 'value'})")
+        insert = f"INSERT INTO {_QUERY_TABLE} VALUES ({', '.join('?' * max(len(names), 1))})"
+        fill = (lambda: (tuple(_sql_value(r.get(k)) for k in keys) for r in rows)) if keys else \
+            (lambda: ((None,) for _ in rows))
+        db.execute("BEGIN")
+        try:
+            db.executemany(insert, fill())
+        except UnicodeEncodeError:  # a lone surrogate somewhere: load again with them replaced
+            db.execute("ROLLBACK")
+            db.execute("BEGIN")
+            db.executemany(insert, (tuple(map(_clean_text, t)) for t in fill()))
+        db.execute("COMMIT")
+        table = _Table(db, names or ["value"], len(rows), notes)
+        _lock_down(table)
+    except BaseException:
+        db.close()
+        raise
+    return table
+
+
+def _lock_down(table: _Table) -> None:
+    """Make the table's database read-only for the queries to come: query_only, no attached
+    databases, no extensions, bounded values; the authorizer and the time limit installed once."""
+    db = table.db
+    db.execute("SELECT * FROM json_each('[]'), json_tree('[]')")  # their first use reads the schema
+    db.execute("PRAGMA query_only = ON")
+    if hasattr(db, "enable_load_extension"):
+        db.enable_load_extension(False)
+    if hasattr(db, "setlimit"):  # Python 3.11+
+        db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _QUERY_MAX_VALUE)
+
+    def authorize(action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
+        if action in (21, 33):  # SELECT, RECURSIVE (a WITH RECURSIVE)
+            return _SQL_OK
+        # READ: of data's columns, the json functions' columns, or of no column at all (a count(*)
+        # of a table, a WITH's own table), which reveals nothing
+        if action == 20 and (arg1 == _QUERY_TABLE or arg1 in _QUERY_VTABS or arg2 == ""):
+            return _SQL_OK
+        if action == 31 and str(arg2).lower() not in _QUERY_DENIED_FUNCTIONS:
+            return _SQL_OK
+        what = _SQL_ACTIONS.get(action, f"action {action}")
+        detail = {20: f"reading table {arg1}", 31: f"the function {arg2}()", 19: f"PRAGMA {arg1}",
+                  24: "ATTACH"}.get(action, what)
+        if str(arg1).startswith("sqlite_") and action in (9, 18, 23):
+            detail = "changing the schema"  # (CREATE, DROP: the first thing a schema change asks for)
+        table.refused.append(detail)
+        return _SQL_DENY
+
+    db.set_authorizer(authorize)
+    db.set_progress_handler(lambda: time.monotonic() > table.deadline, 1000)
+
+
+class _Tables:
+    """Loaded tables by source, within a memory budget: the least recently used are closed
+    first, and the newest always stays (a source bigger than the budget still answers)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: "collections.OrderedDict[Any, _Table]" = collections.OrderedDict()
+
+    def get(self, key: Any) -> Optional[_Table]:
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+            return table
+
+    def put(self, key: Any, table: _Table, budget: int) -> None:
+        with self._lock:
+            old = self._tables.pop(key, None)
+            self._tables[key] = table
+            dropped = [old] if old is not None else []
+            total = sum(t.size for t in self._tables.values())
+            while total > budget and len(self._tables) > 1:
+                _, first = self._tables.popitem(last=False)
+                total -= first.size
+                dropped.append(first)
+        for t in dropped:  # after a running query on it ends (its lock)
+            t.close()
+
+    def drop(self, key: Any) -> None:
+        with self._lock:
+            table = self._tables.pop(key, None)
+        if table is not None:
+            table.close()
+
+    def sizes(self) -> List[int]:
+        with self._lock:
+            return [t.size for t in self._tables.values()]
+
+
+class _Closed(Error):
+    """The table was closed (evicted) before the query got its lock."""
+
+
+class _QueryResult(NamedTuple):
+    columns: List[str]
+    rows: List[tuple]  # the rows kept (at most `keep`)
+    total: int  # rows the statement returned
+    elapsed: float  # seconds
+
+
+def _result_columns(description: Any) -> List[str]:
+    """The statement's column names, made unique ("id", "id_2") so rows can become records."""
+    out: List[str] = []
+    seen = set()
+    for d in description or []:
+        name, n = str(d[0]), 1
+        while name in seen:
+            n += 1
+            name = f"{d[0]}_{n}"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
+def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max_chars: int) -> _QueryResult:
+    """Run one read-only statement over `table`: the first `keep` rows (all when None, then at
+    most about `max_chars` characters of them) and the number of rows in all. ToolError for a
+    refused statement, a syntax error, an unknown column, the time limit or the size bound."""
+    with table.lock:
+        if table.closed:
+            raise _Closed()
+        table.refused = []
+        start = time.monotonic()
+        table.deadline = start + timeout
+        kept: List[tuple] = []
+        total = used = 0
+        try:
+            cur = table.db.execute(sql)
+            columns = _result_columns(cur.description)
+            while True:
+                batch = cur.fetchmany(1000)
+                if not batch:
+                    break
+                total += len(batch)
+                if keep is None:
+                    used += sum(len(str(v)) + 1 for row in batch for v in row)
+                    if used > max_chars:
+                        raise ToolError(f"The query's result is larger than {max_chars // (1 << 20)} MB (query."
+                                        f"max_result_mb in Abstract's settings); select fewer rows or columns.")
+                    kept.extend(batch)
+                elif len(kept) < keep:
+                    kept.extend(batch[:keep - len(kept)])
+        except (sqlite3.Error, sqlite3.Warning) as e:  # Warning: a second statement (Python < 3.12)
+            raise _query_error(table, e, timeout, sql) from None
+        finally:
+            table.deadline = 0.0
+    return _QueryResult(columns, kept, total, time.monotonic() - start)
+
+
+def _sql_verb(sql: str) -> str:
+    """What a schema-changing statement does, from its first words ("CREATE INDEX")."""
+    m = re.match(r"\s*(CREATE|DROP|ALTER)\s+(?:(?:TEMP|TEMPORARY|UNIQUE|VIRTUAL)\s+)?([A-Za-z]+)", sql, re.IGNORECASE)
+    return f"{m.group(1)} {m.group(2)}".upper() if m else "changing the schema"
+
+
+def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolError:
+    """A failed statement as the model's error: what was refused, or SQLite's own message."""
+    msg = str(e)
+    cols = ", ".join(table.columns)
+    if table.refused:
+        said = [_sql_verb(sql) if d == "changing the schema" else d for d in dict.fromkeys(table.refused)]
+        return ToolError(f"Refused: {'; '.join(said)}. query_output runs one read-only "
+                         f"SELECT (WITH allowed) over the table {_QUERY_TABLE}: it may read {_QUERY_TABLE} (and "
+                         f"json_each/json_tree) and call functions, nothing else.")
+    if msg == "interrupted":
+        return ToolError(f"The query ran longer than {timeout:g} s and was stopped (query.timeout_seconds in "
+                         f"Abstract's settings). Narrow it: a WHERE, a LIMIT, fewer joins.")
+    if "one statement at a time" in msg:
+        return ToolError("Give one statement only (a single SELECT; a trailing ';' is fine).")
+    if msg.startswith("no such column"):
+        return ToolError(f"SQLite: {msg}. The columns of {_QUERY_TABLE}: {cols}. Quote a name with spaces or "
+                         f"capitals in double quotes; values go in single quotes.")
+    if msg.startswith("no such table"):
+        return ToolError(f"SQLite: {msg}. The records are in the one table {_QUERY_TABLE} ({cols}).")
+    if "syntax error" in msg or "incomplete input" in msg or "unrecognized token" in msg:
+        return ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table {_QUERY_TABLE}.")
+    return ToolError(f"The query failed (SQLite: {msg}).")
+
+
+def _cell(value: Any) -> str:
+    """A value on one line of the answer's table, cut at _QUERY_CELL characters."""
+    if value is None:
+        return "null"
+    if isinstance(value, bytes):
+        value = "x'" + value[:_QUERY_CELL // 2].hex() + "'"
+    text = str(value).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("|", "\\|")
+    return text if len(text) <= _QUERY_CELL else text[:_QUERY_CELL - 1] + "…"
+
+
+def _json_cell(value: Any) -> Any:
+    """A value for JSON: blobs as hex text, infinities as text."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tuple[str, int]:
+    """(the rows as a compact table, how many of them fit in `limit` characters)."""
+    lines = [" | ".join(map(_cell, columns))]
+    used = len(lines[0])
+    for n, row in enumerate(rows):
+        line = " | ".join(map(_cell, row))
+        if used + len(line) + 1 > limit:
+            return "\n".join(lines), n
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines), len(rows)
+
+
+# ==== 15. Tools ===================================================================
 # What the model sees: each tool's schema and description, and its handler. Handlers raise
 # ToolError for anything the model can fix; it becomes an isError result with that text.
 
@@ -5626,7 +6087,7 @@ def _check_quota(call: _Call, directory: str) -> None:
 def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
     """The result itself when small; else cache it and answer with a preview and a token."""
     cache = call.server.cache
-    policy = call.server.settings.cache_policy(server, tool)
+    policy = call.server.settings.cache_policy(server, tool, call.server.client_name(call.req))
     size = _result_size(res) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
@@ -5643,7 +6104,8 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
         if link:
             info["retrieve_url"] = link
     can_store = "call_tool_and_store" in call.server.tools
-    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link, can_store), info)
+    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link, can_store,
+                                      "query_output" in call.server.tools), info)
     if res.get("isError"):
         out["isError"] = True
     return out
@@ -5721,6 +6183,28 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
                    "next_offset": end if end < len(text) else None}
 
 
+def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
+    """A window of the records the data holds (record_offset, record_count), one compact JSON
+    record a line, within `limit` characters (a record longer than that is cut)."""
+    rows, reason = _as_records(data)
+    if rows is None or (isinstance(data, list) and rows is not data):
+        what = reason or "a list of plain values"
+        raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. Use pointer, "
+                        f"offset or start_line.")
+    first, count = call.int("record_offset", 0) or 0, call.int("record_count", 100, minimum=1) or 100
+    out: List[str] = []
+    used = 0
+    for row in itertools.islice(rows, first, first + count):
+        line = _dumps(row)
+        if out and used + len(line) + 1 > limit:
+            break
+        out.append(line if len(line) <= limit else line[:limit] + " [...]")
+        used += len(out[-1]) + 1
+    end = min(first, len(rows)) + len(out)
+    return "\n".join(out), {"record_offset": first, "record_count": len(out), "total_records": len(rows),
+                            "next_record_offset": end if end < len(rows) else None}
+
+
 def _tool_retrieve_cached_output(call: _Call) -> dict:
     cache = call.server.cache
     if cache is None:
@@ -5728,18 +6212,32 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     entry = cache.get(call.str("token", True))
     limit = int(call.server.settings.cache("max_window_chars"))
     pointer = call.str("pointer")
-    if pointer is not None:
+    by_record = "record_offset" in call.args or "record_count" in call.args
+    if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
+        raise ToolError("Give record_offset/record_count, or offset/length, or start_line/end_line: one way to page.")
+    value: Any = None
+    if pointer is not None or by_record:
         if entry.ctype != "application/json":
-            raise ToolError(f"pointer needs JSON data; the output {entry.token} is text. Use offset or start_line.")
-        value = _json_pointer(json.loads(cache.text(entry)), pointer)  # the data the text view shows
-        text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+            what = "pointer" if pointer is not None else "record_offset/record_count"
+            raise ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use offset or start_line.")
+        value = json.loads(cache.text(entry))  # the data the text view shows
+        if pointer is not None:
+            value = _json_pointer(value, pointer)
+    if by_record:
+        chunk, where = _records_window(value, call, limit)
     else:
-        text = cache.text(entry)
-    chunk, where = _window(text, call, limit)
+        text = cache.text(entry) if pointer is None else \
+            value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+        chunk, where = _window(text, call, limit)
     where.update({"token": entry.token, "expires_at": _iso(entry.expires)})
     if pointer is not None:
         where["pointer"] = pointer
-    if where.get("next_offset") is not None:
+    if by_record:
+        last = where["record_offset"] + where["record_count"] - 1
+        status = (f"[records {where['record_offset']}-{last} of {where['total_records']:,}"
+                  + (f"; next: record_offset={where['next_record_offset']}]" if where["next_record_offset"] is not None
+                     else "; end of records]"))
+    elif where.get("next_offset") is not None:
         status = (f"[characters {where['offset']:,} to {where['next_offset']:,} of {where['total_chars']:,} "
                   f"shown; next: offset={where['next_offset']}]")
     elif where.get("next_line") is not None:
@@ -5781,8 +6279,25 @@ def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
         raise ToolError(str(e)) from None
 
 
+_QUERYABLE = ("json", "csv", "tsv", "yaml", "xml")  # stored formats query_output reads back as records
+
+
+def _data_notes(call: _Call, main: Optional[_Stored], data: Any) -> List[str]:
+    """The shape of stored data, and for records how to ask the file with query_output."""
+    if main is None:
+        return []
+    if isinstance(data, str):
+        lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
+        return [f"Shape: text, {_plural(lines, 'line')}."]
+    out = [_shape(data, 600)] if data is not None else []
+    if main.fmt in _QUERYABLE and "query_output" in call.server.tools:
+        hint = _query_hint(main.path, data if main.fmt not in ("csv", "tsv") else _as_records(data)[0])
+        out.append(hint)
+    return [line for line in out if line]
+
+
 def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
-                  blobs: List[_Stored], preview: str) -> dict:
+                  blobs: List[_Stored], preview: str, about: List[str] = ()) -> dict:  # type: ignore[assignment]
     """The short answer to a store: text for the model, resource_link, structuredContent."""
     files = ([main] if main else []) + blobs
     first = files[0]
@@ -5803,8 +6318,10 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
     if notes:
         info["notes"] = notes
         lines.extend(f"Note: {n}" for n in notes)
+    lines.extend(a for a in about if not a.startswith("Ask it"))
     if preview:
         lines.append("Preview:\n" + preview)
+    lines.extend(a for a in about if a.startswith("Ask it"))
     result = _text_result("\n".join(lines), info)
     if call.server.protocol_for(call.req) in _LINK_VERSIONS:
         desc = call.str("description") or f"Result of {server}.{tool}"
@@ -5900,7 +6417,8 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
     except OSError as e:
         raise _write_error(directory, e, main) from None
     _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
-    return _store_answer(call, server, tool, main, conv, blobs, preview)
+    about = _data_notes(call, main, _tabular_text(ex.data, main.fmt) if main is not None else None)
+    return _store_answer(call, server, tool, main, conv, blobs, preview, about)
 
 
 def _cached_source(call: _Call) -> Optional[_CacheEntry]:
@@ -5925,10 +6443,10 @@ def _tool_call_tool_and_store(call: _Call) -> dict:
 
 
 _INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml", ".xml": "xml",
-                  ".txt": "txt"}
+                  ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
-def _read_limited(f: Any, path: str, size: int, limit: int) -> bytes:
+def _read_limited(f: Any, path: str, size: int, limit: int, setting: str = "max_input_file_mb") -> bytes:
     """The bytes of the open file `f` (gunzipped for .gz), refusing more than `limit` bytes
     while reading, so a small archive cannot expand into gigabytes."""
     import gzip
@@ -5944,29 +6462,40 @@ def _read_limited(f: Any, path: str, size: int, limit: int) -> bytes:
     if len(data) > limit:
         what = f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed else \
             f"is larger than {limit:,} bytes"
-        raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes (max_input_file_mb in Abstract's "
-                        f"settings).")
+        raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes ({setting} in Abstract's settings).")
     return data
+
+
+def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[Any, str, int]:
+    """(binary file, real path, size) of an input file inside the sandbox."""
+    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
+    try:
+        return call.server.sandbox.open_read(file_path)
+    except SandboxError as e:
+        raise ToolError(str(e)) from None
+    except FileNotFoundError:
+        raise ToolError(f"{key} {file_path!r} does not exist. {where}; list_allowed_directories "
+                        f"shows them.") from None
+    except PermissionError:
+        raise ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
 
 
 def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
     """(data, format, real path) of an input file inside the sandbox."""
-    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
-    try:
-        f, path, size = call.server.sandbox.open_read(file_path)
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
-    except FileNotFoundError:
-        raise ToolError(f"file_path {file_path!r} does not exist. {where}; list_allowed_directories "
-                        f"shows them.") from None
-    except PermissionError:
-        raise ToolError(f"file_path {file_path!r} is not readable (permission denied)") from None
-    limit = int(float(call.server.settings.get("max_input_file_mb")) * 1024 * 1024)
+    f, path, size = _open_input(call, file_path)
+    limit = float(call.server.settings.get("max_input_file_mb"))
+    return _read_input(f, path, size, limit, "max_input_file_mb") + (path,)
+
+
+def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> Tuple[Any, str]:
+    """(data, format) of the open input file `f`, at most `limit_mb` megabytes (the setting
+    named so), parsed by its extension (.gz unpacked first); `f` is closed."""
+    limit = int(limit_mb * 1024 * 1024)
     if size > limit:
         f.close()
-        raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes (max_input_file_mb in "
+        raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes ({setting} in "
                         f"Abstract's settings).")
-    raw = _read_limited(f, path, size, limit)
+    raw = _read_limited(f, path, size, limit, setting)
     base = path[:-3] if path.lower().endswith(".gz") else path
     fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
     try:
@@ -5974,7 +6503,7 @@ def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
     except UnicodeDecodeError as e:
         raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} (0x{raw[e.start]:02x}).") from None
     try:
-        return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt, path
+        return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt
     except FormatError as e:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
     except RecursionError:  # a reader without its own guard: still the model's error, not an internal one
@@ -6055,6 +6584,137 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
         text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
         return _text_result(text)
     return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
+
+
+# -- query_output: SQL over a cached output or a stored file (section 14 holds the engine)
+
+_QUERY_LIMIT_MAX = 1000
+
+
+def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[str, Any]]:
+    """The records to load: the list at records_pointer, else the one list of records the data
+    holds, as the store path finds it. Text that is a CSV or TSV table gives its rows (cells
+    typed as the CSV file reader types them), JSON Lines text its lines."""
+    if isinstance(data, str):
+        rows = _tabular_text(data, "csv")
+        if isinstance(rows, list):
+            data = [{k: _csv_value(v) for k, v in r.items()} for r in rows]
+        elif data.lstrip()[:1] in ("{", "["):
+            try:
+                data = _load_jsonl(data)
+            except FormatError:
+                pass
+    if isinstance(data, str):
+        raise ToolError(f"{label} is text, not records (JSON, JSON Lines or a CSV/TSV table); read it with "
+                        f"retrieve_cached_output or search_stored_outputs instead.")
+    if pointer is not None:
+        data = _json_pointer(data, pointer)
+    rows, reason = _as_records(data)
+    if rows is None:
+        lists = [k for k, v in data.items() if isinstance(v, list)] if isinstance(data, dict) else []
+        where = pointer or "the top level"
+        hint = (" Lists here: " + ", ".join("/" + k.replace("~", "~0").replace("/", "~1") for k in lists[:10]) + "."
+                if lists else "")
+        raise ToolError(f"{label} holds at {where} {reason}. Give records_pointer, the JSON Pointer of the list of "
+                        f"records to query (e.g. /items).{hint}")
+    return rows
+
+
+def _cached_data(cache: OutputCache, entry: _CacheEntry) -> Any:
+    """A cached output's data, as its text view shows it (JSON parsed)."""
+    text = cache.text(entry)
+    return json.loads(text) if entry.ctype == "application/json" else text
+
+
+def _query_table(call: _Call) -> Tuple[_Table, str]:
+    """(the loaded table of the call's source, how the answer names the source): a table loaded
+    earlier for the same token, or the same file (path, size, mtime), is used again."""
+    source, pointer = call.str("source", True), call.str("records_pointer")
+    server = call.server
+    tables, budget = server.tables, int(float(server.settings.query("max_memory_mb")) * (1 << 20))
+    if _TOKEN_RE.match(source) and "." not in source and os.sep not in source:  # type: ignore[arg-type]
+        if server.cache is None:
+            raise ToolError("A cache token needs the output cache, which is disabled in Abstract's settings.")
+        entry = server.cache.get(source)
+        label = f"cached output {entry.token} ({entry.server}.{entry.tool})"
+        key: tuple = ("token", entry.token, pointer)
+        table = tables.get(key)
+        if table is None:
+            start = time.monotonic()
+            table = _load_table(_query_records(_cached_data(server.cache, entry), pointer, label))
+            table.load_s = time.monotonic() - start
+            tables.put(key, table, budget)
+        return table, label
+    f, path, size = _open_input(call, source, "source")  # type: ignore[arg-type]
+    with f:
+        key = ("file", path, size, os.fstat(f.fileno()).st_mtime_ns, pointer)
+        table = tables.get(key)
+        if table is None:
+            start = time.monotonic()
+            data, _ = _read_input(f, path, size, float(server.settings.query("max_file_mb")), "query.max_file_mb")
+            table = _load_table(_query_records(data, pointer, path))
+            table.load_s = time.monotonic() - start
+            tables.put(key, table, budget)
+    return table, path
+
+
+def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]:
+    """Load (or reuse) the source's table and run the call's SQL over it; a table dropped by
+    another query's load meanwhile is loaded once more."""
+    sql = call.str("sql", True)
+    settings = call.server.settings
+    timeout, max_chars = float(settings.query("timeout_seconds")), int(float(settings.query("max_result_mb")) * (1 << 20))
+    for attempt in (1, 2):
+        table, label = _query_table(call)
+        try:
+            return table, label, _run_query(table, sql, keep, timeout, max_chars)  # type: ignore[arg-type]
+        except _Closed:
+            if attempt == 2:
+                raise ToolError("The loaded table was dropped to make room for another while this query waited "
+                                "(query.max_memory_mb in Abstract's settings); run it again.") from None
+    raise AssertionError("unreachable")
+
+
+def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> dict:
+    """The rows as a compact table within the retrieval window, and as records."""
+    window = int(call.server.settings.cache("max_window_chars"))
+    shown_text, shown = _query_table_text(res.columns, res.rows, max(window - 500, 1000))
+    ms = res.elapsed * 1000
+    names = ", ".join(res.columns[:40]) + (f" and {len(res.columns) - 40} more" if len(res.columns) > 40 else "")
+    loaded, table.load_s = table.load_s, None
+    after = f" (after loading {_plural(table.rows, 'record')} in {loaded:.2f} s)" if loaded is not None else ""
+    lines = [f"{_plural(res.total, 'row')} in {ms:.1f} ms{after} from {label}; columns: {names}."]
+    if res.rows:
+        lines.append(shown_text)
+    if shown < res.total:
+        lines.append(f"[{shown:,} of {res.total:,} rows shown. For others: LIMIT/OFFSET in the SQL, or limit (at most "
+                     f"{_QUERY_LIMIT_MAX:,}); to keep them all, file_format stores the whole result as a file.]")
+    lines.extend(f"Note: {n}." for n in table.notes[:5])
+    records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows[:shown]]
+    info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total, "returned": shown,
+            "elapsed_ms": round(ms, 2)}
+    if loaded is not None:
+        info["load_ms"] = round(loaded * 1000, 2)
+    return _text_result("\n".join(lines), info)
+
+
+def _tool_query_output(call: _Call) -> dict:
+    limit = call.int("limit", 50, maximum=_QUERY_LIMIT_MAX)
+    fmt = call.format("file_format")
+    if fmt is None:
+        extra = [k for k in ("filename", "storage_path") if call.args.get(k) is not None]
+        if extra:
+            raise ToolError(f"{' and '.join(extra)} need file_format: say which format to store the result in.")
+        return _query_answer(call, *_query(call, limit))
+
+    def fetch() -> dict:
+        _, _, res = _query(call, None)
+        if not res.rows:
+            raise ToolError("The query returned no rows, so nothing was stored.")
+        records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows]
+        return {"content": [], "structuredContent": records}
+
+    return _store_result(call, "abstract", "query_output", fmt, fetch)
 
 
 # -- the catalog's tools (search_stored_outputs, list_stored_outputs) and, with --memory, the
@@ -6372,15 +7032,42 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("retrieve_cached_output",
      "Read part of a large result that call_tool cached instead of showing (its answer gives the token). "
      "Windows are bounded (20,000 characters by default): page with offset/length, or by line with "
-     "start_line/end_line, or for JSON take a sub-value with an RFC 6901 pointer such as /results/10.",
+     "start_line/end_line, or by record with record_offset/record_count, or for JSON take a sub-value with an "
+     "RFC 6901 pointer such as /results/10. To filter or count, query_output is cheaper.",
      _schema({"token": {"type": "string", "description": "The token from the cached answer."},
               "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "First character."},
               "length": {"type": "integer", "minimum": 1, "description": "Characters to return (capped)."},
               "start_line": {"type": "integer", "minimum": 1, "description": "First line (1-based)."},
               "end_line": {"type": "integer", "minimum": 1, "description": "Last line (inclusive)."},
-              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. /results/10."}},
+              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. /results/10."},
+              "record_offset": {"type": "integer", "minimum": 0, "description": "For records: the first record "
+                                "(0-based); records come one compact JSON object a line."},
+              "record_count": {"type": "integer", "minimum": 1, "default": 100,
+                               "description": "For records: how many (capped by the window)."}},
              ("token",)),
      _tool_retrieve_cached_output),
+    ("query_output",
+     "Ask a large output a question in SQL instead of reading it: the records of a cached output (its token) or "
+     "of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, also .gz) are the table data, one "
+     "column per field; nested values are JSON text (json_extract(col, '$.key') reads them). One read-only "
+     "SELECT (WITH allowed); returns at most limit rows, the row count and the columns. With file_format the "
+     "whole result is stored as a file instead, and you get its path and a preview.",
+     _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), or a file path: "
+                         "absolute inside an allowed directory, or relative to the first one."},
+              "sql": {"type": "string", "description": "One SELECT over the table data, e.g. SELECT status, "
+                      "count(*) AS n FROM data GROUP BY status ORDER BY n DESC."},
+              "limit": {"type": "integer", "minimum": 0, "maximum": _QUERY_LIMIT_MAX, "default": 50,
+                        "description": "Rows to return here (the count covers them all)."},
+              "records_pointer": {"type": "string", "description": "JSON Pointer of the list of records to query "
+                                  "when the data is not one list of records, e.g. /items."},
+              "file_format": {"type": "string", "enum": list(_FORMATS),
+                              "description": "Store the whole result as a file in this format instead."},
+              "filename": {"type": "string", "description": "File name with file_format; default "
+                           "abstract-query_output-<UTC time>. An existing file is never overwritten."},
+              "storage_path": {"type": "string", "description": "Directory for the file (with file_format): "
+                               "inside an allowed directory. Default: the first allowed directory."}},
+             ("source", "sql")),
+     _tool_query_output),
     ("search_stored_outputs",
      "Search every output Abstract has stored or cached, in this conversation or earlier ones: the files of "
      "call_tool_and_store, responses stored by call_tool_with_file_content, and cached call_tool results. Matches "
@@ -6413,6 +7100,8 @@ def _offered(name: str, cache: Optional[OutputCache], catalog: Optional[Catalog]
     """Whether a tool can work here: the cache's and the catalog's tools need them."""
     if name == "retrieve_cached_output":
         return cache is not None
+    if name == "query_output":
+        return sqlite3 is not None
     return catalog is not None or name not in _CATALOG_TOOL_NAMES
 
 _INSTRUCTIONS = (
@@ -6423,12 +7112,14 @@ _INSTRUCTIONS = (
     "returns its path and a preview; call_tool_with_file_content sends a file's data to a tool without you reading it.\n"
     "- A large call_tool result comes back as a preview and a token: read more with retrieve_cached_output, or pass "
     "the token as cache_token to call_tool_and_store or call_tool_with_file_content.\n"
+    "- query_output answers a question about a cached output or a stored file with one SQL SELECT over its "
+    "records (table data), so only the answer enters the conversation.\n"
     "- list_allowed_directories shows where files may be stored and read.\n"
     "- search_stored_outputs finds outputs stored or cached earlier, also in past conversations; "
     "list_stored_outputs lists them newest first."
 )
 
-# ==== 15. Server ==================================================================
+# ==== 16. Server ==================================================================
 # The MCP server the client talks to, in both protocol eras: the legacy handshake
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
@@ -6451,6 +7142,8 @@ class Server:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.catalog = catalog
         self.tool_index = _ToolIndex()  # list_available_tools' query
+        self.tables = _Tables()  # query_output's loaded tables
+        self.client = ""  # the legacy client's clientInfo name (initialize)
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
@@ -6518,6 +7211,12 @@ class Server:
             raise RpcError(INVALID_PARAMS, f"params._meta['{_META_CAPS}'] must be an object")
         return True
 
+    def client_name(self, req: _Request) -> str:
+        """The client's clientInfo name: the modern request's own, else initialize's."""
+        info = req.meta.get(_META_INFO)
+        name = info.get("name") if isinstance(info, dict) else None
+        return name if isinstance(name, str) else self.client
+
     def protocol_for(self, req: _Request) -> str:
         return MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
 
@@ -6536,6 +7235,8 @@ class Server:
             raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         self.version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
         self.initialized = True
+        info = params.get("clientInfo")
+        self.client = str(info.get("name") or "")[:200] if isinstance(info, dict) else ""
         caps = params.get("capabilities")
         if isinstance(caps, dict) and isinstance(caps.get("roots"), dict):  # roots are the client's
             self.upstreams.roots.client_declared(lambda timeout: self.conn.call("roots/list", None, timeout))
@@ -6891,7 +7592,7 @@ def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List
     return found[:limit]
 
 
-# ==== 16. CLI =====================================================================
+# ==== 17. CLI =====================================================================
 
 
 def _prepare_dirs(dirs: List[str], say: Callable[[str], None]) -> List[str]:
@@ -7196,7 +7897,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             catalog.close()
 
 
-# ==== 17. Entry point =============================================================
+# ==== 18. Entry point =============================================================
 
 def _exit_now(code: Any) -> None:
     """Flush and leave without interpreter finalisation: at shutdown, a daemon reader thread still

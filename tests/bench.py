@@ -289,6 +289,69 @@ def context(abstract_env: Dict[str, str], store_dir: str, sizes_kb: List[int]) -
     return out
 
 
+def big_call(abstract_env: Dict[str, str], relay_env: Dict[str, str], store_dir: str, runs: int,
+             cases: List[tuple]) -> List[dict]:
+    """A large result through call_tool with the cache on (the client gets a preview and a token)
+    and off (the whole result relayed): median seconds and the bytes the client receives."""
+    out = []
+    for label, tool, args in cases:
+        row: Dict[str, Any] = {"result": label}
+        for mode, env in (("cache_on", abstract_env), ("cache_off", relay_env)):
+            peer = Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], env)
+            try:
+                via = {"server": "bench", "tool_name": tool, "tool_args": args}
+                peer.call("call_tool", {"server": "bench", "tool_name": "prepare", "tool_args": args})
+                peer.call("call_tool", via)  # warm: the upstream's payload and Abstract's first use
+                times, got = [], 0
+                for _ in range(runs):
+                    t0 = time.perf_counter()
+                    got = len(json.dumps(peer.call("call_tool", via), ensure_ascii=False))
+                    times.append(time.perf_counter() - t0)
+                row[mode + "_s"], row[mode + "_bytes"] = statistics.median(times), got
+            finally:
+                peer.close()
+        out.append(row)
+    return out
+
+
+QUERIES = {
+    "filter": "SELECT id, name, score FROM data WHERE active = 1 AND score > 30000 AND name LIKE '%7%'",
+    "group by": "SELECT json_array_length(tags) AS n_tags, count(*) AS n, avg(score) AS avg FROM data GROUP BY n_tags",
+    "self-join": "SELECT a.id, b.id FROM data a JOIN data b ON b.id = a.id + 1 WHERE a.score > 36000",
+}
+
+
+def query_bench(abstract_env: Dict[str, str], store_dir: str, n: int, runs: int) -> dict:
+    """query_output over n records cached by call_tool: the first query (the load included), the
+    p50 of later ones, and Abstract's peak RSS against the payload."""
+    peer = Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], abstract_env)
+    try:
+        args = {"n": n}
+        peer.call("call_tool", {"server": "bench", "tool_name": "prepare", "tool_args": args})
+        payload = len(json.dumps(make_rows(n), ensure_ascii=False).encode())
+        t0 = time.perf_counter()
+        cached = peer.call("call_tool", {"server": "bench", "tool_name": "rows", "tool_args": args})
+        cache_s = time.perf_counter() - t0
+        token = cached["structuredContent"]["token"]
+        out: Dict[str, Any] = {"records": n, "payload_mb": payload / 1e6, "cache_s": cache_s, "queries": {}}
+        for i, (name, sql) in enumerate(QUERIES.items()):
+            times = []
+            for _ in range(runs + (1 if i == 0 else 0)):
+                t0 = time.perf_counter()
+                res = peer.call("query_output", {"source": token, "sql": sql, "limit": 20})
+                times.append(time.perf_counter() - t0)
+                assert not res.get("isError"), res
+            if i == 0:
+                out["first_query_s"] = times.pop(0)
+            out["queries"][name] = {"p50_ms": statistics.median(times) * 1000, "rows": res["structuredContent"]["row_count"]}
+        peak = peer.peak_kb()
+        out["peak_rss_mb"] = peak / 1024 if peak else None
+        out["rss_vs_payload"] = peak * 1024 / payload if peak else None
+    finally:
+        peer.close()
+    return out
+
+
 def _vocabulary(rnd: random.Random, n: int) -> List[str]:
     """n distinct made-up words (2-4 syllables), in a fixed order: index = frequency rank."""
     syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
@@ -383,6 +446,16 @@ _TABLES: Dict[str, Callable[[Any], tuple]] = {
     "context": lambda r: ("Context kept out (bytes the client receives)",
                           ["result KB", "upstream sent", "call_tool", "call_tool_and_store"],
                           [[x["result_kb"], x["upstream_bytes"], x["call_tool_bytes"], x["store_bytes"]] for x in r]),
+    "bigcall": lambda r: ("A large result through call_tool: cache on (preview + token) vs off (relayed whole)",
+                          ["result", "cache on s", "cache off s", "on / off", "client bytes on", "client bytes off"],
+                          [[x["result"], x["cache_on_s"], x["cache_off_s"], x["cache_on_s"] / x["cache_off_s"],
+                            x["cache_on_bytes"], x["cache_off_bytes"]] for x in r]),
+    "query": lambda r: ("query_output over %s records (%.1f MB) cached by call_tool (call_tool %.2f s; first query, load "
+                        "included, %.2f s; Abstract's peak RSS %.0f MB = %.1fx the payload)"
+                        % (f"{r['records']:,}", r["payload_mb"], r["cache_s"], r["first_query_s"],
+                           r["peak_rss_mb"] or 0, r["rss_vs_payload"] or 0),
+                        ["query", "result rows", "later p50 ms"],
+                        [[k, v["rows"], v["p50_ms"]] for k, v in r["queries"].items()]),
     "catalog": lambda r: ("Catalog search (Catalog.search, 10 results with snippets, ~1 KB of text per output)",
                           ["outputs", "engine", "query", "queries", "p50 ms", "p90 ms", "insert s", "DB MB"],
                           [[x["rows"], x["engine"], x["query"], x["queries"], x["p50_ms"], x["p90_ms"], x["insert_s"],
@@ -407,7 +480,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--n", type=int, default=500, help="calls per latency measurement")
     ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
     ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
-    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,catalog")
+    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,bigcall,query,catalog")
     ap.add_argument("--json", default="", help="write the figures as JSON to this file")
     ap.add_argument("--markdown", default="", help="write the tables as Markdown to this file")
     a = ap.parse_args(argv)
@@ -438,7 +511,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         targets.append(Target("peer", shlex.split(a.peer.replace("{config}", config)), base_env, prefix=a.peer_prefix))
     res: Dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv)}
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    want = set(a.only.split(",")) if a.only else {"cold", "latency", "throughput", "storing", "context", "catalog"}
+    want = set(a.only.split(",")) if a.only else {"cold", "latency", "throughput", "storing", "context", "bigcall",
+                                                  "query", "catalog"}
     if "cold" in want:
         say("cold start ...")
         res["cold"] = [(t.label, cold_start(t, 5 if a.quick else 15)) for t in targets]
@@ -457,6 +531,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "context" in want:
         say("context ...")
         res["context"] = context(base_env, store, [10, 100, 1024] if a.quick else [10, 100, 1024, 10240])
+    if "bigcall" in want:
+        say("large result, cache on and off ...")
+        mb = 2 if a.quick else 10
+        res["bigcall"] = big_call(base_env, relay_env, store, 3 if a.quick else 5,
+                                  [(f"{mb} MB text", "blob", {"kb": mb * 1024}),
+                                   (f"{mb} MB JSON records", "rows", {"n": mb * 4000})])
+    if "query" in want:
+        say("query_output ...")
+        res["query"] = query_bench(base_env, store, 10000 if a.quick else 100000, 5 if a.quick else 20)
     if "catalog" in want:
         say("catalog search ...")
         res["catalog"] = catalog_search([10000] if a.quick else [10000, 100000], 50 if a.quick else 200, [10000])

@@ -466,7 +466,7 @@ def test_text_preview(world):
     res = p.upstream("s", "result", {"result": _text(text)})
     answer = text_of(res)
     assert f"Preview:\n{text[:300]} [...]" in answer and text[300:320] not in answer
-    assert f"({len(text):,} characters of text)" in answer
+    assert f"({len(text):,} characters of text, 1,000 lines)" in answer  # the shape of text: its line count
     assert f'"offset": 300' in answer  # where to go on
 
 
@@ -658,7 +658,8 @@ def test_retrieve_is_listed_with_its_schema(retr):
     p, _ = retr
     tool = next(t for t in p.result("tools/list")["tools"] if t["name"] == "retrieve_cached_output")
     assert tool["inputSchema"]["required"] == ["token"]
-    assert set(tool["inputSchema"]["properties"]) == {"token", "offset", "length", "start_line", "end_line", "pointer"}
+    assert set(tool["inputSchema"]["properties"]) == {"token", "offset", "length", "start_line", "end_line", "pointer",
+                                                      "record_offset", "record_count"}
 
 
 def test_cache_entries_are_resources(retr):

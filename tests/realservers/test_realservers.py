@@ -534,3 +534,53 @@ def test_transparent_names_fit_clients_and_are_deterministic(real):
     out = check.stdout.decode()
     assert "direct mode renames" in out and "server 'zeit ☃ server' is written zeit___server" in out
     assert "context: --expose meta lists" in out and re.search(r"t\.z +direct: 2 tools, [\d.]+ KB", out)
+
+
+# -- 10. query_output: SQL over what real servers returned
+
+
+def test_query_output_over_a_csv_server_filesystem_read(real):
+    real.filesystem()
+    records = write_csv(real.data / "people.csv", 3000)
+    proxy = real.start(settings={"output_cache": {"min_size": 1000}})
+    cached = upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "people.csv"))
+    token = re.search(r"Token: (\S+) ", text_of(cached)).group(1)
+    assert "characters of text, 3,001 lines)" in text_of(cached)
+    assert f'query_output {{"source": "{token}", "sql": "SELECT count(*) FROM data"}} (table data; columns: id, zip, ' \
+           f'name, score)' in text_of(cached)
+    res = call(proxy, "query_output", source=token,
+               sql="SELECT zip, typeof(zip) AS t, name FROM data WHERE score >= 2997 ORDER BY id")
+    assert not res.get("isError"), text_of(res)
+    want = [{"zip": r["zip"], "t": "text", "name": r["name"]} for r in records if float(r["score"]) >= 2997]
+    assert res["structuredContent"]["rows"] == want and len(want) == 3  # "02134" stays text, 1.50 is a number
+    stored = call(proxy, "query_output", source=token, sql="SELECT id, name FROM data WHERE id % 2 = 0",
+                  file_format="csv", filename="even")
+    with open(stored["structuredContent"]["path"], newline="") as f:
+        assert list(csv.DictReader(f)) == [{"id": r["id"], "name": r["name"]} for r in records if int(r["id"]) % 2 == 0]
+
+
+def test_query_output_over_server_memory_graph(real, tmp_path):
+    real.add("memory", env={"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")})
+    proxy = real.start(settings={"output_cache": {"min_size": 200}})
+    entities = [{"name": f"e{i}", "entityType": "city" if i % 2 else "person",
+                 "observations": [f"obs {j}" for j in range(i % 4)]} for i in range(12)]
+    upstream(proxy, "memory", "create_entities", entities=entities)
+    upstream(proxy, "memory", "create_relations", relations=[{"from": "e0", "to": f"e{i}", "relationType": "knows"}
+                                                              for i in range(1, 4)])
+    cached = upstream(proxy, "memory", "read_graph")
+    token = re.search(r"Token: (\S+) ", text_of(cached)).group(1)
+    # the cached answer shows the graph's shape and the query_output call to make
+    assert "entities: list of 12 objects\nrelations: list of 3 objects" in text_of(cached)
+    assert f'query_output {{"source": "{token}", "records_pointer": "/entities"' in text_of(cached)
+    plain = call(proxy, "query_output", source=token, sql="SELECT * FROM data")
+    assert plain["isError"] and "records_pointer" in text_of(plain) and "/entities" in text_of(plain)
+    res = call(proxy, "query_output", source=token, records_pointer="/entities",
+               sql="SELECT entityType, count(*) AS n, sum(json_array_length(observations)) AS obs "
+                   "FROM data GROUP BY entityType ORDER BY entityType")
+    assert not res.get("isError"), text_of(res)
+    assert res["structuredContent"]["rows"] == [
+        {"entityType": t, "n": 6, "obs": sum(len(e["observations"]) for e in entities if e["entityType"] == t)}
+        for t in ("city", "person")]
+    rel = call(proxy, "query_output", source=token, records_pointer="/relations",
+               sql="SELECT group_concat(\"to\", ',') AS tos FROM data WHERE \"from\" = 'e0'")
+    assert sorted(rel["structuredContent"]["rows"][0]["tos"].split(",")) == ["e1", "e2", "e3"]
