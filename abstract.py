@@ -3579,7 +3579,7 @@ class OutputCache:
 
     def _read(self, entry: _CacheEntry, suffix: str) -> str:
         try:
-            with open(self._path(entry.token, suffix), encoding="utf-8", errors="surrogatepass") as f:
+            with open(self._path(entry.token, suffix), encoding="utf-8", errors="surrogatepass", newline="") as f:
                 return f.read()
         except FileNotFoundError:  # removed meanwhile, e.g. by another process's sweep
             with self._lock:
@@ -3787,6 +3787,7 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
 # writers anyway, and one connection keeps a row and its FTS entry in one transaction.
 
 _CATALOG_TEXT = 64 * 1024  # characters of each output kept as searchable text (catalog.max_text_kb)
+_CATALOG_CHECK_S = 2.0  # start-up integrity check (PRAGMA quick_check) of the catalog, at most
 _CATALOG_KINDS = ("stored", "response", "cached")
 _ROLES = ("user", "assistant", "system")
 _SEARCH_MODES = ("words", "phrase", "prefix")
@@ -4125,25 +4126,64 @@ class Catalog:
     """
 
     def __init__(self, path: str = ":memory:", *, fts: Optional[bool] = None, max_text: int = _CATALOG_TEXT,
-                 clock: Callable[[], float] = time.time, own_dir: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, own_dir: bool = False,
+                 check_s: float = _CATALOG_CHECK_S) -> None:
         if sqlite3 is None:
             raise Error("this Python has no sqlite3 module")
         self.path, self.max_text, self.clock = path, max_text, clock
         self.moved_aside = ""
         self._lock = threading.RLock()
-        self._want_fts, self._db = fts, None
+        self._want_fts, self._db, self._own_dir = fts, None, own_dir
         if path != ":memory:":
             _prepare_db_file(path, own_dir)
         try:
             self._open()
+            self._check(check_s)
         except sqlite3.DatabaseError as e:
             if path == ":memory:" or not _is_corrupt(e):
                 raise
-            self.moved_aside = _move_aside(path, self.close)
-            _log.warning("the catalog %s is corrupt (%s): moved it aside to %s (kept, never deleted) and "
-                         "started a fresh one", path, e, self.moved_aside)
-            _prepare_db_file(path, own_dir)
+            self._set_aside(e)
+
+    def _check(self, seconds: float) -> None:
+        """PRAGMA quick_check, for at most `seconds` (a huge catalog is checked in part): damage
+        inside a table (bad cell pointers, say) is not seen by opening the database, and would
+        otherwise show up later as errors or, worse, as searches that quietly miss rows."""
+        db = self._live()
+        if seconds <= 0 or self.path == ":memory:":
+            return
+        deadline = time.monotonic() + seconds
+        db.set_progress_handler(lambda: time.monotonic() > deadline, 10000)  # true: interrupt
+        try:
+            row = db.execute("PRAGMA quick_check(1)").fetchone()
+        except sqlite3.OperationalError as e:
+            if "interrupt" not in str(e).lower():
+                raise
+            _log.info("the catalog %s is too large to check in %g s at start-up; checked in part", self.path, seconds)
+            return
+        finally:
+            db.set_progress_handler(None, 0)
+        if row is None or row[0] != "ok":
+            raise sqlite3.DatabaseError(f"database disk image is malformed: {' '.join(str(row and row[0]).split())[:300]}")
+
+    def _set_aside(self, e: BaseException) -> None:
+        """Move a damaged database aside (kept, never deleted) and start a fresh one."""
+        with self._lock:
+            self.moved_aside = _move_aside(self.path, self.close)
+            _log.warning("the catalog %s is corrupt (%s): moved it aside to %s (kept, never deleted) and started a "
+                         "fresh one; abstract --reindex adds the stored files back", self.path, e, self.moved_aside)
+            _prepare_db_file(self.path, self._own_dir)
             self._open()
+
+    @contextlib.contextmanager
+    def _noticing_damage(self) -> Iterator[None]:
+        """A query that finds the database damaged moves it aside (the error still goes up, so
+        the caller can say so); the next query uses the fresh one."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            if self.path != ":memory:" and _is_corrupt(e) and self._db is not None:
+                self._set_aside(e)
+            raise
 
     def _open(self) -> None:
         self._db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
@@ -4168,7 +4208,7 @@ class Catalog:
     def _tx(self) -> Iterator[Any]:
         """One write transaction, taken at its start (BEGIN IMMEDIATE): a busy database then waits
         (busy_timeout) at the start instead of failing half way."""
-        with self._lock:
+        with self._lock, self._noticing_damage():
             db = self._live()
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -4185,7 +4225,7 @@ class Catalog:
         return self._db
 
     def _rows(self, sql: str, params: Any = ()) -> List[dict]:
-        with self._lock:
+        with self._lock, self._noticing_damage():
             return [dict(r) for r in self._live().execute(sql, params).fetchall()]
 
     def _migrate(self) -> None:
@@ -4226,9 +4266,15 @@ class Catalog:
     def record_many(self, entries: List[dict]) -> List[str]:
         """Record outputs in one transaction; returns their ids."""
         rows = [self._output_row(e) for e in entries]
-        with self._tx() as db:
-            db.executemany(f"INSERT INTO outputs ({', '.join(_OUTPUT_FIELDS)}) VALUES "
-                           f"({', '.join('?' * len(_OUTPUT_FIELDS))})", rows)
+        for attempt in (1, 2):
+            try:
+                with self._tx() as db:
+                    db.executemany(f"INSERT INTO outputs ({', '.join(_OUTPUT_FIELDS)}) VALUES "
+                                   f"({', '.join('?' * len(_OUTPUT_FIELDS))})", rows)
+                break
+            except sqlite3.DatabaseError as e:  # damaged: moved aside; recorded in the fresh one
+                if attempt == 2 or not (_is_corrupt(e) and self.moved_aside):
+                    raise
         return [r[0] for r in rows]
 
     def _output_row(self, e: dict) -> tuple:
@@ -5247,6 +5293,11 @@ def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
         except Exception as e:
             if sqlite3 is None or not isinstance(e, sqlite3.Error):
                 raise
+            kept = call.server.catalog.moved_aside  # type: ignore[union-attr]
+            if _is_corrupt(e) and kept:
+                raise ToolError(f"The catalog database was damaged ({e}), so it was moved aside to {kept} (kept, "
+                                f"never deleted) and a fresh, empty one started. Try again; outputs recorded "
+                                f"before are found again after `abstract --reindex DIR...`.") from None
             raise ToolError(f"The catalog database {call.server.catalog.path} failed: {e}. Try again; if it "  # type: ignore
                             f"persists, restart Abstract (a damaged database is moved aside at start-up).") from None
     return run
