@@ -2817,6 +2817,20 @@ class _Run:
         _stop_runs([self], reason)
 
 
+def _signal_all(step: Callable[[Any], None], runs: List[_Run]) -> None:
+    """step(proc) for every run. POSIX signals are instant; on Windows each step is a taskkill
+    process (up to _STOP_TERM_S), so they run side by side to stay within one step's budget."""
+    if not _WINDOWS:
+        for run in runs:
+            step(run.proc)
+        return
+    threads = [threading.Thread(target=step, args=(run.proc,), daemon=True) for run in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(_STOP_TERM_S + 0.5)
+
+
 def _stop_runs(runs: List[_Run], reason: str) -> None:
     """Stop runs together: close every stdin at once, then SIGTERM the process groups still
     running, then SIGKILL them. Each step waits for all runs against one deadline, so stopping
@@ -2826,9 +2840,8 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
         run.end_input(reason)
     left = list(runs)
     for step, wait in ((None, _STOP_EOF_S), (_terminate, _STOP_TERM_S), (_hard_kill, _STOP_KILL_S)):
-        for run in left:
-            if step is not None:
-                step(run.proc)
+        if step is not None:
+            _signal_all(step, left)
         deadline = time.monotonic() + wait
         left = [r for r in left if not r.exited(deadline - time.monotonic())]
         if not left:
