@@ -112,6 +112,7 @@ _DRAIN_S = 1.0  # after stdin EOF, how long requests still running may take to a
 _STOP_EOF_S = 0.8  # then every upstream's stdin is closed at once; how long they get to exit
 _STOP_TERM_S = 0.8  # then SIGTERM to the process groups still running
 _STOP_KILL_S = 0.5  # then SIGKILL; how long to wait for the kill to be reaped
+_ANSWER_GRACE_S = 0.5  # then for the calls failed by the stop to answer
 _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and upstreams do
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _STDERR_TAIL_LINES = 20
@@ -5726,8 +5727,10 @@ class Server:
         except _Terminated:
             pass
         since = since or time.monotonic()
-        self.upstreams.close()  # a handler still waiting on an upstream now fails at once
-        self.conn.wait_idle(max(0.0, since + _DRAIN_S - time.monotonic()))
+        self.upstreams.close()  # a handler still waiting on an upstream now fails at once...
+        left = since + _EXIT_BUDGET_S - time.monotonic()
+        grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
+        self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # ...and says so
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())
 
     def on_sigterm(self) -> None:
