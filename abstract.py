@@ -107,9 +107,16 @@ _META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 
 _CALL_TIMEOUT_S = 120.0  # default deadline of an upstream tool call
 _START_TIMEOUT_S = 30.0  # start-up and handshake
-_SHUTDOWN_STEP_S = 1.5  # each of: stdin close -> wait, terminate -> wait (then kill)
+# Shutdown budget (see docs/design.md). MCP clients close Abstract's stdin, SIGTERM it 2 s later
+# and SIGKILL it 2 s after that; Abstract stops its upstreams itself within that grace.
+_DRAIN_S = 1.0  # after stdin EOF, how long requests still running may take to answer
+_STOP_EOF_S = 0.8  # then every upstream's stdin is closed at once; how long they get to exit
+_STOP_TERM_S = 0.8  # then SIGTERM to the process groups still running
+_STOP_KILL_S = 0.5  # then SIGKILL; how long to wait for the kill to be reaped
+_ANSWER_GRACE_S = 0.5  # then for the calls failed by the stop to answer
+_EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and upstreams do
+_OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
-_DRAIN_S = 2.0  # after stdin EOF, how long requests still running may take to answer
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
 _MAX_WORKERS = 256
@@ -2366,6 +2373,7 @@ class Connection:
         on_close: Optional[Callable[[], Optional[str]]] = None,
         queued: bool = False,
         max_line: int = _MAX_MESSAGE_MB << 20,
+        half_close: bool = False,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -2379,13 +2387,22 @@ class Connection:
         self._ids = itertools.count(1)
         self._plock = threading.Lock()
         self._pending: Dict[Any, Future] = {}
-        self._inflight: Dict[Any, _Request] = {}
+        # keyed by arrival, not by the peer's id: a peer that reuses an id while the first request
+        # still runs must not make either one uncancellable, or the connection idle too soon
+        self._inflight: Dict[int, _Request] = {}
+        self._arrivals = itertools.count()
         self.closed = threading.Event()
         self.close_reason = "connection closed"
         self._shutting = False
         # queued: a writer thread does the writing, so no caller ever blocks on a peer that stops
-        # reading (an upstream's full stdin pipe); stalled() tells how long a write has hung.
+        # reading (an upstream's full stdin pipe, a slow client); stalled() tells how long a write
+        # has hung. half_close: the end of the input does not end the output, so answers to
+        # requests still running go out until finish() (the client side).
         self._outq: Optional[queue.Queue] = queue.Queue() if queued else None
+        self._half_close = half_close
+        self._out_done = False  # the writer was told to stop: nothing more is queued
+        self._queued = 0  # bytes waiting in _outq
+        self._writer: Optional[threading.Thread] = None
         self._write_started = 0.0
         self._idle = threading.Event()  # no incoming request is being handled
         self._idle.set()
@@ -2394,12 +2411,34 @@ class Connection:
     def start(self) -> "Connection":
         threading.Thread(target=self._read_loop, name=f"rpc-read-{self.name}", daemon=True).start()
         if self._outq is not None:
-            threading.Thread(target=self._write_loop, name=f"rpc-write-{self.name}", daemon=True).start()
+            self._writer = threading.Thread(target=self._write_loop, name=f"rpc-write-{self.name}",
+                                            daemon=True)
+            self._writer.start()
         return self
 
+    @property
+    def closing(self) -> bool:
+        """The session is ending or over (`closed` follows once the reason is known)."""
+        return self._shutting
+
     def wait_idle(self, timeout: float) -> bool:
-        """Wait (bounded) until no incoming request is being handled; True if none is."""
+        """Wait (bounded) until no incoming request is being handled and every answer has been
+        handed to the writer; True if so."""
         return self._idle.wait(timeout)
+
+    def finish(self, timeout: float) -> bool:
+        """Stop the writer once everything queued is written; wait at most `timeout` for that.
+        True if it all went out."""
+        if self._outq is None:
+            return True
+        with self._plock:
+            if not self._out_done:
+                self._out_done = True
+                self._outq.put(None)
+        if self._writer is not None:
+            self._writer.join(max(0.0, timeout))
+            return not self._writer.is_alive()
+        return True
 
     def lost(self) -> None:
         """The peer is gone though its stream did not close (a grandchild may hold it open):
@@ -2444,14 +2483,20 @@ class Connection:
         return True
 
     def _shut(self, reason: str, eof: bool = False) -> None:
+        """End the session once: `closing` at once, then pending requests fail and `closed` is set.
+
+        A second caller returns at once, possibly before `closed` is set: whoever decides whether
+        a session can still be used must ask `closing`, never `closed`.
+        """
         with self._plock:
             if self._shutting:
                 return
             self._shutting = True
-        # on_close runs first: at EOF its answer (an upstream's exit status and stderr tail) is
-        # the reason pending requests fail with, instead of a bare "connection closed".
-        said = self._on_close() if self._on_close is not None else None
-        if eof and isinstance(said, str) and said:
+        # on_close runs first at EOF: its answer (an upstream's exit status and stderr tail) is
+        # the reason pending requests fail with, instead of a bare "connection closed". A session
+        # ended on purpose (fail_pending) already has its reason.
+        said = self._on_close() if eof and self._on_close is not None else None
+        if isinstance(said, str) and said:
             reason = said
         self.close_reason = reason
         with self._plock:
@@ -2459,22 +2504,25 @@ class Connection:
             pending, self._pending = self._pending, {}
         for fut in pending.values():
             _settle(fut, exc=UpstreamError(reason))
-        if self._outq is not None:
-            self._outq.put(None)  # ends the writer (once a stuck write fails, when the peer dies)
+        if not self._half_close:
+            self.finish(0)  # ends the writer (once a stuck write fails, when the peer dies)
 
     def fail_pending(self, reason: str) -> None:
         """Close the session from outside (process gone): pending requests fail with `reason`."""
         self._shut(reason)
 
     # -- writing
-    def send(self, msg: dict) -> bool:
-        """Write one message whole (or queue it for the writer); False if the stream is gone."""
+    def send(self, msg: dict, droppable: bool = False) -> bool:
+        """Write one message whole (or queue it for the writer); False if the stream is gone, or
+        if the message is `droppable` (a notification) and the peer is not keeping up."""
         data = _frame(msg)
         if self._outq is None:
             return self._write(data)
-        if self.closed.is_set():
-            return False
-        self._outq.put(data)
+        with self._plock:
+            if self._out_done or (droppable and self._queued > _OUTQ_NOTICES_MAX):
+                return False
+            self._queued += len(data)
+            self._outq.put(data)
         return True
 
     def _write(self, data: bytes) -> bool:
@@ -2492,16 +2540,24 @@ class Connection:
     def _write_loop(self) -> None:
         while True:
             data = self._outq.get()  # type: ignore[union-attr]
-            if data is None or not self._write(data):
-                if data is not None:  # the peer closed its input: the session is over
-                    self.lost()
+            if data is None:
+                return
+            written = self._write(data)
+            with self._plock:
+                self._queued -= len(data)
+                if not written:
+                    self._out_done = True  # nothing more can go out
+            if not written:  # the peer closed its input: the session is over
+                self.lost()
                 return
 
     def notify(self, method: str, params: Optional[dict] = None) -> bool:
+        """Send a notification; with a queued writer, dropped (False) when the peer has fallen
+        more than _OUTQ_NOTICES_MAX bytes behind, so a peer that stops reading bounds the queue."""
         msg: dict = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             msg["params"] = params
-        return self.send(msg)
+        return self.send(msg, droppable=True)
 
     # -- outgoing requests
     def request(self, method: str, params: Optional[dict] = None) -> Tuple[int, Future]:
@@ -2604,9 +2660,9 @@ class Connection:
             rid = params.get("requestId") if isinstance(params, dict) else None
             if not isinstance(rid, (str, int)):
                 return  # not an id this side could have issued
-            with self._plock:
-                req = self._inflight.get(rid)
-            if req is not None:
+            with self._plock:  # (type too: 1 and "1" are different ids)
+                reqs = [r for r in self._inflight.values() if r.id == rid and type(r.id) is type(rid)]
+            for req in reqs:  # ids should be unique; a peer that reuses one cancels all its holders
                 req.cancel()
             return
         fn = self.notifications.get(method)
@@ -2619,15 +2675,16 @@ class Connection:
 
     def _on_request(self, msg: dict) -> None:
         req = _Request(msg["id"], msg["method"], msg.get("params"))
+        key = next(self._arrivals)
         with self._plock:
-            self._inflight[req.id] = req
+            self._inflight[key] = req
             self._idle.clear()
         if self._pool is None:
-            self._dispatch(req)
+            self._dispatch(req, key)
         else:
-            self._pool.submit(self._dispatch, req)
+            self._pool.submit(self._dispatch, req, key)
 
-    def _dispatch(self, req: _Request) -> None:
+    def _dispatch(self, req: _Request, key: int) -> None:
         """Run one request's handler and send its response: the one place errors become wire errors."""
         try:
             handler = self.requests.get(req.method)
@@ -2643,13 +2700,14 @@ class Connection:
         except Exception as e:
             _log.error("%s: %s failed:\n%s", self.name, req.method, traceback.format_exc())
             reply = _error_response(req.id, RpcError(INTERNAL_ERROR, f"Internal error: {type(e).__name__}: {e}"))
-        finally:
+        try:
+            if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
+                self.send(reply)
+        finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
-                self._inflight.pop(req.id, None)
+                self._inflight.pop(key, None)
                 if not self._inflight:
                     self._idle.set()
-        if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
-            self.send(reply)
 
 # ==== 9. Config and settings ======================================================
 # The MCP client's own config file (APP_CONFIG_PATH) names the upstreams; Abstract's optional
@@ -3223,8 +3281,151 @@ class _Roots:
         return {"roots": roots}
 
 
+def _taskkill(pid: int, force: bool) -> None:
+    """Windows: end a process and its descendants (taskkill /T), bounded in time."""
+    args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
+    try:
+        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=_STOP_TERM_S, creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def _terminate(proc: Any) -> None:
+    """SIGTERM to the process's group (Windows: taskkill of its tree)."""
+    try:
+        if _WINDOWS:  # the whole tree: npx.cmd's node child would outlive proc.terminate()
+            _taskkill(proc.pid, force=False)
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _hard_kill(proc: Any) -> None:
+    """SIGKILL to the process's group (Windows: forced taskkill of its tree)."""
+    try:
+        if _WINDOWS:
+            _taskkill(proc.pid, force=True)
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class _Run:
+    """One run of an upstream server: its process, session, stderr tail and threads.
+
+    A run's teardown touches only that run, so stopping one (after a stall, a failed handshake,
+    or at shutdown) can never reach the run started after it. Stopping is done in steps
+    (end_input, then signal) so that _stop_runs can take several runs through each step at once.
+    """
+
+    def __init__(self, name: str, proc: Any, started: float) -> None:
+        self.name, self.proc, self.started = name, proc, started
+        self.conn: Optional[Connection] = None
+        self.tail = _Tail()  # this run's stderr only
+        self.ready = False  # the handshake completed
+        self.ending = False  # stopped on purpose (or stopping): never handed out again
+        self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}", daemon=True)
+        self._stderr.start()
+
+    def usable(self) -> bool:
+        return not self.ending and self.conn is not None and not self.conn.closing
+
+    def hint(self) -> str:
+        tail = self.tail.text(5)
+        return f". Last stderr lines:\n{tail}" if tail else " (nothing on stderr)"
+
+    def _drain_stderr(self) -> None:
+        prefix = f"[{self.name}] "
+        for raw in _iter_lines(self.proc.stderr):
+            line = raw.decode("utf-8", "replace").rstrip("\r")
+            self.tail.add(line)
+            _log.info("%s%s", prefix, line)
+
+    def watch(self) -> None:
+        """Notice the process's exit even when a child it left behind keeps its stdout open:
+        pending calls then fail at once instead of waiting for their deadline."""
+        self.proc.wait()
+        if not self.conn.closed.wait(0.5):  # type: ignore[union-attr]
+            _hard_kill(self.proc)  # the leftovers of its process group hold the pipe
+            self.conn.lost()  # type: ignore[union-attr]
+
+    def exit_text(self) -> str:
+        """How the run ended (its stdout closed), waiting briefly for the exit status. A process
+        that closed its stdout but keeps running is of no further use: it is killed, so it
+        cannot outlive Abstract."""
+        code = None
+        try:
+            code = self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            _hard_kill(self.proc)
+        self._stderr.join(timeout=0.5)
+        return _exit_text(code)
+
+    # -- stopping, in steps
+    def end_input(self, reason: str) -> None:
+        """Step 1: close its stdin (a well-behaved server exits), and fail the calls waiting on
+        it at once: nobody is left to read their answers."""
+        self.ending = True
+        try:
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+        if self.conn is not None:
+            self.conn.fail_pending(reason)
+
+    def exited(self, timeout: float) -> bool:
+        try:
+            self.proc.wait(timeout=max(0.0, timeout))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def stop(self, reason: str) -> None:
+        """Stop this run alone (every wait bounded)."""
+        _stop_runs([self], reason)
+
+
+def _signal_all(step: Callable[[Any], None], runs: List[_Run]) -> None:
+    """step(proc) for every run. POSIX signals are instant; on Windows each step is a taskkill
+    process (up to _STOP_TERM_S), so they run side by side to stay within one step's budget."""
+    if not _WINDOWS:
+        for run in runs:
+            step(run.proc)
+        return
+    threads = [threading.Thread(target=step, args=(run.proc,), daemon=True) for run in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(_STOP_TERM_S + 0.5)
+
+
+def _stop_runs(runs: List[_Run], reason: str) -> None:
+    """Stop runs together: close every stdin at once, then SIGTERM the process groups still
+    running, then SIGKILL them. Each step waits for all runs against one deadline, so stopping
+    ten stubborn servers takes as long as stopping one: at most
+    _STOP_EOF_S + _STOP_TERM_S + _STOP_KILL_S."""
+    for run in runs:
+        run.end_input(reason)
+    left = list(runs)
+    for step, wait in ((None, _STOP_EOF_S), (_terminate, _STOP_TERM_S), (_hard_kill, _STOP_KILL_S)):
+        if step is not None:
+            _signal_all(step, left)
+        deadline = time.monotonic() + wait
+        left = [r for r in left if not r.exited(deadline - time.monotonic())]
+        if not left:
+            break
+    if not _WINDOWS:
+        for run in runs:
+            _hard_kill(run.proc)  # children it left in its process group go too (ESRCH if none)
+
+
 class Upstream:
-    """A supervised upstream MCP server: process, session, tool list, restart policy."""
+    """A supervised upstream MCP server: the long-lived policy (restart and back-off, the tool
+    list, the calls) over a succession of runs (_Run), one at a time."""
 
     def __init__(self, spec: ServerSpec, settings: Settings, roots: _Roots,
                  spawn: Callable[..., Any] = subprocess.Popen, clock: Callable[[], float] = time.monotonic,
@@ -3232,20 +3433,18 @@ class Upstream:
         self.spec, self.settings, self._roots = spec, settings, roots
         self.roots_offered = False  # this session was told of roots (so it hears of changes)
         self._spawn, self._clock = spawn, clock
-        self._lock = threading.Lock()  # start/stop
-        self._conn: Optional[Connection] = None
-        self._proc: Any = None
-        self._stderr_thread: Optional[threading.Thread] = None
-        self.tail = _Tail()
+        self._lock = threading.Lock()  # starting a run
+        self._run: Optional[_Run] = None  # the current run
+        self._runs: List[_Run] = []  # every run not yet stopped (close() stops them all)
+        self._runs_lock = threading.Lock()
         self.last_error = ""
         self._environ = dict(os.environ if environ is None else environ)
         self._tools: Optional[List[dict]] = None
+        self._tools_gen = 0  # bumped by list_changed: a listing begun before it is not kept
         self.protocol_version = ""
         self.modern = False
         self.capabilities: dict = {}  # what the upstream said it offers (tools, prompts, resources...)
-        self._ready = False
         self.start_ms = 0.0
-        self._started_at = 0.0
         self._quick_crashes = 0
         self._retry_at = 0.0
         self._closing = False
@@ -3261,9 +3460,15 @@ class Upstream:
     # -- start
     def session(self) -> Connection:
         """The live session, starting the process first if needed."""
+        return self._current().conn  # type: ignore[return-value]
+
+    def _current(self) -> _Run:
         with self._lock:
-            if self._conn is not None and not self._conn.closed.is_set():
-                return self._conn
+            if self._closing:  # a handler still running at shutdown must not start a new run
+                raise UpstreamError(self._shutting_down())
+            run = self._run
+            if run is not None and run.usable():
+                return run
             if self.spec.problem:
                 raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
             wait = self._retry_at - self._clock()
@@ -3271,64 +3476,59 @@ class Upstream:
                 raise UpstreamError(f"server '{self.name}' failed {_plural(self._quick_crashes, 'time')} in a row right "
                                     f"after starting, so it is not restarted for another {wait:.0f} s. "
                                     f"Last failure: {self.last_error}")
-            self._start()
-            return self._conn  # type: ignore[return-value]
+            self._run = self._start()
+            return self._run
 
-    def _start(self) -> None:
+    def _shutting_down(self) -> str:
+        return f"server '{self.name}' is not available: Abstract is shutting down"
+
+    def _start(self) -> _Run:
         t0 = self._clock()
-        self._ready = False  # until the handshake completes, any failure counts as a quick crash
-        proc = self._spawn_process(t0)
-        conn = Connection(io.BufferedReader(proc.stdout, 1 << 16), io.BufferedWriter(proc.stdin, 1 << 16),
-                          name=self.name, strict=False, on_close=lambda: self._on_close(proc), queued=True,
+        run = self._spawn_run(t0)
+        conn = Connection(io.BufferedReader(run.proc.stdout, 1 << 16), io.BufferedWriter(run.proc.stdin, 1 << 16),
+                          name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
                           max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
                           # the upstream's requests run off its reader: roots/list waits for the client
                           requests=self._client_methods(), pool=_Pool(2, f"requests-{self.name}"),
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
                                          "notifications/message": self._on_log})
-        self._conn = conn.start()
-        threading.Thread(target=self._watch, args=(proc, conn), name=f"watch-{self.name}", daemon=True).start()
+        run.conn = conn.start()
+        threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()
+        with self._runs_lock:
+            self._runs.append(run)
+            closing = self._closing
         try:
+            if closing:  # close() began while this run was being spawned
+                raise UpstreamError(self._shutting_down())
             self._handshake(conn)
         except RpcError as e:
-            self._kill()
-            hint = "" if "stderr" in e.message else self._stderr_hint()
+            self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
+            hint = "" if "stderr" in e.message else run.hint()
             self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
                                f"(command: {self._cmdline()}): {e.message}{hint}")
             raise UpstreamError(self.last_error) from None
-        self._ready = True
+        run.ready = True
         self.start_ms = (self._clock() - t0) * 1000
-        self._tools = None
+        self._tools, self._tools_gen = None, self._tools_gen + 1
+        return run
 
-    def _spawn_process(self, t0: float) -> Any:
+    def _spawn_run(self, t0: float) -> _Run:
         """Start the process (its stderr drained from the start); UpstreamError if it cannot."""
         # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
         # entry's env names them; upper(): Windows names ignore case.
         env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
         env.update(self.spec.env)
         env["ABSTRACT_PARENT"] = str(os.getpid())  # an Abstract started through this one refuses to run
-        self.tail = _Tail()  # this run's stderr only
         try:
             argv = [_resolve_command(self.spec, env)] + self.spec.args
-            self._proc = proc = self._popen(argv, env)
+            proc = self._popen(argv, env)
         except (OSError, UpstreamError) as e:
             self._note_crash(t0, quick=True)
             msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
             self.last_error = f"server '{self.name}' could not start: {msg} (command: {self._cmdline()})"
             raise UpstreamError(self.last_error) from None
-        self._started_at = t0
-        self._stderr_thread = threading.Thread(target=self._drain_stderr, args=(proc.stderr,),
-                                               name=f"stderr-{self.name}", daemon=True)
-        self._stderr_thread.start()
-        return proc
-
-    def _watch(self, proc: Any, conn: Connection) -> None:
-        """Notice the process's exit even when a child it left behind keeps its stdout open:
-        pending calls then fail at once instead of waiting for their deadline."""
-        proc.wait()
-        if not conn.closed.wait(0.5):
-            self._hard_kill(proc)  # the leftovers of its process group hold the pipe
-            conn.lost()
+        return _Run(self.name, proc, t0)
 
     def _client_methods(self) -> Dict[str, Handler]:
         """What Abstract answers when an upstream asks: ping, and roots/list when roots are offered."""
@@ -3392,14 +3592,7 @@ class Upstream:
             params["_meta"] = {**params.get("_meta", {}), **self._modern_meta()}
         return params
 
-    # -- stderr, notifications, death
-    def _drain_stderr(self, stream: Any) -> None:
-        prefix = f"[{self.name}] "
-        for raw in _iter_lines(stream):
-            line = raw.decode("utf-8", "replace").rstrip("\r")
-            self.tail.add(line)
-            _log.info("%s%s", prefix, line)
-
+    # -- notifications, death
     def _on_progress(self, params: Any) -> None:
         token = params.get("progressToken") if isinstance(params, dict) else None
         relay = self._progress.get(token) if isinstance(token, str) else None
@@ -3407,6 +3600,7 @@ class Upstream:
             relay(params)
 
     def _on_tools_changed(self, params: Any) -> None:
+        self._tools_gen += 1  # (only this reader thread and _start write it)
         self._tools = None
         if self.on_tools_changed is not None:
             self.on_tools_changed(self.name)
@@ -3417,24 +3611,14 @@ class Upstream:
             if self.on_log is not None:
                 self.on_log(self.name, params)
 
-    def _on_close(self, proc: Any) -> str:
-        """The upstream's stdout closed: say why, from its exit status and stderr tail.
-
-        A process that closed its stdout but keeps running is of no further use; it is killed
-        so it cannot outlive Abstract.
-        """
-        code = None
-        try:
-            code = proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            self._hard_kill(proc)
-        if self._stderr_thread is not None:
-            self._stderr_thread.join(timeout=0.5)
-        if not self._closing:
-            self._note_crash(self._started_at, quick=not self._ready)
-        state = _exit_text(code)
-        reason = f"server '{self.name}' {state}{self._stderr_hint()}"
-        if not self._closing:
+    def _on_close(self, run: _Run) -> str:
+        """A run's stdout closed: say why, from its exit status and stderr tail."""
+        reason = f"server '{self.name}' {run.exit_text()}{run.hint()}"
+        with self._runs_lock:
+            if run in self._runs:
+                self._runs.remove(run)
+        if not self._closing and not run.ending:  # it died on its own
+            self._note_crash(run.started, quick=not run.ready)
             self.last_error = reason
         return reason
 
@@ -3446,10 +3630,6 @@ class Upstream:
         if self._quick_crashes >= 2:
             self._retry_at = self._clock() + min(2.0 ** (self._quick_crashes - 2), _BACKOFF_MAX_S)
 
-    def _stderr_hint(self) -> str:
-        tail = self.tail.text(5)
-        return f". Last stderr lines:\n{tail}" if tail else " (nothing on stderr)"
-
     def _cmdline(self) -> str:
         return " ".join(shlex.quote(a) for a in self.spec.argv())
 
@@ -3460,8 +3640,12 @@ class Upstream:
         cached = self._tools
         if cached is not None:
             return cached
-        self._tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
-        return self._tools
+        self._current()  # (a start resets the list: read the generation after it)
+        gen = self._tools_gen
+        tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
+        if self._tools_gen == gen:  # no list_changed (or new run) meanwhile: the list is current
+            self._tools = tools
+        return tools
 
     def listing(self, method: str, key: str) -> List[dict]:
         """Every page of a paginated list (tools, resources, prompts), following nextCursor."""
@@ -3485,7 +3669,8 @@ class Upstream:
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None) -> dict:
         """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled."""
-        conn = self.session()
+        run = self._current()
+        conn: Connection = run.conn  # type: ignore[assignment]
         params: dict = {"name": self.settings.upstream_tool(self.name, tool), "arguments": args}
         token = ""
         if progress is not None:
@@ -3506,11 +3691,14 @@ class Upstream:
                                 f"retried, because the server may have done part of the work; call it again if "
                                 f"that is safe (the server is restarted on the next call).") from None
         except FutureTimeout:
-            if conn.stalled(limit):  # it stopped reading its input: nothing more can reach it
-                self._kill()
+            # a write stuck for half the limit when the call's time is up: it stopped reading its
+            # input, and nothing more can reach it (not the whole limit: the write began a moment
+            # after the clock of the call started)
+            if conn.stalled(limit / 2):
+                self._stop(run, f"server '{self.name}' stopped reading its input and was stopped")
                 raise UpstreamError(f"'{self.name}' stopped reading its input: the request to tool '{tool}' could not "
                                     f"be delivered within {limit:g} s. The server was stopped; the next call starts "
-                                    f"it again.{self._stderr_hint()}", REQUEST_TIMEOUT) from None
+                                    f"it again.{run.hint()}", REQUEST_TIMEOUT) from None
             conn.notify("notifications/cancelled", {"requestId": mid, "reason": f"timed out after {limit:g} s"})
             raise UpstreamError(f"'{self.name}' tool '{tool}' did not answer within {limit:g} s, so the call was "
                                 f"cancelled. Raise timeout_seconds for this server in Abstract's settings, "
@@ -3521,70 +3709,31 @@ class Upstream:
 
     def notify_roots_changed(self) -> None:
         """Relay the client's notifications/roots/list_changed, if this session was offered roots."""
-        conn = self._conn
-        if conn is not None and self.roots_offered and not conn.closed.is_set():
-            conn.notify("notifications/roots/list_changed")
+        run = self._run
+        if run is not None and run.usable() and self.roots_offered:
+            run.conn.notify("notifications/roots/list_changed")  # type: ignore[union-attr]
 
     # -- stop
+    def _stop(self, run: _Run, reason: str) -> None:
+        """Stop one run (and only that one): the next session() starts a new one."""
+        with self._runs_lock:
+            if run in self._runs:
+                self._runs.remove(run)
+        run.stop(reason)
+
+    def closing_runs(self) -> List[_Run]:
+        """Shutdown: refuse to start or hand out runs from now on; the runs left to stop."""
+        with self._runs_lock:
+            self._closing = True
+            runs, self._runs = self._runs, []
+        return runs
+
     def close(self) -> None:
         """Shut down: close stdin, wait, terminate, wait, kill (every wait bounded).
 
         Not under the start lock: a start stuck in its handshake must not delay shutdown.
         """
-        self._closing = True
-        self._kill()
-
-    def _kill(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()
-        except (OSError, ValueError):
-            pass
-        for step in (None, self._terminate, self._hard_kill):
-            if step is not None:
-                step(proc)
-            try:
-                proc.wait(timeout=_SHUTDOWN_STEP_S)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        if not _WINDOWS:
-            self._hard_kill(proc)  # children it left in its process group go too (ESRCH if none)
-        if self._conn is not None:
-            self._conn.fail_pending(f"server '{self.name}' was shut down")
-
-    @staticmethod
-    def _terminate(proc: Any) -> None:
-        try:
-            if _WINDOWS:  # the whole tree: npx.cmd's node child would outlive proc.terminate()
-                _taskkill(proc.pid, force=False)
-            else:
-                os.killpg(proc.pid, signal.SIGTERM)
-        except OSError:
-            pass
-
-    @staticmethod
-    def _hard_kill(proc: Any) -> None:
-        try:
-            if _WINDOWS:
-                _taskkill(proc.pid, force=True)
-                proc.kill()
-            else:
-                os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _taskkill(pid: int, force: bool) -> None:
-    """Windows: end a process and its descendants (taskkill /T), bounded in time."""
-    args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
-    try:
-        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=_SHUTDOWN_STEP_S, creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+        _stop_runs(self.closing_runs(), f"server '{self.name}' was shut down")
 
 
 class Upstreams:
@@ -3634,7 +3783,11 @@ class Upstreams:
         return {u.name: out.get(u.name) for u in targets}
 
     def close(self) -> None:
-        self.each(lambda up: up.close())
+        """Stop every upstream together (see _stop_runs): one budget for all, not one each."""
+        runs = [run for up in self._all.values() for run in up.closing_runs()]
+        if runs:
+            _log.info("stopping %s", _plural(len(runs), "upstream server"))
+        _stop_runs(runs, "Abstract is shutting down")
 
 # ==== 11. Results: extraction and storing =========================================
 # One path takes an upstream tools/call result apart (the MCP wrapper removed, binaries
@@ -4570,6 +4723,7 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
 # writers anyway, and one connection keeps a row and its FTS entry in one transaction.
 
 _CATALOG_TEXT = 64 * 1024  # characters of each output kept as searchable text (catalog.max_text_kb)
+_CATALOG_CHECK_S = 2.0  # start-up integrity check (PRAGMA quick_check) of the catalog, at most
 _CATALOG_KINDS = ("stored", "response", "cached")
 _ROLES = ("user", "assistant", "system")
 _SEARCH_MODES = ("words", "phrase", "prefix")
@@ -4909,25 +5063,64 @@ class Catalog:
     """
 
     def __init__(self, path: str = ":memory:", *, fts: Optional[bool] = None, max_text: int = _CATALOG_TEXT,
-                 clock: Callable[[], float] = time.time, own_dir: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, own_dir: bool = False,
+                 check_s: float = _CATALOG_CHECK_S) -> None:
         if sqlite3 is None:
             raise Error("this Python has no sqlite3 module")
         self.path, self.max_text, self.clock = path, max_text, clock
         self.moved_aside = ""
         self._lock = threading.RLock()
-        self._want_fts, self._db = fts, None
+        self._want_fts, self._db, self._own_dir = fts, None, own_dir
         if path != ":memory:":
             _prepare_db_file(path, own_dir)
         try:
             self._open()
+            self._check(check_s)
         except sqlite3.DatabaseError as e:
             if path == ":memory:" or not _is_corrupt(e):
                 raise
-            self.moved_aside = _move_aside(path, self.close)
-            _log.warning("the catalog %s is corrupt (%s): moved it aside to %s (kept, never deleted) and "
-                         "started a fresh one", path, e, self.moved_aside)
-            _prepare_db_file(path, own_dir)
+            self._set_aside(e)
+
+    def _check(self, seconds: float) -> None:
+        """PRAGMA quick_check, for at most `seconds` (a huge catalog is checked in part): damage
+        inside a table (bad cell pointers, say) is not seen by opening the database, and would
+        otherwise show up later as errors or, worse, as searches that quietly miss rows."""
+        db = self._live()
+        if seconds <= 0 or self.path == ":memory:":
+            return
+        deadline = time.monotonic() + seconds
+        db.set_progress_handler(lambda: time.monotonic() > deadline, 10000)  # true: interrupt
+        try:
+            row = db.execute("PRAGMA quick_check(1)").fetchone()
+        except sqlite3.OperationalError as e:
+            if "interrupt" not in str(e).lower():
+                raise
+            _log.info("the catalog %s is too large to check in %g s at start-up; checked in part", self.path, seconds)
+            return
+        finally:
+            db.set_progress_handler(None, 0)
+        if row is None or row[0] != "ok":
+            raise sqlite3.DatabaseError(f"database disk image is malformed: {' '.join(str(row and row[0]).split())[:300]}")
+
+    def _set_aside(self, e: BaseException) -> None:
+        """Move a damaged database aside (kept, never deleted) and start a fresh one."""
+        with self._lock:
+            self.moved_aside = _move_aside(self.path, self.close)
+            _log.warning("the catalog %s is corrupt (%s): moved it aside to %s (kept, never deleted) and started a "
+                         "fresh one; abstract --reindex adds the stored files back", self.path, e, self.moved_aside)
+            _prepare_db_file(self.path, self._own_dir)
             self._open()
+
+    @contextlib.contextmanager
+    def _noticing_damage(self) -> Iterator[None]:
+        """A query that finds the database damaged moves it aside (the error still goes up, so
+        the caller can say so); the next query uses the fresh one."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            if self.path != ":memory:" and _is_corrupt(e) and self._db is not None:
+                self._set_aside(e)
+            raise
 
     def _open(self) -> None:
         self._db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
@@ -4952,7 +5145,7 @@ class Catalog:
     def _tx(self) -> Iterator[Any]:
         """One write transaction, taken at its start (BEGIN IMMEDIATE): a busy database then waits
         (busy_timeout) at the start instead of failing half way."""
-        with self._lock:
+        with self._lock, self._noticing_damage():
             db = self._live()
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -4969,7 +5162,7 @@ class Catalog:
         return self._db
 
     def _rows(self, sql: str, params: Any = ()) -> List[dict]:
-        with self._lock:
+        with self._lock, self._noticing_damage():
             return [dict(r) for r in self._live().execute(sql, params).fetchall()]
 
     def _migrate(self) -> None:
@@ -5010,9 +5203,15 @@ class Catalog:
     def record_many(self, entries: List[dict]) -> List[str]:
         """Record outputs in one transaction; returns their ids."""
         rows = [self._output_row(e) for e in entries]
-        with self._tx() as db:
-            db.executemany(f"INSERT INTO outputs ({', '.join(_OUTPUT_FIELDS)}) VALUES "
-                           f"({', '.join('?' * len(_OUTPUT_FIELDS))})", rows)
+        for attempt in (1, 2):
+            try:
+                with self._tx() as db:
+                    db.executemany(f"INSERT INTO outputs ({', '.join(_OUTPUT_FIELDS)}) VALUES "
+                                   f"({', '.join('?' * len(_OUTPUT_FIELDS))})", rows)
+                break
+            except sqlite3.DatabaseError as e:  # damaged: moved aside; recorded in the fresh one
+                if attempt == 2 or not (_is_corrupt(e) and self.moved_aside):
+                    raise
         return [r[0] for r in rows]
 
     def _output_row(self, e: dict) -> tuple:
@@ -6737,6 +6936,11 @@ def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
         except Exception as e:
             if sqlite3 is None or not isinstance(e, sqlite3.Error):
                 raise
+            kept = call.server.catalog.moved_aside  # type: ignore[union-attr]
+            if _is_corrupt(e) and kept:
+                raise ToolError(f"The catalog database was damaged ({e}), so it was moved aside to {kept} (kept, "
+                                f"never deleted) and a fresh, empty one started. Try again; outputs recorded "
+                                f"before are found again after `abstract --reindex DIR...`.") from None
             raise ToolError(f"The catalog database {call.server.catalog.path} failed: {e}. Try again; if it "  # type: ignore
                             f"persists, restart Abstract (a damaged database is moved aside at start-up).") from None
     return run
@@ -7133,6 +7337,11 @@ _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list",
               "resources/read"}
 
 
+class _Terminated(BaseException):
+    """Raised by Server.on_sigterm into the main thread's wait (a BaseException, so no handler's
+    `except Exception` can swallow it)."""
+
+
 class Server:
     """Abstract's MCP server over one client connection."""
 
@@ -7166,21 +7375,47 @@ class Server:
             "prompts/list": self._prompts_list,
             "prompts/get": self._prompts_get,
         }
-        self.conn = Connection(rfile, wfile, name="client", pool=_Pool(),
+        # queued: handlers and upstream reader threads (progress, log, list_changed relays) only
+        # queue their messages, so a slow client never holds up an upstream's reader
+        self.conn = Connection(rfile, wfile, name="client", pool=_Pool(), queued=True, half_close=True,
                                max_line=int(float(settings.get("max_client_message_mb")) * (1 << 20)),
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()},
                                notifications={"notifications/roots/list_changed":
                                               lambda params: upstreams.roots_changed()})
+        self.terminated = False  # SIGTERM arrived
+        self._serving = self._stopping = False
 
     def serve(self) -> None:
-        """Answer the client until its stdin closes, finish (for a bounded time) the requests
-        still running, then stop every upstream, also when SIGTERM cuts this short."""
-        self.conn.start()
+        """Answer the client until its stdin closes (or SIGTERM), then shut down within
+        _EXIT_BUDGET_S: requests still running get _DRAIN_S to answer, every upstream is stopped
+        (all at once, see _stop_runs), and the answers queued for the client are written."""
+        since = 0.0
         try:
-            self.conn.closed.wait()
-            self.conn.wait_idle(_DRAIN_S)  # their answers still go out; the exit stays within 5 s
-        finally:
-            self.upstreams.close()
+            try:
+                self._serving = True
+                if self.terminated:  # SIGTERM came before serving began
+                    raise _Terminated()
+                self.conn.start()
+                self.conn.closed.wait()
+                since = time.monotonic()
+                self.conn.wait_idle(_DRAIN_S)  # their answers still go out
+            finally:
+                self._stopping = True  # from here on, SIGTERM only notes itself (see on_sigterm)
+        except _Terminated:
+            pass
+        since = since or time.monotonic()
+        self.upstreams.close()  # a handler still waiting on an upstream now fails at once...
+        left = since + _EXIT_BUDGET_S - time.monotonic()
+        grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
+        self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # ...and says so
+        self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())
+
+    def on_sigterm(self) -> None:
+        """SIGTERM (called in the main thread by the signal handler): stop serving as at EOF.
+        Once the shutdown has begun it just goes on, neither starting over nor cut short."""
+        self.terminated = True
+        if self._serving and not self._stopping:
+            raise _Terminated()
 
     # -- eras
     def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
@@ -7287,8 +7522,9 @@ class Server:
             if tool is not None:
                 call.args = _checked_args(name, tool[2], call.args)
                 return tool[3](call)
-            if self.direct is not None and self.direct.knows(name):
-                return self.direct.call(call, name)
+            target = self.direct.lookup(name) if self.direct is not None else None
+            if target is not None:
+                return self.direct.call(call, target)  # type: ignore[union-attr]
         except ToolError as e:
             return _text_result(str(e), is_error=True)
         except OSError as e:  # a file operation no handler expected to fail: still an answer the model reads
@@ -7495,15 +7731,19 @@ class _Direct:
     def names(self) -> List[str]:
         return list(self._tools)
 
-    def knows(self, name: str) -> bool:
-        if name not in self._tools:
+    def lookup(self, name: str) -> Optional[Tuple[str, dict]]:
+        """(server, tool definition) behind an exposed name, or None. One read of the map, which
+        tools() may swap at any time (a list_changed, another client request)."""
+        found = self._tools.get(name)
+        if found is None:
             self.tools()  # a client may call without listing first (or after a change)
-        return name in self._tools
+            found = self._tools.get(name)
+        return found
 
-    def call(self, call: _Call, name: str) -> dict:
-        """Call the upstream tool behind `name`: its result as it is (cached when large), its
-        JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
-        server, tool = self._tools[name]
+    def call(self, call: _Call, target: Tuple[str, dict]) -> dict:
+        """Call the upstream tool `target` (from lookup): its result as it is (cached when large),
+        its JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
+        server, tool = target
         res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
         if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
@@ -7839,7 +8079,7 @@ def _read_umask() -> int:
 
 
 @contextlib.contextmanager
-def _exit_on_sigterm() -> Iterator[None]:
+def _on_sigterm(server: Server) -> Iterator[None]:
     """SIGTERM (what MCP clients send 2 s after closing stdin) ends serving through the normal
     shutdown, so upstreams are stopped rather than orphaned. Main thread on POSIX only."""
     if _WINDOWS or threading.current_thread() is not threading.main_thread():
@@ -7847,7 +8087,7 @@ def _exit_on_sigterm() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        server.on_sigterm()
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
@@ -7889,9 +8129,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
         if args.http:
             _start_links(cache, settings, env, args.http)
         server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory)
-        with _exit_on_sigterm():
+        with _on_sigterm(server):
             server.serve()
-        return 0
+        return 128 + int(signal.SIGTERM) if server.terminated else 0
     finally:
         if catalog is not None:
             catalog.close()

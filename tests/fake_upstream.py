@@ -23,6 +23,7 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -109,6 +110,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--unknown-id", action="store_true", help="send one response with an unknown id")
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
     ap.add_argument("--spawn-child", action="store_true", help="leave a child that holds stdout open")
+    ap.add_argument("--stubborn", action="store_true", help="ignore SIGTERM and stdin EOF (only SIGKILL ends it)")
+    ap.add_argument("--stale-list-once", action="store_true",
+                    help="first tools/list: change the tools and say so, then answer with the old list")
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
     ap.add_argument("--state-file", default=None, help="append events as JSON lines")
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
@@ -191,6 +195,8 @@ class Fake:
                 self.on_message(msg)
                 if msg.get("method") == "tools/call" and (msg.get("params") or {}).get("name") == "go_deaf":
                     threading.Event().wait()  # stop reading stdin; only a kill ends this
+        if self.opts.stubborn:
+            threading.Event().wait()  # stdin closed, but this one stays
         os._exit(0)  # stdin closed: the client wants us gone, whatever threads still wait
 
     def send_raw(self, data: bytes) -> None:
@@ -276,6 +282,10 @@ class Fake:
                 t["inputSchema"]["required"] = REQUIRED[t["name"]]
         if self.opts.extras:
             tools += json.loads(json.dumps(EXTRA_TOOLS + ([ADDED_LATER] if self.tools_changed else [])))
+        if self.opts.stale_list_once:  # the list is made, then the tools change before it is sent
+            self.opts.stale_list_once = False
+            self.tools_changed = True
+            self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         size = self.opts.page_size or len(tools)
         cursor = params.get("cursor")
         start = int(cursor) if cursor else 0
@@ -330,6 +340,7 @@ class Fake:
             if token is not None:
                 self.send({"jsonrpc": "2.0", "method": "notifications/progress",
                            "params": {"progressToken": token, "progress": i, "total": steps, "message": f"step {i}"}})
+        self.state(event="progress_sent", id=mid)
         return _result_text(f"done {steps}")
 
     def tool_big(self, mid, args: dict, meta: dict) -> dict:
@@ -416,6 +427,8 @@ class Fake:
 
 def main(argv: list) -> None:
     opts = _options(argv)
+    if opts.stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if opts.pidfile:
         _append(opts.pidfile, str(os.getpid()))
     if opts.exit_at_start is not None:
