@@ -5963,7 +5963,7 @@ _RETENTION_DAYS_MAX = 36500  # a hundred years
 _ARG_ALIASES: Dict[str, Tuple[str, ...]] = {
     "arguments": ("tool_args",), "args": ("tool_args",), "params": ("tool_args",),
     "tool": ("tool_name",), "name": ("tool_name",), "server_name": ("server",),
-    "format": ("file_format", "response_format"), "path": ("file_path",),
+    "format": ("file_format",), "path": ("file_path",),  # (for file input it could mean either)
     "output_path": ("storage_path",), "directory": ("storage_path",),
 }
 # Format names models often use, taken as the format they mean.
