@@ -45,7 +45,9 @@ TOOLS = [
     ("progress", "Send progress notifications, then answer.", {"steps": _N}),
     ("big", "One text item of this many megabytes.", {"mb": _N}),
     ("rpc_error", "Answer with a JSON-RPC error.", {}),
-    ("ask_client", "Send the client a request and return its answer.", {"method": _S}),
+    ("ask_client", "Send the client a request and return its answer.",
+     {"method": _S, "params": {"type": "object"}, "wait": _N}),
+    ("cancel_asks", "Send notifications/cancelled for every ask_client request still pending.", {}),
     ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
     ("getenv", "Return an environment variable.", {"name": _S}),
     ("result", "Answer with the given result object verbatim.", {"result": {"type": "object"}}),
@@ -115,6 +117,7 @@ def _options(argv: list) -> argparse.Namespace:
                     help="first tools/list: change the tools and say so, then answer with the old list")
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
     ap.add_argument("--state-file", default=None, help="append events as JSON lines")
+    ap.add_argument("--logging", action="store_true", help="declare logging; record logging/setLevel")
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
@@ -172,7 +175,7 @@ class Fake:
 
     def reply(self, mid, result: dict) -> None:
         if self.opts.modern_only:
-            result = dict(result, resultType="complete")
+            result = {"resultType": "complete", **result}  # (the result tool may set its own)
         self.send({"jsonrpc": "2.0", "id": mid, "result": result})
 
     def error(self, mid, code: int, message: str, data=None) -> None:
@@ -234,6 +237,9 @@ class Fake:
             self.discover(mid, params)
         elif method == "ping":
             self.reply(mid, {})
+        elif method == "logging/setLevel" and self.opts.logging:
+            self.state(event="set_level", level=params.get("level"))
+            self.reply(mid, {})
         elif method == "tools/list":
             self.tools_list(mid, params)
         elif method == "tools/call":
@@ -261,6 +267,8 @@ class Fake:
     def capabilities(self) -> dict:
         """What this fake offers: prompts and resources only with --extras (so clients ask)."""
         caps: dict = {"tools": {}}
+        if self.opts.logging:
+            caps["logging"] = {}
         if self.opts.extras:
             caps.update(prompts={}, resources={})
         return caps
@@ -354,11 +362,20 @@ class Fake:
         rid = f"fake-{next(self.ids)}"
         slot: list = [threading.Event(), None]
         self.answers[rid] = slot
-        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": {}})
-        if not slot[0].wait(10):
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": args.get("params") or {}})
+        self.state(event="asked", id=rid, method=method)
+        if not slot[0].wait(float(args.get("wait", 10))):
             return dict(_result_text(f"no answer to {method}"), isError=True)
+        self.answers.pop(rid, None)
         answer = {k: v for k, v in slot[1].items() if k in ("result", "error")}
         return _result_text(json.dumps(answer))
+
+    def tool_cancel_asks(self, mid, args: dict, meta: dict) -> dict:
+        for rid, slot in list(self.answers.items()):
+            self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+            slot[1] = {"cancelled": rid}
+            slot[0].set()
+        return _result_text("cancelled")
 
     def tool_record_cancel(self, mid, args: dict, meta: dict) -> None:
         self.state(event="started", id=mid)
