@@ -119,6 +119,8 @@ _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and u
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
 _ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a person may be answering
+_INPUT_ROUNDS = 10  # a 2026-07-28 upstream's input_required rounds for one call before it is given up
+_INPUT_REQUESTS_MAX = 16  # inputRequests in one input_required result
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
 _MAX_WORKERS = 256
@@ -3299,16 +3301,51 @@ class _ClientLink:
             raise RpcError(INTERNAL_ERROR, "the client's roots/list answer holds no roots list")
         return {"roots": roots}
 
-    def send(self, req: _Request) -> Tuple[Connection, int, Future]:
+    def send(self, method: str, params: Any) -> Tuple[Connection, int, Future]:
         """Relay an upstream's sampling/createMessage or elicitation/create to the client as a
         request of Abstract's own (a fresh id); -32601 at once if the client cannot take it."""
-        cap = self.QUESTIONS[req.method]
+        cap = self.QUESTIONS[method]
         conn = self._conn
         if conn is None or cap not in self.caps:
-            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract's client did not "
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client did not "
                                              f"declare the {cap} capability)")
-        mid, fut = conn.request(req.method, req.params)
+        mid, fut = conn.request(method, params)
         return conn, mid, fut
+
+    def fulfil(self, res: dict, req: Optional[_Request], what: str) -> dict:
+        """The retry params (inputResponses, requestState) for a 2026-07-28 input_required result:
+        each of its inputRequests asked of the client as the handshake-era request it is. `what`
+        names the call for errors."""
+        asks = res.get("inputRequests") or {}
+        if not isinstance(asks, dict) or len(asks) > _INPUT_REQUESTS_MAX:
+            raise UpstreamError(f"{what} answered input_required with inputRequests that are not an object "
+                                f"of at most {_INPUT_REQUESTS_MAX} requests")
+        answers = {}
+        for key, ask in asks.items():
+            method = ask.get("method") if isinstance(ask, dict) else None
+            try:
+                if method == "roots/list":
+                    answers[key] = self.list()
+                elif method in self.QUESTIONS:
+                    answers[key] = self._ask(method, ask.get("params"), req)
+                else:
+                    raise RpcError(METHOD_NOT_FOUND, f"{method!r} is not a request a server may ask of a client")
+            except RpcError as e:
+                raise UpstreamError(f"{what} needs input from the client ({method}) that Abstract could not "
+                                    f"get: {e.message}") from None
+        out: dict = {"inputResponses": answers}
+        if isinstance(res.get("requestState"), str):
+            out["requestState"] = res["requestState"]  # echoed exactly (spec: opaque to clients)
+        return out
+
+    def _ask(self, method: str, params: Any, req: Optional[_Request]) -> Any:
+        """One question asked for a call (not for a request of the upstream's): the client
+        cancelling that call withdraws it."""
+        conn, mid, fut = self.send(method, params if isinstance(params, dict) else {})
+        if req is not None:
+            req.on_cancel(lambda: None if fut.done() else self.withdraw(
+                conn, mid, _Cancelled(), "the client cancelled the tool call that asked"))
+        return self.wait(conn, mid, fut)
 
     @staticmethod
     def withdraw(conn: Connection, mid: int, exc: BaseException, reason: str) -> None:
@@ -3601,7 +3638,9 @@ class Upstream:
         """An upstream's sampling/createMessage or elicitation/create, asked of the client. While
         it is pending, this upstream's calls do not time out (_await); the upstream cancelling it
         cancels it at the client."""
-        conn, mid, fut = self._client.send(req)
+        if req.cancelled.is_set():  # cancelled before a worker took it: nothing to relay
+            raise _Cancelled()
+        conn, mid, fut = self._client.send(req.method, req.params)
         key = next(self._tokens)
 
         def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
@@ -3681,7 +3720,9 @@ class Upstream:
         return True
 
     def _modern_meta(self) -> dict:
-        meta = {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: {},
+        # the client's capabilities, as in a legacy initialize: sampling and elicitation asked
+        # for in an input_required result are asked of the client (Upstream.call_tool)
+        meta = {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: self._client.offered(),
                 _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
         if self.log_level:  # (the modern era has no logging/setLevel: the level rides on each request)
             meta[_META_LOG_LEVEL] = self.log_level
@@ -3769,10 +3810,23 @@ class Upstream:
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None) -> dict:
-        """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled."""
+        """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled. A
+        2026-07-28 upstream's input_required result is answered by asking the client (the
+        handshake-era requests it understands) and the call retried with the answers."""
+        retry: dict = {}
+        what = f"'{self.name}' tool '{tool}'"
+        for _ in range(_INPUT_ROUNDS):
+            res = self._call_once(tool, args, req, progress, retry)
+            if not (self.modern and isinstance(res, dict) and res.get("resultType") == "input_required"):
+                return res
+            retry = self._client.fulfil(res, req, what)
+        raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so the call was given up")
+
+    def _call_once(self, tool: str, args: dict, req: Optional[_Request],
+                   progress: Optional[Callable[[dict], None]], retry: dict) -> dict:
         run = self._current()
         conn: Connection = run.conn  # type: ignore[assignment]
-        params: dict = {"name": self.settings.upstream_tool(self.name, tool), "arguments": args}
+        params: dict = {"name": self.settings.upstream_tool(self.name, tool), "arguments": args, **retry}
         token = ""
         if progress is not None:
             token = f"abstract-{next(self._tokens)}"
@@ -6342,11 +6396,11 @@ def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
     except UpstreamError as e:
         raise ToolError(e.message) from None
     if isinstance(res, dict) and res.get("resultType") == "input_required":
-        # a 2026-07-28 multi round-trip request: Abstract does not bridge these yet (it offers
-        # modern upstreams no client capabilities, so only a server that ignores them gets here)
-        raise ToolError(f"'{up.name}' tool '{tool}' asked for more input (a 2026-07-28 input_required result), "
-                        f"which Abstract cannot relay to the client yet; the call did not complete. Use a "
-                        f"tool or server version that does not need input from the client.")
+        # (a 2026-07-28 upstream's are answered in Upstream.call_tool; this one spoke the
+        # handshake era, where a server asks with a request instead)
+        raise ToolError(f"'{up.name}' tool '{tool}' answered with a 2026-07-28 input_required result in the "
+                        f"{up.protocol_version} era it negotiated, where that result does not exist; Abstract "
+                        f"cannot relay it, and the call did not complete.")
     if not isinstance(res, dict) or not isinstance(res.get("content", []), list):
         raise ToolError(f"'{up.name}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
     for k in ("resultType", "ttlMs", "cacheScope"):

@@ -47,6 +47,8 @@ TOOLS = [
     ("rpc_error", "Answer with a JSON-RPC error.", {}),
     ("ask_client", "Send the client a request and return its answer.",
      {"method": _S, "params": {"type": "object"}, "wait": _N}),
+    ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests until the retry "
+             "brings inputResponses; then those and the requestState back.", {"inputRequests": {"type": "object"}}),
     ("cancel_asks", "Send notifications/cancelled for every ask_client request still pending.", {}),
     ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
     ("getenv", "Return an environment variable.", {"name": _S}),
@@ -160,6 +162,7 @@ class Fake:
         self.cancels: dict = {}  # request id -> Event set by notifications/cancelled
         self.unknown_id_pending = opts.unknown_id
         self.tools_changed = False  # change_tools was called
+        self.params_of: dict = {}  # tools/call id -> its params, while the tool runs
 
     # -- output
     def send(self, msg: dict) -> None:
@@ -315,7 +318,9 @@ class Fake:
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
             return
+        self.params_of[mid] = params
         result = handler(mid, args, params.get("_meta") or {})
+        self.params_of.pop(mid, None)
         if result is not None:
             self.reply(mid, result)
 
@@ -369,6 +374,16 @@ class Fake:
         self.answers.pop(rid, None)
         answer = {k: v for k, v in slot[1].items() if k in ("result", "error")}
         return _result_text(json.dumps(answer))
+
+    def tool_mrtr(self, mid, args: dict, meta: dict) -> dict:
+        params = self.params_of.get(mid, {})
+        self.state(event="mrtr", capabilities=meta.get("io.modelcontextprotocol/clientCapabilities"),
+                   inputResponses=params.get("inputResponses"), requestState=params.get("requestState"))
+        if "inputResponses" not in params:
+            return {"resultType": "input_required", "inputRequests": args.get("inputRequests") or {},
+                    "requestState": "state-1"}
+        got = {"inputResponses": params["inputResponses"], "requestState": params.get("requestState")}
+        return _result_text(json.dumps(got))
 
     def tool_cancel_asks(self, mid, args: dict, meta: dict) -> dict:
         for rid, slot in list(self.answers.items()):

@@ -147,10 +147,55 @@ def test_set_level_reaches_running_and_later_upstreams_that_declare_logging(worl
     assert not world.events("mute", "unknown_method")  # not sent to a server without logging
 
 
-def test_a_modern_input_required_result_is_refused_plainly(world):
-    world.fake("modern", "--modern-only")
-    proxy = world.start()
+def test_input_required_from_a_handshake_era_upstream_is_refused_plainly(world):
+    proxy = _start(world, capabilities=BOTH)
     asking = {"resultType": "input_required", "inputRequests": {"q1": {
         "method": "elicitation/create", "params": ELICIT}}, "requestState": "opaque"}
-    res = proxy.upstream("modern", "result", {"result": asking})
-    assert res["isError"] and "input_required" in text_of(res) and "cannot relay" in text_of(res)
+    res = proxy.upstream("asker", "result", {"result": asking})
+    assert res["isError"] and "input_required result in the 2025-11-25 era" in text_of(res)
+    assert not proxy.server_requests
+
+
+# -- 2026-07-28 upstreams: input_required answered through a handshake-era client
+
+
+def _mrtr(world, caps: dict, asks: dict, tool: str = "call_tool"):
+    world.fake("modern", "--modern-only")
+    expose = ("--expose", "both") if tool != "call_tool" else ()
+    proxy = world.start(*expose, str(world.dir), initialize=False)
+    proxy.initialize(capabilities=caps)
+    args = {"inputRequests": asks}
+    if tool == "call_tool":
+        rid = proxy.send_request("tools/call", {"name": "call_tool", "arguments": {
+            "server": "modern", "tool_name": "mrtr", "tool_args": args}})
+    else:  # direct mode
+        rid = proxy.send_request("tools/call", {"name": tool, "arguments": args})
+    return proxy, rid
+
+
+@pytest.mark.parametrize("tool", ["call_tool", "modern__mrtr"])
+def test_modern_input_required_is_asked_of_a_legacy_client_and_the_call_retried(world, tool):
+    asks = {"who": {"method": "elicitation/create", "params": ELICIT},
+            "joke": {"method": "sampling/createMessage", "params": SAMPLE}}
+    proxy, rid = _mrtr(world, BOTH, asks, tool)
+    e = _question(proxy, "elicitation/create")  # one question at a time, in the server's order
+    assert e["params"] == ELICIT
+    proxy.send({"jsonrpc": "2.0", "id": e["id"], "result": {"action": "accept", "content": {"name": "Ada"}}})
+    s = _question(proxy, "sampling/createMessage")
+    assert s["params"] == SAMPLE
+    reply = {"role": "assistant", "content": {"type": "text", "text": "a joke"}, "model": "m"}
+    proxy.send({"jsonrpc": "2.0", "id": s["id"], "result": reply})
+    got = json.loads(text_of(proxy.wait_response(rid)["result"]))
+    assert got == {"inputResponses": {"who": {"action": "accept", "content": {"name": "Ada"}}, "joke": reply},
+                   "requestState": "state-1"}
+    first = world.events("modern", "mrtr")[0]
+    assert first["capabilities"] == {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
+
+
+def test_modern_input_required_the_client_cannot_answer_is_refused_plainly(world):
+    proxy, rid = _mrtr(world, {}, {"who": {"method": "elicitation/create", "params": ELICIT}})
+    res = proxy.wait_response(rid)["result"]
+    assert res["isError"]
+    assert "needs input from the client (elicitation/create)" in text_of(res)
+    assert "did not declare the elicitation capability" in text_of(res)
+    assert world.events("modern", "mrtr")[0]["capabilities"] == {}
