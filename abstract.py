@@ -3347,6 +3347,14 @@ class _ClientLink:
                 conn, mid, _Cancelled(), "the client cancelled the tool call that asked"))
         return self.wait(conn, mid, fut)
 
+    def elicitation_complete(self, params: Any) -> None:
+        """An upstream's notifications/elicitation/complete (a URL-mode elicitation finished out
+        of band), passed to a client that declared URL-mode elicitation; its elicitationId is
+        the upstream's own, which the client saw in the relayed elicitation/create."""
+        conn, cap = self._conn, self.caps.get("elicitation")
+        if conn is not None and isinstance(cap, dict) and "url" in cap and isinstance(params, dict):
+            conn.notify("notifications/elicitation/complete", params)
+
     @staticmethod
     def withdraw(conn: Connection, mid: int, exc: BaseException, reason: str) -> None:
         """Cancel a relayed request: the client hears notifications/cancelled for our id."""
@@ -3583,7 +3591,8 @@ class Upstream:
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
-                                         "notifications/message": self._on_log})
+                                         "notifications/message": self._on_log,
+                                         "notifications/elicitation/complete": self._client.elicitation_complete})
         run.conn = conn.start()
         threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()
         with self._runs_lock:

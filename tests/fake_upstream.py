@@ -49,6 +49,7 @@ TOOLS = [
      {"method": _S, "params": {"type": "object"}, "wait": _N}),
     ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests until the retry "
              "brings inputResponses; then those and the requestState back.", {"inputRequests": {"type": "object"}}),
+    ("notify_client", "Send the client a notification.", {"method": _S, "params": {"type": "object"}}),
     ("cancel_asks", "Send notifications/cancelled for every ask_client request still pending.", {}),
     ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
     ("getenv", "Return an environment variable.", {"name": _S}),
@@ -384,6 +385,10 @@ class Fake:
                     "requestState": "state-1"}
         got = {"inputResponses": params["inputResponses"], "requestState": params.get("requestState")}
         return _result_text(json.dumps(got))
+
+    def tool_notify_client(self, mid, args: dict, meta: dict) -> dict:
+        self.send({"jsonrpc": "2.0", "method": str(args.get("method")), "params": args.get("params") or {}})
+        return _result_text("sent")
 
     def tool_cancel_asks(self, mid, args: dict, meta: dict) -> dict:
         for rid, slot in list(self.answers.items()):

@@ -199,3 +199,14 @@ def test_modern_input_required_the_client_cannot_answer_is_refused_plainly(world
     assert "needs input from the client (elicitation/create)" in text_of(res)
     assert "did not declare the elicitation capability" in text_of(res)
     assert world.events("modern", "mrtr")[0]["capabilities"] == {}
+
+
+@pytest.mark.parametrize("caps,relayed", [({"elicitation": {"form": {}, "url": {}}}, True),
+                                          ({"elicitation": {"form": {}}}, False)])
+def test_url_elicitation_complete_reaches_a_client_with_url_mode(world, caps, relayed):
+    proxy = _start(world, capabilities=caps)
+    done = {"elicitationId": "e-42"}
+    proxy.upstream("asker", "notify_client", {"method": "notifications/elicitation/complete", "params": done})
+    proxy.upstream("asker", "echo", {"text": "after"})  # (the notification came before this answer)
+    got = [n["params"] for n in proxy.notifications if n["method"] == "notifications/elicitation/complete"]
+    assert got == ([done] if relayed else [])
