@@ -103,6 +103,7 @@ UNSUPPORTED_VERSION = -32022
 _META_VERSION = "io.modelcontextprotocol/protocolVersion"
 _META_CAPS = "io.modelcontextprotocol/clientCapabilities"
 _META_INFO = "io.modelcontextprotocol/clientInfo"
+_META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 
 _CALL_TIMEOUT_S = 120.0  # default deadline of an upstream tool call
@@ -117,6 +118,9 @@ _ANSWER_GRACE_S = 0.5  # then for the calls failed by the stop to answer
 _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and upstreams do
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
+_ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a person may be answering
+_INPUT_ROUNDS = 10  # a 2026-07-28 upstream's input_required rounds for one call before it is given up
+_INPUT_REQUESTS_MAX = 16  # inputRequests in one input_required result
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
 _MAX_WORKERS = 256
@@ -3244,41 +3248,129 @@ def _exit_text(code: Optional[int]) -> str:
     return f"exited with code {code}"
 
 
-class _Roots:
-    """The roots Abstract offers upstreams (docs/reference/protocol.md). Roots belong to the
-    client: in mode "client" an upstream is offered roots only when Abstract's own client
-    declared them, and its roots/list is relayed to the client; "allowed_directories" offers
-    Abstract's folders instead; "none" offers nothing."""
+class _ClientLink:
+    """Abstract's own client as the upstreams see it (docs/reference/protocol.md): the client
+    capabilities it declared in initialize, passed on to each upstream, and the requests an
+    upstream sends the client (roots/list, sampling/createMessage, elicitation/create), relayed
+    to it as Abstract's own. Roots: in mode "client" an upstream is offered roots only when the
+    client declared them, and its roots/list is relayed; "allowed_directories" offers Abstract's
+    folders instead; "none" offers nothing."""
+
+    # what an upstream may ask the client, and the capability the client must have declared
+    QUESTIONS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
     def __init__(self, mode: str, allowed: List[dict], timeout: float = _ROOTS_TIMEOUT_S) -> None:
         self.mode, self.allowed, self._timeout = mode, allowed, timeout
-        self._ask: Optional[Callable[[float], Any]] = None  # the client's roots/list, once declared
+        self._conn: Optional[Connection] = None  # the client's session, once it initialized
+        self.caps: dict = {}  # the client capabilities Abstract relays (roots, sampling, elicitation)
         self._asking = threading.BoundedSemaphore(4)  # an upstream's flood of roots/list: bounded
 
-    def client_declared(self, ask: Callable[[float], Any]) -> None:
-        """The client declared roots: `ask(timeout)` sends it roots/list."""
-        self._ask = ask
+    def client_declared(self, caps: Any, conn: Connection) -> None:
+        """The client's initialize: its capabilities, and the session to ask it through."""
+        caps = caps if isinstance(caps, dict) else {}
+        self.caps = {k: caps[k] for k in ("roots", "sampling", "elicitation") if isinstance(caps.get(k), dict)}
+        self._conn = conn
 
-    def offered(self) -> bool:
+    def roots_offered(self) -> bool:
         """Whether upstreams are told, in initialize, that Abstract has roots."""
-        return self.mode == "allowed_directories" or (self.mode == "client" and self._ask is not None)
+        return self.mode == "allowed_directories" or (self.mode == "client" and "roots" in self.caps)
+
+    def offered(self) -> dict:
+        """The capabilities an upstream starting now is given: the client's sampling and
+        elicitation as the client declared them (elicitation's form/url modes included), and
+        roots as the roots setting says."""
+        caps = {k: v for k, v in self.caps.items() if k != "roots"}
+        if self.roots_offered():
+            caps["roots"] = {"listChanged": self.mode == "client"}
+        return caps
 
     def list(self) -> dict:
         """The answer to an upstream's roots/list."""
         if self.mode == "allowed_directories":
             return {"roots": list(self.allowed)}
-        if self._ask is None:
+        if self._conn is None or self.mode != "client" or "roots" not in self.caps:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no roots)")
         if not self._asking.acquire(blocking=False):
             raise RpcError(INTERNAL_ERROR, "too many roots/list requests at once; ask again when one is answered")
         try:
-            res = self._ask(self._timeout)
+            res = self._conn.call("roots/list", None, self._timeout)
         finally:
             self._asking.release()
         roots = res.get("roots") if isinstance(res, dict) else None
         if not isinstance(roots, list):
             raise RpcError(INTERNAL_ERROR, "the client's roots/list answer holds no roots list")
         return {"roots": roots}
+
+    def send(self, method: str, params: Any) -> Tuple[Connection, int, Future]:
+        """Relay an upstream's sampling/createMessage or elicitation/create to the client as a
+        request of Abstract's own (a fresh id); -32601 at once if the client cannot take it."""
+        cap = self.QUESTIONS[method]
+        conn = self._conn
+        if conn is None or cap not in self.caps:
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client did not "
+                                             f"declare the {cap} capability)")
+        mid, fut = conn.request(method, params)
+        return conn, mid, fut
+
+    def fulfil(self, res: dict, req: Optional[_Request], what: str) -> dict:
+        """The retry params (inputResponses, requestState) for a 2026-07-28 input_required result:
+        each of its inputRequests asked of the client as the handshake-era request it is. `what`
+        names the call for errors."""
+        asks = res.get("inputRequests") or {}
+        if not isinstance(asks, dict) or len(asks) > _INPUT_REQUESTS_MAX:
+            raise UpstreamError(f"{what} answered input_required with inputRequests that are not an object "
+                                f"of at most {_INPUT_REQUESTS_MAX} requests")
+        answers = {}
+        for key, ask in asks.items():
+            method = ask.get("method") if isinstance(ask, dict) else None
+            try:
+                if method == "roots/list":
+                    answers[key] = self.list()
+                elif method in self.QUESTIONS:
+                    answers[key] = self._ask(method, ask.get("params"), req)
+                else:
+                    raise RpcError(METHOD_NOT_FOUND, f"{method!r} is not a request a server may ask of a client")
+            except RpcError as e:
+                raise UpstreamError(f"{what} needs input from the client ({method}) that Abstract could not "
+                                    f"get: {e.message}") from None
+        out: dict = {"inputResponses": answers}
+        if isinstance(res.get("requestState"), str):
+            out["requestState"] = res["requestState"]  # echoed exactly (spec: opaque to clients)
+        return out
+
+    def _ask(self, method: str, params: Any, req: Optional[_Request]) -> Any:
+        """One question asked for a call (not for a request of the upstream's): the client
+        cancelling that call withdraws it."""
+        conn, mid, fut = self.send(method, params if isinstance(params, dict) else {})
+        if req is not None:
+            req.on_cancel(lambda: None if fut.done() else self.withdraw(
+                conn, mid, _Cancelled(), "the client cancelled the tool call that asked"))
+        return self.wait(conn, mid, fut)
+
+    def elicitation_complete(self, params: Any) -> None:
+        """An upstream's notifications/elicitation/complete (a URL-mode elicitation finished out
+        of band), passed to a client that declared URL-mode elicitation; its elicitationId is
+        the upstream's own, which the client saw in the relayed elicitation/create."""
+        conn, cap = self._conn, self.caps.get("elicitation")
+        if conn is not None and isinstance(cap, dict) and "url" in cap and isinstance(params, dict):
+            conn.notify("notifications/elicitation/complete", params)
+
+    @staticmethod
+    def withdraw(conn: Connection, mid: int, exc: BaseException, reason: str) -> None:
+        """Cancel a relayed request: the client hears notifications/cancelled for our id."""
+        conn.notify("notifications/cancelled", {"requestId": mid, "reason": reason})
+        conn.forget(mid, exc)
+
+    def wait(self, conn: Connection, mid: int, fut: Future) -> Any:
+        """The client's answer to a relayed request, as it is (its error raised as RpcError).
+        A person may be answering, so the wait is long, but bounded (_ASK_TIMEOUT_S)."""
+        try:
+            return fut.result(_ASK_TIMEOUT_S)
+        except FutureTimeout:
+            self.withdraw(conn, mid, _Cancelled(), f"no answer within {_ASK_TIMEOUT_S:g} s")
+            raise RpcError(REQUEST_TIMEOUT, f"Abstract's client did not answer within {_ASK_TIMEOUT_S:g} s") from None
+        finally:
+            conn.forget(mid)
 
 
 def _taskkill(pid: int, force: bool) -> None:
@@ -3427,11 +3519,18 @@ class Upstream:
     """A supervised upstream MCP server: the long-lived policy (restart and back-off, the tool
     list, the calls) over a succession of runs (_Run), one at a time."""
 
-    def __init__(self, spec: ServerSpec, settings: Settings, roots: _Roots,
+    def __init__(self, spec: ServerSpec, settings: Settings, client: _ClientLink,
                  spawn: Callable[..., Any] = subprocess.Popen, clock: Callable[[], float] = time.monotonic,
                  environ: Optional[Dict[str, str]] = None) -> None:
-        self.spec, self.settings, self._roots = spec, settings, roots
+        self.spec, self.settings, self._client = spec, settings, client
         self.roots_offered = False  # this session was told of roots (so it hears of changes)
+        # sampling and elicitation requests relayed to the client and not yet answered (their
+        # withdraw functions), and when the last one ended: the calls' deadlines wait for them
+        self._questions: Dict[int, Callable[[str], None]] = {}
+        self._answered_at = 0.0
+        self._calls = 0  # tools/call requests in flight
+        self._qlock = threading.Lock()
+        self.log_level = ""  # the client's logging/setLevel, applied to each run that declares logging
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # starting a run
         self._run: Optional[_Run] = None  # the current run
@@ -3489,10 +3588,11 @@ class Upstream:
                           name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
                           max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
                           # the upstream's requests run off its reader: roots/list waits for the client
-                          requests=self._client_methods(), pool=_Pool(2, f"requests-{self.name}"),
+                          requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
                           notifications={"notifications/progress": self._on_progress,
                                          "notifications/tools/list_changed": self._on_tools_changed,
-                                         "notifications/message": self._on_log})
+                                         "notifications/message": self._on_log,
+                                         "notifications/elicitation/complete": self._client.elicitation_complete})
         run.conn = conn.start()
         threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()
         with self._runs_lock:
@@ -3510,6 +3610,8 @@ class Upstream:
             raise UpstreamError(self.last_error) from None
         run.ready = True
         self.start_ms = (self._clock() - t0) * 1000
+        if self.log_level:  # the client set a level before this run started
+            self._apply_level(conn)
         self._tools, self._tools_gen = None, self._tools_gen + 1
         return run
 
@@ -3531,11 +3633,56 @@ class Upstream:
         return _Run(self.name, proc, t0)
 
     def _client_methods(self) -> Dict[str, Handler]:
-        """What Abstract answers when an upstream asks: ping, and roots/list when roots are offered."""
+        """What Abstract answers when an upstream asks: ping, roots/list when roots are offered,
+        and the questions for the client (sampling, elicitation), relayed (-32601 when the client
+        cannot take them)."""
         methods: Dict[str, Handler] = {"ping": lambda r: {}}
-        if self._roots.offered():
-            methods["roots/list"] = lambda r: self._roots.list()
+        if self._client.roots_offered():
+            methods["roots/list"] = lambda r: self._client.list()
+        for method in _ClientLink.QUESTIONS:
+            methods[method] = self._question
         return methods
+
+    def _question(self, req: _Request) -> Any:
+        """An upstream's sampling/createMessage or elicitation/create, asked of the client. While
+        it is pending, this upstream's calls do not time out (_await); the upstream cancelling it
+        cancels it at the client."""
+        if req.cancelled.is_set():  # cancelled before a worker took it: nothing to relay
+            raise _Cancelled()
+        conn, mid, fut = self._client.send(req.method, req.params)
+        key = next(self._tokens)
+
+        def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
+            self._client.withdraw(conn, mid, exc or RpcError(INTERNAL_ERROR, reason), reason)
+
+        with self._qlock:
+            self._questions[key] = withdraw
+        req.on_cancel(lambda: withdraw(f"cancelled by server '{self.name}'", _Cancelled()))
+        try:
+            return self._client.wait(conn, mid, fut)
+        finally:
+            with self._qlock:
+                self._questions.pop(key, None)
+                self._answered_at = time.monotonic()
+
+    def _await(self, fut: Future, limit: float) -> Any:
+        """fut's result within `limit` seconds, not counting the wait for the user: while a
+        question to the client is pending the deadline does not pass, and once one is answered
+        the call gets `limit` seconds again, counted from the answer."""
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                return fut.result(max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                with self._qlock:
+                    pending, answered = bool(self._questions), self._answered_at
+                now = time.monotonic()
+                if pending:
+                    deadline = now + limit
+                elif answered + limit > now:
+                    deadline = answered + limit
+                else:
+                    raise
 
     def _popen(self, argv: List[str], env: Dict[str, str]) -> Any:
         kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
@@ -3548,8 +3695,8 @@ class Upstream:
 
     def _handshake(self, conn: Connection) -> None:
         limit = self.settings.startup_timeout(self.name)
-        self.roots_offered = self._roots.offered()
-        caps = {"roots": {"listChanged": self._roots.mode == "client"}} if self.roots_offered else {}
+        self.roots_offered = self._client.roots_offered()
+        caps = self._client.offered()
         params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": caps,
                   "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
         try:
@@ -3581,10 +3728,14 @@ class Upstream:
         self.protocol_version, self.modern = MODERN_VERSIONS[0], True
         return True
 
-    @staticmethod
-    def _modern_meta() -> dict:
-        return {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: {},
+    def _modern_meta(self) -> dict:
+        # the client's capabilities, as in a legacy initialize: sampling and elicitation asked
+        # for in an input_required result are asked of the client (Upstream.call_tool)
+        meta = {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: self._client.offered(),
                 _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
+        if self.log_level:  # (the modern era has no logging/setLevel: the level rides on each request)
+            meta[_META_LOG_LEVEL] = self.log_level
+        return meta
 
     def _params(self, params: dict) -> dict:
         if self.modern:
@@ -3668,24 +3819,36 @@ class Upstream:
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None) -> dict:
-        """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled."""
+        """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled. A
+        2026-07-28 upstream's input_required result is answered by asking the client (the
+        handshake-era requests it understands) and the call retried with the answers."""
+        retry: dict = {}
+        what = f"'{self.name}' tool '{tool}'"
+        for _ in range(_INPUT_ROUNDS):
+            res = self._call_once(tool, args, req, progress, retry)
+            if not (self.modern and isinstance(res, dict) and res.get("resultType") == "input_required"):
+                return res
+            retry = self._client.fulfil(res, req, what)
+        raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so the call was given up")
+
+    def _call_once(self, tool: str, args: dict, req: Optional[_Request],
+                   progress: Optional[Callable[[dict], None]], retry: dict) -> dict:
         run = self._current()
         conn: Connection = run.conn  # type: ignore[assignment]
-        params: dict = {"name": self.settings.upstream_tool(self.name, tool), "arguments": args}
+        params: dict = {"name": self.settings.upstream_tool(self.name, tool), "arguments": args, **retry}
         token = ""
         if progress is not None:
             token = f"abstract-{next(self._tokens)}"
             self._progress[token] = progress
             params["_meta"] = {"progressToken": token}
         mid, fut = conn.request("tools/call", self._params(params))
+        with self._qlock:
+            self._calls += 1
         if req is not None:
-            def cancel() -> None:
-                conn.notify("notifications/cancelled", {"requestId": mid, "reason": "cancelled by the client"})
-                conn.forget(mid, _Cancelled())
-            req.on_cancel(cancel)
+            req.on_cancel(lambda: self._cancel_call(conn, mid))
         limit = self.settings.timeout(self.name)
         try:
-            return fut.result(limit)
+            return self._await(fut, limit)
         except UpstreamError as e:  # the session died with the call in flight: never replayed
             raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: {e.message}\nThe call was not "
                                 f"retried, because the server may have done part of the work; call it again if "
@@ -3704,8 +3867,37 @@ class Upstream:
                                 f"cancelled. Raise timeout_seconds for this server in Abstract's settings, "
                                 f"or ABSTRACT_TIMEOUT, if it needs longer.", REQUEST_TIMEOUT) from None
         finally:
+            with self._qlock:
+                self._calls -= 1
             conn.forget(mid)
             self._progress.pop(token, None)
+
+    def _cancel_call(self, conn: Connection, mid: int) -> None:
+        """The client cancelled a tools/call: tell the upstream, and withdraw the questions it
+        has pending at the client when this was its only call in flight (with several, which
+        call a question belongs to is not known: those are left for the upstream to cancel)."""
+        conn.notify("notifications/cancelled", {"requestId": mid, "reason": "cancelled by the client"})
+        conn.forget(mid, _Cancelled())
+        with self._qlock:
+            questions = list(self._questions.values()) if self._calls <= 1 else []
+        for withdraw in questions:
+            withdraw("the client cancelled the tool call that asked")
+
+    def set_level(self, level: str) -> None:
+        """The client's logging/setLevel: applied to the current run if it declares logging,
+        and to every run started later."""
+        self.log_level = level
+        run = self._run
+        if run is not None and run.usable():
+            self._apply_level(run.conn)  # type: ignore[arg-type]
+
+    def _apply_level(self, conn: Connection) -> None:
+        if "logging" not in self.capabilities or self.modern:  # (modern: the level rides in each _meta)
+            return
+        try:
+            conn.call("logging/setLevel", {"level": self.log_level}, timeout=self.settings.timeout(self.name))
+        except RpcError as e:
+            _log.warning("server '%s' refused logging/setLevel: %s", self.name, e.message)
 
     def notify_roots_changed(self) -> None:
         """Relay the client's notifications/roots/list_changed, if this session was offered roots."""
@@ -3739,10 +3931,14 @@ class Upstream:
 class Upstreams:
     """Every configured upstream: lookup by name with helpful errors, parallel start and stop."""
 
-    def __init__(self, config: ClientConfig, settings: Settings, roots: _Roots,
+    def __init__(self, config: ClientConfig, settings: Settings, client: _ClientLink,
                  spawn: Callable[..., Any] = subprocess.Popen, environ: Optional[Dict[str, str]] = None) -> None:
-        self.config, self.roots = config, roots
-        self._all = {n: Upstream(s, settings, roots, spawn, environ=environ) for n, s in config.specs.items()}
+        self.config, self.client = config, client
+        self._all = {n: Upstream(s, settings, client, spawn, environ=environ) for n, s in config.specs.items()}
+
+    def set_level(self, level: str) -> None:
+        """The client's logging/setLevel: every upstream (running ones at once, in parallel)."""
+        self.each(lambda up: up.set_level(level))
 
     def roots_changed(self) -> None:
         """The client's roots changed: tell every running upstream that was offered roots."""
@@ -6208,6 +6404,12 @@ def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
         res = up.call_tool(tool, args, call.req, _progress_relay(call))
     except UpstreamError as e:
         raise ToolError(e.message) from None
+    if isinstance(res, dict) and res.get("resultType") == "input_required":
+        # (a 2026-07-28 upstream's are answered in Upstream.call_tool; this one spoke the
+        # handshake era, where a server asks with a request instead)
+        raise ToolError(f"'{up.name}' tool '{tool}' answered with a 2026-07-28 input_required result in the "
+                        f"{up.protocol_version} era it negotiated, where that result does not exist; Abstract "
+                        f"cannot relay it, and the call did not complete.")
     if not isinstance(res, dict) or not isinstance(res.get("content", []), list):
         raise ToolError(f"'{up.name}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
     for k in ("resultType", "ttlMs", "cacheScope"):
@@ -7472,9 +7674,8 @@ class Server:
         self.initialized = True
         info = params.get("clientInfo")
         self.client = str(info.get("name") or "")[:200] if isinstance(info, dict) else ""
-        caps = params.get("capabilities")
-        if isinstance(caps, dict) and isinstance(caps.get("roots"), dict):  # roots are the client's
-            self.upstreams.roots.client_declared(lambda timeout: self.conn.call("roots/list", None, timeout))
+        # roots, sampling and elicitation are the client's: upstreams are offered what it declared
+        self.upstreams.client.client_declared(params.get("capabilities"), self.conn)
         return {"protocolVersion": self.version, "capabilities": self._capabilities(),
                 "serverInfo": {"name": _SERVER_NAME, "version": __version__}, "instructions": self._instructions()}
 
@@ -7493,6 +7694,7 @@ class Server:
         if level not in _LOG_LEVELS:
             raise RpcError(INVALID_PARAMS, f"logging/setLevel needs params.level, one of {', '.join(_LOG_LEVELS)}")
         self.log_level = level
+        self.upstreams.set_level(level)
         return {}
 
     def relay_log(self, server: str, params: dict) -> None:
@@ -8109,7 +8311,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env,
                           settings.data.get("inputs"))
     allowed = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
-    upstreams = Upstreams(config, settings, _Roots(settings.roots_mode(), allowed), environ=env)
+    upstreams = Upstreams(config, settings, _ClientLink(settings.roots_mode(), allowed), environ=env)
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory" if args.memory else "")
     try:
         if args.reindex:

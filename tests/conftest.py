@@ -259,8 +259,8 @@ class Proxy:
         assert ok, f"{text!r} not on Abstract's stderr within {timeout} s:\n{self.stderr[-3000:]}"
 
     # -- MCP helpers
-    def initialize(self, version: str = LEGACY_VERSIONS[0]) -> dict:
-        res = self.result("initialize", {"protocolVersion": version, "capabilities": {},
+    def initialize(self, version: str = LEGACY_VERSIONS[0], capabilities: Optional[dict] = None) -> dict:
+        res = self.result("initialize", {"protocolVersion": version, "capabilities": capabilities or {},
                                          "clientInfo": {"name": "pytest", "version": "0"}})
         self.notify("notifications/initialized")
         return res

@@ -45,7 +45,12 @@ TOOLS = [
     ("progress", "Send progress notifications, then answer.", {"steps": _N}),
     ("big", "One text item of this many megabytes.", {"mb": _N}),
     ("rpc_error", "Answer with a JSON-RPC error.", {}),
-    ("ask_client", "Send the client a request and return its answer.", {"method": _S}),
+    ("ask_client", "Send the client a request and return its answer.",
+     {"method": _S, "params": {"type": "object"}, "wait": _N}),
+    ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests until the retry "
+             "brings inputResponses; then those and the requestState back.", {"inputRequests": {"type": "object"}}),
+    ("notify_client", "Send the client a notification.", {"method": _S, "params": {"type": "object"}}),
+    ("cancel_asks", "Send notifications/cancelled for every ask_client request still pending.", {}),
     ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
     ("getenv", "Return an environment variable.", {"name": _S}),
     ("result", "Answer with the given result object verbatim.", {"result": {"type": "object"}}),
@@ -115,6 +120,7 @@ def _options(argv: list) -> argparse.Namespace:
                     help="first tools/list: change the tools and say so, then answer with the old list")
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
     ap.add_argument("--state-file", default=None, help="append events as JSON lines")
+    ap.add_argument("--logging", action="store_true", help="declare logging; record logging/setLevel")
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
@@ -157,6 +163,7 @@ class Fake:
         self.cancels: dict = {}  # request id -> Event set by notifications/cancelled
         self.unknown_id_pending = opts.unknown_id
         self.tools_changed = False  # change_tools was called
+        self.params_of: dict = {}  # tools/call id -> its params, while the tool runs
 
     # -- output
     def send(self, msg: dict) -> None:
@@ -172,7 +179,7 @@ class Fake:
 
     def reply(self, mid, result: dict) -> None:
         if self.opts.modern_only:
-            result = dict(result, resultType="complete")
+            result = {"resultType": "complete", **result}  # (the result tool may set its own)
         self.send({"jsonrpc": "2.0", "id": mid, "result": result})
 
     def error(self, mid, code: int, message: str, data=None) -> None:
@@ -234,6 +241,9 @@ class Fake:
             self.discover(mid, params)
         elif method == "ping":
             self.reply(mid, {})
+        elif method == "logging/setLevel" and self.opts.logging:
+            self.state(event="set_level", level=params.get("level"))
+            self.reply(mid, {})
         elif method == "tools/list":
             self.tools_list(mid, params)
         elif method == "tools/call":
@@ -261,6 +271,8 @@ class Fake:
     def capabilities(self) -> dict:
         """What this fake offers: prompts and resources only with --extras (so clients ask)."""
         caps: dict = {"tools": {}}
+        if self.opts.logging:
+            caps["logging"] = {}
         if self.opts.extras:
             caps.update(prompts={}, resources={})
         return caps
@@ -307,7 +319,9 @@ class Fake:
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
             return
+        self.params_of[mid] = params
         result = handler(mid, args, params.get("_meta") or {})
+        self.params_of.pop(mid, None)
         if result is not None:
             self.reply(mid, result)
 
@@ -354,11 +368,34 @@ class Fake:
         rid = f"fake-{next(self.ids)}"
         slot: list = [threading.Event(), None]
         self.answers[rid] = slot
-        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": {}})
-        if not slot[0].wait(10):
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": args.get("params") or {}})
+        self.state(event="asked", id=rid, method=method)
+        if not slot[0].wait(float(args.get("wait", 10))):
             return dict(_result_text(f"no answer to {method}"), isError=True)
+        self.answers.pop(rid, None)
         answer = {k: v for k, v in slot[1].items() if k in ("result", "error")}
         return _result_text(json.dumps(answer))
+
+    def tool_mrtr(self, mid, args: dict, meta: dict) -> dict:
+        params = self.params_of.get(mid, {})
+        self.state(event="mrtr", capabilities=meta.get("io.modelcontextprotocol/clientCapabilities"),
+                   inputResponses=params.get("inputResponses"), requestState=params.get("requestState"))
+        if "inputResponses" not in params:
+            return {"resultType": "input_required", "inputRequests": args.get("inputRequests") or {},
+                    "requestState": "state-1"}
+        got = {"inputResponses": params["inputResponses"], "requestState": params.get("requestState")}
+        return _result_text(json.dumps(got))
+
+    def tool_notify_client(self, mid, args: dict, meta: dict) -> dict:
+        self.send({"jsonrpc": "2.0", "method": str(args.get("method")), "params": args.get("params") or {}})
+        return _result_text("sent")
+
+    def tool_cancel_asks(self, mid, args: dict, meta: dict) -> dict:
+        for rid, slot in list(self.answers.items()):
+            self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+            slot[1] = {"cancelled": rid}
+            slot[0].set()
+        return _result_text("cancelled")
 
     def tool_record_cancel(self, mid, args: dict, meta: dict) -> None:
         self.state(event="started", id=mid)

@@ -98,7 +98,7 @@ def test_a_large_answer_is_written_whole_before_the_exit_at_eof(world):
 
 def _upstream(tmp_path, spawn, **settings) -> abstract.Upstream:
     spec = abstract.ServerSpec("up", sys.executable, [str(FAKE), "--state-file", str(tmp_path / "state")])
-    return abstract.Upstream(spec, abstract.Settings(settings), abstract._Roots("none", []), spawn=spawn)
+    return abstract.Upstream(spec, abstract.Settings(settings), abstract._ClientLink("none", []), spawn=spawn)
 
 
 def _reap(procs) -> None:

@@ -14,13 +14,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
-from conftest import text_of, wait_for
+from conftest import ABSTRACT, text_of, wait_for
 
 HOME = Path(os.environ.get("ABSTRACT_REALSERVERS_HOME")
             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "abstract-realservers")
@@ -584,3 +585,99 @@ def test_query_output_over_server_memory_graph(real, tmp_path):
     rel = call(proxy, "query_output", source=token, records_pointer="/relations",
                sql="SELECT group_concat(\"to\", ',') AS tos FROM data WHERE \"from\" = 'e0'")
     assert sorted(rel["structuredContent"]["rows"][0]["tos"].split(",")) == ["e1", "e2", "e3"]
+
+
+# -- what server-everything asks of the client (issue 17): relayed through Abstract
+
+ASKS = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
+
+
+def asked(proxy, method: str) -> dict:
+    return wait_for(lambda: next((r for r in proxy.server_requests if r["method"] == method), None),
+                    WAIT, f"Abstract to relay {method} to the client")
+
+
+def meta_call(proxy, tool: str, args: dict):
+    return proxy.send_request("tools/call", {"name": "call_tool", "arguments": {
+        "server": "everything", "tool_name": tool, "tool_args": args}})
+
+
+def test_everything_sampling_and_elicitation_reach_the_client_in_meta_mode(real):
+    real.add("everything")
+    proxy = real.start(capabilities=ASKS)
+    rid = meta_call(proxy, "trigger-sampling-request", {"prompt": "say hi", "maxTokens": 7})
+    q = asked(proxy, "sampling/createMessage")
+    assert q["params"]["maxTokens"] == 7 and "say hi" in q["params"]["messages"][0]["content"]["text"]
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {
+        "role": "assistant", "content": {"type": "text", "text": "hi from the client's model"}, "model": "m"}})
+    assert "hi from the client's model" in text_of(proxy.wait_response(rid, WAIT)["result"])
+
+    rid = meta_call(proxy, "trigger-elicitation-request", {})
+    q = asked(proxy, "elicitation/create")
+    assert "name" in q["params"]["requestedSchema"]["properties"]
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "accept", "content": {
+        "name": "Ada Lovelace", "check": True, "email": "ada@example.com", "integer": 3}}})
+    text = " ".join(i.get("text", "") for i in proxy.wait_response(rid, WAIT)["result"]["content"])
+    assert "User provided the requested information" in text and "Ada Lovelace" in text
+
+
+def test_everything_url_elicitation_and_decline_in_direct_mode(real):
+    real.add("everything")
+    proxy = real.start("--expose", "direct", capabilities=ASKS)
+    names = {t["name"] for t in proxy.result("tools/list", {}, timeout=WAIT)["tools"]}
+    assert {"everything__trigger-url-elicitation", "everything__trigger-elicitation-request"} <= names
+    rid = proxy.send_request("tools/call", {"name": "everything__trigger-url-elicitation", "arguments": {
+        "url": "https://example.com/login", "elicitationId": "e-1"}})
+    q = asked(proxy, "elicitation/create")
+    assert q["params"]["mode"] == "url" and q["params"]["url"] == "https://example.com/login"
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "accept"}})
+    assert "User completed the URL elicitation flow" in text_of(proxy.wait_response(rid, WAIT)["result"])
+    rid = proxy.send_request("tools/call", {"name": "everything__trigger-elicitation-request", "arguments": {}})
+    q = wait_for(lambda: [r for r in proxy.server_requests if r["method"] == "elicitation/create"][1:],
+                 WAIT, "a second elicitation")[0]
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "decline"}})
+    assert "declined" in text_of(proxy.wait_response(rid, WAIT)["result"])
+
+
+def test_everything_offers_no_asking_tools_to_a_client_without_the_capabilities(real):
+    real.add("everything")
+    proxy = real.start("--expose", "direct")
+    names = {t["name"] for t in proxy.result("tools/list", {}, timeout=WAIT)["tools"]}
+    assert "everything__echo" in names
+    assert not {n for n in names if "sampling" in n or "elicitation" in n}, names
+
+
+def test_cancelling_a_call_while_everything_waits_for_the_user(real):
+    real.add("everything")
+    proxy = real.start(capabilities=ASKS)
+    rid = meta_call(proxy, "trigger-elicitation-request", {})
+    q = asked(proxy, "elicitation/create")
+    proxy.notify("notifications/cancelled", {"requestId": rid, "reason": "stop"})
+    wait_for(lambda: [n for n in proxy.notifications if n["method"] == "notifications/cancelled"
+                      and n["params"]["requestId"] == q["id"]], WAIT, "the question to be withdrawn")
+    assert "Echo: after" in text_of(upstream(proxy, "everything", "echo", message="after"))
+    assert json.dumps(rid) not in proxy.responses
+
+
+SDK_PY = Path(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop") / "venv" / "bin" / "python"
+
+
+@pytest.mark.parametrize("mode,tool,args,expect", [
+    ("meta", "call_tool", {"server": "everything", "tool_name": "trigger-sampling-request",
+                           "tool_args": {"prompt": "tell a joke"}}, "sampled: Resource trigger-sampling-request context: tell a joke"),
+    ("meta", "call_tool", {"server": "everything", "tool_name": "trigger-elicitation-request"}, "Name: Ada"),
+    ("direct", "everything__trigger-url-elicitation", {"url": "https://example.com/x"}, "completed the URL elicitation"),
+    ("direct", "everything__trigger-sampling-request", {"prompt": "p"}, "sampled: Resource"),
+])
+def test_official_python_sdk_client_answers_everythings_questions(real, mode, tool, args, expect):
+    """mcp 2.3.0's ClientSession with sampling and elicitation callbacks, through Abstract."""
+    if not SDK_PY.exists():
+        pytest.skip(f"the MCP Python SDK venv is not at {SDK_PY} (run ../shared/interop/setup.sh)")
+    real.add("everything")
+    cmd = [str(SDK_PY), str(Path(__file__).with_name("sdk_asking_client.py")), tool, json.dumps(args), "--",
+           sys.executable, str(ABSTRACT), "--expose", mode, str(real.world.dir)]
+    done = subprocess.run(cmd, env=real.world.env(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert not out["isError"] and out["asked"], out
+    assert expect in "\n".join(out["texts"]), out
