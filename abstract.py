@@ -3995,6 +3995,37 @@ _FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-
                 "xml": "application/xml"}
 
 
+_VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is viewed indented by two spaces
+
+
+def _json_view(data: Any) -> str:
+    """The text view of JSON data (a cached output, a value a pointer picks), valid JSON that
+    pages well by line: records one compact record per line (a list of objects, or the one
+    list of records in an object, whose other members get a line each); other JSON up to
+    _VIEW_INDENT_MAX characters indented by two spaces, larger a list's items or an object's
+    members one to a line. Every line is written by the C encoder: json's pure-Python one,
+    which indent needs before 3.14, takes ten times as long over a large value."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+
+    def lines(open_: str, parts: List[str], close: str) -> str:
+        return open_ + "\n" + ",\n".join(parts) + "\n" + close
+
+    if isinstance(data, list) and data:
+        parts, records = [encode(x) for x in data], all(isinstance(x, dict) for x in data)
+        layout = lines("[", parts, "]")
+    elif isinstance(data, dict) and data:
+        key = _records_key(data)[0]
+        parts = [encode(k) + ": " + (lines("[", [encode(r) for r in v], "]") if k == key else encode(v))
+                 for k, v in data.items()]
+        records, layout = key is not None, lines("{", parts, "}")
+    else:  # a scalar, [] or {}
+        return encode(data)
+    del parts
+    if not records and len(layout) <= _VIEW_INDENT_MAX:
+        return json.dumps(data, indent=2, ensure_ascii=False)
+    return layout
+
+
 def _preview(text: str, limit: int = 600) -> str:
     if len(text) <= limit:
         return text
@@ -4280,10 +4311,10 @@ class OutputCache:
         """Write one entry's files into `d`: binary items, the result, its text view, then the metadata."""
         files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600) for i, b in enumerate(ex.blobs, 1)]
         if ex.has_data or not ex.blobs:
-            text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
+            text = ex.data if isinstance(ex.data, str) else _json_view(ex.data)
         else:  # binary items only: the text view says what they are and where their files are
-            text = json.dumps([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
-                               for b, f in zip(ex.blobs, files)], indent=2, ensure_ascii=False)
+            text = _json_view([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
+                               for b, f in zip(ex.blobs, files)])
         now = self._clock()
         entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
                             expires=now + float(self.settings.cache("ttl_seconds")), chars=len(text),
@@ -6426,7 +6457,7 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         chunk, where = _records_window(value, call, limit)
     else:
         text = cache.text(entry) if pointer is None else \
-            value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+            value if isinstance(value, str) else _json_view(value)
         chunk, where = _window(text, call, limit)
     where.update({"token": entry.token, "expires_at": _iso(entry.expires)})
     if pointer is not None:

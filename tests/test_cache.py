@@ -129,6 +129,33 @@ def test_window_end_line_before_start_line_is_an_error():
         _win(make_lines(10), 100, start_line=5, end_line=2)
 
 
+# ==== unit: the text view of JSON data ===============================================
+
+def test_json_view_writes_records_one_per_line_and_stays_json():
+    rows = make_rows(50)
+    view = abstract._json_view(rows)
+    lines = view.split("\n")
+    assert lines[0] == "[" and lines[-1] == "]" and len(lines) == 52
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == rows
+    assert json.loads(view) == rows
+    wrapped = {"total": 50, "items": rows, "next": None}  # the one records list of an object
+    lines = abstract._json_view(wrapped).split("\n")
+    assert lines[:3] == ["{", '"total": 50,', '"items": ['] and lines[-3:] == ["],", '"next": null', "}"]
+    assert [json.loads(line.rstrip(",")) for line in lines[3:-3]] == rows
+    assert json.loads("\n".join(lines)) == wrapped
+
+
+def test_json_view_indents_small_json_and_lines_up_large_json():
+    small = {"a": [1, 2], "b": {"c": "café"}}
+    assert abstract._json_view(small) == json.dumps(small, indent=2, ensure_ascii=False)
+    numbers = list(range(30000))  # more than _VIEW_INDENT_MAX characters: an item per line
+    assert abstract._json_view(numbers) == "[\n" + ",\n".join(map(str, numbers)) + "\n]"
+    big = {f"k{i}": [i, "x" * 20] for i in range(5000)}
+    view = abstract._json_view(big)
+    assert view.split("\n")[1] == '"k0": [0, "xxxxxxxxxxxxxxxxxxxx"],' and json.loads(view) == big
+    assert abstract._json_view("text") == '"text"' and abstract._json_view([]) == "[]"
+
+
 # ==== unit: OutputCache with a fake clock ===========================================
 
 
@@ -622,6 +649,17 @@ def test_retrieve_by_pointer(retr):
     assert text_of(res) == "39"
     res = _get(p, token=tokens["rows"], pointer="/10", start_line=2, end_line=2)  # lines of the sub-value
     assert text_of(res) == '  "id": 10,\n'
+
+
+def test_retrieve_by_lines_reads_a_record_per_line(retr):
+    p, tokens = retr
+    rows = make_rows(300)
+    res = _get(p, token=tokens["rows"], start_line=2, end_line=4)
+    assert [json.loads(line.rstrip(",")) for line in text_of(res).splitlines()] == rows[:3]
+    res = _get(p, token=tokens["structured"], pointer="/results", start_line=41, end_line=41)
+    assert json.loads(text_of(res)) == make_rows(40)[39]  # a pointer's value has the same view
+    whole = p.result("resources/read", {"uri": "abstract://cache/" + tokens["rows"]})["contents"][0]["text"]
+    assert whole == abstract._json_view(rows)
 
 
 @pytest.mark.parametrize("args, message", [
