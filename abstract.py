@@ -2070,7 +2070,8 @@ class Sandbox:
 _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
 
 
-def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None) -> str:
+def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
+               durable: bool = True) -> str:
     """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
     (or `stem-1+ext`, ...) atomically; never overwrite. The file gets `mode`, by default what
     the user's umask gives a new file (mkstemp alone would leave it owner-only).
@@ -2078,7 +2079,8 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     The bytes go to a temporary file in the same directory first and are fsynced; only the
     complete file is then linked under its final name. os.link fails when the name exists, so
     two concurrent writers never take the same name and a crash never leaves a partial file
-    under a final name. Where hard links are unsupported (FAT, some network shares) the name is
+    under a final name. Not `durable` (the output cache's disposable files) skips the fsync:
+    a crash of the process still leaves no partial file, a power loss may. Where hard links are unsupported (FAT, some network shares) the name is
     reserved with O_EXCL and the finished file renamed over the reservation.
 
     Where _DIR_FDS every step is relative to the directory's descriptor (the one a _Dir from
@@ -2088,13 +2090,14 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     held = getattr(directory, "fd", None)
     dfd = held if held is not None or not _DIR_FDS else os.open(directory, _O_DIR)
     try:
-        return _write_in(dfd, str(directory), stem, ext, data, mode)
+        return _write_in(dfd, str(directory), stem, ext, data, mode, durable)
     finally:
         if dfd is not None and dfd != held:
             os.close(dfd)
 
 
-def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any, mode: Optional[int]) -> str:
+def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any,
+              mode: Optional[int], durable: bool = True) -> str:
     """_write_new's work: `dfd` is the directory's descriptor, or None (Windows: paths)."""
     import secrets
 
@@ -2116,7 +2119,8 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
                 f.write(chunk)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
                 os.fchmod(f.fileno(), 0o666 & ~_UMASK if mode is None else mode)
             else:  # Windows: only the read-only bit exists, and the file is writable anyway
@@ -4133,8 +4137,9 @@ def _mark_cache_dir(directory: str, dfd: Optional[int]) -> None:
         f.write("This directory is Abstract's output cache: Abstract deletes expired entries in it.\n")
 
 
-def _result_size(res: dict) -> int:
-    """Characters of content in a tool result (text, base64 data, embedded resources)."""
+def _result_size(res: dict, bound: float = float("inf")) -> int:
+    """Characters of content in a tool result (text, base64 data, embedded resources); the
+    structuredContent is serialised to be measured only when the items are within `bound`."""
     total = 0
     for item in res.get("content") or []:
         if isinstance(item, dict):
@@ -4143,7 +4148,7 @@ def _result_size(res: dict) -> int:
                 v = inner.get(key)
                 if isinstance(v, str):
                     total += len(v)
-    if "structuredContent" in res:
+    if "structuredContent" in res and total <= bound:
         total = max(total, len(_dumps(res["structuredContent"])))
     return total
 
@@ -4170,7 +4175,8 @@ def _json_pointer(data: Any, pointer: str) -> Any:
 class _CacheEntry:
     """One cached result: metadata in memory, the result and its text view on disk."""
 
-    __slots__ = ("token", "server", "tool", "created", "expires", "chars", "ctype", "bytes", "files")
+    __slots__ = ("token", "server", "tool", "created", "expires", "chars", "ctype", "bytes", "files",
+                 "sha256")
 
     def __init__(self, **kw: Any) -> None:
         for k in self.__slots__:
@@ -4281,7 +4287,8 @@ class OutputCache:
         return (isinstance(entry.token, str) and bool(_TOKEN_RE.match(entry.token))
                 and name == entry.token + ".meta.json" and isinstance(entry.ctype, str)
                 and all(num(getattr(entry, k)) for k in ("created", "expires", "chars", "bytes"))
-                and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files))
+                and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files)
+                and isinstance(entry.sha256 or "", str))
 
     def put(self, res: dict, server: str, tool: str) -> Tuple[_CacheEntry, _Extracted, str]:
         """Cache a result; returns the entry, its extracted data and its text view.
@@ -4309,7 +4316,12 @@ class OutputCache:
     def _write(self, d: _Dir, token: str, res: dict, ex: _Extracted, server: str, tool: str
                ) -> Tuple[_CacheEntry, str]:
         """Write one entry's files into `d`: binary items, the result, its text view, then the metadata."""
-        files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600) for i, b in enumerate(ex.blobs, 1)]
+        import hashlib
+
+        # No fsync: the cache's files are disposable (swept anyway); one torn by a power loss
+        # reads as broken and is reported, and the tool is called again.
+        files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600, False)
+                 for i, b in enumerate(ex.blobs, 1)]
         if ex.has_data or not ex.blobs:
             text = ex.data if isinstance(ex.data, str) else _json_view(ex.data)
         else:  # binary items only: the text view says what they are and where their files are
@@ -4321,11 +4333,14 @@ class OutputCache:
                             ctype="text/plain" if isinstance(ex.data, str) else "application/json",
                             bytes=0, files=files)
         body = _dumps({"result": res}).encode("utf-8", "surrogatepass")
-        _write_new(d, token, ".json", body, 0o600)
+        _write_new(d, token, ".json", body, 0o600, False)
+        size, body = len(body), b""  # released before the view is encoded: one copy at a time
         view = text.encode("utf-8", "surrogatepass")
-        _write_new(d, token, ".txt", view, 0o600)
-        entry.bytes = len(body) + len(view) + sum(len(b.data) for b in ex.blobs)
-        _write_new(d, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600)
+        _write_new(d, token, ".txt", view, 0o600, False)
+        entry.sha256 = hashlib.sha256(view).hexdigest()  # for the catalog: no reading the file back
+        entry.bytes = size + len(view) + sum(len(b.data) for b in ex.blobs)
+        del view
+        _write_new(d, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600, False)
         return entry, text
 
     def get(self, token: Any) -> _CacheEntry:
@@ -5514,7 +5529,7 @@ def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: A
     fmt = "json" if entry.ctype == "application/json" else "txt"
     return {"kind": "cached", "server": entry.server, "tool": entry.tool, "token": entry.token, "path": path,
             "format": fmt, "created": entry.created, "rows": len(data) if isinstance(data, list) else None,
-            **_file_facts(cache.open_text(entry), path, fmt, max_text)}
+            **_file_facts(cache.open_text(entry), path, fmt, max_text, entry.sha256 or "")}
 
 
 # --reindex: what the files themselves tell. Default names are <server>-<tool>-<UTC stamp>, then
@@ -6318,7 +6333,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     """The result itself when small; else cache it and answer with a preview and a token."""
     cache = call.server.cache
     policy = call.server.settings.cache_policy(server, tool, call.server.client_name(call.req))
-    size = _result_size(res) if cache is not None and policy["enabled"] else 0
+    size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
     try:

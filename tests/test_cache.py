@@ -190,6 +190,28 @@ def test_put_writes_owner_only_files_inside_the_cache_dir(tmp_path):
         assert all(p.stat().st_mode & 0o077 == 0 for p in d.iterdir())
 
 
+def test_put_is_one_pass_no_fsync_and_the_catalog_gets_the_digest(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(abstract.os, "fsync", lambda fd: synced.append(fd))
+    cache = _cache(tmp_path / "cache", Clock())
+    rows = make_rows(200)
+    entry, _, text = cache.put({"content": [{"type": "text", "text": json.dumps(rows)}]}, "srv", "tool")
+    assert synced == []  # disposable files: no fsync
+    view = (tmp_path / "cache" / f"{entry.token}.txt").read_bytes()
+    assert view == text.encode() and entry.sha256 == hashlib.sha256(view).hexdigest()
+    record = abstract._cache_record(cache, entry, 100, rows)
+    assert record["sha256"] == entry.sha256 and record["bytes"] == len(view) and record["text"] == text[:100]
+    abstract._write_new(str(tmp_path), "stored", ".txt", b"x")  # stored files still are synced
+    assert len(synced) == 1
+
+
+def test_result_size_serialises_structured_content_only_when_needed(monkeypatch):
+    res = {"content": [{"type": "text", "text": "x" * 100}], "structuredContent": {"a": "y" * 1000}}
+    assert abstract._result_size(res) > 1000 and abstract._result_size(res, 5000) > 1000
+    monkeypatch.setattr(abstract, "_dumps", lambda v: pytest.fail("serialised"))
+    assert abstract._result_size(res, 50) == 100  # the text alone is over the threshold
+
+
 def test_expired_entry_is_an_error_and_its_files_are_deleted_on_access(tmp_path):
     clock = Clock()
     cache = _cache(tmp_path, clock, ttl_seconds=10)
