@@ -2074,7 +2074,8 @@ class Sandbox:
 _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
 
 
-def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None) -> str:
+def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
+               durable: bool = True) -> str:
     """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
     (or `stem-1+ext`, ...) atomically; never overwrite. The file gets `mode`, by default what
     the user's umask gives a new file (mkstemp alone would leave it owner-only).
@@ -2082,7 +2083,8 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     The bytes go to a temporary file in the same directory first and are fsynced; only the
     complete file is then linked under its final name. os.link fails when the name exists, so
     two concurrent writers never take the same name and a crash never leaves a partial file
-    under a final name. Where hard links are unsupported (FAT, some network shares) the name is
+    under a final name. Not `durable` (the output cache's disposable files) skips the fsync:
+    a crash of the process still leaves no partial file, a power loss may. Where hard links are unsupported (FAT, some network shares) the name is
     reserved with O_EXCL and the finished file renamed over the reservation.
 
     Where _DIR_FDS every step is relative to the directory's descriptor (the one a _Dir from
@@ -2092,13 +2094,14 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     held = getattr(directory, "fd", None)
     dfd = held if held is not None or not _DIR_FDS else os.open(directory, _O_DIR)
     try:
-        return _write_in(dfd, str(directory), stem, ext, data, mode)
+        return _write_in(dfd, str(directory), stem, ext, data, mode, durable)
     finally:
         if dfd is not None and dfd != held:
             os.close(dfd)
 
 
-def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any, mode: Optional[int]) -> str:
+def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any,
+              mode: Optional[int], durable: bool = True) -> str:
     """_write_new's work: `dfd` is the directory's descriptor, or None (Windows: paths)."""
     import secrets
 
@@ -2120,7 +2123,8 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
                 f.write(chunk)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
                 os.fchmod(f.fileno(), 0o666 & ~_UMASK if mode is None else mode)
             else:  # Windows: only the read-only bit exists, and the file is writable anyway
@@ -4191,6 +4195,37 @@ _FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-
                 "xml": "application/xml"}
 
 
+_VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is viewed indented by two spaces
+
+
+def _json_view(data: Any) -> str:
+    """The text view of JSON data (a cached output, a value a pointer picks), valid JSON that
+    pages well by line: records one compact record per line (a list of objects, or the one
+    list of records in an object, whose other members get a line each); other JSON up to
+    _VIEW_INDENT_MAX characters indented by two spaces, larger a list's items or an object's
+    members one to a line. Every line is written by the C encoder: json's pure-Python one,
+    which indent needs before 3.14, takes ten times as long over a large value."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+
+    def lines(open_: str, parts: List[str], close: str) -> str:
+        return open_ + "\n" + ",\n".join(parts) + "\n" + close
+
+    if isinstance(data, list) and data:
+        parts, records = [encode(x) for x in data], all(isinstance(x, dict) for x in data)
+        layout = lines("[", parts, "]")
+    elif isinstance(data, dict) and data:
+        key = _records_key(data)[0]
+        parts = [encode(k) + ": " + (lines("[", [encode(r) for r in v], "]") if k == key else encode(v))
+                 for k, v in data.items()]
+        records, layout = key is not None, lines("{", parts, "}")
+    else:  # a scalar, [] or {}
+        return encode(data)
+    del parts
+    if not records and len(layout) <= _VIEW_INDENT_MAX:
+        return json.dumps(data, indent=2, ensure_ascii=False)
+    return layout
+
+
 def _preview(text: str, limit: int = 600) -> str:
     if len(text) <= limit:
         return text
@@ -4298,8 +4333,9 @@ def _mark_cache_dir(directory: str, dfd: Optional[int]) -> None:
         f.write("This directory is Abstract's output cache: Abstract deletes expired entries in it.\n")
 
 
-def _result_size(res: dict) -> int:
-    """Characters of content in a tool result (text, base64 data, embedded resources)."""
+def _result_size(res: dict, bound: float = float("inf")) -> int:
+    """Characters of content in a tool result (text, base64 data, embedded resources); the
+    structuredContent is serialised to be measured only when the items are within `bound`."""
     total = 0
     for item in res.get("content") or []:
         if isinstance(item, dict):
@@ -4308,7 +4344,7 @@ def _result_size(res: dict) -> int:
                 v = inner.get(key)
                 if isinstance(v, str):
                     total += len(v)
-    if "structuredContent" in res:
+    if "structuredContent" in res and total <= bound:
         total = max(total, len(_dumps(res["structuredContent"])))
     return total
 
@@ -4335,7 +4371,8 @@ def _json_pointer(data: Any, pointer: str) -> Any:
 class _CacheEntry:
     """One cached result: metadata in memory, the result and its text view on disk."""
 
-    __slots__ = ("token", "server", "tool", "created", "expires", "chars", "ctype", "bytes", "files")
+    __slots__ = ("token", "server", "tool", "created", "expires", "chars", "ctype", "bytes", "files",
+                 "sha256")
 
     def __init__(self, **kw: Any) -> None:
         for k in self.__slots__:
@@ -4446,7 +4483,8 @@ class OutputCache:
         return (isinstance(entry.token, str) and bool(_TOKEN_RE.match(entry.token))
                 and name == entry.token + ".meta.json" and isinstance(entry.ctype, str)
                 and all(num(getattr(entry, k)) for k in ("created", "expires", "chars", "bytes"))
-                and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files))
+                and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files)
+                and isinstance(entry.sha256 or "", str))
 
     def put(self, res: dict, server: str, tool: str) -> Tuple[_CacheEntry, _Extracted, str]:
         """Cache a result; returns the entry, its extracted data and its text view.
@@ -4474,23 +4512,31 @@ class OutputCache:
     def _write(self, d: _Dir, token: str, res: dict, ex: _Extracted, server: str, tool: str
                ) -> Tuple[_CacheEntry, str]:
         """Write one entry's files into `d`: binary items, the result, its text view, then the metadata."""
-        files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600) for i, b in enumerate(ex.blobs, 1)]
+        import hashlib
+
+        # No fsync: the cache's files are disposable (swept anyway); one torn by a power loss
+        # reads as broken and is reported, and the tool is called again.
+        files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600, False)
+                 for i, b in enumerate(ex.blobs, 1)]
         if ex.has_data or not ex.blobs:
-            text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
+            text = ex.data if isinstance(ex.data, str) else _json_view(ex.data)
         else:  # binary items only: the text view says what they are and where their files are
-            text = json.dumps([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
-                               for b, f in zip(ex.blobs, files)], indent=2, ensure_ascii=False)
+            text = _json_view([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
+                               for b, f in zip(ex.blobs, files)])
         now = self._clock()
         entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
                             expires=now + float(self.settings.cache("ttl_seconds")), chars=len(text),
                             ctype="text/plain" if isinstance(ex.data, str) else "application/json",
                             bytes=0, files=files)
         body = _dumps({"result": res}).encode("utf-8", "surrogatepass")
-        _write_new(d, token, ".json", body, 0o600)
+        _write_new(d, token, ".json", body, 0o600, False)
+        size, body = len(body), b""  # released before the view is encoded: one copy at a time
         view = text.encode("utf-8", "surrogatepass")
-        _write_new(d, token, ".txt", view, 0o600)
-        entry.bytes = len(body) + len(view) + sum(len(b.data) for b in ex.blobs)
-        _write_new(d, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600)
+        _write_new(d, token, ".txt", view, 0o600, False)
+        entry.sha256 = hashlib.sha256(view).hexdigest()  # for the catalog: no reading the file back
+        entry.bytes = size + len(view) + sum(len(b.data) for b in ex.blobs)
+        del view
+        _write_new(d, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600, False)
         return entry, text
 
     def get(self, token: Any) -> _CacheEntry:
@@ -5679,7 +5725,7 @@ def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: A
     fmt = "json" if entry.ctype == "application/json" else "txt"
     return {"kind": "cached", "server": entry.server, "tool": entry.tool, "token": entry.token, "path": path,
             "format": fmt, "created": entry.created, "rows": len(data) if isinstance(data, list) else None,
-            **_file_facts(cache.open_text(entry), path, fmt, max_text)}
+            **_file_facts(cache.open_text(entry), path, fmt, max_text, entry.sha256 or "")}
 
 
 # --reindex: what the files themselves tell. Default names are <server>-<tool>-<UTC stamp>, then
@@ -6489,7 +6535,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     """The result itself when small; else cache it and answer with a preview and a token."""
     cache = call.server.cache
     policy = call.server.settings.cache_policy(server, tool, call.server.client_name(call.req))
-    size = _result_size(res) if cache is not None and policy["enabled"] else 0
+    size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
     try:
@@ -6628,7 +6674,7 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         chunk, where = _records_window(value, call, limit)
     else:
         text = cache.text(entry) if pointer is None else \
-            value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+            value if isinstance(value, str) else _json_view(value)
         chunk, where = _window(text, call, limit)
     where.update({"token": entry.token, "expires_at": _iso(entry.expires)})
     if pointer is not None:

@@ -129,6 +129,33 @@ def test_window_end_line_before_start_line_is_an_error():
         _win(make_lines(10), 100, start_line=5, end_line=2)
 
 
+# ==== unit: the text view of JSON data ===============================================
+
+def test_json_view_writes_records_one_per_line_and_stays_json():
+    rows = make_rows(50)
+    view = abstract._json_view(rows)
+    lines = view.split("\n")
+    assert lines[0] == "[" and lines[-1] == "]" and len(lines) == 52
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == rows
+    assert json.loads(view) == rows
+    wrapped = {"total": 50, "items": rows, "next": None}  # the one records list of an object
+    lines = abstract._json_view(wrapped).split("\n")
+    assert lines[:3] == ["{", '"total": 50,', '"items": ['] and lines[-3:] == ["],", '"next": null', "}"]
+    assert [json.loads(line.rstrip(",")) for line in lines[3:-3]] == rows
+    assert json.loads("\n".join(lines)) == wrapped
+
+
+def test_json_view_indents_small_json_and_lines_up_large_json():
+    small = {"a": [1, 2], "b": {"c": "café"}}
+    assert abstract._json_view(small) == json.dumps(small, indent=2, ensure_ascii=False)
+    numbers = list(range(30000))  # more than _VIEW_INDENT_MAX characters: an item per line
+    assert abstract._json_view(numbers) == "[\n" + ",\n".join(map(str, numbers)) + "\n]"
+    big = {f"k{i}": [i, "x" * 20] for i in range(5000)}
+    view = abstract._json_view(big)
+    assert view.split("\n")[1] == '"k0": [0, "xxxxxxxxxxxxxxxxxxxx"],' and json.loads(view) == big
+    assert abstract._json_view("text") == '"text"' and abstract._json_view([]) == "[]"
+
+
 # ==== unit: OutputCache with a fake clock ===========================================
 
 
@@ -161,6 +188,28 @@ def test_put_writes_owner_only_files_inside_the_cache_dir(tmp_path):
     if os.name == "posix":
         assert d.stat().st_mode & 0o777 == 0o700
         assert all(p.stat().st_mode & 0o077 == 0 for p in d.iterdir())
+
+
+def test_put_is_one_pass_no_fsync_and_the_catalog_gets_the_digest(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(abstract.os, "fsync", lambda fd: synced.append(fd))
+    cache = _cache(tmp_path / "cache", Clock())
+    rows = make_rows(200)
+    entry, _, text = cache.put({"content": [{"type": "text", "text": json.dumps(rows)}]}, "srv", "tool")
+    assert synced == []  # disposable files: no fsync
+    view = (tmp_path / "cache" / f"{entry.token}.txt").read_bytes()
+    assert view == text.encode() and entry.sha256 == hashlib.sha256(view).hexdigest()
+    record = abstract._cache_record(cache, entry, 100, rows)
+    assert record["sha256"] == entry.sha256 and record["bytes"] == len(view) and record["text"] == text[:100]
+    abstract._write_new(str(tmp_path), "stored", ".txt", b"x")  # stored files still are synced
+    assert len(synced) == 1
+
+
+def test_result_size_serialises_structured_content_only_when_needed(monkeypatch):
+    res = {"content": [{"type": "text", "text": "x" * 100}], "structuredContent": {"a": "y" * 1000}}
+    assert abstract._result_size(res) > 1000 and abstract._result_size(res, 5000) > 1000
+    monkeypatch.setattr(abstract, "_dumps", lambda v: pytest.fail("serialised"))
+    assert abstract._result_size(res, 50) == 100  # the text alone is over the threshold
 
 
 def test_expired_entry_is_an_error_and_its_files_are_deleted_on_access(tmp_path):
@@ -622,6 +671,17 @@ def test_retrieve_by_pointer(retr):
     assert text_of(res) == "39"
     res = _get(p, token=tokens["rows"], pointer="/10", start_line=2, end_line=2)  # lines of the sub-value
     assert text_of(res) == '  "id": 10,\n'
+
+
+def test_retrieve_by_lines_reads_a_record_per_line(retr):
+    p, tokens = retr
+    rows = make_rows(300)
+    res = _get(p, token=tokens["rows"], start_line=2, end_line=4)
+    assert [json.loads(line.rstrip(",")) for line in text_of(res).splitlines()] == rows[:3]
+    res = _get(p, token=tokens["structured"], pointer="/results", start_line=41, end_line=41)
+    assert json.loads(text_of(res)) == make_rows(40)[39]  # a pointer's value has the same view
+    whole = p.result("resources/read", {"uri": "abstract://cache/" + tokens["rows"]})["contents"][0]["text"]
+    assert whole == abstract._json_view(rows)
 
 
 @pytest.mark.parametrize("args, message", [
