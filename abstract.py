@@ -2835,8 +2835,8 @@ def _missing_text(missing: List[str], path: str) -> str:
     names = sorted({m for m in missing if not m.startswith("input:")})
     out = []
     if names:
-        out.append(f"environment variable {', '.join(names)} is not set (used in {path}); set it in "
-                   f"Abstract's env, or write ${{{names[0]}:-default}}")
+        out.append(f"environment variable {', '.join(names)} is not set (used in {path}); "
+                   f"set it in Abstract's env, or write ${{{names[0]}:-default}}")
     if asks:
         out.append(f"${{input:{asks[0]}}} asks the editor to prompt for a value, which Abstract cannot do; "
                    f"give it in Abstract's settings file as \"inputs\": {{\"{asks[0]}\": \"...\"}}, or "
@@ -2955,13 +2955,17 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "max_upstream_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_MESSAGE_MB),
     "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_CLIENT_MESSAGE_MB),
 }
+def _patterns(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(p, str) and p for p in v)
+
+
 _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (_seconds, _SECONDS, None),
     "startup_timeout_seconds": (_seconds, _SECONDS, None),
     # Which of the server's tools Abstract shows: names or shell-style patterns (fnmatch, case
     # sensitive) of the upstream's own names; deny wins over allow.
-    "allow_tools": (lambda v: _patterns(v), "a list of tool names or patterns such as \"read_*\"", None),
-    "deny_tools": (lambda v: _patterns(v), "a list of tool names or patterns such as \"delete_*\"", None),
+    "allow_tools": (_patterns, "a list of tool names or patterns such as \"read_*\"", None),
+    "deny_tools": (_patterns, "a list of tool names or patterns such as \"delete_*\"", None),
 }
 
 
@@ -3029,10 +3033,6 @@ def _check_policy(value: Any, where: str) -> None:
         _check_keys(value, _CACHE_POLICY, where)
 
 
-def _patterns(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(p, str) and p for p in v)
-
-
 # Per tool, beside cache_output: `name` renames the tool (the upstream still gets its own name),
 # `description` replaces the upstream's.
 _TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
@@ -3057,7 +3057,8 @@ def _check_server(name: str, conf: Any) -> None:
             _check_policy(tconf["cache_output"], f"{where}.tools.{tool}.cache_output")
         new = tconf.get("name")
         if new is not None and new in renamed:
-            raise ConfigError(f"keys '{where}.tools.{renamed[new]}.name' and '{where}.tools.{tool}.name' "
+            raise ConfigError(f"keys '{where}.tools.{renamed[new]}.name' and "
+                              f"'{where}.tools.{tool}.name' "
                               f"both rename to {new!r}; give each tool its own name")
         if new is not None:
             renamed[new] = tool
@@ -3192,7 +3193,8 @@ class Settings:
                 continue
             tconf = own.get(name, {})
             if name in renames and renames[name] != name and "name" not in tconf:
-                _log.warning("%s: tool %r is hidden: settings rename %r to that name", server, name, renames[name])
+                _log.warning("%s: tool %r is hidden: settings rename %r to that name",
+                             server, name, renames[name])
                 continue
             if "name" in tconf or "description" in tconf:
                 t = {**t, "name": tconf.get("name", name)}
@@ -3839,7 +3841,8 @@ class Upstream:
                    progress: Optional[Callable[[dict], None]], retry: dict) -> dict:
         run = self._current()
         conn: Connection = run.conn  # type: ignore[assignment]
-        params: dict = {"name": self.settings.upstream_tool(self.name, tool), "arguments": args, **retry}
+        own = self.settings.upstream_tool(self.name, tool)  # a renamed tool: the upstream's own name
+        params: dict = {"name": own, "arguments": args, **retry}
         token = ""
         if progress is not None:
             token = f"abstract-{next(self._tokens)}"
@@ -4140,10 +4143,12 @@ def _delimited_rows(text: str, delimiter: str) -> Optional[List[Dict[str, Any]]]
     if delimiter not in first:
         return None
     try:
-        rows = [r for r in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True) if r]
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+        rows = [r for r in reader if r]
     except csv.Error:
         return None
-    if len(rows) < 2 or any(len(r) != len(rows[0]) for r in rows) or len(set(rows[0])) != len(rows[0]):
+    width = len(rows[0]) if rows else 0
+    if len(rows) < 2 or any(len(r) != width for r in rows) or len(set(rows[0])) != width:
         return None
     header = rows[0]
     return [dict(zip(header, r)) for r in rows[1:]]
