@@ -23,10 +23,11 @@ Sections (grep -n '^# ==' abstract.py):
     4. Errors             5. Helpers               6. Formats (csv, json, yaml, xml, md, html)
     7. Sandbox and atomic writer                   8. JSON-RPC (framing, Connection)
     9. Config and settings                         10. Upstreams (client, supervisor)
-    11. Results: extraction and storing            12. Output cache and signed links
+    11. Results: extraction and shape              12. Output cache and signed links
     13. Catalog (sqlite3)                          14. Queries (sqlite3)
-    15. Tools                                      16. Server (both protocol eras)
-    17. CLI                                        18. Entry point
+    15. Tool calls (arguments)                     16. Storing (files, quota, catalog hooks)
+    17. Tools                                      18. Server (both protocol eras)
+    19. CLI                                        20. Entry point
 """
 
 # ==== 1. Imports ==================================================================
@@ -2203,6 +2204,32 @@ def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000,
                 os.close(top)
 
 
+_USAGE_SCAN = 200000  # directory entries a quota measurement looks at, at most
+
+
+def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
+    """Bytes of the regular files under `root` (symlinks not followed), and whether the walk saw
+    them all: it stops after `cap` entries, so a huge tree cannot stall a store."""
+    total, seen, stack = 0, 0, [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > cap:
+                        return total, False
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total, True
+
+
 def _at(dfd: Optional[int], name: str, path: str) -> str:
     """What names a walked entry: its name relative to `dfd`, or its path without one."""
     return name if dfd is not None else path
@@ -3992,7 +4019,7 @@ class Upstreams:
             _log.info("stopping %s", _plural(len(runs), "upstream server"))
         _stop_runs(runs, "Abstract is shutting down")
 
-# ==== 11. Results: extraction and storing =========================================
+# ==== 11. Results: extraction and shape ===========================================
 # One path takes an upstream tools/call result apart (the MCP wrapper removed, binaries
 # decoded); storing, caching and file input all build on it.
 
@@ -4174,32 +4201,6 @@ def _utc_stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-class _Stored:
-    """A file written by a store, for the answer."""
-
-    __slots__ = ("path", "fmt", "size", "mime", "sha256")
-
-    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "") -> None:
-        self.path, self.fmt, self.size, self.mime, self.sha256 = path, fmt, size, mime, sha256
-
-
-def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]:
-    import hashlib
-
-    out = []
-    for i, b in enumerate(blobs, 1):
-        name = f"{stem}-{b.kind}" + (f"-{i}" if len(blobs) > 1 else "")
-        path = _write_new(directory, name, b.ext, b.data)
-        digest = hashlib.sha256(b.data).hexdigest()  # for the catalog, without reading the file back
-        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), b.mime or "application/octet-stream", digest))
-    return out
-
-
-_FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
-                "md": "text/markdown", "txt": "text/plain", "html": "text/html", "yaml": "application/yaml",
-                "xml": "application/xml"}
-
-
 _VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is viewed indented by two spaces
 
 
@@ -4231,12 +4232,119 @@ def _json_view(data: Any) -> str:
     return layout
 
 
-def _preview(text: str, limit: int = 600) -> str:
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
-    nl = cut.rfind("\n")
-    return (cut[:nl] if nl > limit // 2 else cut) + "\n[...]"
+def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
+    """(text, records shown, total records) showing the first records whole, or None."""
+    rows, _ = _as_records(data)
+    if not rows or (isinstance(data, list) and rows is not data):  # scalars wrapped as {"value": x} are no records
+        return None
+    out, used = [], 0
+    for row in rows:
+        line = _dumps(row)
+        if out and used + len(line) > limit:
+            break
+        out.append(line if len(line) <= max(limit, 200) * 2 else line[:max(limit, 200) * 2] + " [...]")
+        used += len(line)
+    return "\n".join(out), len(out), len(rows)
+
+
+_SHAPE_SCAN = 20000  # records a shape's types and counts are taken from
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if isinstance(value, int) else "number"
+    return "text" if isinstance(value, str) else "array" if isinstance(value, list) else "object"
+
+
+def _columns_shape(rows: List[Dict[str, Any]]) -> str:
+    """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
+    (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
+    scan = rows[:_SHAPE_SCAN]
+    kinds: Dict[str, Dict[str, int]] = {}
+    for row in scan:
+        for key, value in row.items():
+            seen = kinds.setdefault(key, {})
+            kind = _json_kind(value)
+            seen[kind] = seen.get(kind, 0) + 1
+    parts = []
+    for key, seen in kinds.items():
+        nulls = seen.pop("null", 0)
+        missing = len(scan) - nulls - sum(seen.values())
+        counts = [f"{nulls:,} null"] * bool(nulls and seen) + [f"{missing:,} missing"] * bool(missing)
+        parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
+                     + (f" ({', '.join(counts)})" if counts else ""))
+    of = f" (types from the first {_SHAPE_SCAN:,})" if len(rows) > _SHAPE_SCAN else ""
+    return ", ".join(parts) + of
+
+
+def _list_kind(items: List[Any]) -> str:
+    """"list of 12 objects", "list of 3 integers|texts" for a list's first 1,000 values."""
+    kinds = sorted({_json_kind(v) for v in items[:1000]})
+    return f"list of {len(items):,}" + (f" {'|'.join(k + 's' for k in kinds)}" if kinds else "")
+
+
+def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
+    """The keys of nested objects as an indented tree, with each list's size, within `limit`
+    characters (three levels, 20 keys a level)."""
+    out: List[str] = []
+    if not isinstance(data, dict):
+        return out
+    for key in list(data)[:20]:
+        value = data[key]
+        line = "  " * depth + f"{key}: " + (_list_kind(value) if isinstance(value, list) else
+                                             f"object of {_plural(len(value), 'key')}" if isinstance(value, dict)
+                                             else _json_kind(value))
+        if sum(map(len, out)) + len(line) > limit:
+            out.append("  " * depth + "...")
+            return out
+        out.append(line)
+        if isinstance(value, dict) and depth < 2:
+            out.extend(_tree_shape(value, limit - sum(map(len, out)), depth + 1))
+    if len(data) > 20:
+        out.append("  " * depth + f"... and {len(data) - 20:,} more keys")
+    return out
+
+
+def _shape(data: Any, limit: int) -> str:
+    """What the data is, for a preview: records with their columns' types, or the tree of an
+    object's keys (the size of each list); "" for text and scalars."""
+    rows, _ = _as_records(data)
+    if rows is not None and (not isinstance(data, list) or rows is data):
+        where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
+        return f"Shape: {_plural(len(rows), 'record')}{where}; columns: {_columns_shape(rows)}"[:max(limit, 200)]
+    if isinstance(data, list):
+        return f"Shape: a {_list_kind(data)}"
+    if isinstance(data, dict):
+        return "\n".join(["Shape: an object:"] + _tree_shape(data, limit))
+    return ""
+
+
+def _query_hint(source: str, data: Any) -> str:
+    """How to ask the data with query_output instead of reading it: "" when it holds no records."""
+    if isinstance(data, str):  # a CSV or TSV table as text (a read_text_file of a .csv): its header decides
+        head = data[:20000]
+        head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
+        data = _tabular_text(head, "csv")
+        if isinstance(data, str):
+            return ""
+    rows, _ = _as_records(data)
+    pointer = ""
+    if rows is None and isinstance(data, dict):
+        lists = [k for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+        if not lists:
+            return ""
+        pointer = ', "records_pointer": "/%s"' % lists[0].replace("~", "~0").replace("/", "~1")
+        rows = data[lists[0]]
+    if not rows or (isinstance(data, list) and rows is not data):
+        return ""
+    columns = list(dict.fromkeys(itertools.chain.from_iterable(rows[:_SHAPE_SCAN])))
+    names = ", ".join(columns[:30]) + (", ..." if len(columns) > 30 else "")
+    return (f'Ask it in SQL instead of reading it: query_output {{"source": {_dumps(source)}{pointer}, '
+            f'"sql": "SELECT count(*) FROM data"}} (table data; columns: {names}).')
 
 
 # ==== 12. Output cache and signed links ===========================================
@@ -4640,170 +4748,6 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
-    """(text, records shown, total records) showing the first records whole, or None."""
-    rows, _ = _as_records(data)
-    if not rows or (isinstance(data, list) and rows is not data):  # scalars wrapped as {"value": x} are no records
-        return None
-    out, used = [], 0
-    for row in rows:
-        line = _dumps(row)
-        if out and used + len(line) > limit:
-            break
-        out.append(line if len(line) <= max(limit, 200) * 2 else line[:max(limit, 200) * 2] + " [...]")
-        used += len(line)
-    return "\n".join(out), len(out), len(rows)
-
-
-_SHAPE_SCAN = 20000  # records a shape's types and counts are taken from
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "integer" if isinstance(value, int) else "number"
-    return "text" if isinstance(value, str) else "array" if isinstance(value, list) else "object"
-
-
-def _columns_shape(rows: List[Dict[str, Any]]) -> str:
-    """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
-    (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
-    scan = rows[:_SHAPE_SCAN]
-    kinds: Dict[str, Dict[str, int]] = {}
-    for row in scan:
-        for key, value in row.items():
-            seen = kinds.setdefault(key, {})
-            kind = _json_kind(value)
-            seen[kind] = seen.get(kind, 0) + 1
-    parts = []
-    for key, seen in kinds.items():
-        nulls = seen.pop("null", 0)
-        missing = len(scan) - nulls - sum(seen.values())
-        counts = [f"{nulls:,} null"] * bool(nulls and seen) + [f"{missing:,} missing"] * bool(missing)
-        parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
-                     + (f" ({', '.join(counts)})" if counts else ""))
-    of = f" (types from the first {_SHAPE_SCAN:,})" if len(rows) > _SHAPE_SCAN else ""
-    return ", ".join(parts) + of
-
-
-def _list_kind(items: List[Any]) -> str:
-    """"list of 12 objects", "list of 3 integers|texts" for a list's first 1,000 values."""
-    kinds = sorted({_json_kind(v) for v in items[:1000]})
-    return f"list of {len(items):,}" + (f" {'|'.join(k + 's' for k in kinds)}" if kinds else "")
-
-
-def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
-    """The keys of nested objects as an indented tree, with each list's size, within `limit`
-    characters (three levels, 20 keys a level)."""
-    out: List[str] = []
-    if not isinstance(data, dict):
-        return out
-    for key in list(data)[:20]:
-        value = data[key]
-        line = "  " * depth + f"{key}: " + (_list_kind(value) if isinstance(value, list) else
-                                             f"object of {_plural(len(value), 'key')}" if isinstance(value, dict)
-                                             else _json_kind(value))
-        if sum(map(len, out)) + len(line) > limit:
-            out.append("  " * depth + "...")
-            return out
-        out.append(line)
-        if isinstance(value, dict) and depth < 2:
-            out.extend(_tree_shape(value, limit - sum(map(len, out)), depth + 1))
-    if len(data) > 20:
-        out.append("  " * depth + f"... and {len(data) - 20:,} more keys")
-    return out
-
-
-def _shape(data: Any, limit: int) -> str:
-    """What the data is, for a preview: records with their columns' types, or the tree of an
-    object's keys (the size of each list); "" for text and scalars."""
-    rows, _ = _as_records(data)
-    if rows is not None and (not isinstance(data, list) or rows is data):
-        where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
-        return f"Shape: {_plural(len(rows), 'record')}{where}; columns: {_columns_shape(rows)}"[:max(limit, 200)]
-    if isinstance(data, list):
-        return f"Shape: a {_list_kind(data)}"
-    if isinstance(data, dict):
-        return "\n".join(["Shape: an object:"] + _tree_shape(data, limit))
-    return ""
-
-
-def _query_hint(source: str, data: Any) -> str:
-    """How to ask the data with query_output instead of reading it: "" when it holds no records."""
-    if isinstance(data, str):  # a CSV or TSV table as text (a read_text_file of a .csv): its header decides
-        head = data[:20000]
-        head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
-        data = _tabular_text(head, "csv")
-        if isinstance(data, str):
-            return ""
-    rows, _ = _as_records(data)
-    pointer = ""
-    if rows is None and isinstance(data, dict):
-        lists = [k for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
-        if not lists:
-            return ""
-        pointer = ', "records_pointer": "/%s"' % lists[0].replace("~", "~0").replace("/", "~1")
-        rows = data[lists[0]]
-    if not rows or (isinstance(data, list) and rows is not data):
-        return ""
-    columns = list(dict.fromkeys(itertools.chain.from_iterable(rows[:_SHAPE_SCAN])))
-    names = ", ".join(columns[:30]) + (", ..." if len(columns) > 30 else "")
-    return (f'Ask it in SQL instead of reading it: query_output {{"source": {_dumps(source)}{pointer}, '
-            f'"sql": "SELECT count(*) FROM data"}} (table data; columns: {names}).')
-
-
-def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars: int, link: str,
-                   can_store: bool, can_query: bool = False) -> str:
-    """What the model reads instead of a large result: its size and shape, a preview, and how
-    to read on, ask it in SQL, or store it."""
-    what = "JSON" if entry.ctype == "application/json" else "text"
-    size = f"{entry.chars:,} characters of {what}"
-    if what == "text" and ex.has_data:
-        size += f", {_plural(text.count(chr(10)) + (1 if text and not text.endswith(chr(10)) else 0), 'line')}"
-    if ex.blobs:
-        size += f" and {_plural(len(ex.blobs), 'binary item')} of {sum(len(b.data) for b in ex.blobs):,} bytes"
-    if not ex.has_data and ex.blobs:
-        size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
-    lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
-             f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
-    shape = _shape(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else ""
-    if shape:
-        lines.append(shape)
-        if not shape.startswith("Shape: a list"):  # (a list's shape is one short line)
-            preview_chars = max(preview_chars - len(shape), 0)
-    recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else None
-    if recs is not None:
-        lines.append(f"Preview (first {recs[1]} of {recs[2]} records):\n{recs[0]}")
-    elif preview_chars:
-        lines.append(f"Preview:\n{text[:preview_chars]}" + (" [...]" if len(text) > preview_chars else ""))
-    for b, path in zip(ex.blobs, entry.files or []):
-        lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
-    lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
-    hint = _query_hint(entry.token, ex.data) if can_query and ex.has_data and not ex.blobs else ""
-    if hint:
-        lines.append(hint)
-    if can_store:
-        fmt = _suggested_format(ex.data) if ex.has_data else "json"
-        lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", '
-                     f'"file_format": "{fmt}"}}.')
-    if link:
-        lines.append(f"Download (until it expires): {link}")
-    return "\n".join(lines)
-
-
-def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int]], shown: int) -> str:
-    """How to read on: the next record by JSON Pointer after a records preview, else by offset."""
-    start = 'More: retrieve_cached_output {"token": "%s", ' % entry.token
-    if recs is not None:
-        return start + '"record_offset": %d, "record_count": 20} reads the next records; offset/length or ' \
-                       "start_line/end_line page through the whole text." % recs[1]
-    extra = ', or a "pointer" such as "/0" into the JSON' if entry.ctype == "application/json" else ""
-    return start + '"offset": %d} (or start_line/end_line%s).' % (shown, extra)
-
-
 class _LinkSigner:
     """HMAC-SHA256 signatures over "{token}:{expires}" for cache download links."""
 
@@ -4981,7 +4925,6 @@ _SNIPPET_TOKENS = 24
 # catalog would take ~100 ms at 100k rows. Ranking is therefore done among the newest matches only,
 # this many of them (a word that common says little about relevance anyway).
 _RANK_WINDOW = 10000
-_USAGE_SCAN = 200000  # directory entries a quota measurement looks at, at most
 _TEXT_FORMATS = frozenset(_FORMATS) | {"yml", "markdown", "htm", "log", "text", "ndjson", "jsonl"}
 # Words as FTS5's default unicode61 tokenizer sees them: runs of letters and digits ("_" separates).
 _WORD_RE = re.compile(r"[^\W_]+")
@@ -5266,33 +5209,6 @@ def _file_facts(opened: Tuple[Any, int], path: str, fmt: str, max_text: int, sha
             except (OSError, EOFError, zlib.error):
                 text = ""
     return {"bytes": size, "sha256": sha256, "text": text}
-
-
-def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
-    """Bytes of the regular files under `root` (symlinks not followed), and whether the walk saw
-    them all: it stops after `cap` entries, so a huge tree cannot stall a store."""
-    total, seen, stack = 0, 0, [root]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    seen += 1
-                    if seen > cap:
-                        return total, False
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    return total, True
-
-
-def _mib(n: float) -> str:
-    return f"{n / (1024 * 1024):,.1f} MB"
 
 
 def _title(content: str) -> str:
@@ -5701,29 +5617,6 @@ def _conversations_markdown(convs: List[dict], exported: str) -> str:
     return "\n".join(out)
 
 
-def _output_view(row: dict) -> dict:
-    """One catalogued output for an answer: what it is, where it is, and whether it is still there."""
-    out = {"id": row["id"], "time": row["created"], "kind": row["kind"], "server": row["server"], "tool": row["tool"],
-           "format": row["format"], "bytes": row["bytes"]}
-    if row["kind"] == "cached":
-        out["token"], out["uri"] = row["token"], _CACHE_URI + (row["token"] or "")
-    else:
-        out["path"], out["uri"] = row["path"], _file_uri(row["path"]) if row["path"] else None
-    if row.get("nrows") is not None:
-        out["rows"] = row["nrows"]
-    if row.get("ncolumns") is not None:
-        out["columns"] = row["ncolumns"]
-    if row.get("description"):
-        out["description"] = row["description"]
-    if row.get("arguments") and len(row["arguments"]) <= 1000:
-        try:
-            out["arguments"] = json.loads(row["arguments"])
-        except ValueError:  # written by something other than Abstract
-            pass
-    out["missing"] = not (row["path"] and os.path.isfile(row["path"]))
-    return out
-
-
 def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: Any = None) -> dict:
     """The catalog entry of a cached output: its text view is the searchable text."""
     path = os.path.join(cache.dir, entry.token + ".txt")
@@ -5806,7 +5699,6 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Opti
         summary["cached"] += len(catalog.record_many([record]))
     summary["rows"] = catalog.count()
     return summary
-
 
 
 # ---- the tool index: list_available_tools' query ----
@@ -6196,12 +6088,14 @@ def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tupl
     return "\n".join(lines), len(rows)
 
 
-# ==== 15. Tools ===================================================================
-# What the model sees: each tool's schema and description, and its handler. Handlers raise
-# ToolError for anything the model can fix; it becomes an isError result with that text.
+# ==== 15. Tool calls ==============================================================
+# One tools/call being handled: its arguments, read and checked with the errors a model can act
+# on. Storing and the tools build on it.
 
 
 _ARG_INT_MAX = 10**9  # the largest offset, limit or line number a tool takes
+
+
 _RETENTION_DAYS_MAX = 36500  # a hundred years
 
 
@@ -6213,6 +6107,8 @@ _ARG_ALIASES: Dict[str, Tuple[str, ...]] = {
     "format": ("file_format",), "path": ("file_path",),  # (for file input it could mean either)
     "output_path": ("storage_path",), "directory": ("storage_path",),
 }
+
+
 # Format names models often use, taken as the format they mean.
 _FORMAT_ALIASES = {"yml": "yaml", "markdown": "md", "text": "txt", "htm": "html"}
 
@@ -6293,6 +6189,288 @@ def _checked_args(tool: str, schema: dict, args: dict) -> dict:
                 raise ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
         out[target] = value
     return out
+
+
+# ==== 16. Storing =================================================================
+# The store path: a tool result (or a cached output) written as a file in an allowed directory,
+# checked against the sandbox and the quota before the tool runs, recorded in the catalog.
+
+
+class _Stored:
+    """A file written by a store, for the answer."""
+
+    __slots__ = ("path", "fmt", "size", "mime", "sha256")
+
+    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "") -> None:
+        self.path, self.fmt, self.size, self.mime, self.sha256 = path, fmt, size, mime, sha256
+
+
+_FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
+                "md": "text/markdown", "txt": "text/plain", "html": "text/html", "yaml": "application/yaml",
+                "xml": "application/xml"}
+
+
+def _preview(text: str, limit: int = 600) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    nl = cut.rfind("\n")
+    return (cut[:nl] if nl > limit // 2 else cut) + "\n[...]"
+
+
+def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]:
+    import hashlib
+
+    out = []
+    for i, b in enumerate(blobs, 1):
+        name = f"{stem}-{b.kind}" + (f"-{i}" if len(blobs) > 1 else "")
+        path = _write_new(directory, name, b.ext, b.data)
+        digest = hashlib.sha256(b.data).hexdigest()  # for the catalog, without reading the file back
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), b.mime or "application/octet-stream", digest))
+    return out
+
+
+# -- the catalog's hooks (section 13 holds the Catalog): every stored file, stored response and
+# cached output is recorded. A catalog failure is logged and never fails the call: the output
+# itself is already safe on disk.
+
+
+def _recorded_args(call: _Call) -> Any:
+    """The arguments worth keeping with an output: a meta tool's own minus server and tool name
+    (which have columns), or a direct-mode call's upstream arguments as they are."""
+    if "tool_name" in call.args:
+        return {k: v for k, v in call.args.items() if k not in ("server", "tool_name")}
+    return call.args
+
+
+def _catalog_note(call: _Call, what: str, build: Callable[[int], List[dict]]) -> None:
+    catalog = call.server.catalog
+    if catalog is None:
+        return
+    try:
+        catalog.record_many(build(catalog.max_text))
+    except Exception as e:  # sqlite3.Error, OSError, anything: never the store's failure
+        _log.warning("catalog: could not record %s: %s", what, e)
+
+
+def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Optional[_Stored], conv: Any,
+                    blobs: List[_Stored]) -> None:
+    """Record a store's files: the converted data (with rows/columns for tables) and each binary item."""
+    desc = call.args.get("description") if isinstance(call.args.get("description"), str) else ""
+
+    def opened(path: str) -> Tuple[Any, int]:  # the file just stored, read back through the sandbox
+        f, _, size = call.server.sandbox.open_read(path)
+        return f, size
+
+    def build(max_text: int) -> List[dict]:
+        out = []
+        for f in ([main] if main is not None else []) + blobs:
+            e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call), "description": desc,
+                 "path": f.path, "format": f.fmt, **_file_facts(opened(f.path), f.path, f.fmt, max_text, f.sha256)}
+            if f is main and getattr(conv, "rows", None) is not None:
+                e["rows"], e["columns"] = conv.rows, len(conv.columns or [])
+            out.append(e)
+        return out
+
+    _catalog_note(call, f"the files of {server}.{tool}", build)
+
+
+def _catalog_cached(call: _Call, entry: _CacheEntry, ex: _Extracted) -> None:
+    cache = call.server.cache
+    _catalog_note(call, f"the cached output {entry.token}",
+                  lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),  # type: ignore[arg-type]
+                                         arguments=_recorded_args(call))])
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1024 * 1024):,.1f} MB"
+
+
+def _check_quota(call: _Call, directory: str) -> None:
+    """Refuse, before the tool runs, a store into an allowed directory at or over its max_total_mb.
+    The result's size is unknown until the tool answers, so one store may take a directory past
+    its limit; the next is refused. Nothing is ever deleted to make room."""
+    root = call.server.sandbox.root_of(directory)
+    limit = call.server.settings.quota_mb(root) if root else None
+    if limit is None:
+        return
+    used, complete = _dir_usage(root)  # type: ignore[arg-type]
+    if used >= limit * 1024 * 1024:
+        raise ToolError(f"Not stored: the allowed directory {root} holds {'at least ' if not complete else ''}"
+                        f"{_mib(used)}, at or over its limit of {limit:g} MB (max_total_mb in Abstract's settings, "
+                        f"key 'storage'). Abstract never deletes files to make room: move or delete files there, "
+                        f"store in another allowed directory (storage_path), or raise the limit.")
+
+
+def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
+    """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
+    sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
+    try:  # the name first: a refused name must not leave new folders behind
+        stem = _safe_part(f"{server}-{tool}-{_utc_stamp()}") if name is None else _safe_filename(name)
+        exts = tuple("." + e for e in _FORMATS + ("yml", "gz"))
+        while name is not None and stem.lower().endswith(exts):  # "report.csv.gz", "report.csv."
+            head = stem[:stem.rindex(".")]
+            if not head.strip(". "):  # ".csv" alone is the name, not an extension
+                break
+            stem = _safe_filename(head)
+    except SandboxError as e:
+        raise ToolError(f"{e}. Allowed directories: {', '.join(sandbox.roots)}; the file goes in the first, "
+                        f"or in the folder storage_path names.") from None
+    try:
+        if path is None:
+            organize = call.server.settings.get("organize")
+            parts = {"flat": [], "by_server": [server], "by_server_tool": [server, tool]}[organize]
+            path = os.path.join(*(_safe_part(p) for p in parts)) if parts else None
+        return sandbox.make_dir(path), stem
+    except SandboxError as e:
+        raise ToolError(str(e)) from None
+
+
+def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
+    """gzip-compress a stream of chunks without holding the whole file (wbits 31: gzip framing)."""
+    import zlib
+
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)
+    for chunk in chunks:
+        out = z.compress(chunk)
+        if out:
+            yield out
+    yield z.flush()
+
+
+def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -> Tuple[_Stored, str]:
+    """Write converted data part by part (a large table is never one huge string or bytes
+    object); returns the file and the start of its text, for the preview."""
+    head: List[str] = []
+
+    def encoded() -> Iterator[bytes]:
+        for part in conv.parts:
+            if sum(map(len, head)) < 4000:
+                head.append(part[:4000])
+            yield part.encode("utf-8", "surrogatepass")
+
+    import hashlib
+
+    chunks: Any = encoded()
+    ext = "." + conv.fmt
+    mime = _FORMAT_MIME[conv.fmt]
+    if call.flag("compress"):
+        chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
+    digest = hashlib.sha256()  # of the bytes as written, so the catalog need not read the file again
+    size = [0]  # (nor the path, which may lead elsewhere by now)
+
+    def hashed() -> Iterator[bytes]:
+        for chunk in chunks:
+            digest.update(chunk)
+            size[0] += len(chunk)
+            yield chunk
+
+    path = _write_new(directory, stem, ext, hashed())
+    return _Stored(path, conv.fmt, size[0], mime, digest.hexdigest()), "".join(head)
+
+
+def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) -> ToolError:
+    """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
+    model's error, naming the folder."""
+    also = f" ({written.path} was written before it failed)" if written is not None else ""
+    return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some space or fix "
+                     f"the folder, or store in another allowed directory (storage_path).")
+
+
+_QUERYABLE = ("json", "csv", "tsv", "yaml", "xml")  # stored formats query_output reads back as records
+
+
+def _data_notes(call: _Call, main: Optional[_Stored], data: Any) -> List[str]:
+    """The shape of stored data, and for records how to ask the file with query_output."""
+    if main is None:
+        return []
+    if isinstance(data, str):
+        lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
+        return [f"Shape: text, {_plural(lines, 'line')}."]
+    out = [_shape(data, 600)] if data is not None else []
+    if main.fmt in _QUERYABLE and "query_output" in call.server.tools:
+        hint = _query_hint(main.path, data if main.fmt not in ("csv", "tsv") else _as_records(data)[0])
+        out.append(hint)
+    return [line for line in out if line]
+
+
+def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
+                  blobs: List[_Stored], preview: str, about: List[str] = ()) -> dict:  # type: ignore[assignment]
+    """The short answer to a store: text for the model, resource_link, structuredContent."""
+    files = ([main] if main else []) + blobs
+    first = files[0]
+    lines = [f"Stored the result of {server}.{tool} as {first.fmt.upper()}: {first.path}"]
+    info: dict = {"server": server, "tool": tool, "path": first.path, "uri": _file_uri(first.path),
+                  "format": first.fmt, "bytes": first.size}
+    if main is not None and conv.rows is not None:
+        info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
+        lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, {first.size:,} bytes.")
+    else:
+        lines.append(f"{_plural(first.size, 'byte')}.")
+    if main is not None and main.path.lower().endswith(".gz"):
+        info["compressed"] = True
+    if blobs:
+        info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime, "bytes": b.size} for b in blobs]
+        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}" for b in (blobs if main else blobs[1:]))
+    notes = list(getattr(conv, "notes", None) or [])
+    if notes:
+        info["notes"] = notes
+        lines.extend(f"Note: {n}" for n in notes)
+    lines.extend(a for a in about if not a.startswith("Ask it"))
+    if preview:
+        lines.append("Preview:\n" + preview)
+    lines.extend(a for a in about if a.startswith("Ask it"))
+    result = _text_result("\n".join(lines), info)
+    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
+        desc = call.str("description") or f"Result of {server}.{tool}"
+        result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path), "name": os.path.basename(f.path),
+                               "mimeType": f.mime, "size": f.size, "description": desc[:500]} for f in files]
+    return result
+
+
+def _store_result(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
+                  source: str = "") -> dict:
+    """Store a tool result in `fmt` (None: the format that fits the content): call_tool_and_store,
+    file input's response_format, and cached outputs. `fetch` gives the result once the target
+    is known to be usable."""
+    call.flag("compress")  # a bad value is refused before the tool runs
+    directory, stem = _store_target(call, server, tool)
+    with directory:  # held open (POSIX): the folder decided now is the one written, however long the tool runs
+        return _store_in(call, server, tool, fmt, fetch, source, directory, stem)
+
+
+def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
+              source: str, directory: str, stem: str) -> dict:
+    _check_quota(call, directory)
+    res = fetch()
+    if res.get("isError"):
+        raise ToolError(f"'{server}' tool '{tool}' reported an error{source}, so nothing was stored: {_error_text(res)}")
+    ex = _extract(res)
+    del res  # the wrapper's copy of a large text is not needed once it is parsed
+    main, conv, preview = None, None, ""
+    try:
+        if ex.has_data or not ex.blobs:
+            fmt = fmt or _natural_format(ex.data)
+            try:
+                data = _tabular_text(ex.data, fmt)
+                conv = _convert(data, fmt, call.str("description") or f"{server}.{tool}")
+                main, head = _write_converted(call, directory, stem, conv)
+            except FormatError as e:
+                raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
+            except RecursionError:
+                raise ToolError(f"the result is nested too deeply to write as {fmt}") from None
+            preview = _preview(head)
+        blobs = _store_blobs(directory, stem, ex.blobs)
+    except OSError as e:
+        raise _write_error(directory, e, main) from None
+    _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
+    about = _data_notes(call, main, _tabular_text(ex.data, main.fmt) if main is not None else None)
+    return _store_answer(call, server, tool, main, conv, blobs, preview, about)
+
+
+# ==== 17. Tools ===================================================================
+# What the model sees: each tool's schema and description, and its handler. Handlers raise
+# ToolError for anything the model can fix; it becomes an isError result with that text.
 
 
 def _schema(props: dict, required: Tuple[str, ...] = ()) -> dict:
@@ -6468,72 +6646,53 @@ def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
     return res
 
 
-# -- the catalog's hooks (section 13 holds the Catalog): every stored file, stored response and
-# cached output is recorded. A catalog failure is logged and never fails the call: the output
-# itself is already safe on disk.
+def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars: int, link: str,
+                   can_store: bool, can_query: bool = False) -> str:
+    """What the model reads instead of a large result: its size and shape, a preview, and how
+    to read on, ask it in SQL, or store it."""
+    what = "JSON" if entry.ctype == "application/json" else "text"
+    size = f"{entry.chars:,} characters of {what}"
+    if what == "text" and ex.has_data:
+        size += f", {_plural(text.count(chr(10)) + (1 if text and not text.endswith(chr(10)) else 0), 'line')}"
+    if ex.blobs:
+        size += f" and {_plural(len(ex.blobs), 'binary item')} of {sum(len(b.data) for b in ex.blobs):,} bytes"
+    if not ex.has_data and ex.blobs:
+        size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
+    lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
+             f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
+    shape = _shape(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else ""
+    if shape:
+        lines.append(shape)
+        if not shape.startswith("Shape: a list"):  # (a list's shape is one short line)
+            preview_chars = max(preview_chars - len(shape), 0)
+    recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else None
+    if recs is not None:
+        lines.append(f"Preview (first {recs[1]} of {recs[2]} records):\n{recs[0]}")
+    elif preview_chars:
+        lines.append(f"Preview:\n{text[:preview_chars]}" + (" [...]" if len(text) > preview_chars else ""))
+    for b, path in zip(ex.blobs, entry.files or []):
+        lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
+    lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
+    hint = _query_hint(entry.token, ex.data) if can_query and ex.has_data and not ex.blobs else ""
+    if hint:
+        lines.append(hint)
+    if can_store:
+        fmt = _suggested_format(ex.data) if ex.has_data else "json"
+        lines.append(f'Save it as a file: call_tool_and_store {{"cache_token": "{entry.token}", '
+                     f'"file_format": "{fmt}"}}.')
+    if link:
+        lines.append(f"Download (until it expires): {link}")
+    return "\n".join(lines)
 
 
-def _recorded_args(call: _Call) -> Any:
-    """The arguments worth keeping with an output: a meta tool's own minus server and tool name
-    (which have columns), or a direct-mode call's upstream arguments as they are."""
-    if "tool_name" in call.args:
-        return {k: v for k, v in call.args.items() if k not in ("server", "tool_name")}
-    return call.args
-
-
-def _catalog_note(call: _Call, what: str, build: Callable[[int], List[dict]]) -> None:
-    catalog = call.server.catalog
-    if catalog is None:
-        return
-    try:
-        catalog.record_many(build(catalog.max_text))
-    except Exception as e:  # sqlite3.Error, OSError, anything: never the store's failure
-        _log.warning("catalog: could not record %s: %s", what, e)
-
-
-def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Optional[_Stored], conv: Any,
-                    blobs: List[_Stored]) -> None:
-    """Record a store's files: the converted data (with rows/columns for tables) and each binary item."""
-    desc = call.args.get("description") if isinstance(call.args.get("description"), str) else ""
-
-    def opened(path: str) -> Tuple[Any, int]:  # the file just stored, read back through the sandbox
-        f, _, size = call.server.sandbox.open_read(path)
-        return f, size
-
-    def build(max_text: int) -> List[dict]:
-        out = []
-        for f in ([main] if main is not None else []) + blobs:
-            e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call), "description": desc,
-                 "path": f.path, "format": f.fmt, **_file_facts(opened(f.path), f.path, f.fmt, max_text, f.sha256)}
-            if f is main and getattr(conv, "rows", None) is not None:
-                e["rows"], e["columns"] = conv.rows, len(conv.columns or [])
-            out.append(e)
-        return out
-
-    _catalog_note(call, f"the files of {server}.{tool}", build)
-
-
-def _catalog_cached(call: _Call, entry: _CacheEntry, ex: _Extracted) -> None:
-    cache = call.server.cache
-    _catalog_note(call, f"the cached output {entry.token}",
-                  lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),  # type: ignore[arg-type]
-                                         arguments=_recorded_args(call))])
-
-
-def _check_quota(call: _Call, directory: str) -> None:
-    """Refuse, before the tool runs, a store into an allowed directory at or over its max_total_mb.
-    The result's size is unknown until the tool answers, so one store may take a directory past
-    its limit; the next is refused. Nothing is ever deleted to make room."""
-    root = call.server.sandbox.root_of(directory)
-    limit = call.server.settings.quota_mb(root) if root else None
-    if limit is None:
-        return
-    used, complete = _dir_usage(root)  # type: ignore[arg-type]
-    if used >= limit * 1024 * 1024:
-        raise ToolError(f"Not stored: the allowed directory {root} holds {'at least ' if not complete else ''}"
-                        f"{_mib(used)}, at or over its limit of {limit:g} MB (max_total_mb in Abstract's settings, "
-                        f"key 'storage'). Abstract never deletes files to make room: move or delete files there, "
-                        f"store in another allowed directory (storage_path), or raise the limit.")
+def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int]], shown: int) -> str:
+    """How to read on: the next record by JSON Pointer after a records preview, else by offset."""
+    start = 'More: retrieve_cached_output {"token": "%s", ' % entry.token
+    if recs is not None:
+        return start + '"record_offset": %d, "record_count": 20} reads the next records; offset/length or ' \
+                       "start_line/end_line page through the whole text." % recs[1]
+    extra = ', or a "pointer" such as "/0" into the JSON' if entry.ctype == "application/json" else ""
+    return start + '"offset": %d} (or start_line/end_line%s).' % (shown, extra)
 
 
 def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
@@ -6705,172 +6864,6 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
 def _tool_list_allowed_directories(call: _Call) -> dict:
     out = call.server.sandbox.describe()
     return _text_result(_dumps(out), out)
-
-
-def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
-    """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
-    sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
-    try:  # the name first: a refused name must not leave new folders behind
-        stem = _safe_part(f"{server}-{tool}-{_utc_stamp()}") if name is None else _safe_filename(name)
-        exts = tuple("." + e for e in _FORMATS + ("yml", "gz"))
-        while name is not None and stem.lower().endswith(exts):  # "report.csv.gz", "report.csv."
-            head = stem[:stem.rindex(".")]
-            if not head.strip(". "):  # ".csv" alone is the name, not an extension
-                break
-            stem = _safe_filename(head)
-    except SandboxError as e:
-        raise ToolError(f"{e}. Allowed directories: {', '.join(sandbox.roots)}; the file goes in the first, "
-                        f"or in the folder storage_path names.") from None
-    try:
-        if path is None:
-            organize = call.server.settings.get("organize")
-            parts = {"flat": [], "by_server": [server], "by_server_tool": [server, tool]}[organize]
-            path = os.path.join(*(_safe_part(p) for p in parts)) if parts else None
-        return sandbox.make_dir(path), stem
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
-
-
-_QUERYABLE = ("json", "csv", "tsv", "yaml", "xml")  # stored formats query_output reads back as records
-
-
-def _data_notes(call: _Call, main: Optional[_Stored], data: Any) -> List[str]:
-    """The shape of stored data, and for records how to ask the file with query_output."""
-    if main is None:
-        return []
-    if isinstance(data, str):
-        lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
-        return [f"Shape: text, {_plural(lines, 'line')}."]
-    out = [_shape(data, 600)] if data is not None else []
-    if main.fmt in _QUERYABLE and "query_output" in call.server.tools:
-        hint = _query_hint(main.path, data if main.fmt not in ("csv", "tsv") else _as_records(data)[0])
-        out.append(hint)
-    return [line for line in out if line]
-
-
-def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
-                  blobs: List[_Stored], preview: str, about: List[str] = ()) -> dict:  # type: ignore[assignment]
-    """The short answer to a store: text for the model, resource_link, structuredContent."""
-    files = ([main] if main else []) + blobs
-    first = files[0]
-    lines = [f"Stored the result of {server}.{tool} as {first.fmt.upper()}: {first.path}"]
-    info: dict = {"server": server, "tool": tool, "path": first.path, "uri": _file_uri(first.path),
-                  "format": first.fmt, "bytes": first.size}
-    if main is not None and conv.rows is not None:
-        info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
-        lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, {first.size:,} bytes.")
-    else:
-        lines.append(f"{_plural(first.size, 'byte')}.")
-    if main is not None and main.path.lower().endswith(".gz"):
-        info["compressed"] = True
-    if blobs:
-        info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime, "bytes": b.size} for b in blobs]
-        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}" for b in (blobs if main else blobs[1:]))
-    notes = list(getattr(conv, "notes", None) or [])
-    if notes:
-        info["notes"] = notes
-        lines.extend(f"Note: {n}" for n in notes)
-    lines.extend(a for a in about if not a.startswith("Ask it"))
-    if preview:
-        lines.append("Preview:\n" + preview)
-    lines.extend(a for a in about if a.startswith("Ask it"))
-    result = _text_result("\n".join(lines), info)
-    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
-        desc = call.str("description") or f"Result of {server}.{tool}"
-        result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path), "name": os.path.basename(f.path),
-                               "mimeType": f.mime, "size": f.size, "description": desc[:500]} for f in files]
-    return result
-
-
-def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
-    """gzip-compress a stream of chunks without holding the whole file (wbits 31: gzip framing)."""
-    import zlib
-
-    z = zlib.compressobj(6, zlib.DEFLATED, 31)
-    for chunk in chunks:
-        out = z.compress(chunk)
-        if out:
-            yield out
-    yield z.flush()
-
-
-def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -> Tuple[_Stored, str]:
-    """Write converted data part by part (a large table is never one huge string or bytes
-    object); returns the file and the start of its text, for the preview."""
-    head: List[str] = []
-
-    def encoded() -> Iterator[bytes]:
-        for part in conv.parts:
-            if sum(map(len, head)) < 4000:
-                head.append(part[:4000])
-            yield part.encode("utf-8", "surrogatepass")
-
-    import hashlib
-
-    chunks: Any = encoded()
-    ext = "." + conv.fmt
-    mime = _FORMAT_MIME[conv.fmt]
-    if call.flag("compress"):
-        chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
-    digest = hashlib.sha256()  # of the bytes as written, so the catalog need not read the file again
-    size = [0]  # (nor the path, which may lead elsewhere by now)
-
-    def hashed() -> Iterator[bytes]:
-        for chunk in chunks:
-            digest.update(chunk)
-            size[0] += len(chunk)
-            yield chunk
-
-    path = _write_new(directory, stem, ext, hashed())
-    return _Stored(path, conv.fmt, size[0], mime, digest.hexdigest()), "".join(head)
-
-
-def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) -> ToolError:
-    """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
-    model's error, naming the folder."""
-    also = f" ({written.path} was written before it failed)" if written is not None else ""
-    return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some space or fix "
-                     f"the folder, or store in another allowed directory (storage_path).")
-
-
-def _store_result(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
-                  source: str = "") -> dict:
-    """Store a tool result in `fmt` (None: the format that fits the content): call_tool_and_store,
-    file input's response_format, and cached outputs. `fetch` gives the result once the target
-    is known to be usable."""
-    call.flag("compress")  # a bad value is refused before the tool runs
-    directory, stem = _store_target(call, server, tool)
-    with directory:  # held open (POSIX): the folder decided now is the one written, however long the tool runs
-        return _store_in(call, server, tool, fmt, fetch, source, directory, stem)
-
-
-def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
-              source: str, directory: str, stem: str) -> dict:
-    _check_quota(call, directory)
-    res = fetch()
-    if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error{source}, so nothing was stored: {_error_text(res)}")
-    ex = _extract(res)
-    del res  # the wrapper's copy of a large text is not needed once it is parsed
-    main, conv, preview = None, None, ""
-    try:
-        if ex.has_data or not ex.blobs:
-            fmt = fmt or _natural_format(ex.data)
-            try:
-                data = _tabular_text(ex.data, fmt)
-                conv = _convert(data, fmt, call.str("description") or f"{server}.{tool}")
-                main, head = _write_converted(call, directory, stem, conv)
-            except FormatError as e:
-                raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
-            except RecursionError:
-                raise ToolError(f"the result is nested too deeply to write as {fmt}") from None
-            preview = _preview(head)
-        blobs = _store_blobs(directory, stem, ex.blobs)
-    except OSError as e:
-        raise _write_error(directory, e, main) from None
-    _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
-    about = _data_notes(call, main, _tabular_text(ex.data, main.fmt) if main is not None else None)
-    return _store_answer(call, server, tool, main, conv, blobs, preview, about)
 
 
 def _cached_source(call: _Call) -> Optional[_CacheEntry]:
@@ -7197,6 +7190,29 @@ def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
             raise ToolError(f"The catalog database {call.server.catalog.path} failed: {e}. Try again; if it "  # type: ignore
                             f"persists, restart Abstract (a damaged database is moved aside at start-up).") from None
     return run
+
+
+def _output_view(row: dict) -> dict:
+    """One catalogued output for an answer: what it is, where it is, and whether it is still there."""
+    out = {"id": row["id"], "time": row["created"], "kind": row["kind"], "server": row["server"], "tool": row["tool"],
+           "format": row["format"], "bytes": row["bytes"]}
+    if row["kind"] == "cached":
+        out["token"], out["uri"] = row["token"], _CACHE_URI + (row["token"] or "")
+    else:
+        out["path"], out["uri"] = row["path"], _file_uri(row["path"]) if row["path"] else None
+    if row.get("nrows") is not None:
+        out["rows"] = row["nrows"]
+    if row.get("ncolumns") is not None:
+        out["columns"] = row["ncolumns"]
+    if row.get("description"):
+        out["description"] = row["description"]
+    if row.get("arguments") and len(row["arguments"]) <= 1000:
+        try:
+            out["arguments"] = json.loads(row["arguments"])
+        except ValueError:  # written by something other than Abstract
+            pass
+    out["missing"] = not (row["path"] and os.path.isfile(row["path"]))
+    return out
 
 
 def _search_args(call: _Call, max_limit: int = 100) -> Tuple[str, str, int, int]:
@@ -7576,7 +7592,7 @@ _INSTRUCTIONS = (
     "list_stored_outputs lists them newest first."
 )
 
-# ==== 16. Server ==================================================================
+# ==== 18. Server ==================================================================
 # The MCP server the client talks to, in both protocol eras: the legacy handshake
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
@@ -7588,6 +7604,241 @@ _DIRECT_INSTRUCTIONS = (
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
               "resources/read"}
+
+
+def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
+    """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
+    anything else."""
+    import base64
+
+    if size > _READ_MAX:
+        raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
+                                       f"{_READ_MAX:,} bytes", {"uri": uri})
+    try:
+        data = f.read(_READ_MAX + 1)
+    except OSError as e:
+        raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}", {"uri": uri}) from None
+    item: dict = {"uri": uri, "mimeType": _mime_of(path)}
+    text = None
+    if not path.lower().endswith(".gz"):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if text is not None and "\x00" not in text:
+        return _text_item(item, text, data)  # type: ignore[return-value]  (never None for _READ_MAX bytes)
+    item["blob"] = base64.b64encode(data).decode("ascii")
+    return item
+
+
+def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[dict]:
+    """`item` with the text, or, when JSON escaping would make it too long for one message
+    (a control character becomes 6 bytes), with the base64 of its UTF-8 as a blob; None when
+    even that is too long."""
+    import base64
+
+    if len(text) * 6 <= _ITEM_MAX or len(  # (6: the most bytes one character escapes to)
+            json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
+        return dict(item, text=text)
+    data = text.encode("utf-8", "surrogatepass") if data is None else data
+    if (len(data) + 2) // 3 * 4 > _ITEM_MAX:
+        return None
+    return dict(item, blob=base64.b64encode(data).decode("ascii"))
+
+
+def _page(req: _Request, key: str, items: List[dict]) -> dict:
+    """One page of a list answer; the cursor is an opaque offset into `items`."""
+    cursor = (req.params or {}).get("cursor")
+    start = 0
+    if cursor is not None:
+        if not isinstance(cursor, str) or not re.fullmatch(r"[0-9]{1,9}", cursor) or int(cursor) > len(items):
+            raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the previous page")
+        start = int(cursor)
+    result: dict = {key: items[start:start + _TOOLS_PAGE]}
+    if start + _TOOLS_PAGE < len(items):
+        result["nextCursor"] = str(start + _TOOLS_PAGE)
+    return result
+
+
+def _name_chars(text: str) -> str:
+    """text with every character outside [A-Za-z0-9_-] (what clients accept in names) as "_"."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)
+
+
+def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
+    """`server__name`, in the characters clients accept ([A-Za-z0-9_-]) and at most 64 long;
+    a hash suffix keeps names apart that would otherwise collide or be cut."""
+    import hashlib
+
+    plain = _name_chars(f"{server}__{name}")
+    if len(plain) <= 64 and taken.get(plain, (server, name)) == (server, name):
+        return plain
+    digest = hashlib.sha256(f"{server}\0{name}".encode()).hexdigest()[:8]
+    return f"{plain[:55]}_{digest}"
+
+
+def _direct_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
+    """Transparent mode's names of every upstream's tools: exposed name -> (server, tool), in
+    config order and each server's own order, so the same lists always give the same names."""
+    mapping: Dict[str, Tuple[str, dict]] = {}
+    taken: Dict[str, Tuple[str, str]] = {}
+    for server, tools in lists.items():
+        for t in tools:
+            exposed = _direct_name(server, t["name"], taken)
+            taken[exposed] = (server, t["name"])
+            mapping[exposed] = (server, t)
+    return mapping
+
+
+class _Direct:
+    """--expose direct: every selected upstream's tools, prompts and resources as Abstract's own."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
+        self._prompts: Dict[str, Tuple[str, str]] = {}
+        self._uris: Dict[str, str] = {}  # upstream resource URI -> server
+        self._lock = threading.Lock()
+        for up in server.upstreams._all.values():
+            up.on_tools_changed = server.tools_changed
+
+    def _gather(self, fn: Callable[[Upstream], List[dict]], capability: str = "") -> Dict[str, List[dict]]:
+        """fn over every upstream in parallel (only those that declared `capability`, when
+        given); a server that fails is logged and left out."""
+        def run(up: Upstream) -> List[dict]:
+            up.session()
+            return fn(up) if not capability or capability in up.capabilities else []
+
+        out = {}
+        for name, got in self.server.upstreams.each(run).items():
+            if isinstance(got, Exception):
+                _log.warning("%s left out of the list: %s", name, getattr(got, "message", None) or got)
+            else:
+                out[name] = got
+        return out
+
+    def tools(self) -> List[dict]:
+        gathered = self._gather(lambda up: up.tools())
+        mapping = _direct_names({n: gathered[n] for n in self.server.upstreams.names() if n in gathered})
+        with self._lock:
+            self._tools = mapping
+        return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items() if k != "outputSchema"}),
+                 "name": n} for n, (s, t) in mapping.items()]
+
+    def _keeps_schema(self, server: str, tool: dict) -> bool:
+        """Whether a tool is listed with its outputSchema, and its results relayed whole. A client
+        rejects a preview in place of the structuredContent a schema promises, so the schema is
+        left out where a large result may be cached: unless keep_output_schemas is set, or
+        caching is off for that tool."""
+        if "outputSchema" not in tool or self.server.settings.get("keep_output_schemas"):
+            return True
+        policy = self.server.settings.cache_policy(server, tool["name"])
+        return self.server.cache is None or not policy["enabled"]
+
+    def names(self) -> List[str]:
+        return list(self._tools)
+
+    def lookup(self, name: str) -> Optional[Tuple[str, dict]]:
+        """(server, tool definition) behind an exposed name, or None. One read of the map, which
+        tools() may swap at any time (a list_changed, another client request)."""
+        found = self._tools.get(name)
+        if found is None:
+            self.tools()  # a client may call without listing first (or after a change)
+            found = self._tools.get(name)
+        return found
+
+    def call(self, call: _Call, target: Tuple[str, dict]) -> dict:
+        """Call the upstream tool `target` (from lookup): its result as it is (cached when large),
+        its JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
+        server, tool = target
+        res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
+        if "outputSchema" in tool and self._keeps_schema(server, tool):
+            return res  # structuredContent must reach the client as the advertised schema says
+        return _maybe_cache(call, server, tool["name"], res, structured=False)
+
+    def prompts(self) -> List[dict]:
+        mapping, out = {}, []
+        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts"), "prompts").items():
+            for p in prompts:
+                if isinstance(p.get("name"), str):
+                    exposed = _direct_name(server, p["name"], {k: v for k, v in mapping.items()})
+                    mapping[exposed] = (server, p["name"])
+                    out.append({**p, "name": exposed})
+        self._prompts = mapping
+        return out
+
+    def get_prompt(self, params: dict) -> dict:
+        name = params.get("name")
+        if name not in self._prompts:
+            self.prompts()
+        if name not in self._prompts:
+            raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: {_names_list(list(self._prompts))}")
+        server, real = self._prompts[name]
+        return self.server.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
+
+    def resources(self) -> List[dict]:
+        out = []
+        for server, items in self._gather(lambda up: up.listing("resources/list", "resources"), "resources").items():
+            for r in items:
+                if isinstance(r.get("uri"), str):
+                    self._uris[r["uri"]] = server
+                    out.append(r)
+        return out
+
+    def templates(self) -> List[dict]:
+        lists = self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"), "resources")
+        return [t for items in lists.values() for t in items]
+
+    def owns(self, uri: str) -> bool:
+        if uri not in self._uris and not uri.startswith(("file:", _CACHE_URI)):
+            self.resources()
+        return uri in self._uris
+
+    def read(self, uri: str) -> dict:
+        return self.server.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
+
+
+_READ_MAX = 5 * 1024 * 1024  # base64 of this stays under the 10 MiB a TypeScript client accepts per message
+
+
+_ITEM_MAX = 9 * 1024 * 1024  # one resources/read item as JSON, leaving room in the 10 MiB for the rest
+
+
+def _mime_of(path: str) -> str:
+    import mimetypes
+
+    if path.lower().endswith(".gz"):
+        return "application/gzip"
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List[Tuple[str, int, float]]:
+    """(path, size, mtime) of the newest files in the allowed directories, newest first.
+
+    The walk is bounded (`scan` entries, three levels deep, hidden names skipped) so a huge
+    directory cannot stall the answer. A symlink is listed only when it leads to a file inside
+    an allowed directory (resources/read would refuse the others anyway).
+    """
+    import stat
+
+    sandbox = Sandbox(roots)
+    found: List[Tuple[str, int, float]] = []
+    for dfd, name, p in _bounded_walk(roots, scan=scan, hidden_dirs=False):
+        if name.startswith("."):
+            continue
+        try:
+            st = os.stat(_at(dfd, name, p), dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):  # listed only when it leads inside an allowed directory
+                if sandbox.root_of(os.path.realpath(p)) is None:
+                    continue
+                st = os.stat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):  # not a FIFO or a device
+            found.append((p, st.st_size, st.st_mtime))
+    found.sort(key=lambda t: t[2], reverse=True)
+    return found[:limit]
 
 
 class _Terminated(BaseException):
@@ -7852,240 +8103,7 @@ class Server:
         return {"contents": [item]}
 
 
-def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
-    """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
-    anything else."""
-    import base64
-
-    if size > _READ_MAX:
-        raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
-                                       f"{_READ_MAX:,} bytes", {"uri": uri})
-    try:
-        data = f.read(_READ_MAX + 1)
-    except OSError as e:
-        raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}", {"uri": uri}) from None
-    item: dict = {"uri": uri, "mimeType": _mime_of(path)}
-    text = None
-    if not path.lower().endswith(".gz"):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    if text is not None and "\x00" not in text:
-        return _text_item(item, text, data)  # type: ignore[return-value]  (never None for _READ_MAX bytes)
-    item["blob"] = base64.b64encode(data).decode("ascii")
-    return item
-
-
-def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[dict]:
-    """`item` with the text, or, when JSON escaping would make it too long for one message
-    (a control character becomes 6 bytes), with the base64 of its UTF-8 as a blob; None when
-    even that is too long."""
-    import base64
-
-    if len(text) * 6 <= _ITEM_MAX or len(  # (6: the most bytes one character escapes to)
-            json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
-        return dict(item, text=text)
-    data = text.encode("utf-8", "surrogatepass") if data is None else data
-    if (len(data) + 2) // 3 * 4 > _ITEM_MAX:
-        return None
-    return dict(item, blob=base64.b64encode(data).decode("ascii"))
-
-
-def _page(req: _Request, key: str, items: List[dict]) -> dict:
-    """One page of a list answer; the cursor is an opaque offset into `items`."""
-    cursor = (req.params or {}).get("cursor")
-    start = 0
-    if cursor is not None:
-        if not isinstance(cursor, str) or not re.fullmatch(r"[0-9]{1,9}", cursor) or int(cursor) > len(items):
-            raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the previous page")
-        start = int(cursor)
-    result: dict = {key: items[start:start + _TOOLS_PAGE]}
-    if start + _TOOLS_PAGE < len(items):
-        result["nextCursor"] = str(start + _TOOLS_PAGE)
-    return result
-
-
-def _name_chars(text: str) -> str:
-    """text with every character outside [A-Za-z0-9_-] (what clients accept in names) as "_"."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", text)
-
-
-def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
-    """`server__name`, in the characters clients accept ([A-Za-z0-9_-]) and at most 64 long;
-    a hash suffix keeps names apart that would otherwise collide or be cut."""
-    import hashlib
-
-    plain = _name_chars(f"{server}__{name}")
-    if len(plain) <= 64 and taken.get(plain, (server, name)) == (server, name):
-        return plain
-    digest = hashlib.sha256(f"{server}\0{name}".encode()).hexdigest()[:8]
-    return f"{plain[:55]}_{digest}"
-
-
-def _direct_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
-    """Transparent mode's names of every upstream's tools: exposed name -> (server, tool), in
-    config order and each server's own order, so the same lists always give the same names."""
-    mapping: Dict[str, Tuple[str, dict]] = {}
-    taken: Dict[str, Tuple[str, str]] = {}
-    for server, tools in lists.items():
-        for t in tools:
-            exposed = _direct_name(server, t["name"], taken)
-            taken[exposed] = (server, t["name"])
-            mapping[exposed] = (server, t)
-    return mapping
-
-
-class _Direct:
-    """--expose direct: every selected upstream's tools, prompts and resources as Abstract's own."""
-
-    def __init__(self, server: "Server") -> None:
-        self.server = server
-        self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
-        self._prompts: Dict[str, Tuple[str, str]] = {}
-        self._uris: Dict[str, str] = {}  # upstream resource URI -> server
-        self._lock = threading.Lock()
-        for up in server.upstreams._all.values():
-            up.on_tools_changed = server.tools_changed
-
-    def _gather(self, fn: Callable[[Upstream], List[dict]], capability: str = "") -> Dict[str, List[dict]]:
-        """fn over every upstream in parallel (only those that declared `capability`, when
-        given); a server that fails is logged and left out."""
-        def run(up: Upstream) -> List[dict]:
-            up.session()
-            return fn(up) if not capability or capability in up.capabilities else []
-
-        out = {}
-        for name, got in self.server.upstreams.each(run).items():
-            if isinstance(got, Exception):
-                _log.warning("%s left out of the list: %s", name, getattr(got, "message", None) or got)
-            else:
-                out[name] = got
-        return out
-
-    def tools(self) -> List[dict]:
-        gathered = self._gather(lambda up: up.tools())
-        mapping = _direct_names({n: gathered[n] for n in self.server.upstreams.names() if n in gathered})
-        with self._lock:
-            self._tools = mapping
-        return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items() if k != "outputSchema"}),
-                 "name": n} for n, (s, t) in mapping.items()]
-
-    def _keeps_schema(self, server: str, tool: dict) -> bool:
-        """Whether a tool is listed with its outputSchema, and its results relayed whole. A client
-        rejects a preview in place of the structuredContent a schema promises, so the schema is
-        left out where a large result may be cached: unless keep_output_schemas is set, or
-        caching is off for that tool."""
-        if "outputSchema" not in tool or self.server.settings.get("keep_output_schemas"):
-            return True
-        policy = self.server.settings.cache_policy(server, tool["name"])
-        return self.server.cache is None or not policy["enabled"]
-
-    def names(self) -> List[str]:
-        return list(self._tools)
-
-    def lookup(self, name: str) -> Optional[Tuple[str, dict]]:
-        """(server, tool definition) behind an exposed name, or None. One read of the map, which
-        tools() may swap at any time (a list_changed, another client request)."""
-        found = self._tools.get(name)
-        if found is None:
-            self.tools()  # a client may call without listing first (or after a change)
-            found = self._tools.get(name)
-        return found
-
-    def call(self, call: _Call, target: Tuple[str, dict]) -> dict:
-        """Call the upstream tool `target` (from lookup): its result as it is (cached when large),
-        its JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
-        server, tool = target
-        res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
-        if "outputSchema" in tool and self._keeps_schema(server, tool):
-            return res  # structuredContent must reach the client as the advertised schema says
-        return _maybe_cache(call, server, tool["name"], res, structured=False)
-
-    def prompts(self) -> List[dict]:
-        mapping, out = {}, []
-        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts"), "prompts").items():
-            for p in prompts:
-                if isinstance(p.get("name"), str):
-                    exposed = _direct_name(server, p["name"], {k: v for k, v in mapping.items()})
-                    mapping[exposed] = (server, p["name"])
-                    out.append({**p, "name": exposed})
-        self._prompts = mapping
-        return out
-
-    def get_prompt(self, params: dict) -> dict:
-        name = params.get("name")
-        if name not in self._prompts:
-            self.prompts()
-        if name not in self._prompts:
-            raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: {_names_list(list(self._prompts))}")
-        server, real = self._prompts[name]
-        return self.server.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
-
-    def resources(self) -> List[dict]:
-        out = []
-        for server, items in self._gather(lambda up: up.listing("resources/list", "resources"), "resources").items():
-            for r in items:
-                if isinstance(r.get("uri"), str):
-                    self._uris[r["uri"]] = server
-                    out.append(r)
-        return out
-
-    def templates(self) -> List[dict]:
-        lists = self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"), "resources")
-        return [t for items in lists.values() for t in items]
-
-    def owns(self, uri: str) -> bool:
-        if uri not in self._uris and not uri.startswith(("file:", _CACHE_URI)):
-            self.resources()
-        return uri in self._uris
-
-    def read(self, uri: str) -> dict:
-        return self.server.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
-
-
-_READ_MAX = 5 * 1024 * 1024  # base64 of this stays under the 10 MiB a TypeScript client accepts per message
-_ITEM_MAX = 9 * 1024 * 1024  # one resources/read item as JSON, leaving room in the 10 MiB for the rest
-
-
-def _mime_of(path: str) -> str:
-    import mimetypes
-
-    if path.lower().endswith(".gz"):
-        return "application/gzip"
-    ext = os.path.splitext(path)[1].lower().lstrip(".")
-    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
-
-
-def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List[Tuple[str, int, float]]:
-    """(path, size, mtime) of the newest files in the allowed directories, newest first.
-
-    The walk is bounded (`scan` entries, three levels deep, hidden names skipped) so a huge
-    directory cannot stall the answer. A symlink is listed only when it leads to a file inside
-    an allowed directory (resources/read would refuse the others anyway).
-    """
-    import stat
-
-    sandbox = Sandbox(roots)
-    found: List[Tuple[str, int, float]] = []
-    for dfd, name, p in _bounded_walk(roots, scan=scan, hidden_dirs=False):
-        if name.startswith("."):
-            continue
-        try:
-            st = os.stat(_at(dfd, name, p), dir_fd=dfd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):  # listed only when it leads inside an allowed directory
-                if sandbox.root_of(os.path.realpath(p)) is None:
-                    continue
-                st = os.stat(p)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):  # not a FIFO or a device
-            found.append((p, st.st_size, st.st_mtime))
-    found.sort(key=lambda t: t[2], reverse=True)
-    return found[:limit]
-
-
-# ==== 17. CLI =====================================================================
+# ==== 19. CLI =====================================================================
 
 
 def _prepare_dirs(dirs: List[str], say: Callable[[str], None]) -> List[str]:
@@ -8390,7 +8408,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             catalog.close()
 
 
-# ==== 18. Entry point =============================================================
+# ==== 20. Entry point =============================================================
 
 def _exit_now(code: Any) -> None:
     """Flush and leave without interpreter finalisation: at shutdown, a daemon reader thread still
