@@ -2204,29 +2204,26 @@ def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000,
                 os.close(top)
 
 
-_USAGE_SCAN = 200000  # directory entries a quota measurement looks at, at most
+_USAGE_SCAN = 200000  # files a quota measurement looks at, at most
+_USAGE_DEPTH = 100  # folders deeper than this below an allowed directory are not measured
 
 
 def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
     """Bytes of the regular files under `root` (symlinks not followed), and whether the walk saw
-    them all: it stops after `cap` entries, so a huge tree cannot stall a store."""
-    total, seen, stack = 0, 0, [root]
-    while stack:
+    them all: it stops after `cap` files, so a huge tree cannot stall a store."""
+    import stat
+
+    total, seen = 0, 0
+    for dfd, name, path in _bounded_walk([root], _USAGE_DEPTH, scan=cap + 1):
+        seen += 1
+        if seen > cap:
+            return total, False
         try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    seen += 1
-                    if seen > cap:
-                        return total, False
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue
-        except OSError:
+            st = os.stat(_at(dfd, name, path), dir_fd=dfd, follow_symlinks=False)
+        except OSError:  # gone meanwhile
             continue
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
     return total, True
 
 
