@@ -2075,9 +2075,11 @@ _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
 
 
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
-               durable: bool = True) -> str:
+               durable: bool = True, replace: bool = False) -> str:
     """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
-    (or `stem-1+ext`, ...) atomically; never overwrite. The file gets `mode`, by default what
+    (or `stem-1+ext`, ...) atomically; never overwrite, unless `replace`: then the finished
+    file takes the name `stem+ext` over whatever held it (os.replace; a reader sees the old
+    file or the new one, never a mix). The file gets `mode`, by default what
     the user's umask gives a new file (mkstemp alone would leave it owner-only).
 
     The bytes go to a temporary file in the same directory first and are fsynced; only the
@@ -2094,14 +2096,14 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     held = getattr(directory, "fd", None)
     dfd = held if held is not None or not _DIR_FDS else os.open(directory, _O_DIR)
     try:
-        return _write_in(dfd, str(directory), stem, ext, data, mode, durable)
+        return _write_in(dfd, str(directory), stem, ext, data, mode, durable, replace)
     finally:
         if dfd is not None and dfd != held:
             os.close(dfd)
 
 
 def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any,
-              mode: Optional[int], durable: bool = True) -> str:
+              mode: Optional[int], durable: bool = True, replace: bool = False) -> str:
     """_write_new's work: `dfd` is the directory's descriptor, or None (Windows: paths)."""
     import secrets
 
@@ -2130,6 +2132,9 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             else:  # Windows: only the read-only bit exists, and the file is writable anyway
                 os.chmod(at(tmp), 0o666 & ~_UMASK if mode is None else mode)
             mine = os.fstat(f.fileno())
+        if replace:
+            os.replace(at(tmp), at(stem + ext), src_dir_fd=dfd, dst_dir_fd=dfd)
+            return os.path.join(directory, stem + ext)
         for n in range(100000):
             final = f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}"
             if _claim(dfd, at(tmp), at(final), mine):
