@@ -22,6 +22,7 @@ Sections (grep -n '^# ==' abstract.py):
     1. Imports            2. Version and exports   3. Constants
     4. Errors             5. Helpers               6. Formats (csv, json, yaml, xml, md, html)
     7. Sandbox and atomic writer                   8. JSON-RPC (framing, Connection)
+    8b. HTTP client (requests, proxies, TLS, SSE)
     9. Config and settings                         10. Upstreams (client, supervisor)
     11. Results: extraction and storing            12. Output cache and signed links
     13. Catalog (sqlite3)                          14. Queries (sqlite3)
@@ -2721,6 +2722,395 @@ class Connection:
                 self._inflight.pop(key, None)
                 if not self._inflight:
                     self._idle.set()
+
+# ==== 8b. HTTP client =============================================================
+# A small HTTP/1.1 client on http.client for remote upstreams (Streamable HTTP, HTTP+SSE) and
+# for an auth provider: one request per connection, every wait and every body bounded, TLS with
+# the system's trust store (or SSL_CERT_FILE / SSL_CERT_DIR), HTTP(S)_PROXY and NO_PROXY
+# honoured, and an incremental Server-Sent Events parser. http.client and ssl are imported on
+# first use: they cost start-up time that a stdio-only configuration never needs.
+
+_HTTP_CONNECT_S = 10.0  # TCP connect, proxy CONNECT and TLS handshake
+_HTTP_READ_S = 60.0  # longest wait for any one read (a stream's keep-alives reset it)
+_HTTP_BODY_MAX = 16 << 20  # a body read whole (errors, metadata documents) is at most this long
+_HTTP_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
+_CREDENTIAL_HEADERS = ("authorization", "cookie", "proxy-authorization")
+
+
+class HttpError(Error, OSError):
+    """An HTTP exchange that failed: no connection, TLS, a timeout, a refused redirect, a body
+    over its bound, or (raised by callers through HttpResponse.error) an unwanted status.
+    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query."""
+
+    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "") -> None:
+        super().__init__(message)
+        self.url, self.status, self.first_line = url, status, first_line
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _safe_url(url: str) -> str:
+    """A URL fit for logs and errors: scheme, host, port and path; no user:password, and a query
+    (which may hold an API key) shown as `?…`."""
+    try:
+        p = urllib.parse.urlsplit(url)
+        host = p.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{p.port}" if p.port else ""
+    except ValueError:  # a malformed port
+        return "(malformed URL)"
+    return f"{p.scheme}://{host}{port}{p.path}" + ("?…" if p.query else "")
+
+
+def _url_origin(url: str) -> Tuple[str, str, int]:
+    p = urllib.parse.urlsplit(url)
+    return p.scheme, (p.hostname or "").lower(), p.port or (443 if p.scheme == "https" else 80)
+
+
+def _no_proxy(host: str, port: int, environ: Dict[str, str]) -> bool:
+    """Whether NO_PROXY (or no_proxy) exempts host:port: `*`, a host, a domain suffix
+    (`example.com` and `.example.com` both cover `a.example.com`), optionally with `:port`."""
+    raw = environ.get("no_proxy") or environ.get("NO_PROXY") or ""
+    host = host.lower().strip("[]")
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        name, _, eport = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if eport and eport != str(port):
+            continue
+        name = name.strip("[]").lstrip(".")
+        if host == name or host.endswith("." + name):
+            return True
+    return False
+
+
+def _proxy_for(url: str, environ: Dict[str, str]) -> Optional[urllib.parse.SplitResult]:
+    """The http:// proxy for `url` from https_proxy / HTTPS_PROXY or http_proxy / HTTP_PROXY
+    (the lower-case name first, as curl and urllib read them), unless NO_PROXY exempts it."""
+    scheme, host, port = _url_origin(url)
+    raw = environ.get(f"{scheme}_proxy") or environ.get(f"{scheme.upper()}_PROXY") or ""
+    if not raw or _no_proxy(host, port, environ):
+        return None
+    proxy = urllib.parse.urlsplit(raw if "://" in raw else "http://" + raw)
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise HttpError(f"{scheme.upper()}_PROXY {_safe_url(raw)} is not usable: only http:// proxies "
+                        f"are supported (the tunnel to an https:// server is still encrypted)")
+    return proxy
+
+
+_TLS_CONTEXTS: Dict[Tuple[str, str], Any] = {}
+
+
+def _tls_context(environ: Dict[str, str]) -> Any:
+    """ssl.create_default_context(): the system's trust store, or SSL_CERT_FILE / SSL_CERT_DIR
+    when set (they replace it, as in curl and requests). One context per pair, reused."""
+    try:
+        import ssl
+    except ImportError:  # pragma: no cover - a Python built without OpenSSL
+        raise HttpError("this Python has no ssl module, so https:// servers cannot be reached") from None
+    key = (environ.get("SSL_CERT_FILE", ""), environ.get("SSL_CERT_DIR", ""))
+    ctx = _TLS_CONTEXTS.get(key)
+    if ctx is None:
+        try:
+            ctx = ssl.create_default_context(cafile=key[0] or None, capath=key[1] or None)
+        except (OSError, ssl.SSLError) as e:
+            raise HttpError(f"the certificates in SSL_CERT_FILE={key[0]!r} / SSL_CERT_DIR={key[1]!r} "
+                            f"cannot be loaded: {e}") from None
+        _TLS_CONTEXTS[key] = ctx
+    return ctx
+
+
+def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout: float,
+               connected: bool) -> HttpError:
+    """A failed exchange in words: what went wrong, at which URL, and what to check."""
+    import ssl
+    import socket
+
+    where = _safe_url(url)
+    if isinstance(e, ssl.SSLCertVerificationError):
+        why = (f"its TLS certificate is not trusted ({e.verify_message}); for a private CA set "
+               f"SSL_CERT_FILE to its certificate file")
+    elif isinstance(e, ssl.SSLError):
+        why = f"the TLS handshake failed ({e.reason or e})"
+    elif isinstance(e, ConnectionRefusedError):
+        why = "connection refused (is the server running, and is the port right?)"
+    elif isinstance(e, socket.gaierror):
+        why = f"its host name cannot be resolved ({e.strerror or e})"
+    elif isinstance(e, (socket.timeout, TimeoutError)):
+        why = (f"no answer within {read_timeout:g} s" if connected
+               else f"no connection within {connect_timeout:g} s")
+    elif isinstance(e, HttpError):
+        return e
+    else:
+        import http.client
+
+        if isinstance(e, http.client.IncompleteRead):
+            why = "the connection closed in the middle of the answer"
+        elif isinstance(e, http.client.HTTPException):
+            why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
+        else:
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return HttpError(f"cannot reach {where}: {why}", where)
+
+
+class HttpResponse:
+    """An HTTP answer whose body has not been read yet. Read it whole (`read`, bounded), by
+    lines (`readline`), or as Server-Sent Events (`events`); close it when done (or use it as
+    a context manager). `headers` is case-insensitive (an http.client.HTTPMessage)."""
+
+    def __init__(self, url: str, conn: Any, resp: Any) -> None:
+        self.url, self._conn, self._resp = url, conn, resp
+        self.status: int = resp.status
+        self.reason: str = resp.reason or ""
+        self.headers = resp.headers
+        self._head = b""  # body bytes already read by first_line()
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name, default)
+
+    @property
+    def content_type(self) -> str:
+        return self.header("Content-Type").split(";")[0].strip().lower()
+
+    def read(self, limit: int = _HTTP_BODY_MAX) -> bytes:
+        """The whole body; HttpError if it is longer than `limit` bytes (nothing more is read)."""
+        try:
+            data = self._head + self._resp.read(limit + 1 - len(self._head))
+        except Exception as e:
+            raise _net_error(e, self.url, 0, self._timeout(), True) from None
+        self._head = b""
+        if len(data) > limit:
+            self.close()
+            raise HttpError(f"{_safe_url(self.url)} sent a body of more than {limit:,} bytes",
+                            _safe_url(self.url), self.status)
+        return data
+
+    def readline(self, limit: int) -> bytes:
+        """One line of the body, up to `limit` bytes (b"" at its end)."""
+        try:
+            return self._resp.readline(limit)
+        except Exception as e:
+            raise _net_error(e, self.url, 0, self._timeout(), True) from None
+
+    def events(self, parser: "SseParser") -> Iterator["SseEvent"]:
+        """The body's Server-Sent Events, read incrementally through `parser` (which keeps the
+        last event id and retry delay across reconnections, and bounds each event)."""
+        while True:
+            line = self.readline(parser.max_event + 1)
+            if not line:
+                return
+            ev = parser.feed(line)
+            if ev is not None:
+                yield ev
+
+    def first_line(self, limit: int = 200) -> str:
+        """The first non-blank line of the body (at most 4 KiB is read for it), for errors."""
+        if not self._head:
+            try:
+                self._head = self._resp.read(4096)
+            except Exception:
+                return ""
+        for line in self._head.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                return line.strip()[:limit]
+        return ""
+
+    def error(self, what: str = "") -> HttpError:
+        """HttpError for an unwanted status: `what` (e.g. "server 'x'"), the status, the URL
+        without secrets and the first line of the body."""
+        line = self.first_line()
+        where = _safe_url(self.url)
+        msg = f"{what + ': ' if what else ''}HTTP {self.status} {self.reason} from {where}"
+        return HttpError(msg + (f": {line}" if line else ""), where, self.status, line)
+
+    def _timeout(self) -> float:
+        sock = getattr(self._conn, "sock", None)
+        return (sock.gettimeout() if sock is not None else None) or 0.0
+
+    def close(self) -> None:
+        """Close the answer and its connection; safe from another thread (it ends a read that
+        is waiting), and more than once."""
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:
+            try:
+                import socket
+
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
+            except OSError:
+                pass
+        try:
+            self._conn.close()
+        except Exception:  # pragma: no cover
+            pass
+
+    def __enter__(self) -> "HttpResponse":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
+               environ: Dict[str, str], connect_timeout: float, read_timeout: float) -> HttpResponse:
+    """One request on a fresh connection (through the proxy if one applies); the answer's
+    headers are read, its body is not."""
+    import http.client
+
+    p = urllib.parse.urlsplit(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise HttpError(f"not an http:// or https:// URL: {_safe_url(url)}", _safe_url(url))
+    port = p.port or (443 if p.scheme == "https" else 80)
+    target = urllib.parse.urlunsplit(("", "", p.path or "/", p.query, ""))
+    proxy = _proxy_for(url, environ)
+    hdrs = dict(headers)
+    kw: Dict[str, Any] = {"timeout": connect_timeout}
+    if p.scheme == "https":
+        kw["context"] = _tls_context(environ)
+    cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
+    if proxy is None:
+        conn = cls(p.hostname, port, **kw)
+    else:
+        auth = {}
+        if proxy.username is not None:  # user:password in the proxy URL: Basic, as curl does
+            import base64
+
+            pair = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+            auth = {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+        conn = cls(proxy.hostname, proxy.port or 80, **kw)
+        if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
+            conn.set_tunnel(p.hostname, port, headers=auth)
+        else:  # absolute-form request line to the proxy
+            target = url.split("#")[0]
+            hdrs.update(auth)
+    connected = False
+    try:
+        conn.connect()
+        connected = True
+        conn.sock.settimeout(read_timeout)
+        conn.request(method, target, body=body, headers=hdrs)
+        return HttpResponse(url, conn, conn.getresponse())
+    except Exception as e:
+        conn.close()
+        raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
+
+
+def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None,
+                 body: Optional[bytes] = None, *, auth: Any = None,
+                 environ: Optional[Dict[str, str]] = None,
+                 connect_timeout: float = _HTTP_CONNECT_S,
+                 read_timeout: float = _HTTP_READ_S) -> HttpResponse:
+    """Send one HTTP request and return the answer with its body unread (see HTTP-API.md).
+
+    Any status is returned (the caller decides what is an error; HttpResponse.error words it);
+    HttpError means no usable answer. Redirects: followed up to _HTTP_REDIRECTS times for GET,
+    HEAD and DELETE (credentials are not carried to another origin); a POST follows only a 307
+    or 308 to the same origin, as anything else could send its body, or the answer, elsewhere.
+    `auth` (optional) is an auth provider: `auth.headers(url) -> dict` is added to every
+    request, and on a 401 or 403 `auth.on_unauthorized(response) -> bool` is asked once
+    whether to retry with fresh headers.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    base = dict(headers or {})
+    retried = False
+    for _ in range(_HTTP_REDIRECTS + 2):
+        hdrs = dict(base)
+        if auth is not None:
+            hdrs.update(auth.headers(url))
+        resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout)
+        location = resp.header("Location")
+        if resp.status in _REDIRECTS and location:
+            target = urllib.parse.urljoin(url, location)
+            same = _url_origin(target) == _url_origin(url)
+            if method == "POST" and not (same and resp.status in (307, 308)):
+                resp.close()
+                raise HttpError(f"{_safe_url(url)} redirected a POST (HTTP {resp.status}) to "
+                                f"{_safe_url(target)}, which is not followed: put the final URL in the config",
+                                _safe_url(url), resp.status)
+            resp.close()
+            if not same:  # credentials of this origin are not for the next one
+                base = {k: v for k, v in base.items() if k.lower() not in _CREDENTIAL_HEADERS}
+            if resp.status == 303:
+                method, body = "GET", None
+            url = target
+            continue
+        if resp.status in (401, 403) and auth is not None and not retried:
+            retried = True
+            if auth.on_unauthorized(resp):
+                resp.close()
+                continue
+        return resp
+    raise HttpError(f"{_safe_url(url)}: more than {_HTTP_REDIRECTS} redirects", _safe_url(url))
+
+
+class SseEvent(NamedTuple):
+    """One Server-Sent Event: its type ("message" by default), data (bytes, the data lines
+    joined by \\n) and id (None when it carried none)."""
+
+    event: str
+    data: bytes
+    id: Optional[str]
+
+
+class SseParser:
+    """Incremental Server-Sent Events parser (WHATWG HTML, "event stream interpretation"): feed
+    it the stream's lines; it returns each event as its blank line arrives. `last_id` and
+    `retry_ms` outlive a stream, for reconnecting with Last-Event-ID. No event may exceed
+    `max_event` bytes of data (HttpError): memory stays bounded whatever the server sends."""
+
+    def __init__(self, max_event: int = _HTTP_BODY_MAX) -> None:
+        self.max_event = max_event
+        self.last_id = ""
+        self.retry_ms: Optional[int] = None
+        self._reset()
+        self._first = True
+
+    def _reset(self) -> None:
+        self._data: List[bytes] = []
+        self._size = 0
+        self._type = ""
+        self._id: Optional[str] = None
+
+    def feed(self, line: bytes) -> Optional[SseEvent]:
+        if self._first:
+            self._first = False
+            if line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+        if len(line) > self.max_event and not line.endswith(b"\n"):
+            raise HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
+        line = line.rstrip(b"\n").rstrip(b"\r")
+        if not line:
+            return self._dispatch()
+        if line.startswith(b":"):
+            return None  # a comment (keep-alive)
+        name, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            self._size += len(value) + 1
+            if self._size > self.max_event:
+                raise HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
+            self._data.append(value)
+        elif name == b"event":
+            self._type = value.decode("utf-8", "replace")
+        elif name == b"id" and b"\0" not in value:
+            self._id = value.decode("utf-8", "replace")
+        elif name == b"retry" and value.isdigit():
+            self.retry_ms = int(value)
+        return None
+
+    def _dispatch(self) -> Optional[SseEvent]:
+        if self._id is not None:
+            self.last_id = self._id  # kept even for an event without data (a "priming" event)
+        ev = None
+        if self._data:
+            ev = SseEvent(self._type or "message", b"\n".join(self._data), self._id)
+        self._reset()
+        return ev
 
 # ==== 9. Config and settings ======================================================
 # The MCP client's own config file (APP_CONFIG_PATH) names the upstreams; Abstract's optional
