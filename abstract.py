@@ -2622,6 +2622,22 @@ class Connection:
         except (ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nested past the limit
             self._bad(line, PARSE_ERROR, f"Parse error: {str(e)[:200]}")
             return
+        self._on_message(msg, line)
+
+    def deliver(self, msg: Any) -> None:
+        """Handle one message that arrived by another way than the input stream (a remote
+        upstream's HTTP answers, section 10), as if it had been read; never raises."""
+        try:
+            self._on_message(msg, b"(a message received over HTTP)")
+        except Exception:
+            _log.error("%s: a message could not be handled:\n%s", self.name, traceback.format_exc())
+
+    def waits_for(self, mid: Any) -> bool:
+        """Whether a response to our request `mid` is still awaited."""
+        with self._plock:
+            return mid in self._pending
+
+    def _on_message(self, msg: Any, line: bytes) -> None:
         if not isinstance(msg, dict):
             self._bad(line, INVALID_REQUEST, "Invalid Request: expected a JSON object (batches are not supported)")
             return
@@ -3808,15 +3824,23 @@ class ServerSpec:
     unsupported transport, a disabled entry, an unset variable, an entry that runs Abstract.
     """
 
-    __slots__ = ("name", "command", "args", "env", "cwd", "problem")
+    __slots__ = ("name", "command", "args", "env", "cwd", "problem", "transport", "url", "headers")
 
     def __init__(self, name: str, command: str = "", args: Optional[List[str]] = None,
-                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None, problem: str = "") -> None:
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None, problem: str = "",
+                 transport: str = "stdio", url: str = "", headers: Optional[Dict[str, str]] = None) -> None:
         self.name, self.command, self.args = name, command, list(args or [])
         self.env, self.cwd, self.problem = dict(env or {}), cwd, problem
+        # "stdio", or for a remote server "http" (Streamable HTTP), "sse" (the 2024-11-05
+        # HTTP+SSE transport) or "auto" (no type given: Streamable HTTP, else HTTP+SSE)
+        self.transport, self.url, self.headers = transport, url, dict(headers or {})
+
+    @property
+    def remote(self) -> bool:
+        return self.transport != "stdio"
 
     def argv(self) -> List[str]:
-        return [self.command] + self.args
+        return [] if self.remote else [self.command] + self.args
 
 
 # JSONC, as VS Code and Cursor write their configs: // and /* */ comments, trailing commas.
@@ -3926,11 +3950,11 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
     """Validate and expand one config entry."""
     if not isinstance(entry, dict):
         return ServerSpec(name, problem=f"its entry in {path} is not an object")
-    kind = entry.get("type", "stdio")
-    if kind != "stdio" or ("url" in entry and "command" not in entry) or "serverUrl" in entry:
-        return ServerSpec(name, problem=f"transport {kind if kind != 'stdio' else 'url'!r} is not supported yet (only stdio servers)")
     if entry.get("disabled") is True:
         return ServerSpec(name, problem=f"it is disabled in {path}")
+    kind = entry.get("type")
+    if kind not in (None, "stdio") or ("command" not in entry and ("url" in entry or "serverUrl" in entry)):
+        return _remote_spec(name, entry, environ, path, known)
     command, args = entry.get("command"), entry.get("args", [])
     env, cwd = entry.get("env", {}), entry.get("cwd")
     if not isinstance(command, str) or not command:
@@ -3951,6 +3975,40 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
         spec.problem = _missing_text(missing, path)
     elif _runs_abstract(spec.argv()):
         spec.problem = "it runs Abstract itself, which would proxy itself forever"
+    return spec
+
+
+# A remote entry's "type": Claude Code and VS Code write "http" or "sse"; others spell
+# Streamable HTTP in these ways. No type with a url (Cursor, Windsurf's serverUrl) is "auto".
+_REMOTE_TYPES = {"http": "http", "streamable-http": "http", "streamableHttp": "http",
+                 "streamable_http": "http", "sse": "sse"}
+
+
+def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
+                 known: Optional[Dict[str, str]]) -> ServerSpec:
+    """A remote server's entry: url (or Windsurf's serverUrl) and headers, variables expanded."""
+    kind = entry.get("type")
+    if kind is not None and kind not in _REMOTE_TYPES:
+        return ServerSpec(name, problem=f"its type {str(kind)[:40]!r} in {path} is not one Abstract knows "
+                                        f"(stdio, http, sse)")
+    url, headers = entry.get("url", entry.get("serverUrl")), entry.get("headers", {})
+    if not isinstance(url, str) or not url:
+        return ServerSpec(name, problem=f"its entry in {path} has no 'url' (a remote server needs one)")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        return ServerSpec(name, problem=f"'headers' in {path} must map header names to strings")
+    missing: List[str] = []
+    url = _expand(url, environ, missing, known)
+    headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
+    spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
+    bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
+           or any(c in v for c in "\r\n\0")]
+    if missing:
+        spec.problem = _missing_text(missing, path)
+    elif not url.lower().startswith(("http://", "https://")):
+        spec.problem = f"its url in {path} is not an http:// or https:// URL: {_safe_url(url)}"
+    elif bad:
+        spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of letters, "
+                        f"digits and -, a value without line breaks)")
     return spec
 
 
@@ -4480,6 +4538,437 @@ class _ClientLink:
             conn.forget(mid)
 
 
+_HTTP_POSTS_MAX = 32  # requests of one remote upstream in flight at once (more wait their turn)
+_HTTP_NOTIFY_S = 30.0  # read deadline of a notification's or response's POST (answered by 202)
+_HTTP_LISTEN_S = 300.0  # a quiet GET stream is reopened after this long
+_SSE_RESUMES = 5  # reconnections (Last-Event-ID) of one answer's stream without a new event
+_SSE_RETRY_MS = 1000  # wait before resuming when the server set no retry (spec: SHOULD set one)
+_SSE_RETRY_MAX_MS = 60000
+_MCP_NAME_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def _header_value(value: str) -> str:
+    """A value for an Mcp-Name header: as it is when plain visible ASCII, else the 2026-07-28
+    base64 sentinel form (=?base64?...?=)."""
+    if value and value == value.strip() and all(" " <= c <= "~" for c in value):
+        return value
+    import base64
+
+    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+class _HttpTransport:
+    """The wire of one remote upstream session, in the shape the Connection expects: it is the
+    Connection's output (write: each message becomes a POST) and its input (readline ends, EOF,
+    when the session does), and delivers what the server sends straight to the Connection.
+
+    Streamable HTTP (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports):
+    a request's answer is a JSON body or an SSE stream read incrementally (a cut stream resumed
+    with Last-Event-ID after the server's `retry`); Mcp-Session-Id kept and sent; the
+    MCP-Protocol-Version header after initialize (2026-07-28: on every POST with Mcp-Method and
+    Mcp-Name); the GET stream for the server's own messages; DELETE of the session at the end.
+    HTTP+SSE (2024-11-05): GET the event stream, POST to its `endpoint`, answers on the stream.
+    "auto" tries Streamable HTTP and falls back to HTTP+SSE on 400/404/405 to the first POST
+    (the spec's backwards-compatibility rule). Notifications and responses are POSTed in order
+    on the Connection's writer thread; requests on threads of their own (_HTTP_POSTS_MAX).
+    Nothing is ever sent twice: a call whose answer is lost fails, naming the reason.
+    """
+
+    def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
+                 max_message: int, auth: Any = None) -> None:
+        self.name, self.url, self.mode = spec.name, spec.url, spec.transport
+        self.post_url = spec.url
+        self._static = dict(spec.headers)
+        self._environ, self.auth = environ, auth
+        self._read_s, self.max_message = read_timeout, max_message
+        self._secrets = self._find_secrets(spec)
+        self.session_id = ""
+        self.version = ""  # the negotiated version, for MCP-Protocol-Version
+        self._init_id: Any = None
+        self._first = True  # no POST has been answered yet (auto: the fallback decision)
+        self._conn: Optional[Connection] = None
+        self._closed = threading.Event()
+        self.reason = "ended its session"
+        self._open: Dict[Any, HttpResponse] = {}  # id (or "listen", "events") -> answer being read
+        self._cancelled: set = set()
+        self._olock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(_HTTP_POSTS_MAX)
+        self._fallback_lock = threading.Lock()
+        self.delete_thread: Optional[threading.Thread] = None
+
+    @staticmethod
+    def _find_secrets(spec: ServerSpec) -> List[str]:
+        """What must never be shown: header values (and a Bearer's token alone), the URL's
+        password and query values."""
+        out = []
+        for v in spec.headers.values():
+            out.append(v)
+            out.extend(w for w in v.split() if len(w) >= 8)
+        p = urllib.parse.urlsplit(spec.url)
+        out.extend(v for _, v in urllib.parse.parse_qsl(p.query))
+        if p.password:
+            out.append(p.password)
+        return sorted({s for s in out if len(s) >= 4}, key=len, reverse=True)
+
+    def mask(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def where(self) -> str:
+        return _safe_url(self.url)
+
+    # -- the Connection's side
+    def attach(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def readline(self, limit: int = -1) -> bytes:
+        """The Connection's input: nothing arrives here (answers are delivered); EOF when the
+        session ends, so the Connection fails what is pending with `reason`."""
+        self._closed.wait()
+        return b""
+
+    def flush(self) -> None:
+        pass
+
+    def write(self, data: bytes) -> int:
+        """One framed message from the Connection's writer thread."""
+        if self._closed.is_set():
+            raise OSError(self.reason)
+        msg = json.loads(data)
+        method = msg.get("method")
+        if method == "notifications/cancelled":
+            rid = (msg.get("params") or {}).get("requestId")
+            with self._olock:
+                self._cancelled.add(rid)
+                resp = self._open.pop(rid, None)
+            if resp is not None:  # stop reading an answer nobody waits for
+                resp.close()
+            if self.modern:  # 2026-07-28: closing the stream is the cancellation
+                return len(data)
+        if method is not None and "id" in msg:
+            if method == "initialize":
+                self._init_id = msg["id"]
+            self._slots.acquire()
+            threading.Thread(target=self._request, args=(msg, data), name=f"http-{self.name}",
+                             daemon=True).start()
+        else:
+            self._post_one_way(msg, data)
+        return len(data)
+
+    @property
+    def modern(self) -> bool:
+        return self.version in MODERN_VERSIONS
+
+    # -- sending
+    def _send(self, method: str, url: str, body: Optional[bytes], extra: Dict[str, str],
+              read_timeout: Optional[float] = None) -> HttpResponse:
+        hdrs = dict(self._static)
+        hdrs.update(extra)
+        if self.session_id and not self.modern:
+            hdrs["Mcp-Session-Id"] = self.session_id
+        try:
+            return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
+                                read_timeout=read_timeout or self._read_s)
+        except HttpError as e:
+            raise HttpError(self.mask(str(e)), e.url, e.status) from None
+
+    def _post_headers(self, msg: dict) -> Dict[str, str]:
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        version = meta.get(_META_VERSION) or self.version
+        if isinstance(version, str) and version and self.mode != "sse":
+            hdrs["MCP-Protocol-Version"] = version
+        if version in MODERN_VERSIONS and isinstance(msg.get("method"), str):
+            hdrs["Mcp-Method"] = msg["method"]  # 2026-07-28: the request metadata headers
+            key = _MCP_NAME_METHODS.get(msg["method"])
+            if key and isinstance(params.get(key), str):
+                hdrs["Mcp-Name"] = _header_value(params[key])
+        return hdrs
+
+    def _post_one_way(self, msg: dict, data: bytes) -> None:
+        """A notification or a response: POSTed in order, answered with 202."""
+        try:
+            with self._send("POST", self.post_url, data.rstrip(b"\n"), self._post_headers(msg),
+                            _HTTP_NOTIFY_S) as resp:
+                if resp.status == 404 and self.session_id:
+                    self._end("ended its session (HTTP 404); a new one starts on the next call")
+                elif resp.status >= 300:
+                    _log.warning("%s", self.mask(str(resp.error(f"server '{self.name}' refused {msg.get('method') or 'a response'}"))))
+        except HttpError as e:
+            _log.warning("%s", e)
+            return
+        if msg.get("method") == "notifications/initialized" and self.mode == "http":
+            threading.Thread(target=self._listen, name=f"http-listen-{self.name}", daemon=True).start()
+
+    def _request(self, msg: dict, data: bytes) -> None:
+        mid = msg["id"]
+        try:
+            self._exchange(msg, data.rstrip(b"\n"), mid)
+        except HttpError as e:
+            self._fail(mid, f"server '{self.name}': {e}")
+        except Exception as e:  # a bug must fail the call, not leave it to its deadline
+            _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
+            self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
+        finally:
+            self._slots.release()
+            with self._olock:
+                self._open.pop(mid, None)
+                self._cancelled.discard(mid)
+
+    def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
+        resp = self._send("POST", self.post_url, body, self._post_headers(msg))
+        first, self._first = self._first, False
+        with resp:
+            if not self._track(mid, resp):
+                return
+            if msg.get("method") == "initialize" and resp.header("Mcp-Session-Id"):
+                self.session_id = resp.header("Mcp-Session-Id")
+            if resp.status in (400, 404, 405) and first and self.mode == "auto":
+                raw = self._small_body(resp)
+                if self._rpc_error(raw) is None:  # not an MCP server's JSON-RPC error: try HTTP+SSE
+                    resp.close()
+                    self._fall_back(resp.status)
+                    return self._exchange(msg, body, mid)
+                return self._refused(resp, raw, mid)
+            if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
+                self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from {self.where()}); "
+                                f"a new session starts on the next call")
+                self._end("ended its session (HTTP 404); a new one starts on the next call")
+                return
+            if resp.status >= 300:
+                return self._refused(resp, self._small_body(resp), mid)
+            if self.mode == "sse":  # HTTP+SSE: the answer comes on the event stream
+                return
+            if resp.content_type == "text/event-stream":
+                return self._read_stream(resp, mid)
+            if resp.content_type == "application/json":
+                return self._deliver_bytes(resp.read(self.max_message), mid)
+            self._fail(mid, f"server '{self.name}' answered with HTTP {resp.status} and Content-Type "
+                            f"{resp.content_type or '(none)'!r} from {self.where()}, not JSON or an SSE stream")
+
+    def _track(self, mid: Any, resp: HttpResponse) -> bool:
+        """Register an answer being read, so a cancel can close it; False if already cancelled."""
+        with self._olock:
+            if mid in self._cancelled or self._closed.is_set():
+                resp.close()
+                return False
+            self._open[mid] = resp
+        return True
+
+    @staticmethod
+    def _small_body(resp: HttpResponse) -> bytes:
+        try:
+            return resp.read(1 << 16)
+        except HttpError:
+            return b""
+
+    @staticmethod
+    def _rpc_error(raw: bytes) -> Optional[dict]:
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        return doc if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else None
+
+    def _refused(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
+        """An error status: the server's JSON-RPC error when the body is one (so a refused
+        initialize can fall back to another era), else the status in words."""
+        err = self._rpc_error(raw)
+        if err is not None and self._conn is not None:
+            e = RpcError.from_dict(err["error"])
+            self._conn.forget(mid, RpcError(e.code, self.mask(e.message), e.data))
+            return
+        line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()), "")
+        hint = ""
+        if resp.status in (401, 403) and self.auth is None:
+            hint = "; the server wants credentials: give them in the entry's \"headers\""
+        self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from {self.where()}"
+                        + (f": {self.mask(line[:200])}" if line else "") + hint)
+
+    # -- receiving
+    def _fail(self, mid: Any, message: str) -> None:
+        if self._conn is not None:
+            self._conn.forget(mid, UpstreamError(self.mask(message)))
+
+    def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
+        """One JSON-RPC message from the server; True if it is the answer to `mid`."""
+        if not raw.strip():
+            return False
+        try:
+            msg = json.loads(raw, parse_constant=_no_nan)
+        except (ValueError, RecursionError) as e:
+            if mid is not None:
+                self._fail(mid, f"server '{self.name}' sent an answer that is not JSON ({str(e)[:100]})")
+                return True
+            _log.warning("%s: skipped a message that is not JSON: %s", self.name, raw[:200])
+            return False
+        answer = isinstance(msg, dict) and "method" not in msg and "id" in msg
+        if answer and msg["id"] == self._init_id and isinstance(msg.get("result"), dict):
+            version = msg["result"].get("protocolVersion")
+            self.version = version if isinstance(version, str) else ""
+        if isinstance(msg, dict) and msg.get("id") == mid and mid is not None and answer:
+            self._first = False
+        if self._conn is not None:
+            self._conn.deliver(msg)
+        return answer and mid is not None and msg.get("id") == mid
+
+    def _deliver_events(self, resp: HttpResponse, parser: SseParser, mid: Any) -> bool:
+        """Deliver a stream's messages until it ends; True once the answer to `mid` came."""
+        answered = False
+        for ev in resp.events(parser):
+            if ev.event == "message" and self._deliver_bytes(ev.data, mid):
+                answered = True
+        return answered
+
+    def _read_stream(self, resp: HttpResponse, mid: Any) -> None:
+        """An answer's SSE stream, resumed (GET with Last-Event-ID, after `retry`) when it is cut
+        before the answer; the call fails, never re-sent, when it cannot be resumed."""
+        parser = SseParser(self.max_message)
+        tries = 0
+        while True:
+            try:
+                if self._deliver_events(resp, parser, mid):
+                    return
+                why = "the stream ended before the answer"
+            except HttpError as e:
+                why = str(e).replace(f"{self.where()} sent ", "")
+            resp.close()
+            with self._olock:
+                gone = mid in self._cancelled or self._closed.is_set()
+            if gone or self._conn is None or not self._conn.waits_for(mid):
+                return
+            seen = parser.last_id
+            if not seen or self.modern or tries >= _SSE_RESUMES:
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}; the call was not retried, as "
+                                f"the server may have run it")
+                return
+            tries += 1
+            delay = min(parser.retry_ms if parser.retry_ms is not None else _SSE_RETRY_MS, _SSE_RETRY_MAX_MS)
+            if self._closed.wait(delay / 1000):
+                return
+            try:
+                resp = self._send("GET", self.url, None, {"Accept": "text/event-stream", "Last-Event-ID": seen})
+            except HttpError as e:
+                why = str(e)
+                continue
+            if not self._track(mid, resp):
+                return
+            if resp.status != 200 or resp.content_type != "text/event-stream":
+                err = resp.error()
+                resp.close()
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}, and resuming it failed "
+                                f"({err}); the call was not retried, as the server may have run it")
+                return
+            if parser.last_id != seen:
+                tries = 0
+
+    def _listen(self) -> None:
+        """The GET stream for the server's own requests and notifications (optional: 405 means
+        the server has none), reopened after `retry` while the session lasts."""
+        parser, failures = SseParser(self.max_message), 0
+        while not self._closed.is_set() and failures < 5:
+            hdrs = {"Accept": "text/event-stream"}
+            if self.version:
+                hdrs["MCP-Protocol-Version"] = self.version
+            if parser.last_id:
+                hdrs["Last-Event-ID"] = parser.last_id
+            try:
+                with self._send("GET", self.url, None, hdrs, _HTTP_LISTEN_S) as resp:
+                    if resp.status == 404 and self.session_id:
+                        self._end("ended its session (HTTP 404); a new one starts on the next call")
+                        return
+                    if resp.status != 200 or resp.content_type != "text/event-stream":
+                        return  # 405: no such stream, as the spec allows
+                    if not self._track("listen", resp):
+                        return
+                    failures = 0
+                    self._deliver_events(resp, parser, None)
+            except HttpError as e:
+                failures += 1
+                _log.debug("%s: GET stream: %s", self.name, e)
+            delay = parser.retry_ms if parser.retry_ms is not None else 2000 * (failures + 1)
+            if self._closed.wait(min(delay, _SSE_RETRY_MAX_MS) / 1000):
+                return
+
+    # -- HTTP+SSE (2024-11-05)
+    def open(self, timeout: float) -> None:
+        """Before the first message: an "sse" server's event stream and its endpoint."""
+        if self.mode == "sse":
+            self._connect_sse(timeout)
+
+    def _fall_back(self, status: int) -> None:
+        with self._fallback_lock:
+            if self.mode == "auto":
+                _log.info("%s: HTTP %d to a POST: trying the older HTTP+SSE transport", self.name, status)
+                self._connect_sse(self._read_s)
+
+    def _connect_sse(self, timeout: float) -> None:
+        resp = self._send("GET", self.url, None, {"Accept": "text/event-stream"}, timeout)
+        if resp.status != 200 or resp.content_type != "text/event-stream":
+            err = resp.error()
+            resp.close()
+            raise HttpError(self.mask(f"{err} (expected an SSE event stream)"), self.where(), err.status)
+        parser = SseParser(self.max_message)
+        events = resp.events(parser)
+        try:
+            endpoint = next((ev.data for ev in events if ev.event == "endpoint"), None)
+        except HttpError:
+            resp.close()
+            raise
+        if endpoint is None:
+            resp.close()
+            raise HttpError(f"its event stream at {self.where()} ended before the 'endpoint' event")
+        target = urllib.parse.urljoin(self.url, endpoint.decode("utf-8", "replace").strip())
+        if _url_origin(target) != _url_origin(self.url):
+            resp.close()
+            raise HttpError(f"its endpoint {_safe_url(target)} is on another host than {self.where()}; "
+                            f"not used")
+        self.post_url, self.mode = target, "sse"
+        with self._olock:
+            self._open["events"] = resp
+        threading.Thread(target=self._pump_sse, args=(resp, events), name=f"http-sse-{self.name}",
+                         daemon=True).start()
+
+    def _pump_sse(self, resp: HttpResponse, events: Iterator[SseEvent]) -> None:
+        why = "its event stream ended"
+        try:
+            for ev in events:
+                if ev.event == "message":
+                    self._deliver_bytes(ev.data, None)
+        except HttpError as e:
+            why = f"its event stream failed: {e}"
+        self._end(why)
+
+    # -- the end
+    def _end(self, reason: str) -> None:
+        """End the session once: open answers are closed and the Connection sees EOF."""
+        with self._olock:
+            if self._closed.is_set():
+                return
+            self.reason = self.mask(reason)
+            self._closed.set()
+            open_, self._open = list(self._open.values()), {}
+        for resp in open_:
+            resp.close()
+
+    def close(self, reason: str) -> None:
+        """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""
+        if self.session_id and self.mode == "http" and not self.modern and not self._closed.is_set():
+            self.delete_thread = threading.Thread(target=self._delete, name=f"http-delete-{self.name}",
+                                                  daemon=True)
+            self.delete_thread.start()
+        self._end(reason)
+
+    def _delete(self) -> None:
+        try:
+            self._send("DELETE", self.url, None, {"MCP-Protocol-Version": self.version} if self.version else {},
+                       _STOP_EOF_S).close()
+        except HttpError as e:
+            _log.debug("%s: DELETE of the session: %s", self.name, e)
+
+
 def _taskkill(pid: int, force: bool) -> None:
     """Windows: end a process and its descendants (taskkill /T), bounded in time."""
     args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
@@ -4532,6 +5021,13 @@ class _Run:
 
     def usable(self) -> bool:
         return not self.ending and self.conn is not None and not self.conn.closing
+
+    def streams(self) -> Tuple[Any, Any]:
+        """What its Connection reads from and writes to."""
+        return io.BufferedReader(self.proc.stdout, 1 << 16), io.BufferedWriter(self.proc.stdin, 1 << 16)
+
+    def attach(self, conn: Connection) -> None:
+        self.conn = conn
 
     def hint(self) -> str:
         tail = self.tail.text(5)
@@ -4588,6 +5084,45 @@ class _Run:
         _stop_runs([self], reason)
 
 
+class _HttpRun(_Run):
+    """One session with a remote upstream: no process; an _HttpTransport is its wire. Ending
+    it fails what is pending and DELETEs the session (exited() waits for that, bounded)."""
+
+    def __init__(self, name: str, transport: _HttpTransport, started: float) -> None:
+        self.name, self.proc, self.started, self.transport = name, None, started, transport
+        self.conn = None
+        self.tail = _Tail()
+        self.ready = self.ending = False
+
+    def streams(self) -> Tuple[Any, Any]:
+        return self.transport, self.transport
+
+    def attach(self, conn: Connection) -> None:
+        self.conn = conn
+        self.transport.attach(conn)
+
+    def hint(self) -> str:
+        return ""
+
+    def watch(self) -> None:
+        pass
+
+    def exit_text(self) -> str:
+        return self.transport.reason
+
+    def end_input(self, reason: str) -> None:
+        self.ending = True
+        if self.conn is not None:
+            self.conn.fail_pending(reason)
+        self.transport.close(reason)
+
+    def exited(self, timeout: float) -> bool:
+        t = self.transport.delete_thread
+        if t is not None:
+            t.join(max(0.0, timeout))
+        return True
+
+
 def _signal_all(step: Callable[[Any], None], runs: List[_Run]) -> None:
     """step(proc) for every run. POSIX signals are instant; on Windows each step is a taskkill
     process (up to _STOP_TERM_S), so they run side by side to stay within one step's budget."""
@@ -4612,13 +5147,14 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
     left = list(runs)
     for step, wait in ((None, _STOP_EOF_S), (_terminate, _STOP_TERM_S), (_hard_kill, _STOP_KILL_S)):
         if step is not None:
+            left = [r for r in left if r.proc is not None]  # (a remote run has no process to signal)
             _signal_all(step, left)
         deadline = time.monotonic() + wait
         left = [r for r in left if not r.exited(deadline - time.monotonic())]
         if not left:
             break
     if not _WINDOWS:
-        for run in runs:
+        for run in (r for r in runs if r.proc is not None):
             _hard_kill(run.proc)  # children it left in its process group go too (ESRCH if none)
 
 
@@ -4658,6 +5194,9 @@ class Upstream:
         self.on_tools_changed: Optional[Callable[[str], None]] = None
         self.on_log: Optional[Callable[[str, dict], None]] = None
         self._tokens = itertools.count(1)
+        # a remote server's auth provider (headers(url), on_unauthorized(response); HTTP client
+        # section): given to every HTTP request of its sessions
+        self.auth: Any = None
 
     @property
     def name(self) -> str:
@@ -4691,8 +5230,8 @@ class Upstream:
     def _start(self) -> _Run:
         t0 = self._clock()
         run = self._spawn_run(t0)
-        conn = Connection(io.BufferedReader(run.proc.stdout, 1 << 16), io.BufferedWriter(run.proc.stdin, 1 << 16),
-                          name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
+        rfile, wfile = run.streams()
+        conn = Connection(rfile, wfile, name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
                           max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
                           # the upstream's requests run off its reader: roots/list waits for the client
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
@@ -4700,7 +5239,8 @@ class Upstream:
                                          "notifications/tools/list_changed": self._on_tools_changed,
                                          "notifications/message": self._on_log,
                                          "notifications/elicitation/complete": self._client.elicitation_complete})
-        run.conn = conn.start()
+        run.attach(conn)
+        conn.start()
         threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()
         with self._runs_lock:
             self._runs.append(run)
@@ -4713,7 +5253,7 @@ class Upstream:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
             self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
-                               f"(command: {self._cmdline()}): {e.message}{hint}")
+                               f"({self._where()}): {e.message}{hint}")
             raise UpstreamError(self.last_error) from None
         run.ready = True
         self.start_ms = (self._clock() - t0) * 1000
@@ -4723,7 +5263,10 @@ class Upstream:
         return run
 
     def _spawn_run(self, t0: float) -> _Run:
-        """Start the process (its stderr drained from the start); UpstreamError if it cannot."""
+        """Start the process (its stderr drained from the start), or open a remote server's
+        transport; UpstreamError if it cannot."""
+        if self.spec.remote:
+            return self._open_remote(t0)
         # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
         # entry's env names them; upper(): Windows names ignore case.
         env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
@@ -4735,9 +5278,23 @@ class Upstream:
         except (OSError, UpstreamError) as e:
             self._note_crash(t0, quick=True)
             msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
-            self.last_error = f"server '{self.name}' could not start: {msg} (command: {self._cmdline()})"
+            self.last_error = f"server '{self.name}' could not start: {msg} ({self._where()})"
             raise UpstreamError(self.last_error) from None
         return _Run(self.name, proc, t0)
+
+    def _open_remote(self, t0: float) -> _Run:
+        """A remote server's session: the transport (an "sse" server's event stream is opened
+        here; Streamable HTTP needs nothing before the first POST)."""
+        transport = _HttpTransport(self.spec, self._environ, self.settings.timeout(self.name) + 5.0,
+                                   int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
+                                   auth=self.auth)
+        try:
+            transport.open(self.settings.startup_timeout(self.name))
+        except HttpError as e:
+            self._note_crash(t0, quick=True)
+            self.last_error = f"server '{self.name}' could not be reached: {e}"
+            raise UpstreamError(self.last_error) from None
+        return _HttpRun(self.name, transport, t0)
 
     def _client_methods(self) -> Dict[str, Handler]:
         """What Abstract answers when an upstream asks: ping, roots/list when roots are offered,
@@ -4890,6 +5447,10 @@ class Upstream:
 
     def _cmdline(self) -> str:
         return " ".join(shlex.quote(a) for a in self.spec.argv())
+
+    def _where(self) -> str:
+        """'command: ...' or, for a remote server, 'URL: ...' (without credentials), for errors."""
+        return f"URL: {_safe_url(self.spec.url)}" if self.spec.remote else f"command: {self._cmdline()}"
 
     # -- requests
     def tools(self) -> List[dict]:
@@ -9370,7 +9931,8 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
             ok = False
             out.write(f"  {name:<{width}}  FAILED: {getattr(got, 'message', None) or got}\n")
         else:
-            out.write(f"  {name:<{width}}  started  protocol {up.protocol_version}  "
+            verb = f"reachable at {_safe_url(up.spec.url)}" if up.spec.remote else "started"
+            out.write(f"  {name:<{width}}  {verb}  protocol {up.protocol_version}  "
                       f"{_plural(len(got), 'tool')}  {up.start_ms:.0f} ms\n")
     _context_report({n: results[n] for n in upstreams.names()  # config order: names as direct mode gives them
                      if n in results and not isinstance(results[n], Exception)}, out)
