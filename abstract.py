@@ -61,7 +61,8 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
     import sqlite3
@@ -6091,8 +6092,6 @@ def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tupl
 
 
 _ARG_INT_MAX = 10**9  # the largest offset, limit or line number a tool takes
-
-
 _RETENTION_DAYS_MAX = 36500  # a hundred years
 
 
@@ -6110,21 +6109,50 @@ _ARG_ALIASES: Dict[str, Tuple[str, ...]] = {
 _FORMAT_ALIASES = {"yml": "yaml", "markdown": "md", "text": "txt", "htm": "html"}
 
 
+class _ToolContext:
+    """What every tool works with, built once by the Server: the sandbox, the settings, the
+    upstreams, the cache and catalog (None when off), list_available_tools' index, query_output's
+    tables, the names of the tools offered, and the client's side of things: `notify` sends it a
+    notification, `protocol` and `client_name` tell a request's protocol version and client."""
+
+    __slots__ = ("sandbox", "settings", "upstreams", "cache", "catalog", "tool_index", "tables",
+                 "offered", "notify", "protocol", "client_name")
+
+    def __init__(self, sandbox: Sandbox, settings: Settings, upstreams: Upstreams,
+                 cache: Optional[OutputCache], catalog: Optional[Catalog], offered: Iterable[str],
+                 notify: Callable[[str, dict], Any], protocol: Callable[[_Request], str],
+                 client_name: Callable[[_Request], str]) -> None:
+        self.sandbox, self.settings, self.upstreams = sandbox, settings, upstreams
+        self.cache, self.catalog = cache, catalog
+        self.tool_index = _ToolIndex()  # list_available_tools' query
+        self.tables = _Tables()  # query_output's loaded tables
+        self.offered = offered  # (a live view: `in` asks the Server's own table)
+        self.notify, self.protocol, self.client_name = notify, protocol, client_name
+
+
 class _Call:
-    """One tools/call being handled: the arguments, the client request, the server."""
+    """One tools/call being handled: the arguments, the client request, the tools' context."""
 
-    __slots__ = ("server", "req", "args")
+    __slots__ = ("ctx", "req", "args")
 
-    def __init__(self, server: "Server", req: _Request, args: dict) -> None:
-        self.server, self.req, self.args = server, req, args
+    def __init__(self, ctx: _ToolContext, req: _Request, args: dict) -> None:
+        self.ctx, self.req, self.args = ctx, req, args
 
-    def str(self, key: str, required: bool = False) -> Optional[str]:
+    def string(self, key: str) -> Optional[str]:
+        """A string argument, or None when the call leaves it out."""
         v = self.args.get(key)
         if v is None:
-            if required:
-                raise ToolError(f"Missing required argument '{key}' (a string).")
             return None
-        if not isinstance(v, str) or (required and not v):
+        if not isinstance(v, str):
+            raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
+        return v
+
+    def required(self, key: str) -> str:
+        """A string argument the tool cannot do without: present and not empty."""
+        v = self.args.get(key)
+        if v is None:
+            raise ToolError(f"Missing required argument '{key}' (a string).")
+        if not isinstance(v, str) or not v:
             raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
         return v
 
@@ -6136,11 +6164,11 @@ class _Call:
             raise ToolError(f"Argument '{key}' must be an object of the tool's arguments, not {_dumps(v)[:80]}.")
         return v
 
-    def int(self, key: str, default: Optional[int] = None, minimum: int = 0,
-            maximum: int = _ARG_INT_MAX) -> Optional[int]:
-        """An integer argument in [minimum, maximum]: huge ones are refused here, before sqlite3
-        (OverflowError past 2**63) or a slice sees them."""
-        v = self.args.get(key, default)
+    def optional_int(self, key: str, minimum: int = 0, maximum: int = _ARG_INT_MAX
+                     ) -> Optional[int]:
+        """An integer argument in [minimum, maximum], or None when left out: huge ones are refused
+        here, before sqlite3 (OverflowError past 2**63) or a slice sees them."""
+        v = self.args.get(key)
         if v is None:
             return None
         if isinstance(v, float) and v.is_integer():
@@ -6151,9 +6179,14 @@ class _Call:
             raise ToolError(f"Argument '{key}' must be an integer from {minimum} to {maximum:,}; it is larger.")
         return v
 
+    def integer(self, key: str, default: int, minimum: int = 0, maximum: int = _ARG_INT_MAX) -> int:
+        """optional_int with a default for the left-out argument."""
+        v = self.optional_int(key, minimum, maximum)
+        return default if v is None else v
+
     def format(self, key: str) -> Optional[str]:
         """A file format argument, its common other names (yml, markdown, text, htm) accepted."""
-        v = self.str(key)
+        v = self.string(key)
         if v is None:
             return None
         fmt = v.strip().lower().lstrip(".")
@@ -6241,7 +6274,7 @@ def _recorded_args(call: _Call) -> Any:
 
 
 def _catalog_note(call: _Call, what: str, build: Callable[[int], List[dict]]) -> None:
-    catalog = call.server.catalog
+    catalog = call.ctx.catalog
     if catalog is None:
         return
     try:
@@ -6256,7 +6289,7 @@ def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Option
     desc = call.args.get("description") if isinstance(call.args.get("description"), str) else ""
 
     def opened(path: str) -> Tuple[Any, int]:  # the file just stored, read back through the sandbox
-        f, _, size = call.server.sandbox.open_read(path)
+        f, _, size = call.ctx.sandbox.open_read(path)
         return f, size
 
     def build(max_text: int) -> List[dict]:
@@ -6272,10 +6305,9 @@ def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Option
     _catalog_note(call, f"the files of {server}.{tool}", build)
 
 
-def _catalog_cached(call: _Call, entry: _CacheEntry, ex: _Extracted) -> None:
-    cache = call.server.cache
+def _catalog_cached(call: _Call, cache: OutputCache, entry: _CacheEntry, ex: _Extracted) -> None:
     _catalog_note(call, f"the cached output {entry.token}",
-                  lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),  # type: ignore[arg-type]
+                  lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),
                                          arguments=_recorded_args(call))])
 
 
@@ -6287,11 +6319,11 @@ def _check_quota(call: _Call, directory: str) -> None:
     """Refuse, before the tool runs, a store into an allowed directory at or over its max_total_mb.
     The result's size is unknown until the tool answers, so one store may take a directory past
     its limit; the next is refused. Nothing is ever deleted to make room."""
-    root = call.server.sandbox.root_of(directory)
-    limit = call.server.settings.quota_mb(root) if root else None
-    if limit is None:
+    root = call.ctx.sandbox.root_of(directory)
+    limit = call.ctx.settings.quota_mb(root) if root is not None else None
+    if root is None or limit is None:
         return
-    used, complete = _dir_usage(root)  # type: ignore[arg-type]
+    used, complete = _dir_usage(root)
     if used >= limit * 1024 * 1024:
         raise ToolError(f"Not stored: the allowed directory {root} holds {'at least ' if not complete else ''}"
                         f"{_mib(used)}, at or over its limit of {limit:g} MB (max_total_mb in Abstract's settings, "
@@ -6301,7 +6333,7 @@ def _check_quota(call: _Call, directory: str) -> None:
 
 def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
     """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
-    sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
+    sandbox, path, name = call.ctx.sandbox, call.string("storage_path"), call.string("filename")
     try:  # the name first: a refused name must not leave new folders behind
         stem = _safe_part(f"{server}-{tool}-{_utc_stamp()}") if name is None else _safe_filename(name)
         exts = tuple("." + e for e in _FORMATS + ("yml", "gz"))
@@ -6315,7 +6347,7 @@ def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
                         f"or in the folder storage_path names.") from None
     try:
         if path is None:
-            organize = call.server.settings.get("organize")
+            organize = call.ctx.settings.get("organize")
             parts = {"flat": [], "by_server": [server], "by_server_tool": [server, tool]}[organize]
             path = os.path.join(*(_safe_part(p) for p in parts)) if parts else None
         return sandbox.make_dir(path), stem
@@ -6385,14 +6417,14 @@ def _data_notes(call: _Call, main: Optional[_Stored], data: Any) -> List[str]:
         lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
         return [f"Shape: text, {_plural(lines, 'line')}."]
     out = [_shape(data, 600)] if data is not None else []
-    if main.fmt in _QUERYABLE and "query_output" in call.server.tools:
+    if main.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
         hint = _query_hint(main.path, data if main.fmt not in ("csv", "tsv") else _as_records(data)[0])
         out.append(hint)
     return [line for line in out if line]
 
 
 def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
-                  blobs: List[_Stored], preview: str, about: List[str] = ()) -> dict:  # type: ignore[assignment]
+                  blobs: List[_Stored], preview: str, about: Sequence[str] = ()) -> dict:
     """The short answer to a store: text for the model, resource_link, structuredContent."""
     files = ([main] if main else []) + blobs
     first = files[0]
@@ -6418,8 +6450,8 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
         lines.append("Preview:\n" + preview)
     lines.extend(a for a in about if a.startswith("Ask it"))
     result = _text_result("\n".join(lines), info)
-    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
-        desc = call.str("description") or f"Result of {server}.{tool}"
+    if call.ctx.protocol(call.req) in _LINK_VERSIONS:
+        desc = call.string("description") or f"Result of {server}.{tool}"
         result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path), "name": os.path.basename(f.path),
                                "mimeType": f.mime, "size": f.size, "description": desc[:500]} for f in files]
     return result
@@ -6450,7 +6482,7 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
             fmt = fmt or _natural_format(ex.data)
             try:
                 data = _tabular_text(ex.data, fmt)
-                conv = _convert(data, fmt, call.str("description") or f"{server}.{tool}")
+                conv = _convert(data, fmt, call.string("description") or f"{server}.{tool}")
                 main, head = _write_converted(call, directory, stem, conv)
             except FormatError as e:
                 raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
@@ -6499,9 +6531,10 @@ def _first_sentence(text: str, limit: int = 150) -> str:
 
 
 def _tool_list_available_tools(call: _Call) -> dict:
-    ups = call.server.upstreams
-    detailed, only, query = call.flag("detailed"), call.str("filter_by_server"), call.str("query")
-    limit = call.int("limit", minimum=1)
+    ups = call.ctx.upstreams
+    detailed, only = call.flag("detailed"), call.string("filter_by_server")
+    query = call.string("query")
+    limit = call.optional_int("limit", minimum=1)
     names = ups.names()
     if only is not None:
         ups.get(only)  # unknown server: a ToolError naming the ones that exist
@@ -6517,7 +6550,7 @@ def _tool_list_available_tools(call: _Call) -> dict:
             lists[name] = got
     lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first
     if query is not None:
-        found = call.server.tool_index.search(lists, query, limit or 10)
+        found = call.ctx.tool_index.search(lists, query, limit or 10)
         entries = [_tool_entry(server, t, detailed, score) for score, server, t in found]
     else:
         entries = [_tool_entry(server, t, detailed) for server, ts in lists.items() for t in ts]
@@ -6585,9 +6618,9 @@ def _find_tool(up: Upstream, tool: str) -> dict:
 
 
 def _tool_list_tool_details(call: _Call) -> dict:
-    server, tool = call.str("server", True), call.str("tool_name", True)
-    up = call.server.upstreams.get(server)  # type: ignore[arg-type]
-    d = _find_tool(up, tool)  # type: ignore[arg-type]
+    server, tool = call.required("server"), call.required("tool_name")
+    up = call.ctx.upstreams.get(server)
+    d = _find_tool(up, tool)
     out = {"server": server, "tool": d}
     return _text_result(_dumps(out), out)
 
@@ -6597,12 +6630,12 @@ def _progress_relay(call: _Call) -> Optional[Callable[[dict], None]]:
     token = call.req.meta.get("progressToken")
     if not isinstance(token, (str, int)) or isinstance(token, bool):
         return None
-    client = call.server.conn
+    notify = call.ctx.notify
 
     def relay(p: dict) -> None:
         fwd = {k: v for k, v in p.items() if k != "_meta"}
         fwd["progressToken"] = token
-        client.notify("notifications/progress", fwd)
+        notify("notifications/progress", fwd)
 
     return relay
 
@@ -6613,7 +6646,7 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     Returns the upstream's result, or raises ToolError with a message that names the server and
     tool (a JSON-RPC error from the upstream, a timeout, a crash).
     """
-    up = call.server.upstreams.get(server)
+    up = call.ctx.upstreams.get(server)
     _find_tool(up, tool)
     try:
         return _relayed_call(call, up, tool, args)
@@ -6694,16 +6727,16 @@ def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int
 
 def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
     """The result itself when small; else cache it and answer with a preview and a token."""
-    cache = call.server.cache
-    policy = call.server.settings.cache_policy(server, tool, call.server.client_name(call.req))
+    cache = call.ctx.cache
+    policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
     size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
     try:
         entry, ex, text = cache.put(res, server, tool)
     except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
-        return _uncached_answer(call, server, tool, size, e)
-    _catalog_cached(call, entry, ex)
+        return _uncached_answer(call, cache, server, tool, size, e)
+    _catalog_cached(call, cache, entry, ex)
     link = cache.links(entry) if cache.links else ""
     info = None
     if structured:
@@ -6711,23 +6744,24 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
                 "expires_at": _iso(entry.expires), "uri": _CACHE_URI + entry.token}
         if link:
             info["retrieve_url"] = link
-    can_store = "call_tool_and_store" in call.server.tools
+    can_store = "call_tool_and_store" in call.ctx.offered
     out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link, can_store,
-                                      "query_output" in call.server.tools), info)
+                                      "query_output" in call.ctx.offered), info)
     if res.get("isError"):
         out["isError"] = True
     return out
 
 
-def _uncached_answer(call: _Call, server: str, tool: str, size: int, e: Exception) -> dict:
+def _uncached_answer(call: _Call, cache: OutputCache, server: str, tool: str, size: int,
+                     e: Exception) -> dict:
     """The isError answer for a large result the cache could not take: why, and what to do."""
-    where = call.server.cache.dir  # type: ignore[union-attr]
+    where = cache.dir
     why = (f"writing in {where} failed ({e.strerror or e})" if isinstance(e, OSError)
            else f"the cache directory {where} cannot be used ({e})")
     _log.warning("could not cache the result of %s.%s: %s", server, tool, why)
     text = (f"The result of {server}.{tool} is large ({size:,} characters), too large to show here, and it could "
             f"not be cached: {why}.")
-    if "call_tool_and_store" in call.server.tools:
+    if "call_tool_and_store" in call.ctx.offered:
         text += " Call it with call_tool_and_store instead, to save the result to a file."
     else:
         text += " Ask for less (narrower arguments), or ask the user to fix Abstract's cache directory."
@@ -6735,9 +6769,9 @@ def _uncached_answer(call: _Call, server: str, tool: str, size: int, e: Exceptio
 
 
 def _tool_call_tool(call: _Call) -> dict:
-    server, tool = call.str("server", True), call.str("tool_name", True)
-    res = _upstream_call(call, server, tool, call.obj("tool_args"))  # type: ignore[arg-type]
-    return _maybe_cache(call, server, tool, res)  # type: ignore[arg-type]
+    server, tool = call.required("server"), call.required("tool_name")
+    res = _upstream_call(call, server, tool, call.obj("tool_args"))
+    return _maybe_cache(call, server, tool, res)
 
 
 def _skip_lines(text: str, count: int, step: int = 65536) -> int:
@@ -6757,7 +6791,8 @@ def _skip_lines(text: str, count: int, step: int = 65536) -> int:
 
 def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
     """A bounded window of `text` by line range or by character offset, and where it stands."""
-    first, last = call.int("start_line", minimum=1), call.int("end_line", minimum=1)
+    first = call.optional_int("start_line", minimum=1)
+    last = call.optional_int("end_line", minimum=1)
     if first is not None or last is not None:
         if first is not None and last is not None and last < first:
             raise ToolError(f"end_line ({last}) is before start_line ({first}).")
@@ -6783,8 +6818,8 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
         if cut is not None:
             where["truncated_line"] = cut
         return "".join(out), where
-    offset = call.int("offset", 0) or 0
-    length = min(call.int("length", limit, minimum=1) or limit, limit)
+    offset = call.integer("offset", 0)
+    length = min(call.integer("length", limit, minimum=1), limit)
     chunk = text[offset:offset + length]
     end = offset + len(chunk)
     return chunk, {"offset": offset, "length": len(chunk), "total_chars": len(text),
@@ -6799,7 +6834,7 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
         what = reason or "a list of plain values"
         raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. Use pointer, "
                         f"offset or start_line.")
-    first, count = call.int("record_offset", 0) or 0, call.int("record_count", 100, minimum=1) or 100
+    first, count = call.integer("record_offset", 0), call.integer("record_count", 100, minimum=1)
     out: List[str] = []
     used = 0
     for row in itertools.islice(rows, first, first + count):
@@ -6814,12 +6849,12 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
 
 
 def _tool_retrieve_cached_output(call: _Call) -> dict:
-    cache = call.server.cache
+    cache = call.ctx.cache
     if cache is None:
         raise ToolError("The output cache is disabled (output_cache.enabled is false in Abstract's settings).")
-    entry = cache.get(call.str("token", True))
-    limit = int(call.server.settings.cache("max_window_chars"))
-    pointer = call.str("pointer")
+    entry = cache.get(call.required("token"))
+    limit = int(call.ctx.settings.cache("max_window_chars"))
+    pointer = call.string("pointer")
     by_record = "record_offset" in call.args or "record_count" in call.args
     if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
         raise ToolError("Give record_offset/record_count, or offset/length, or start_line/end_line: one way to page.")
@@ -6859,29 +6894,30 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
 
 
 def _tool_list_allowed_directories(call: _Call) -> dict:
-    out = call.server.sandbox.describe()
+    out = call.ctx.sandbox.describe()
     return _text_result(_dumps(out), out)
 
 
-def _cached_source(call: _Call) -> Optional[_CacheEntry]:
-    """The cached output named by cache_token, if the call gives one."""
-    token = call.str("cache_token")
+def _cached_source(call: _Call) -> Optional[Tuple[OutputCache, _CacheEntry]]:
+    """(the cache, the cached output) named by cache_token, if the call gives one."""
+    token = call.string("cache_token")
     if token is None:
         return None
-    if call.server.cache is None:
+    cache = call.ctx.cache
+    if cache is None:
         raise ToolError("cache_token needs the output cache, which is disabled in Abstract's settings.")
-    return call.server.cache.get(token)
+    return cache, cache.get(token)
 
 
 def _tool_call_tool_and_store(call: _Call) -> dict:
     fmt = call.format("file_format")
-    entry = _cached_source(call)
-    if entry is not None:  # a result cached earlier: stored without calling the tool again
-        cache = call.server.cache
-        return _store_result(call, entry.server, entry.tool, fmt, lambda: cache.result(entry))  # type: ignore
-    server, tool = call.str("server", True), call.str("tool_name", True)
+    cached = _cached_source(call)
+    if cached is not None:  # a result cached earlier: stored without calling the tool again
+        cache, entry = cached
+        return _store_result(call, entry.server, entry.tool, fmt, lambda: cache.result(entry))
+    server, tool = call.required("server"), call.required("tool_name")
     args = call.obj("tool_args")
-    return _store_result(call, server, tool, fmt, lambda: _upstream_call(call, server, tool, args))  # type: ignore
+    return _store_result(call, server, tool, fmt, lambda: _upstream_call(call, server, tool, args))
 
 
 _INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml", ".xml": "xml",
@@ -6910,9 +6946,9 @@ def _read_limited(f: Any, path: str, size: int, limit: int, setting: str = "max_
 
 def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[Any, str, int]:
     """(binary file, real path, size) of an input file inside the sandbox."""
-    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
+    where = f"Allowed directories: {', '.join(call.ctx.sandbox.roots)}"
     try:
-        return call.server.sandbox.open_read(file_path)
+        return call.ctx.sandbox.open_read(file_path)
     except SandboxError as e:
         raise ToolError(str(e)) from None
     except FileNotFoundError:
@@ -6925,7 +6961,7 @@ def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[An
 def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
     """(data, format, real path) of an input file inside the sandbox."""
     f, path, size = _open_input(call, file_path)
-    limit = float(call.server.settings.get("max_input_file_mb"))
+    limit = float(call.ctx.settings.get("max_input_file_mb"))
     return _read_input(f, path, size, limit, "max_input_file_mb") + (path,)
 
 
@@ -6977,7 +7013,7 @@ def _check_args(tool: dict, args: dict) -> None:
 
 
 def _file_args(call: _Call, data: Any, path: str) -> dict:
-    key, extra = call.str("data_key"), call.obj("tool_args")
+    key, extra = call.string("data_key"), call.obj("tool_args")
     if key is None:
         if extra:
             raise ToolError("tool_args needs data_key: say under which argument the file's data goes, and tool_args "
@@ -6993,32 +7029,34 @@ def _file_args(call: _Call, data: Any, path: str) -> dict:
 
 def _input_data(call: _Call) -> Tuple[Any, str]:
     """(data, where it came from) for file input: a file in the sandbox, or a cached output."""
-    entry = _cached_source(call)
-    if entry is not None:
+    cached = _cached_source(call)
+    if cached is not None:
         if call.args.get("file_path") is not None:
             raise ToolError("Give file_path or cache_token, not both.")
-        return _extract(call.server.cache.result(entry)).data, f"cached output {entry.token}"  # type: ignore
-    data, _, path = _load_input(call, call.str("file_path", True))  # type: ignore[arg-type]
+        cache, entry = cached
+        return _extract(cache.result(entry)).data, f"cached output {entry.token}"
+    data, _, path = _load_input(call, call.required("file_path"))
     return data, path
 
 
 def _tool_call_tool_with_file_content(call: _Call) -> dict:
-    server, tool = call.str("server", True), call.str("tool_name", True)
-    out_fmt = call.str("output_format") or "json"
+    server, tool = call.required("server"), call.required("tool_name")
+    out_fmt = call.string("output_format") or "json"
     if out_fmt not in ("json", "string"):
         raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
     data, source = _input_data(call)
     args = _file_args(call, data, source)
-    up = call.server.upstreams.get(server)  # type: ignore[arg-type]
-    _check_args(_find_tool(up, tool), args)  # type: ignore[arg-type]
+    up = call.ctx.upstreams.get(server)
+    _check_args(_find_tool(up, tool), args)
     response_format = call.format("response_format")
     if response_format is not None:
-        return _store_result(call, server, tool, response_format,  # type: ignore[arg-type]
-                             lambda: _upstream_call(call, server, tool, args), f" for the data of {source}")  # type: ignore
-    res = _upstream_call(call, server, tool, args)  # type: ignore[arg-type]
+        return _store_result(call, server, tool, response_format,
+                             lambda: _upstream_call(call, server, tool, args),
+                             f" for the data of {source}")
+    res = _upstream_call(call, server, tool, args)
     if res.get("isError"):
         raise ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: {_error_text(res)}")
-    cached = _maybe_cache(call, server, tool, res)  # type: ignore[arg-type]
+    cached = _maybe_cache(call, server, tool, res)
     if cached is not res:  # a large answer gets the same protection as call_tool's
         return cached
     if out_fmt == "string":
@@ -7071,29 +7109,30 @@ def _cached_data(cache: OutputCache, entry: _CacheEntry) -> Any:
 def _query_table(call: _Call) -> Tuple[_Table, str]:
     """(the loaded table of the call's source, how the answer names the source): a table loaded
     earlier for the same token, or the same file (path, size, mtime), is used again."""
-    source, pointer = call.str("source", True), call.str("records_pointer")
-    server = call.server
-    tables, budget = server.tables, int(float(server.settings.query("max_memory_mb")) * (1 << 20))
-    if _TOKEN_RE.match(source) and "." not in source and os.sep not in source:  # type: ignore[arg-type]
-        if server.cache is None:
+    source, pointer = call.required("source"), call.string("records_pointer")
+    ctx = call.ctx
+    tables, budget = ctx.tables, int(float(ctx.settings.query("max_memory_mb")) * (1 << 20))
+    if _TOKEN_RE.match(source) and "." not in source and os.sep not in source:
+        if ctx.cache is None:
             raise ToolError("A cache token needs the output cache, which is disabled in Abstract's settings.")
-        entry = server.cache.get(source)
+        entry = ctx.cache.get(source)
         label = f"cached output {entry.token} ({entry.server}.{entry.tool})"
         key: tuple = ("token", entry.token, pointer)
         table = tables.get(key)
         if table is None:
             start = time.monotonic()
-            table = _load_table(_query_records(_cached_data(server.cache, entry), pointer, label))
+            table = _load_table(_query_records(_cached_data(ctx.cache, entry), pointer, label))
             table.load_s = time.monotonic() - start
             tables.put(key, table, budget)
         return table, label
-    f, path, size = _open_input(call, source, "source")  # type: ignore[arg-type]
+    f, path, size = _open_input(call, source, "source")
     with f:
         key = ("file", path, size, os.fstat(f.fileno()).st_mtime_ns, pointer)
         table = tables.get(key)
         if table is None:
             start = time.monotonic()
-            data, _ = _read_input(f, path, size, float(server.settings.query("max_file_mb")), "query.max_file_mb")
+            data, _ = _read_input(f, path, size, float(ctx.settings.query("max_file_mb")),
+                                  "query.max_file_mb")
             table = _load_table(_query_records(data, pointer, path))
             table.load_s = time.monotonic() - start
             tables.put(key, table, budget)
@@ -7103,13 +7142,13 @@ def _query_table(call: _Call) -> Tuple[_Table, str]:
 def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]:
     """Load (or reuse) the source's table and run the call's SQL over it; a table dropped by
     another query's load meanwhile is loaded once more."""
-    sql = call.str("sql", True)
-    settings = call.server.settings
+    sql = call.required("sql")
+    settings = call.ctx.settings
     timeout, max_chars = float(settings.query("timeout_seconds")), int(float(settings.query("max_result_mb")) * (1 << 20))
     for attempt in (1, 2):
         table, label = _query_table(call)
         try:
-            return table, label, _run_query(table, sql, keep, timeout, max_chars)  # type: ignore[arg-type]
+            return table, label, _run_query(table, sql, keep, timeout, max_chars)
         except _Closed:
             if attempt == 2:
                 raise ToolError("The loaded table was dropped to make room for another while this query waited "
@@ -7119,7 +7158,7 @@ def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]
 
 def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> dict:
     """The rows as a compact table within the retrieval window, and as records."""
-    window = int(call.server.settings.cache("max_window_chars"))
+    window = int(call.ctx.settings.cache("max_window_chars"))
     shown_text, shown = _query_table_text(res.columns, res.rows, max(window - 500, 1000))
     ms = res.elapsed * 1000
     names = ", ".join(res.columns[:40]) + (f" and {len(res.columns) - 40} more" if len(res.columns) > 40 else "")
@@ -7141,7 +7180,7 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
 
 
 def _tool_query_output(call: _Call) -> dict:
-    limit = call.int("limit", 50, maximum=_QUERY_LIMIT_MAX)
+    limit = call.integer("limit", 50, maximum=_QUERY_LIMIT_MAX)
     fmt = call.format("file_format")
     if fmt is None:
         extra = [k for k in ("filename", "storage_path") if call.args.get(k) is not None]
@@ -7164,10 +7203,10 @@ def _tool_query_output(call: _Call) -> dict:
 
 
 def _catalog_of(call: _Call) -> Catalog:
-    if call.server.catalog is None:
+    if call.ctx.catalog is None:
         raise ToolError("The catalog is off (catalog.enabled is false in Abstract's settings, or it could not be "
                         "opened: see Abstract's stderr).")
-    return call.server.catalog
+    return call.ctx.catalog
 
 
 def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
@@ -7179,12 +7218,13 @@ def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
         except Exception as e:
             if sqlite3 is None or not isinstance(e, sqlite3.Error):
                 raise
-            kept = call.server.catalog.moved_aside  # type: ignore[union-attr]
+            catalog = _catalog_of(call)  # (there is one: fn used it)
+            kept = catalog.moved_aside
             if _is_corrupt(e) and kept:
                 raise ToolError(f"The catalog database was damaged ({e}), so it was moved aside to {kept} (kept, "
                                 f"never deleted) and a fresh, empty one started. Try again; outputs recorded "
                                 f"before are found again after `abstract --reindex DIR...`.") from None
-            raise ToolError(f"The catalog database {call.server.catalog.path} failed: {e}. Try again; if it "  # type: ignore
+            raise ToolError(f"The catalog database {catalog.path} failed: {e}. Try again; if it "
                             f"persists, restart Abstract (a damaged database is moved aside at start-up).") from None
     return run
 
@@ -7217,14 +7257,15 @@ def _search_args(call: _Call, max_limit: int = 100) -> Tuple[str, str, int, int]
     query = call.args.get("query")
     if not isinstance(query, str):
         raise ToolError("Missing required argument 'query' (a string of words to look for).")
-    mode = call.str("mode") or "words"
+    mode = call.string("mode") or "words"
     if mode not in _SEARCH_MODES:
         raise ToolError(f"Argument 'mode' must be one of {', '.join(_SEARCH_MODES)}, not {_dumps(mode)[:40]}.")
-    return query, mode, min(call.int("limit", 10, minimum=1), max_limit), call.int("offset", 0)  # type: ignore
+    limit = min(call.integer("limit", 10, minimum=1), max_limit)
+    return query, mode, limit, call.integer("offset", 0)
 
 
 def _when(call: _Call, key: str, end: bool = False) -> Optional[str]:
-    value = call.str(key)
+    value = call.string(key)
     return None if not value else _parse_when(value, key, end)
 
 
@@ -7240,8 +7281,9 @@ def _output_line(i: int, item: dict) -> str:
 def _tool_search_stored_outputs(call: _Call) -> dict:
     catalog = _catalog_of(call)
     query, mode, limit, offset = _search_args(call)
-    found = catalog.search(query, mode, server=call.str("server") or None, tool=call.str("tool") or None,
-                           since=_when(call, "since"), until=_when(call, "until", True), limit=limit, offset=offset)
+    found = catalog.search(query, mode, server=call.string("server") or None,
+                           tool=call.string("tool") or None, since=_when(call, "since"),
+                           until=_when(call, "until", True), limit=limit, offset=offset)
     results = [dict(_output_view(r), snippet=r["snippet"]) for r in found["results"]]
     engine = "fts5" if catalog.fts else "fallback"
     out = {"results": results, "words": found["words"], "mode": mode, "engine": engine,
@@ -7263,16 +7305,17 @@ def _tool_search_stored_outputs(call: _Call) -> dict:
 
 def _tool_list_stored_outputs(call: _Call) -> dict:
     catalog = _catalog_of(call)
-    kind, days = call.str("kind") or None, call.args.get("retention_days")
+    kind, days = call.string("kind") or None, call.args.get("retention_days")
     if kind is not None and kind not in _CATALOG_KINDS:
         raise ToolError(f"Argument 'kind' must be one of {', '.join(_CATALOG_KINDS)}, not {_dumps(kind)[:40]}.")
     number = isinstance(days, (int, float)) and not isinstance(days, bool)
     if days is not None and not (number and 0 < days <= _RETENTION_DAYS_MAX):  # NaN compares False
         raise ToolError(f"Argument 'retention_days' must be a number of days > 0 and <= {_RETENTION_DAYS_MAX}, "
                         f"not {_dumps(days)[:40]}.")
-    server, tool = call.str("server") or None, call.str("tool") or None
-    limit = min(call.int("limit", 20, minimum=1), 200)  # type: ignore[type-var]
-    rows, cursor = catalog.recent(server=server, tool=tool, kind=kind, limit=limit, cursor=call.str("cursor"))
+    server, tool = call.string("server") or None, call.string("tool") or None
+    limit = min(call.integer("limit", 20, minimum=1), 200)
+    rows, cursor = catalog.recent(server=server, tool=tool, kind=kind, limit=limit,
+                                  cursor=call.string("cursor"))
     items = [_output_view(r) for r in rows]
     out: dict = {"outputs": items, "next_cursor": cursor}
     lines = [f"{_plural(len(items), 'stored output')}, newest first:"] + [_output_line(i, x) for i, x in enumerate(items, 1)]
@@ -7295,30 +7338,33 @@ def _tool_save_message(call: _Call) -> dict:
         raise ToolError("Missing required argument 'content' (the message text, a string).")
     if meta is not None and not isinstance(meta, dict):
         raise ToolError(f"Argument 'metadata' must be an object, not {_dumps(meta)[:80]}.")
-    out = _catalog_of(call).save_message(call.str("conversation_id") or None, call.str("role", True),  # type: ignore
-                                         content, call.str("parent_message_id"), meta)
+    out = _catalog_of(call).save_message(call.string("conversation_id") or None,
+                                         call.required("role"), content,
+                                         call.string("parent_message_id"), meta)
     what = "a new conversation" if out["new_conversation"] else "conversation"
     return _text_result(f"Saved message {out['message_id']} in {what} {out['conversation_id']}.", out)
 
 
 def _tool_get_conversation(call: _Call) -> dict:
-    limit = min(call.int("message_limit", 100, minimum=1), 1000)  # type: ignore[type-var]
-    conv = _catalog_of(call).get_conversation(call.str("conversation_id", True), limit,  # type: ignore[arg-type]
-                                              call.str("before_message_id"))
+    limit = min(call.integer("message_limit", 100, minimum=1), 1000)
+    conv = _catalog_of(call).get_conversation(call.required("conversation_id"), limit,
+                                              call.string("before_message_id"))
     return _text_result(_dumps(conv), conv)
 
 
 def _tool_list_conversations(call: _Call) -> dict:
-    rows, cursor = _catalog_of(call).list_conversations(min(call.int("limit", 20, minimum=1), 100),  # type: ignore
-                                                        call.str("cursor"))
+    limit = min(call.integer("limit", 20, minimum=1), 100)
+    rows, cursor = _catalog_of(call).list_conversations(limit, call.string("cursor"))
     out = {"conversations": rows, "next_cursor": cursor}
     return _text_result(_dumps(out), out)
 
 
 def _tool_search_messages(call: _Call) -> dict:
     query, mode, limit, offset = _search_args(call)
-    found = _catalog_of(call).search_messages(query, mode, conversation_id=call.str("conversation_id") or None,
-                                              since=_when(call, "start_date"), until=_when(call, "end_date", True),
+    cid = call.string("conversation_id") or None
+    found = _catalog_of(call).search_messages(query, mode, conversation_id=cid,
+                                              since=_when(call, "start_date"),
+                                              until=_when(call, "end_date", True),
                                               limit=limit, offset=offset)
     out = {"results": found["results"], "words": found["words"], "mode": mode,
            "next_offset": offset + limit if found["has_more"] else None}
@@ -7326,20 +7372,20 @@ def _tool_search_messages(call: _Call) -> dict:
 
 
 def _tool_delete_conversation(call: _Call) -> dict:
-    cid = call.str("conversation_id", True)
-    n = _catalog_of(call).delete_conversation(cid)  # type: ignore[arg-type]
+    cid = call.required("conversation_id")
+    n = _catalog_of(call).delete_conversation(cid)
     out = {"conversation_id": cid, "deleted_messages": n}
     return _text_result(f"Deleted conversation {cid} and its {_plural(n, 'message')}.", out)
 
 
 def _tool_export_conversations(call: _Call) -> dict:
-    fmt, cid = call.str("format") or "json", call.str("conversation_id") or None
+    fmt, cid = call.string("format") or "json", call.string("conversation_id") or None
     if fmt not in ("json", "markdown"):
         raise ToolError(f"Argument 'format' must be json or markdown, not {_dumps(fmt)[:40]}.")
     convs = _catalog_of(call).export(cid)
-    sandbox, name = call.server.sandbox, call.str("filename")
+    sandbox, name = call.ctx.sandbox, call.string("filename")
     try:
-        directory = sandbox.make_dir(call.str("storage_path"))
+        directory = sandbox.make_dir(call.string("storage_path"))
         stem = _safe_filename(name) if name else f"conversations-{_utc_stamp()}"
     except SandboxError as e:
         raise ToolError(str(e)) from None
@@ -7361,11 +7407,12 @@ def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dic
         path = _write_new(directory, stem, ext, data)
     except OSError as e:
         raise _write_error(directory, e) from None
-    out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": len(data),
-           "conversations": len(convs), "messages": sum(len(c["messages"]) for c in convs)}
+    out: Dict[str, Any] = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": len(data),
+                           "conversations": len(convs),
+                           "messages": sum(len(c["messages"]) for c in convs)}
     what = f"{_plural(out['conversations'], 'conversation')} ({_plural(out['messages'], 'message')})"
     result = _text_result(f"Exported {what} as {fmt}: {path}", out)
-    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
+    if call.ctx.protocol(call.req) in _LINK_VERSIONS:
         result["content"].append({"type": "resource_link", "uri": out["uri"], "name": os.path.basename(path),
                                   "mimeType": _FORMAT_MIME["json" if fmt == "json" else "md"], "size": out["bytes"]})
     return result
@@ -7690,14 +7737,14 @@ def _direct_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
 class _Direct:
     """--expose direct: every selected upstream's tools, prompts and resources as Abstract's own."""
 
-    def __init__(self, server: "Server") -> None:
-        self.server = server
+    def __init__(self, ctx: _ToolContext, on_tools_changed: Callable[[str], None]) -> None:
+        self.ctx = ctx
         self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
         self._prompts: Dict[str, Tuple[str, str]] = {}
         self._uris: Dict[str, str] = {}  # upstream resource URI -> server
         self._lock = threading.Lock()
-        for up in server.upstreams._all.values():
-            up.on_tools_changed = server.tools_changed
+        for up in ctx.upstreams._all.values():
+            up.on_tools_changed = on_tools_changed
 
     def _gather(self, fn: Callable[[Upstream], List[dict]], capability: str = "") -> Dict[str, List[dict]]:
         """fn over every upstream in parallel (only those that declared `capability`, when
@@ -7707,7 +7754,7 @@ class _Direct:
             return fn(up) if not capability or capability in up.capabilities else []
 
         out = {}
-        for name, got in self.server.upstreams.each(run).items():
+        for name, got in self.ctx.upstreams.each(run).items():
             if isinstance(got, Exception):
                 _log.warning("%s left out of the list: %s", name, getattr(got, "message", None) or got)
             else:
@@ -7716,7 +7763,8 @@ class _Direct:
 
     def tools(self) -> List[dict]:
         gathered = self._gather(lambda up: up.tools())
-        mapping = _direct_names({n: gathered[n] for n in self.server.upstreams.names() if n in gathered})
+        names = self.ctx.upstreams.names()
+        mapping = _direct_names({n: gathered[n] for n in names if n in gathered})
         with self._lock:
             self._tools = mapping
         return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items() if k != "outputSchema"}),
@@ -7727,10 +7775,10 @@ class _Direct:
         rejects a preview in place of the structuredContent a schema promises, so the schema is
         left out where a large result may be cached: unless keep_output_schemas is set, or
         caching is off for that tool."""
-        if "outputSchema" not in tool or self.server.settings.get("keep_output_schemas"):
+        if "outputSchema" not in tool or self.ctx.settings.get("keep_output_schemas"):
             return True
-        policy = self.server.settings.cache_policy(server, tool["name"])
-        return self.server.cache is None or not policy["enabled"]
+        policy = self.ctx.settings.cache_policy(server, tool["name"])
+        return self.ctx.cache is None or not policy["enabled"]
 
     def names(self) -> List[str]:
         return list(self._tools)
@@ -7748,7 +7796,7 @@ class _Direct:
         """Call the upstream tool `target` (from lookup): its result as it is (cached when large),
         its JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
         server, tool = target
-        res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
+        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args)
         if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
         return _maybe_cache(call, server, tool["name"], res, structured=False)
@@ -7771,7 +7819,7 @@ class _Direct:
         if name not in self._prompts:
             raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: {_names_list(list(self._prompts))}")
         server, real = self._prompts[name]
-        return self.server.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
+        return self.ctx.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
 
     def resources(self) -> List[dict]:
         out = []
@@ -7792,7 +7840,7 @@ class _Direct:
         return uri in self._uris
 
     def read(self, uri: str) -> dict:
-        return self.server.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
+        return self.ctx.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
 
 
 _READ_MAX = 5 * 1024 * 1024  # base64 of this stays under the 10 MiB a TypeScript client accepts per message
@@ -7851,8 +7899,6 @@ class Server:
                  memory: bool = False) -> None:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.catalog = catalog
-        self.tool_index = _ToolIndex()  # list_available_tools' query
-        self.tables = _Tables()  # query_output's loaded tables
         self.client = ""  # the legacy client's clientInfo name (initialize)
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
@@ -7862,7 +7908,6 @@ class Server:
         keep = (lambda n: n == "retrieve_cached_output") if expose == "direct" else (lambda n: True)
         mem = _MEMORY_TOOLS if memory and catalog is not None else []  # --memory: in every --expose mode
         self.tools = {t[0]: t for t in _TOOLS + mem if (keep(t[0]) or t in mem) and _offered(t[0], cache, catalog)}
-        self.direct = _Direct(self) if expose in ("direct", "both") else None
         methods: Dict[str, Callable[[_Request], dict]] = {
             "initialize": self._initialize,
             "server/discover": self._discover,
@@ -7883,6 +7928,11 @@ class Server:
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()},
                                notifications={"notifications/roots/list_changed":
                                               lambda params: upstreams.roots_changed()})
+        self.ctx = _ToolContext(sandbox, settings, upstreams, cache, catalog, self.tools,
+                                self.conn.notify, self.protocol_for, self.client_name)
+        self.direct: Optional[_Direct] = None
+        if expose in ("direct", "both"):
+            self.direct = _Direct(self.ctx, self.tools_changed)
         self.terminated = False  # SIGTERM arrived
         self._serving = self._stopping = False
 
@@ -8017,7 +8067,7 @@ class Server:
             raise RpcError(INVALID_PARAMS, "tools/call needs params.name (a string)")
         if args is not None and not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "tools/call params.arguments must be an object")
-        call = _Call(self, req, args or {})
+        call = _Call(self.ctx, req, args or {})
         tool = self.tools.get(name)
         try:
             if tool is not None:

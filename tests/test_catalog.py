@@ -551,10 +551,10 @@ def test_catalog_failure_never_fails_the_store():
         def record_many(self, entries):
             raise sqlite3.OperationalError("disk I/O error")
 
-    class FakeServer:
+    class FakeContext:
         catalog = Broken()
 
-    call = abstract._Call(FakeServer(), None, {"server": "s", "tool_name": "t"})  # type: ignore[arg-type]
+    call = abstract._Call(FakeContext(), None, {"server": "s", "tool_name": "t"})  # type: ignore[arg-type]
     with _Logged() as caplog:
         abstract._catalog_note(call, "the files of s.t", lambda cap: [{"path": "/x"}])
     assert "could not record the files of s.t: disk I/O error" in caplog.text
