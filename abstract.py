@@ -38,6 +38,7 @@ import argparse
 import collections
 import contextlib
 import csv
+import errno
 import fnmatch
 import html
 import io
@@ -206,6 +207,17 @@ class _Cancelled(Error):
 def _dumps(obj: Any) -> str:
     """Compact JSON, non-ASCII kept (the wire and text items use this)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def _utc(t: Optional[float] = None, ms: bool = False, compact: bool = False) -> str:
+    """A time (default: now) in UTC, ISO 8601: "2025-01-31T09:05:00Z"; with `ms`
+    "2025-01-31T09:05:00.250Z" (the catalog's: sorts as text in time order); `compact`
+    "20250131T090500Z" (file names)."""
+    t = time.time() if t is None else t
+    if ms:
+        n = int(round(t * 1000))
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(n // 1000)) + f".{n % 1000:03d}Z"
+    return time.strftime("%Y%m%dT%H%M%SZ" if compact else "%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _settle(fut: Future, result: Any = None, exc: Optional[BaseException] = None) -> None:
@@ -610,11 +622,6 @@ def _dump_csv_parts(rows: List[Dict[str, Any]], delimiter: str = ",", batch: int
         csv.writer(buf, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL).writerows(chunk)
         yield buf.getvalue()
         chunk = list(itertools.islice(cells, batch))
-
-
-def _dump_csv(rows: List[Dict[str, Any]], delimiter: str = ",") -> str:
-    """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row."""
-    return "".join(_dump_csv_parts(rows, delimiter))
 
 
 # ---- csv / tsv reader ----
@@ -1918,8 +1925,6 @@ class _Dir(str):
 
 def _walk_failure(e: OSError) -> str:
     """A descriptor walk's OSError as the reason a refusal gives."""
-    import errno
-
     if e.errno in (errno.ELOOP, getattr(errno, "EMLINK", -1)):  # O_NOFOLLOW met a symlink
         return "a symbolic link is in the way (a loop, or the folder was changed while in use)"
     if e.errno == errno.ENOTDIR:
@@ -2119,7 +2124,8 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
         except FileExistsError:
             continue
     else:
-        raise SandboxError(f"no free temporary file name in {directory}")
+        raise FileExistsError(errno.EEXIST, "no free temporary file name (100 random names taken)",
+                              directory)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
@@ -2136,7 +2142,9 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             final = f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}"
             if _claim(dfd, at(tmp), at(final), mine):
                 return os.path.join(directory, final)
-        raise SandboxError(f"no free file name for {stem}{ext} in {directory}")
+        # every numbered name taken: a full folder, as a write error (not a refused path)
+        raise FileExistsError(errno.EEXIST, f"no free file name for {stem}{ext} (100,000 numbered "
+                              f"names are taken)", os.path.join(directory, f"{stem}{ext}"))
     finally:
         with contextlib.suppress(OSError):
             os.unlink(at(tmp), dir_fd=dfd)
@@ -2237,7 +2245,6 @@ def _open_regular(name: str, dfd: Optional[int] = None) -> Tuple[Any, os.stat_re
     """(binary file, fstat) of `name` (relative to `dfd` when given), a regular file with one
     link: opened without following a symlink in its last part or waiting on a FIFO, and checked
     through the descriptor, so nothing swapped in after a walk or check is read. OSError else."""
-    import errno
     import stat
 
     fd = os.open(name, _O_READ, dir_fd=dfd)
@@ -3968,6 +3975,14 @@ class Upstreams:
         self.config, self.client = config, client
         self._all = {n: Upstream(s, settings, client, spawn, environ=environ) for n, s in config.specs.items()}
 
+    def listen(self, on_log: Optional[Callable[[str, dict], None]] = None,
+               on_tools_changed: Optional[Callable[[str], None]] = None) -> None:
+        """Where every upstream's log messages and tools/list_changed go. Set after construction:
+        they go to the Server, which is built after the upstreams (--check uses them without
+        one)."""
+        for up in self._all.values():
+            up.on_log, up.on_tools_changed = on_log, on_tools_changed
+
     def set_level(self, level: str) -> None:
         """The client's logging/setLevel: every upstream (running ones at once, in parallel)."""
         self.each(lambda up: up.set_level(level))
@@ -4195,10 +4210,6 @@ def _error_text(result: dict) -> str:
     return "\n".join(texts)[:2000] or "(no message)"
 
 
-def _utc_stamp() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-
 _VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is viewed indented by two spaces
 
 
@@ -4228,6 +4239,11 @@ def _json_view(data: Any) -> str:
     if not records and len(layout) <= _VIEW_INDENT_MAX:
         return json.dumps(data, indent=2, ensure_ascii=False)
     return layout
+
+
+def _text_view(data: Any) -> str:
+    """The text the model reads of a result's data: text as it is, JSON laid out by _json_view."""
+    return data if isinstance(data, str) else _json_view(data)
 
 
 def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
@@ -4504,11 +4520,10 @@ class OutputCache:
 
     def __init__(self, directory: str, settings: Settings, clock: Callable[[], float] = time.time,
                  roots: Iterable[str] = ()) -> None:
-        self.dir, self.settings, self._clock, self.roots = directory, settings, clock, list(roots)
+        self.dir, self.settings, self.clock, self.roots = directory, settings, clock, list(roots)
         self._lock = threading.Lock()
         self._dir_lock = threading.Lock()  # guards _fd: replaced by put(), duplicated by every user
         self._entries: Dict[str, _CacheEntry] = {}
-        self.links: Optional[Callable[[_CacheEntry], str]] = None  # set when the HTTP server runs
         # ConfigError: not a directory the cache may delete in
         self._fd: Optional[int] = _claim_cache_dir(directory, self.roots)
         self._load()
@@ -4630,11 +4645,11 @@ class OutputCache:
         files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600, False)
                  for i, b in enumerate(ex.blobs, 1)]
         if ex.has_data or not ex.blobs:
-            text = ex.data if isinstance(ex.data, str) else _json_view(ex.data)
+            text = _text_view(ex.data)
         else:  # binary items only: the text view says what they are and where their files are
             text = _json_view([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
                                for b, f in zip(ex.blobs, files)])
-        now = self._clock()
+        now = self.clock()
         entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
                             expires=now + float(self.settings.cache("ttl_seconds")), chars=len(text),
                             ctype="text/plain" if isinstance(ex.data, str) else "application/json",
@@ -4660,9 +4675,10 @@ class OutputCache:
         if entry is None:
             raise ToolError(f"No cached output with token {token}: it never existed, expired, or was evicted. "
                             f"Call the tool again.")
-        if entry.expires <= self._clock():
+        if entry.expires <= self.clock():
             self._drop(token)
-            raise ToolError(f"The cached output {token} expired at {_iso(entry.expires)}. Call the tool again.")
+            raise ToolError(f"The cached output {token} expired at {_utc(entry.expires)}. Call the "
+                            f"tool again.")
         return entry
 
     def _adopt(self, token: str) -> Optional[_CacheEntry]:
@@ -4703,7 +4719,7 @@ class OutputCache:
         return json.loads(self._read(entry, ".json"))["result"]
 
     def entries(self) -> List[_CacheEntry]:
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             return sorted((e for e in self._entries.values() if e.expires > now), key=lambda e: -e.created)
 
@@ -4722,7 +4738,7 @@ class OutputCache:
 
     def sweep(self) -> int:
         """Delete expired entries; returns how many."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             dead = [t for t, e in self._entries.items() if e.expires <= now]
         for t in dead:
@@ -4740,10 +4756,6 @@ class OutputCache:
                 break
             total -= e.bytes
             self._drop(e.token)
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 class _LinkSigner:
@@ -4822,7 +4834,8 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
 
 def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str,
-                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)) -> Any:
+                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)
+                 ) -> Tuple[Any, Callable[[_CacheEntry], str]]:
     """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread.
     `limits`: seconds to send the request, seconds any read or write may stall, connections."""
     import http.server
@@ -4875,8 +4888,7 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
         expires = int(entry.expires)
         return f"{real_base.rstrip('/')}/cache/{entry.token}?expires={expires}&sig={signer.sign(entry.token, expires)}"
 
-    cache.links = link
-    return httpd
+    return httpd, link
 
 
 def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, Any]:
@@ -4894,7 +4906,7 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
         return 403, "text/plain; charset=utf-8", b"missing or malformed expires/sig\n"
     if not signer.check(token, expires, sig):
         return 403, "text/plain; charset=utf-8", b"bad signature\n"
-    if expires <= cache._clock():
+    if expires <= cache.clock():
         return 410, "text/plain; charset=utf-8", b"link expired\n"
     try:
         entry = cache.get(token)
@@ -4961,12 +4973,6 @@ _OUTPUT_FIELDS = ("id", "created", "server", "tool", "arguments", "description",
                   "format", "bytes", "sha256", "nrows", "ncolumns", "text", "terms")
 _OUTPUT_VIEW = "o.n, o.id, o.created, o.server, o.tool, o.arguments, o.description, o.kind, o.path, " \
                "o.token, o.format, o.bytes, o.nrows, o.ncolumns"
-
-
-def _iso_ms(t: float) -> str:
-    """ISO 8601 UTC with milliseconds ("2025-01-31T09:05:00.250Z"): sorts as text in time order."""
-    ms = int(round(t * 1000))
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
 # ISO 8601 as the catalog tools take it, the same on every Python (fromisoformat reads more on
@@ -5137,10 +5143,10 @@ def _move_aside(path: str, close: Callable[[], None]) -> str:
     """Rename a corrupt database to <name>.corrupt-<UTC stamp>, its -wal (which may hold the last
     transactions) copied along first: SQLite deletes the -wal and -shm files when its last
     connection closes, and a database must be closed before Windows lets it be renamed."""
-    target = f"{path}.corrupt-{_utc_stamp()}"
+    target = f"{path}.corrupt-{_utc(compact=True)}"
     n = 1
     while os.path.exists(target):
-        target = f"{path}.corrupt-{_utc_stamp()}-{n}"
+        target = f"{path}.corrupt-{_utc(compact=True)}-{n}"
         n += 1
     if os.path.exists(path + "-wal"):
         shutil.copyfile(path + "-wal", target + "-wal")
@@ -5356,13 +5362,10 @@ class Catalog:
                     db.executemany(f"UPDATE {table} SET terms = ? WHERE n = ?", [(_terms(*r[1:]), r[0]) for r in rows])
 
     # -- outputs
-    def record(self, entry: dict) -> str:
-        """Record one output; returns its id. Keys: kind, server, tool, arguments, description, path,
-        token, format, bytes, sha256, rows, columns, text, created (epoch seconds; default now)."""
-        return self.record_many([entry])[0]
-
     def record_many(self, entries: List[dict]) -> List[str]:
-        """Record outputs in one transaction; returns their ids."""
+        """Record outputs in one transaction; returns their ids. Keys: kind, server, tool,
+        arguments, description, path, token, format, bytes, sha256, rows, columns, text, created
+        (epoch seconds; default now)."""
         rows = [self._output_row(e) for e in entries]
         for attempt in (1, 2):
             try:
@@ -5386,7 +5389,8 @@ class Catalog:
         text = (e.get("text") or "")[:self.max_text]
         server, tool, desc, path = e.get("server") or "", e.get("tool") or "", e.get("description") or "", e.get("path")
         when = e.get("created")
-        return (_new_id(), _iso_ms(self.clock() if when is None else when), server, tool, args, desc, kind, path,
+        created = _utc(self.clock() if when is None else when, ms=True)
+        return (_new_id(), created, server, tool, args, desc, kind, path,
                 e.get("token"), e.get("format") or "", e.get("bytes"), e.get("sha256"), e.get("rows"),
                 e.get("columns"), text, None if self.fts else _terms(text, desc, server, tool, path))
 
@@ -5499,7 +5503,7 @@ class Catalog:
         """Add a message, creating the conversation when it does not exist yet."""
         if role not in _ROLES:
             raise ToolError(f"role must be one of {', '.join(_ROLES)}, not {str(role)[:40]!r}.")
-        cid, mid, now = conversation_id or _new_id(), _new_id(), _iso_ms(self.clock())
+        cid, mid, now = conversation_id or _new_id(), _new_id(), _utc(self.clock(), ms=True)
         terms = None if self.fts else _terms(content)
         with self._tx() as db:
             created = db.execute("INSERT OR IGNORE INTO conversations (id, created, updated, title) VALUES (?, ?, ?, ?)",
@@ -6116,18 +6120,20 @@ class _ToolContext:
     notification, `protocol` and `client_name` tell a request's protocol version and client."""
 
     __slots__ = ("sandbox", "settings", "upstreams", "cache", "catalog", "tool_index", "tables",
-                 "offered", "notify", "protocol", "client_name")
+                 "offered", "notify", "protocol", "client_name", "links")
 
     def __init__(self, sandbox: Sandbox, settings: Settings, upstreams: Upstreams,
                  cache: Optional[OutputCache], catalog: Optional[Catalog], offered: Iterable[str],
                  notify: Callable[[str, dict], Any], protocol: Callable[[_Request], str],
-                 client_name: Callable[[_Request], str]) -> None:
+                 client_name: Callable[[_Request], str],
+                 links: Optional[Callable[[_CacheEntry], str]] = None) -> None:
         self.sandbox, self.settings, self.upstreams = sandbox, settings, upstreams
         self.cache, self.catalog = cache, catalog
         self.tool_index = _ToolIndex()  # list_available_tools' query
         self.tables = _Tables()  # query_output's loaded tables
         self.offered = offered  # (a live view: `in` asks the Server's own table)
         self.notify, self.protocol, self.client_name = notify, protocol, client_name
+        self.links = links  # --http: the signed download link of a cached output
 
 
 class _Call:
@@ -6221,6 +6227,15 @@ def _checked_args(tool: str, schema: dict, args: dict) -> dict:
     return out
 
 
+
+@contextlib.contextmanager
+def _sandboxed(hint: str = "") -> Iterator[None]:
+    """A path the sandbox refuses (SandboxError) as the model's error, `hint` after the reason."""
+    try:
+        yield
+    except SandboxError as e:
+        raise ToolError(f"{e}{hint}") from None
+
 # ==== 16. Storing =================================================================
 # The store path: a tool result (or a cached output) written as a file in an allowed directory,
 # checked against the sandbox and the quota before the tool runs, recorded in the catalog.
@@ -6267,7 +6282,7 @@ def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]
 
 def _recorded_args(call: _Call) -> Any:
     """The arguments worth keeping with an output: a meta tool's own minus server and tool name
-    (which have columns), or a direct-mode call's upstream arguments as they are."""
+    (which have columns), or a transparent-mode call's upstream arguments as they are."""
     if "tool_name" in call.args:
         return {k: v for k, v in call.args.items() if k not in ("server", "tool_name")}
     return call.args
@@ -6283,10 +6298,9 @@ def _catalog_note(call: _Call, what: str, build: Callable[[int], List[dict]]) ->
         _log.warning("catalog: could not record %s: %s", what, e)
 
 
-def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Optional[_Stored], conv: Any,
-                    blobs: List[_Stored]) -> None:
+def _catalog_stored(call: _Call, server: str, tool: str, kind: str, description: str,
+                    data_file: Optional[_Stored], conv: Any, blobs: List[_Stored]) -> None:
     """Record a store's files: the converted data (with rows/columns for tables) and each binary item."""
-    desc = call.args.get("description") if isinstance(call.args.get("description"), str) else ""
 
     def opened(path: str) -> Tuple[Any, int]:  # the file just stored, read back through the sandbox
         f, _, size = call.ctx.sandbox.open_read(path)
@@ -6294,10 +6308,11 @@ def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Option
 
     def build(max_text: int) -> List[dict]:
         out = []
-        for f in ([main] if main is not None else []) + blobs:
-            e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call), "description": desc,
-                 "path": f.path, "format": f.fmt, **_file_facts(opened(f.path), f.path, f.fmt, max_text, f.sha256)}
-            if f is main and getattr(conv, "rows", None) is not None:
+        for f in ([data_file] if data_file is not None else []) + blobs:
+            e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call),
+                 "description": description, "path": f.path, "format": f.fmt,
+                 **_file_facts(opened(f.path), f.path, f.fmt, max_text, f.sha256)}
+            if f is data_file and getattr(conv, "rows", None) is not None:
                 e["rows"], e["columns"] = conv.rows, len(conv.columns or [])
             out.append(e)
         return out
@@ -6334,25 +6349,23 @@ def _check_quota(call: _Call, directory: str) -> None:
 def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
     """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
     sandbox, path, name = call.ctx.sandbox, call.string("storage_path"), call.string("filename")
-    try:  # the name first: a refused name must not leave new folders behind
-        stem = _safe_part(f"{server}-{tool}-{_utc_stamp()}") if name is None else _safe_filename(name)
+    hint = (f". Allowed directories: {', '.join(sandbox.roots)}; the file goes in the first, "
+            f"or in the folder storage_path names.")
+    with _sandboxed(hint):  # the name first: a refused name must not leave new folders behind
+        stem = (_safe_part(f"{server}-{tool}-{_utc(compact=True)}") if name is None
+                else _safe_filename(name))
         exts = tuple("." + e for e in _FORMATS + ("yml", "gz"))
         while name is not None and stem.lower().endswith(exts):  # "report.csv.gz", "report.csv."
             head = stem[:stem.rindex(".")]
             if not head.strip(". "):  # ".csv" alone is the name, not an extension
                 break
             stem = _safe_filename(head)
-    except SandboxError as e:
-        raise ToolError(f"{e}. Allowed directories: {', '.join(sandbox.roots)}; the file goes in the first, "
-                        f"or in the folder storage_path names.") from None
-    try:
+    with _sandboxed():
         if path is None:
             organize = call.ctx.settings.get("organize")
             parts = {"flat": [], "by_server": [server], "by_server_tool": [server, tool]}[organize]
             path = os.path.join(*(_safe_part(p) for p in parts)) if parts else None
         return sandbox.make_dir(path), stem
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
 
 
 def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
@@ -6367,7 +6380,8 @@ def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
     yield z.flush()
 
 
-def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -> Tuple[_Stored, str]:
+def _write_converted(directory: str, stem: str, conv: _Converted, compress: bool
+                     ) -> Tuple[_Stored, str]:
     """Write converted data part by part (a large table is never one huge string or bytes
     object); returns the file and the start of its text, for the preview."""
     head: List[str] = []
@@ -6383,7 +6397,7 @@ def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -
     chunks: Any = encoded()
     ext = "." + conv.fmt
     mime = _FORMAT_MIME[conv.fmt]
-    if call.flag("compress"):
+    if compress:
         chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
     digest = hashlib.sha256()  # of the bytes as written, so the catalog need not read the file again
     size = [0]  # (nor the path, which may lead elsewhere by now)
@@ -6409,38 +6423,41 @@ def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) 
 _QUERYABLE = ("json", "csv", "tsv", "yaml", "xml")  # stored formats query_output reads back as records
 
 
-def _data_notes(call: _Call, main: Optional[_Stored], data: Any) -> List[str]:
+def _data_notes(call: _Call, data_file: Optional[_Stored], data: Any) -> List[str]:
     """The shape of stored data, and for records how to ask the file with query_output."""
-    if main is None:
+    if data_file is None:
         return []
     if isinstance(data, str):
         lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
         return [f"Shape: text, {_plural(lines, 'line')}."]
     out = [_shape(data, 600)] if data is not None else []
-    if main.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
-        hint = _query_hint(main.path, data if main.fmt not in ("csv", "tsv") else _as_records(data)[0])
+    if data_file.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
+        records = data if data_file.fmt not in ("csv", "tsv") else _as_records(data)[0]
+        hint = _query_hint(data_file.path, records)
         out.append(hint)
     return [line for line in out if line]
 
 
-def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
-                  blobs: List[_Stored], preview: str, about: Sequence[str] = ()) -> dict:
+def _store_answer(call: _Call, server: str, tool: str, description: str,
+                  data_file: Optional[_Stored], conv: Any, blobs: List[_Stored], preview: str,
+                  about: Sequence[str] = ()) -> dict:
     """The short answer to a store: text for the model, resource_link, structuredContent."""
-    files = ([main] if main else []) + blobs
+    files = ([data_file] if data_file else []) + blobs
     first = files[0]
     lines = [f"Stored the result of {server}.{tool} as {first.fmt.upper()}: {first.path}"]
     info: dict = {"server": server, "tool": tool, "path": first.path, "uri": _file_uri(first.path),
                   "format": first.fmt, "bytes": first.size}
-    if main is not None and conv.rows is not None:
+    if data_file is not None and conv.rows is not None:
         info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
         lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, {first.size:,} bytes.")
     else:
         lines.append(f"{_plural(first.size, 'byte')}.")
-    if main is not None and main.path.lower().endswith(".gz"):
+    if data_file is not None and data_file.path.lower().endswith(".gz"):
         info["compressed"] = True
     if blobs:
         info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime, "bytes": b.size} for b in blobs]
-        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}" for b in (blobs if main else blobs[1:]))
+        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}"
+                     for b in (blobs if data_file else blobs[1:]))
     notes = list(getattr(conv, "notes", None) or [])
     if notes:
         info["notes"] = notes
@@ -6451,39 +6468,42 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
     lines.extend(a for a in about if a.startswith("Ask it"))
     result = _text_result("\n".join(lines), info)
     if call.ctx.protocol(call.req) in _LINK_VERSIONS:
-        desc = call.string("description") or f"Result of {server}.{tool}"
+        desc = description or f"Result of {server}.{tool}"
         result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path), "name": os.path.basename(f.path),
                                "mimeType": f.mime, "size": f.size, "description": desc[:500]} for f in files]
     return result
 
 
 def _store_result(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
-                  source: str = "") -> dict:
+                  input_note: str = "") -> dict:
     """Store a tool result in `fmt` (None: the format that fits the content): call_tool_and_store,
     file input's response_format, and cached outputs. `fetch` gives the result once the target
-    is known to be usable."""
-    call.flag("compress")  # a bad value is refused before the tool runs
+    is known to be usable. `input_note` (" for the data of X") marks file input's response."""
+    # the options are read (and bad values refused) before the tool runs
+    compress, description = call.flag("compress"), call.string("description") or ""
     directory, stem = _store_target(call, server, tool)
     with directory:  # held open (POSIX): the folder decided now is the one written, however long the tool runs
-        return _store_in(call, server, tool, fmt, fetch, source, directory, stem)
+        return _store_in(call, server, tool, fmt, fetch, input_note, directory, stem, compress,
+                         description)
 
 
 def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
-              source: str, directory: str, stem: str) -> dict:
+              input_note: str, directory: str, stem: str, compress: bool, description: str) -> dict:
     _check_quota(call, directory)
     res = fetch()
     if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error{source}, so nothing was stored: {_error_text(res)}")
+        raise ToolError(f"'{server}' tool '{tool}' reported an error{input_note}, so nothing was "
+                        f"stored: {_error_text(res)}")
     ex = _extract(res)
     del res  # the wrapper's copy of a large text is not needed once it is parsed
-    main, conv, preview = None, None, ""
+    data_file, conv, preview = None, None, ""
     try:
         if ex.has_data or not ex.blobs:
             fmt = fmt or _natural_format(ex.data)
             try:
                 data = _tabular_text(ex.data, fmt)
-                conv = _convert(data, fmt, call.string("description") or f"{server}.{tool}")
-                main, head = _write_converted(call, directory, stem, conv)
+                conv = _convert(data, fmt, description or f"{server}.{tool}")
+                data_file, head = _write_converted(directory, stem, conv, compress)
             except FormatError as e:
                 raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
             except RecursionError:
@@ -6491,10 +6511,12 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
             preview = _preview(head)
         blobs = _store_blobs(directory, stem, ex.blobs)
     except OSError as e:
-        raise _write_error(directory, e, main) from None
-    _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
-    about = _data_notes(call, main, _tabular_text(ex.data, main.fmt) if main is not None else None)
-    return _store_answer(call, server, tool, main, conv, blobs, preview, about)
+        raise _write_error(directory, e, data_file) from None
+    kind = "response" if input_note else "stored"  # file input's response, or a stored result
+    _catalog_stored(call, server, tool, kind, description, data_file, conv, blobs)
+    data = _tabular_text(ex.data, data_file.fmt) if data_file is not None else None
+    about = _data_notes(call, data_file, data)
+    return _store_answer(call, server, tool, description, data_file, conv, blobs, preview, about)
 
 
 # ==== 17. Tools ===================================================================
@@ -6689,7 +6711,7 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     if not ex.has_data and ex.blobs:
         size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
     lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
-             f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
+             f"cached instead of shown. Token: {entry.token} (expires {_utc(entry.expires)})."]
     shape = _shape(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else ""
     if shape:
         lines.append(shape)
@@ -6737,11 +6759,11 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
         return _uncached_answer(call, cache, server, tool, size, e)
     _catalog_cached(call, cache, entry, ex)
-    link = cache.links(entry) if cache.links else ""
+    link = call.ctx.links(entry) if call.ctx.links is not None else ""
     info = None
     if structured:
         info = {"cached": True, "token": entry.token, "total_chars": entry.chars, "content_type": entry.ctype,
-                "expires_at": _iso(entry.expires), "uri": _CACHE_URI + entry.token}
+                "expires_at": _utc(entry.expires), "uri": _CACHE_URI + entry.token}
         if link:
             info["retrieve_url"] = link
     can_store = "call_tool_and_store" in call.ctx.offered
@@ -6869,10 +6891,9 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     if by_record:
         chunk, where = _records_window(value, call, limit)
     else:
-        text = cache.text(entry) if pointer is None else \
-            value if isinstance(value, str) else _json_view(value)
+        text = cache.text(entry) if pointer is None else _text_view(value)
         chunk, where = _window(text, call, limit)
-    where.update({"token": entry.token, "expires_at": _iso(entry.expires)})
+    where.update({"token": entry.token, "expires_at": _utc(entry.expires)})
     if pointer is not None:
         where["pointer"] = pointer
     if by_record:
@@ -6948,9 +6969,8 @@ def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[An
     """(binary file, real path, size) of an input file inside the sandbox."""
     where = f"Allowed directories: {', '.join(call.ctx.sandbox.roots)}"
     try:
-        return call.ctx.sandbox.open_read(file_path)
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
+        with _sandboxed():
+            return call.ctx.sandbox.open_read(file_path)
     except FileNotFoundError:
         raise ToolError(f"{key} {file_path!r} does not exist. {where}; list_allowed_directories "
                         f"shows them.") from None
@@ -7060,9 +7080,7 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     if cached is not res:  # a large answer gets the same protection as call_tool's
         return cached
     if out_fmt == "string":
-        ex = _extract(res)
-        text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
-        return _text_result(text)
+        return _text_result(_text_view(_extract(res).data))
     return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
 
 
@@ -7321,7 +7339,8 @@ def _tool_list_stored_outputs(call: _Call) -> dict:
     lines = [f"{_plural(len(items), 'stored output')}, newest first:"] + [_output_line(i, x) for i, x in enumerate(items, 1)]
     if days is not None:
         # not before 1970: time.gmtime refuses negative times on Windows, and nothing is older
-        rule = catalog.retention(_iso_ms(max(0.0, catalog.clock() - float(days) * 86400)), server, tool)
+        since = _utc(max(0.0, catalog.clock() - float(days) * 86400), ms=True)
+        rule = catalog.retention(since, server, tool)
         for item in items:
             item["would_remove"] = item["kind"] != "cached" and item["time"] < rule["before"] and not item["missing"]
         out["retention"] = dict(rule, days=days)
@@ -7384,18 +7403,16 @@ def _tool_export_conversations(call: _Call) -> dict:
         raise ToolError(f"Argument 'format' must be json or markdown, not {_dumps(fmt)[:40]}.")
     convs = _catalog_of(call).export(cid)
     sandbox, name = call.ctx.sandbox, call.string("filename")
-    try:
+    with _sandboxed():
         directory = sandbox.make_dir(call.string("storage_path"))
-        stem = _safe_filename(name) if name else f"conversations-{_utc_stamp()}"
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
+        stem = _safe_filename(name) if name else f"conversations-{_utc(compact=True)}"
     with directory:
         return _export_in(call, directory, stem, fmt, convs)
 
 
 def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dict]) -> dict:
     _check_quota(call, directory)
-    exported = _iso_ms(time.time())
+    exported = _utc(time.time(), ms=True)
     if fmt == "json":
         body = json.dumps({"exported": exported, "conversations": convs}, indent=2, ensure_ascii=False)
     else:
@@ -7641,7 +7658,7 @@ _INSTRUCTIONS = (
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
 
-_DIRECT_INSTRUCTIONS = (
+_TRANSPARENT_INSTRUCTIONS = (
     "The tools named <server>__<tool> are other MCP servers' tools, called through Abstract. A large result "
     "comes back as a preview and a token: read more of it with retrieve_cached_output."
 )
@@ -7709,7 +7726,7 @@ def _name_chars(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)
 
 
-def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
+def _transparent_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
     """`server__name`, in the characters clients accept ([A-Za-z0-9_-]) and at most 64 long;
     a hash suffix keeps names apart that would otherwise collide or be cut."""
     import hashlib
@@ -7721,30 +7738,28 @@ def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> s
     return f"{plain[:55]}_{digest}"
 
 
-def _direct_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
+def _transparent_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
     """Transparent mode's names of every upstream's tools: exposed name -> (server, tool), in
     config order and each server's own order, so the same lists always give the same names."""
     mapping: Dict[str, Tuple[str, dict]] = {}
     taken: Dict[str, Tuple[str, str]] = {}
     for server, tools in lists.items():
         for t in tools:
-            exposed = _direct_name(server, t["name"], taken)
+            exposed = _transparent_name(server, t["name"], taken)
             taken[exposed] = (server, t["name"])
             mapping[exposed] = (server, t)
     return mapping
 
 
-class _Direct:
+class _Transparent:
     """--expose direct: every selected upstream's tools, prompts and resources as Abstract's own."""
 
-    def __init__(self, ctx: _ToolContext, on_tools_changed: Callable[[str], None]) -> None:
+    def __init__(self, ctx: _ToolContext) -> None:
         self.ctx = ctx
         self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
         self._prompts: Dict[str, Tuple[str, str]] = {}
         self._uris: Dict[str, str] = {}  # upstream resource URI -> server
         self._lock = threading.Lock()
-        for up in ctx.upstreams._all.values():
-            up.on_tools_changed = on_tools_changed
 
     def _gather(self, fn: Callable[[Upstream], List[dict]], capability: str = "") -> Dict[str, List[dict]]:
         """fn over every upstream in parallel (only those that declared `capability`, when
@@ -7764,7 +7779,7 @@ class _Direct:
     def tools(self) -> List[dict]:
         gathered = self._gather(lambda up: up.tools())
         names = self.ctx.upstreams.names()
-        mapping = _direct_names({n: gathered[n] for n in names if n in gathered})
+        mapping = _transparent_names({n: gathered[n] for n in names if n in gathered})
         with self._lock:
             self._tools = mapping
         return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items() if k != "outputSchema"}),
@@ -7806,7 +7821,7 @@ class _Direct:
         for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts"), "prompts").items():
             for p in prompts:
                 if isinstance(p.get("name"), str):
-                    exposed = _direct_name(server, p["name"], {k: v for k, v in mapping.items()})
+                    exposed = _transparent_name(server, p["name"], dict(mapping))
                     mapping[exposed] = (server, p["name"])
                     out.append({**p, "name": exposed})
         self._prompts = mapping
@@ -7896,15 +7911,14 @@ class Server:
 
     def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams, settings: Settings,
                  cache: Optional[OutputCache] = None, expose: str = "meta", catalog: Optional[Catalog] = None,
-                 memory: bool = False) -> None:
+                 memory: bool = False, links: Optional[Callable[[_CacheEntry], str]] = None
+                 ) -> None:
         self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
         self.catalog = catalog
         self.client = ""  # the legacy client's clientInfo name (initialize)
         self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
-        for up in upstreams._all.values():
-            up.on_log = self.relay_log
         keep = (lambda n: n == "retrieve_cached_output") if expose == "direct" else (lambda n: True)
         mem = _MEMORY_TOOLS if memory and catalog is not None else []  # --memory: in every --expose mode
         self.tools = {t[0]: t for t in _TOOLS + mem if (keep(t[0]) or t in mem) and _offered(t[0], cache, catalog)}
@@ -7929,10 +7943,12 @@ class Server:
                                notifications={"notifications/roots/list_changed":
                                               lambda params: upstreams.roots_changed()})
         self.ctx = _ToolContext(sandbox, settings, upstreams, cache, catalog, self.tools,
-                                self.conn.notify, self.protocol_for, self.client_name)
-        self.direct: Optional[_Direct] = None
+                                self.conn.notify, self.protocol_for, self.client_name, links)
+        self.transparent: Optional[_Transparent] = None
         if expose in ("direct", "both"):
-            self.direct = _Direct(self.ctx, self.tools_changed)
+            self.transparent = _Transparent(self.ctx)
+        upstreams.listen(self.relay_log,
+                         self.tools_changed if self.transparent is not None else None)
         self.terminated = False  # SIGTERM arrived
         self._serving = self._stopping = False
 
@@ -8007,9 +8023,9 @@ class Server:
         return MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
 
     def _capabilities(self) -> dict:
-        caps: dict = {"tools": {"listChanged": self.direct is not None},
+        caps: dict = {"tools": {"listChanged": self.transparent is not None},
                       "resources": {"listChanged": False, "subscribe": False}, "logging": {}}
-        if self.direct is not None:
+        if self.transparent is not None:
             caps["prompts"] = {"listChanged": False}
         return caps
 
@@ -8034,9 +8050,11 @@ class Server:
                 "_meta": {_META_SERVER_INFO: {"name": _SERVER_NAME, "version": __version__}}}
 
     def _instructions(self) -> str:
-        if self.direct is None:
+        if self.transparent is None:
             return _INSTRUCTIONS
-        return _DIRECT_INSTRUCTIONS if "call_tool" not in self.tools else _INSTRUCTIONS + "\n" + _DIRECT_INSTRUCTIONS
+        if "call_tool" not in self.tools:
+            return _TRANSPARENT_INSTRUCTIONS
+        return _INSTRUCTIONS + "\n" + _TRANSPARENT_INSTRUCTIONS
 
     def _set_level(self, req: _Request) -> dict:
         level = (req.params or {}).get("level")
@@ -8056,8 +8074,8 @@ class Server:
 
     def _tools_list(self, req: _Request) -> dict:
         tools = [{"name": n, "description": d, "inputSchema": s} for n, d, s, _ in self.tools.values()]
-        if self.direct is not None:
-            tools += self.direct.tools()
+        if self.transparent is not None:
+            tools += self.transparent.tools()
         return _page(req, "tools", tools)
 
     def _tools_call(self, req: _Request) -> dict:
@@ -8073,36 +8091,38 @@ class Server:
             if tool is not None:
                 call.args = _checked_args(name, tool[2], call.args)
                 return tool[3](call)
-            target = self.direct.lookup(name) if self.direct is not None else None
+            target = self.transparent.lookup(name) if self.transparent is not None else None
             if target is not None:
-                return self.direct.call(call, target)  # type: ignore[union-attr]
+                return self.transparent.call(call, target)  # type: ignore[union-attr]
         except ToolError as e:
             return _text_result(str(e), is_error=True)
         except OSError as e:  # a file operation no handler expected to fail: still an answer the model reads
             _log.warning("tools/call %s: %s", name, e, exc_info=True)
             where = f" ({e.filename})" if isinstance(e.filename, str) else ""
             return _text_result(f"{name} failed: {e.strerror or e}{where}.", is_error=True)
-        names = list(self.tools) + (self.direct.names() if self.direct is not None else [])
+        names = list(self.tools)
+        if self.transparent is not None:
+            names += self.transparent.names()
         raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}. Tools: {_names_list(names)}")
 
-    # -- prompts and resource templates: the upstreams' own, in direct mode
+    # -- prompts and resource templates: the upstreams' own, in transparent mode
     def _prompts_list(self, req: _Request) -> dict:
-        if self.direct is None:
+        if self.transparent is None:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/list (Abstract offers prompts with --expose direct)")
-        return _page(req, "prompts", self.direct.prompts())
+        return _page(req, "prompts", self.transparent.prompts())
 
     def _prompts_get(self, req: _Request) -> dict:
-        if self.direct is None:
+        if self.transparent is None:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers prompts with --expose direct)")
-        return self.direct.get_prompt(req.params or {})
+        return self.transparent.get_prompt(req.params or {})
 
     def _templates_list(self, req: _Request) -> dict:
-        items = self.direct.templates() if self.direct is not None else []
+        items = self.transparent.templates() if self.transparent is not None else []
         return _page(req, "resourceTemplates", items)
 
     def tools_changed(self, server: str) -> None:
         """An upstream's tools changed: tell a legacy client, whose tools list now differs."""
-        if self.direct is not None and self.initialized:
+        if self.transparent is not None and self.initialized:
             self.conn.notify("notifications/tools/list_changed")
 
     # -- resources: files in the allowed directories, by file:// URI
@@ -8111,8 +8131,8 @@ class Server:
                   for e in (self.cache.entries() if self.cache else [])]
         files = [(_file_uri(p), os.path.basename(p), _mime_of(p), size) for p, size, _ in _recent_files(self.sandbox.roots)]
         items = [{"uri": u, "name": n, "mimeType": m, "size": size} for u, n, m, size in cached + files]
-        if self.direct is not None:
-            items = self.direct.resources() + items
+        if self.transparent is not None:
+            items = self.transparent.resources() + items
         return _page(req, "resources", items)
 
     def _resources_read(self, req: _Request) -> dict:
@@ -8120,8 +8140,8 @@ class Server:
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
         missing = INVALID_PARAMS if _META_VERSION in req.meta else RESOURCE_NOT_FOUND
-        if self.direct is not None and self.direct.owns(uri):
-            return self.direct.read(uri)
+        if self.transparent is not None and self.transparent.owns(uri):
+            return self.transparent.read(uri)
         if uri.startswith(_CACHE_URI) and self.cache is not None:
             return self._read_cached(uri, missing)
         try:
@@ -8214,12 +8234,12 @@ def _open_cache(settings: Settings, env: Dict[str, str], roots: Iterable[str] = 
     """
     import tempfile
 
-    def turns_on(level: Any) -> bool:  # a server or tool level that enables caching over a global "off"
-        return level is True or (isinstance(level, dict) and level.get("enabled") is True)
-
-    levels = [lv for conf in settings.servers.values() for lv in
-              [conf.get("cache_outputs")] + [t.get("cache_output") for t in conf.get("tools", {}).values()]]
-    if settings.cache("enabled") is False and not any(turns_on(lv) for lv in levels):
+    # off only when no policy turns it on: not the global one, nor a server's, nor a tool's
+    # (tools by the names Abstract shows, as cache_policy takes them)
+    policies = [settings.cache_policy("", "")] + [
+        settings.cache_policy(server, name) for server, conf in settings.servers.items()
+        for name in [""] + [t.get("name", n) for n, t in conf.get("tools", {}).items()]]
+    if not any(p["enabled"] for p in policies):
         return None
     user = re.sub(r"[^A-Za-z0-9_.-]", "_", env.get("USER") or env.get("USERNAME") or str(getattr(os, "getuid", lambda: "")()))
     configured = settings.cache("dir")
@@ -8245,7 +8265,9 @@ def _open_cache(settings: Settings, env: Dict[str, str], roots: Iterable[str] = 
     return cache
 
 
-def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str, str], value: str) -> None:
+def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str, str], value: str
+                 ) -> Tuple[Any, Callable[[_CacheEntry], str]]:
+    """Serve signed download links of cached outputs (--http): (the HTTP server, the link maker)."""
     import secrets
 
     if cache is None:
@@ -8259,11 +8281,13 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
     try:
         limits = (float(settings.get("http_header_timeout_seconds")), float(settings.get("http_idle_timeout_seconds")),
                   int(settings.get("http_max_connections")))
-        httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"), limits)
+        httpd, link = _serve_links(cache, _LinkSigner(secret), host, port,
+                                   settings.get("cache_base_url"), limits)
     except OSError as e:
         raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
     _log.info("serving cached outputs on http://%s:%d/cache/", f"[{host}]" if ":" in host else host,
               httpd.server_address[1])
+    return httpd, link
 
 
 def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Catalog], str]:
@@ -8333,7 +8357,8 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
         else:
             out.write(f"  {name:<{width}}  started  protocol {up.protocol_version}  "
                       f"{_plural(len(got), 'tool')}  {up.start_ms:.0f} ms\n")
-    _context_report({n: results[n] for n in upstreams.names()  # config order: names as direct mode gives them
+    # config order: the names as transparent mode gives them
+    _context_report({n: results[n] for n in upstreams.names()
                      if n in results and not isinstance(results[n], Exception)}, out)
     upstreams.close()
     return 0 if ok else 1
@@ -8347,7 +8372,7 @@ def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
     """--check: what the tool definitions cost the client's context in each --expose mode, and
     the names transparent mode had to change to fit ^[a-zA-Z0-9_-]{1,64}$."""
     meta = len(_dumps([{"name": n, "description": d, "inputSchema": sch} for n, d, sch, _ in _TOOLS]))
-    names = _direct_names(lists)
+    names = _transparent_names(lists)
     per: Dict[str, int] = {n: 0 for n in lists}
     for exposed, (server, t) in names.items():
         per[server] += len(_dumps({**{k: v for k, v in t.items() if k != "outputSchema"}, "name": exposed}))
@@ -8361,7 +8386,8 @@ def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
     lines += [f"  {s}: {t['name']!r} -> {e}\n" for e, (s, t) in names.items()
               if e != f"{_name_chars(s)}__{t['name']}"]
     if lines:
-        out.write("direct mode renames (names must match ^[a-zA-Z0-9_-]{1,64}$ and be unique):\n")
+        out.write("transparent mode renames (names must match ^[a-zA-Z0-9_-]{1,64}$ and be "
+                  "unique):\n")
         out.writelines(lines)
 
 
@@ -8444,9 +8470,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             sys.stdout = sys.stderr
         threading.Thread(target=_sweep_temps, args=(sandbox.roots,), name="abstract-temp-sweep", daemon=True).start()
         cache = _open_cache(settings, env, sandbox.roots)
-        if args.http:
-            _start_links(cache, settings, env, args.http)
-        server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory)
+        link = _start_links(cache, settings, env, args.http)[1] if args.http else None
+        server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
+                        args.memory, link)
         with _on_sigterm(server):
             server.serve()
         return 128 + int(signal.SIGTERM) if server.terminated else 0
