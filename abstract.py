@@ -119,6 +119,7 @@ _STOP_TERM_S = 0.8  # then SIGTERM to the process groups still running
 _STOP_KILL_S = 0.5  # then SIGKILL; how long to wait for the kill to be reaped
 _ANSWER_GRACE_S = 0.5  # then for the calls failed by the stop to answer
 _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and upstreams do
+_STOP_JOIN_S = 5.0  # main() returning: the longest it waits for a helper thread it started to end
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
 _ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a person may be answering
@@ -268,29 +269,66 @@ class _Pool:
         self._workers = 0
         self._idle = 0
         self._backlog = 0
+        self._threads: List[threading.Thread] = []  # (at most max_workers: a worker ends on close)
+        self._closed = False
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run fn(*args) on an idle worker, a new one, or (at the cap) the next one free."""
         with self._lock:
-            spawn = False
-            if self._idle > 0:
+            spawn, closed = False, self._closed
+            if closed:  # none is expected: a thread of its own rather than a job no worker takes
+                pass
+            elif self._idle > 0:
                 self._idle -= 1  # reserved: that worker takes this job
             elif self._workers < self._max:
                 self._workers += 1
                 spawn = True
             else:
                 self._backlog += 1
-        self._q.put((fn, args))
-        if spawn:
-            threading.Thread(target=self._run, name=f"{self._name}-{self._workers}", daemon=True).start()
+            if not closed:  # queued under the lock: always ahead of close()'s stop marks
+                self._q.put((fn, args))
+        if closed:
+            threading.Thread(target=self._job, args=(fn, args), name=f"{self._name}-late",
+                             daemon=True).start()
+        elif spawn:
+            t = threading.Thread(target=self._run, name=f"{self._name}-{self._workers}",
+                                 daemon=True)
+            with self._lock:
+                self._threads.append(t)
+            t.start()
+
+    def close(self) -> None:
+        """Take no more jobs: each worker ends once the jobs queued before now are done (none is
+        cut short). Called by whoever submits, once it has stopped submitting."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for _ in range(self._workers):
+                self._q.put(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait at most `timeout` for the workers to end (after close); True if they all have."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    @staticmethod
+    def _job(fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            fn(*args)
+        except BaseException:  # a handler must never kill its worker
+            _log.error("unhandled error in worker:\n%s", traceback.format_exc())
 
     def _run(self) -> None:
         while True:
-            fn, args = self._q.get()
-            try:
-                fn(*args)
-            except BaseException:  # a handler must never kill its worker
-                _log.error("unhandled error in worker:\n%s", traceback.format_exc())
+            item = self._q.get()
+            if item is None:  # close(): every job queued before it is done
+                return
+            self._job(*item)
             with self._lock:  # free again: take a queued job first, else wait as idle
                 if self._backlog:
                     self._backlog -= 1
@@ -2414,9 +2452,11 @@ class Connection:
         queued: bool = False,
         max_line: int = _MAX_MESSAGE_MB << 20,
         half_close: bool = False,
+        close_input: bool = False,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
+        self._close_input = close_input  # the reader closes rfile once read (a pipe it owns)
         self.requests = requests if requests is not None else {}
         self.notifications = notifications if notifications is not None else {}
         self._pool = pool
@@ -2503,6 +2543,11 @@ class Connection:
             _log.debug("%s: read failed: %s", self.name, e)
         finally:
             self._shut(self.close_reason, eof=True)
+            if self._pool is not None:  # the reader was its only source of jobs
+                self._pool.close()
+            if self._close_input:
+                with contextlib.suppress(OSError, ValueError):
+                    self._rfile.close()
 
     def _too_long(self, head: bytes) -> bool:
         """A message over max_line bytes (skipped unread). From the client, its request (if its id
@@ -3470,10 +3515,14 @@ class _Run:
 
     def _drain_stderr(self) -> None:
         prefix = f"[{self.name}] "
-        for raw in _iter_lines(self.proc.stderr):
-            line = raw.decode("utf-8", "replace").rstrip("\r")
-            self.tail.add(line)
-            _log.info("%s%s", prefix, line)
+        try:
+            for raw in _iter_lines(self.proc.stderr):
+                line = raw.decode("utf-8", "replace").rstrip("\r")
+                self.tail.add(line)
+                _log.info("%s%s", prefix, line)
+        finally:  # read to its end (or broken): the pipe is closed here, by its only reader
+            with contextlib.suppress(OSError):
+                self.proc.stderr.close()
 
     def watch(self) -> None:
         """Notice the process's exit even when a child it left behind keeps its stdout open:
@@ -3624,6 +3673,7 @@ class Upstream:
         run = self._spawn_run(t0)
         conn = Connection(io.BufferedReader(run.proc.stdout, 1 << 16), io.BufferedWriter(run.proc.stdin, 1 << 16),
                           name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
+                          close_input=True,
                           max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
                           # the upstream's requests run off its reader: roots/list waits for the client
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
@@ -4795,7 +4845,17 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             self._deadlines: Dict[Any, float] = {}
             self._lock = threading.Lock()
             super().server_activate()
-            threading.Thread(target=self._watch, name="abstract-http-watch", daemon=True).start()
+            self._stopped = threading.Event()
+            self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
+                                             daemon=True)
+            self._watcher.start()
+
+        def server_close(self) -> None:
+            super().server_close()
+            watcher = getattr(self, "_watcher", None)  # (none when the port could not be bound)
+            if watcher is not None:
+                self._stopped.set()
+                watcher.join(_STOP_JOIN_S)
 
         def process_request(self, request: Any, client_address: Any) -> None:
             self._slots.acquire()  # freed by a finished request or by the watchdog
@@ -4819,8 +4879,7 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
 
         def _watch(self) -> None:
-            while True:
-                time.sleep(0.25)  # a deadline is met within a quarter of a second
+            while not self._stopped.wait(0.25):  # a deadline is met within a quarter of a second
                 now = time.monotonic()
                 with self._lock:
                     late = [r for r, t in self._deadlines.items() if t <= now]
@@ -4835,7 +4894,7 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
 def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str,
                  limits: Tuple[float, float, int] = (10.0, 30.0, 64)
-                 ) -> Tuple[Any, Callable[[_CacheEntry], str]]:
+                 ) -> Tuple[Any, Callable[[_CacheEntry], str], Callable[[], None]]:
     """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread.
     `limits`: seconds to send the request, seconds any read or write may stall, connections."""
     import http.server
@@ -4880,7 +4939,8 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT works too
 
     httpd = LinkServer((host, port), Handler)
-    threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True).start()
+    thread = threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True)
+    thread.start()
     netloc = f"[{host}]" if ":" in host else host
     real_base = base or f"http://{netloc}:{httpd.server_address[1]}"
 
@@ -4888,7 +4948,12 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
         expires = int(entry.expires)
         return f"{real_base.rstrip('/')}/cache/{entry.token}?expires={expires}&sig={signer.sign(entry.token, expires)}"
 
-    return httpd, link
+    def stop() -> None:  # the listener closed and its thread ended (a download under way ends
+        httpd.shutdown()  # on its own, bounded by the timeouts in `limits`)
+        httpd.server_close()
+        thread.join(_STOP_JOIN_S)
+
+    return httpd, link, stop
 
 
 def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, Any]:
@@ -7937,7 +8002,9 @@ class Server:
         }
         # queued: handlers and upstream reader threads (progress, log, list_changed relays) only
         # queue their messages, so a slow client never holds up an upstream's reader
-        self.conn = Connection(rfile, wfile, name="client", pool=_Pool(), queued=True, half_close=True,
+        self._pool = _Pool()  # the client's requests
+        self.conn = Connection(rfile, wfile, name="client", pool=self._pool, queued=True,
+                               half_close=True,
                                max_line=int(float(settings.get("max_client_message_mb")) * (1 << 20)),
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()},
                                notifications={"notifications/roots/list_changed":
@@ -7976,6 +8043,8 @@ class Server:
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
         self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # ...and says so
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())
+        self._pool.close()  # (the reader closed it at EOF; after SIGTERM it may still be reading)
+        self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
 
     def on_sigterm(self) -> None:
         """SIGTERM (called in the main thread by the signal handler): stop serving as at EOF.
@@ -8255,19 +8324,34 @@ def _open_cache(settings: Settings, env: Dict[str, str], roots: Iterable[str] = 
         _log.warning("%s; the output cache is off, so large results pass through whole. Set output_cache.dir "
                      "to a new or empty directory of your own to turn it on", why)
         return None
-    stop = threading.Event()
-
-    def sweeper() -> None:  # expired entries go even when nobody asks for them
-        while not stop.wait(60.0):
-            cache.sweep()
-
-    threading.Thread(target=sweeper, name="abstract-cache-sweep", daemon=True).start()
     return cache
 
 
+@contextlib.contextmanager
+def _sweeping(cache: Optional[OutputCache]) -> Iterator[None]:
+    """While serving, delete expired cache entries every minute, even when nobody asks for them;
+    the thread is stopped and joined on the way out."""
+    if cache is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def sweeper() -> None:
+        while not stop.wait(60.0):
+            cache.sweep()
+
+    thread = threading.Thread(target=sweeper, name="abstract-cache-sweep", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(_STOP_JOIN_S)  # (a sweep under way finishes first: it is bounded)
+
+
 def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str, str], value: str
-                 ) -> Tuple[Any, Callable[[_CacheEntry], str]]:
-    """Serve signed download links of cached outputs (--http): (the HTTP server, the link maker)."""
+                 ) -> Tuple[Callable[[_CacheEntry], str], Callable[[], None]]:
+    """Serve signed download links of cached outputs (--http): (the link maker, the stop)."""
     import secrets
 
     if cache is None:
@@ -8281,13 +8365,13 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
     try:
         limits = (float(settings.get("http_header_timeout_seconds")), float(settings.get("http_idle_timeout_seconds")),
                   int(settings.get("http_max_connections")))
-        httpd, link = _serve_links(cache, _LinkSigner(secret), host, port,
-                                   settings.get("cache_base_url"), limits)
+        httpd, link, stop = _serve_links(cache, _LinkSigner(secret), host, port,
+                                         settings.get("cache_base_url"), limits)
     except OSError as e:
         raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
     _log.info("serving cached outputs on http://%s:%d/cache/", f"[{host}]" if ":" in host else host,
               httpd.server_address[1])
-    return httpd, link
+    return link, stop
 
 
 def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Catalog], str]:
@@ -8403,6 +8487,7 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
         return 2
     handler = logging.StreamHandler(err)
     handler.setFormatter(logging.Formatter("abstract: %(message)s"))
+    was = _log.level, _log.propagate  # put back on return: a caller in-process keeps its logging
     _log.addHandler(handler)
     _log.setLevel(level)
     _log.propagate = False
@@ -8413,6 +8498,8 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
         return 2
     finally:
         _log.removeHandler(handler)
+        _log.setLevel(was[0])
+        _log.propagate = was[1]
 
 
 def _read_umask() -> int:
@@ -8455,7 +8542,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     allowed = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
     upstreams = Upstreams(config, settings, _ClientLink(settings.roots_mode(), allowed), environ=env)
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory" if args.memory else "")
-    try:
+    with contextlib.ExitStack() as undo:  # what _run starts, it stops, last started first
+        if catalog is not None:
+            undo.callback(catalog.close)
         if args.reindex:
             return _to_text(stdout, lambda out: _reindex_report(catalog, sandbox, config,  # type: ignore[arg-type]
                                                                 _open_cache(settings, env, sandbox.roots), out))
@@ -8467,18 +8556,23 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
         wfile = stdout
         if wfile is None:  # keep the real stdout for protocol messages; a stray print goes to stderr
             wfile = sys.stdout.buffer
+            undo.callback(setattr, sys, "stdout", sys.stdout)
             sys.stdout = sys.stderr
-        threading.Thread(target=_sweep_temps, args=(sandbox.roots,), name="abstract-temp-sweep", daemon=True).start()
+        temps = threading.Thread(target=_sweep_temps, args=(sandbox.roots,),
+                                 name="abstract-temp-sweep", daemon=True)
+        temps.start()
+        undo.callback(temps.join, _STOP_JOIN_S)  # (a bounded walk)
         cache = _open_cache(settings, env, sandbox.roots)
-        link = _start_links(cache, settings, env, args.http)[1] if args.http else None
+        undo.enter_context(_sweeping(cache))
+        link = None
+        if args.http:
+            link, stop_links = _start_links(cache, settings, env, args.http)
+            undo.callback(stop_links)
         server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
                         args.memory, link)
         with _on_sigterm(server):
             server.serve()
         return 128 + int(signal.SIGTERM) if server.terminated else 0
-    finally:
-        if catalog is not None:
-            catalog.close()
 
 
 # ==== 20. Entry point =============================================================
