@@ -2286,7 +2286,14 @@ def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000,
                 os.close(top)
 
 
+def _at(dfd: Optional[int], name: str, path: str) -> str:
+    """What names a walked entry: its name relative to `dfd`, or its path without one."""
+    return name if dfd is not None else path
+
+
 _USAGE_SCAN = 200000  # files a quota measurement looks at, at most
+
+
 _USAGE_DEPTH = 100  # folders deeper than this below an allowed directory are not measured
 
 
@@ -2305,11 +2312,6 @@ def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
         if stat.S_ISREG(st.st_mode):
             total += st.st_size
     return total, True
-
-
-def _at(dfd: Optional[int], name: str, path: str) -> str:
-    """What names a walked entry: its name relative to `dfd`, or its path without one."""
-    return name if dfd is not None else path
 
 
 def _open_regular(name: str, dfd: Optional[int] = None) -> Tuple[Any, os.stat_result]:
@@ -6530,7 +6532,6 @@ def _checked_args(tool: str, schema: dict, args: dict) -> dict:
     return out
 
 
-
 @contextlib.contextmanager
 def _sandboxed(hint: str = "") -> Iterator[None]:
     """A path the sandbox refuses (SandboxError) as the model's error, `hint` after the reason."""
@@ -8132,6 +8133,34 @@ _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list",
               "resources/read"}
 
 
+# base64 of this stays under the 10 MiB a TypeScript client accepts per message
+_READ_MAX = 5 * 1024 * 1024
+
+
+# one resources/read item as JSON, leaving room in the 10 MiB for the rest
+_ITEM_MAX = 9 * 1024 * 1024
+
+
+def _mime_of(path: str) -> str:
+    if path.lower().endswith(".gz"):
+        return "application/gzip"
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[dict]:
+    """`item` with the text, or, when JSON escaping would make it too long for one message
+    (a control character becomes 6 bytes), with the base64 of its UTF-8 as a blob; None when
+    even that is too long."""
+    if len(text) * 6 <= _ITEM_MAX or len(  # (6: the most bytes one character escapes to)
+            json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
+        return dict(item, text=text)
+    data = text.encode("utf-8", "surrogatepass") if data is None else data
+    if (len(data) + 2) // 3 * 4 > _ITEM_MAX:
+        return None
+    return dict(item, blob=base64.b64encode(data).decode("ascii"))
+
+
 def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
     """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
     anything else."""
@@ -8155,19 +8184,6 @@ def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
         return _text_item(item, text, data)  # type: ignore[return-value]
     item["blob"] = base64.b64encode(data).decode("ascii")
     return item
-
-
-def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[dict]:
-    """`item` with the text, or, when JSON escaping would make it too long for one message
-    (a control character becomes 6 bytes), with the base64 of its UTF-8 as a blob; None when
-    even that is too long."""
-    if len(text) * 6 <= _ITEM_MAX or len(  # (6: the most bytes one character escapes to)
-            json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
-        return dict(item, text=text)
-    data = text.encode("utf-8", "surrogatepass") if data is None else data
-    if (len(data) + 2) // 3 * 4 > _ITEM_MAX:
-        return None
-    return dict(item, blob=base64.b64encode(data).decode("ascii"))
 
 
 def _page(req: _Request, key: str, items: List[dict]) -> dict:
@@ -8329,21 +8345,6 @@ class _Transparent:
 
     def read(self, uri: str) -> dict:
         return self.ctx.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
-
-
-# base64 of this stays under the 10 MiB a TypeScript client accepts per message
-_READ_MAX = 5 * 1024 * 1024
-
-
-# one resources/read item as JSON, leaving room in the 10 MiB for the rest
-_ITEM_MAX = 9 * 1024 * 1024
-
-
-def _mime_of(path: str) -> str:
-    if path.lower().endswith(".gz"):
-        return "application/gzip"
-    ext = os.path.splitext(path)[1].lower().lstrip(".")
-    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
 
 
 def _recent_files(roots: List[str], limit: int = 500,
