@@ -2256,8 +2256,7 @@ def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs:
 
 
 def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000,
-                  hidden_dirs: bool = True
-                  ) -> Iterator[Tuple[Optional[int], str, str]]:
+                  hidden_dirs: bool = True) -> Iterator[Tuple[Optional[int], str, str]]:
     """(folder descriptor, name, path) of each entry that is not a folder under `roots` (files,
     symlinks, FIFOs: the caller decides), at most `depth` levels down, in name order; the walk
     stops for good after `scan` of them, so a huge tree cannot stall whoever asked.
@@ -2820,7 +2819,15 @@ class Connection:
 
     def _dispatch(self, req: _Request, key: int) -> None:
         """Run one request's handler and send its response: the one place errors become wire
-        errors."""
+        errors.
+
+        1. An unknown method or params that are not an object: the JSON-RPC error for it.
+        2. The handler's RpcError keeps its code; any other exception is logged with its
+           traceback (stderr) and answered as -32603, so no handler can crash the server.
+        3. A cancelled request gets no response, as the spec says.
+        4. The request counts as in flight until its answer is written or queued: the shutdown
+           waits for that (wait_idle), not for the handler alone.
+        """
         try:
             handler = self.requests.get(req.method)
             if handler is None:
@@ -3755,13 +3762,24 @@ class Upstream:
         return f"server '{self.name}' is not available: Abstract is shutting down"
 
     def _start(self) -> _Run:
-        t0 = self._clock()
+        """Start a run and complete the MCP handshake with it: the run, or UpstreamError.
+
+        1. Spawn the process (in a process group of its own) and drain its stderr.
+        2. Its Connection: the upstream's own requests (roots/list, sampling, elicitation) run
+           on a small pool of their own, off the reader, as they may wait for the client or a
+           person while the reader must keep delivering responses.
+        3. A watcher notices the process's exit even when a child keeps its stdout open.
+        4. The run is registered before the handshake, so a close() meanwhile stops it too; a
+           close() already begun refuses it.
+        5. The handshake; a failure stops the run and is kept as last_error (with the command
+           and the stderr tail) for the model's error and for --check.
+        """
+        t0 = self._clock()  # 1.
         run = self._spawn_run(t0)
         conn = Connection(io.BufferedReader(run.proc.stdout, 1 << 16),
                           io.BufferedWriter(run.proc.stdin, 1 << 16),
                           name=self.name, strict=False, on_close=lambda: self._on_close(run),
-                          queued=True,
-                          close_input=True,
+                          queued=True, close_input=True,
                           max_line=int(float(self.settings.get("max_upstream_message_mb"))
                                        * (1 << 20)),
                           # the upstream's requests run off its reader: roots/list waits for the
@@ -3773,15 +3791,15 @@ class Upstream:
                               "notifications/message": self._on_log,
                               "notifications/elicitation/complete":
                                   self._client.elicitation_complete})
-        run.conn = conn.start()
-        threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()
-        with self._runs_lock:
+        run.conn = conn.start()  # 2.
+        threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()  # 3.
+        with self._runs_lock:  # 4.
             self._runs.append(run)
             closing = self._closing
         try:
             if closing:  # close() began while this run was being spawned
                 raise UpstreamError(self._shutting_down())
-            self._handshake(conn)
+            self._handshake(conn)  # 5.
         except RpcError as e:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
@@ -3877,6 +3895,15 @@ class Upstream:
         return self._spawn(argv, **kw)
 
     def _handshake(self, conn: Connection) -> None:
+        """The MCP handshake, within startup_timeout_seconds.
+
+        1. Offer what the client declared (roots, sampling, elicitation: _ClientLink), so that
+           an upstream only asks for what the client can answer.
+        2. initialize in the newest handshake-era version; the upstream answers with its own.
+        3. An upstream that refuses initialize may speak only the stateless 2026-07-28 era:
+           that is tried next (_try_modern), and the first error stands if it fails too.
+        4. notifications/initialized completes the legacy handshake.
+        """
         limit = self.settings.startup_timeout(self.name)
         self.roots_offered = self._client.roots_offered()
         caps = self._client.offered()
@@ -4023,6 +4050,15 @@ class Upstream:
 
     def _call_once(self, tool: str, args: dict, req: Optional[_Request],
                    progress: Optional[Callable[[dict], None]], retry: dict) -> dict:
+        """One tools/call on the current run, by the upstream's own name of the tool.
+
+        1. Progress comes back under a token of Abstract's own, mapped to the client's relay.
+        2. The client's cancellation of its request is forwarded as notifications/cancelled.
+        3. A session that dies with the call in flight fails it, and it is never replayed: the
+           server may have done part of the work.
+        4. At the timeout the call is cancelled upstream, unless the upstream stopped reading
+           its input: then nothing more can reach it, and the run is stopped.
+        """
         run = self._current()
         conn: Connection = run.conn  # type: ignore[assignment]
         # a renamed tool: the upstream's own name
@@ -6524,9 +6560,8 @@ def _checked_args(tool: str, schema: dict, args: dict) -> dict:
                 raise ToolError(f"{tool} has no argument '{key}'. Its arguments: "
                                 f"{', '.join(props) or 'none'}.")
             if target in args or target in out:
-                given = target if target in args else next(k for k in args if k != key and k in
-                                                           _ARG_ALIASES
-                                                           and target in _ARG_ALIASES[k])
+                given = target if target in args else next(
+                    k for k in args if k != key and target in _ARG_ALIASES.get(k, ()))
                 raise ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
         out[target] = value
     return out
@@ -6556,8 +6591,7 @@ class _Stored:
 
 _FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
                 "md": "text/markdown", "txt": "text/plain", "html": "text/html",
-                "yaml": "application/yaml",
-                "xml": "application/xml"}
+                "yaml": "application/yaml", "xml": "application/xml"}
 
 
 def _preview(text: str, limit: int = 600) -> str:
@@ -6577,8 +6611,8 @@ def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]
         path = _write_new(directory, name, b.ext, b.data)
         # for the catalog, without reading the file back
         digest = hashlib.sha256(b.data).hexdigest()
-        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), b.mime
-                           or "application/octet-stream", digest))
+        mime = b.mime or "application/octet-stream"
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest))
     return out
 
 
@@ -6888,6 +6922,9 @@ def _first_sentence(text: str, limit: int = 150) -> str:
 
 
 def _tool_list_available_tools(call: _Call) -> dict:
+    """Every upstream's tools (or one server's, filter_by_server), asked of all at once; with
+    `query`, ranked by the tool index. A server that fails is listed with its error rather than
+    failing the listing; the compact form gives each tool's first sentence only."""
     ups = call.ctx.upstreams
     detailed, only = call.flag("detailed"), call.string("filter_by_server")
     query = call.string("query")
@@ -7098,7 +7135,16 @@ def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int
 
 
 def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
-    """The result itself when small; else cache it and answer with a preview and a token."""
+    """The result itself when small; else cache it and answer with a preview and a token.
+
+    1. The policy is the tool's, then the server's, then the global one, then the client's
+       default (Settings.cache_policy): clients differ in how much one answer may hold.
+    2. The size is measured only up to min_size, so a small result costs no full count.
+    3. A large result is written into the cache and recorded in the catalog; when the cache
+       cannot take it, the model is told why and what to do, never handed the whole result.
+    4. The answer: a preview, the shape and the token (`structured`: also as
+       structuredContent, which transparent mode leaves out: the tool's own schema rules it).
+    """
     cache = call.ctx.cache
     policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
     size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
@@ -7113,14 +7159,14 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     info = None
     if structured:
         info = {"cached": True, "token": entry.token, "total_chars": entry.chars,
-                "content_type": entry.ctype,
-                "expires_at": _utc(entry.expires), "uri": _CACHE_URI + entry.token}
+                "content_type": entry.ctype, "expires_at": _utc(entry.expires),
+                "uri": _CACHE_URI + entry.token}
         if link:
             info["retrieve_url"] = link
     can_store = "call_tool_and_store" in call.ctx.offered
+    can_query = "query_output" in call.ctx.offered
     out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link,
-                                      can_store,
-                                      "query_output" in call.ctx.offered), info)
+                                      can_store, can_query), info)
     if res.get("isError"):
         out["isError"] = True
     return out
@@ -7227,6 +7273,10 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
 
 
 def _tool_retrieve_cached_output(call: _Call) -> dict:
+    """A window of a cached output: by characters (offset/length), by lines
+    (start_line/end_line), by records (record_offset/record_count), optionally inside the value
+    a JSON Pointer picks. One way to page per call; every window is bounded by
+    max_window_chars, and the status line says where the next one starts."""
     cache = call.ctx.cache
     if cache is None:
         raise ToolError("The output cache is disabled (output_cache.enabled is false in Abstract's "
@@ -7305,8 +7355,7 @@ def _tool_call_tool_and_store(call: _Call) -> dict:
 
 
 _INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml",
-                  ".xml": "xml",
-                  ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+                  ".xml": "xml", ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
 def _read_limited(f: Any, path: str, size: int, limit: int,
@@ -7432,6 +7481,15 @@ def _input_data(call: _Call) -> Tuple[Any, str]:
 
 
 def _tool_call_tool_with_file_content(call: _Call) -> dict:
+    """An upstream tool called with a file's data (or a cached output's) as one argument.
+
+    1. The data is read through the sandbox, bounded, and parsed by its format (_input_data),
+       so the model never has to carry it through its context.
+    2. It goes under data_key in the arguments, checked against the tool's inputSchema before
+       the call: a mismatch is reported without calling.
+    3. With response_format the result is stored like call_tool_and_store's; else a large
+       answer is cached like call_tool's, and a small one comes back as JSON or as text.
+    """
     server, tool = call.required("server"), call.required("tool_name")
     out_fmt = call.string("output_format") or "json"
     if out_fmt not in ("json", "string"):
@@ -7580,6 +7638,9 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
 
 
 def _tool_query_output(call: _Call) -> dict:
+    """SQL over a cached output or a stored file. Without file_format the rows come back as a
+    bounded table (`limit` of them); with it, every row is stored as a file through the store
+    path, the query standing in for the upstream call (a query with no rows stores nothing)."""
     limit = call.integer("limit", 50, maximum=_QUERY_LIMIT_MAX)
     fmt = call.format("file_format")
     if fmt is None:
@@ -8580,6 +8641,15 @@ class Server:
         return _page(req, "tools", tools)
 
     def _tools_call(self, req: _Request) -> dict:
+        """tools/call: Abstract's own tool, or (transparent mode) an upstream's.
+
+        1. A malformed request (no name, arguments not an object) is a JSON-RPC error.
+        2. Abstract's tools get their arguments with aliases renamed and unknown names refused
+           (_checked_args), then their handler runs with a _Call over the tools' context.
+        3. What the model can fix (ToolError) and a file operation that failed (OSError) come
+           back as isError results it reads; anything else is the dispatcher's -32603.
+        4. An unknown tool is a JSON-RPC error naming the tools there are.
+        """
         params = req.params or {}
         name, args = params.get("name"), params.get("arguments")
         if not isinstance(name, str):
@@ -8642,6 +8712,9 @@ class Server:
         return _page(req, "resources", items)
 
     def _resources_read(self, req: _Request) -> dict:
+        """resources/read: an upstream's resource (transparent mode), a cached output, or a file
+        in the allowed directories, read through the sandbox. A missing one is -32002 in the
+        handshake era and -32602 in the 2026-07-28 era, as each era's spec says."""
         uri = (req.params or {}).get("uri")
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
