@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-# Source: the Abstract repository (README.md, docs/); a vendored copy: this one file is the whole program.
+# Source: the Abstract repository (README.md, docs/); a vendored copy: this one file is the whole
+# program.
 # When vendoring, note here the repository URL and commit you copied it from.
 """Abstract: an MCP proxy that keeps large tool results out of the model's context.
 
@@ -37,33 +38,47 @@ Sections (grep -n '^# ==' abstract.py):
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import collections
 import contextlib
 import csv
+import errno
 import fnmatch
+import glob
 import html
 import io
 import itertools
 import json
 import logging
 import math
+import mimetypes
 import os
 import queue
 import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
+import unicodedata
 import urllib.parse
 import xml.etree.ElementTree as ET
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple)
+# Imported where they are used, for start-up time (a client starts Abstract for each session):
+# hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
+# datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file URIs),
+# ssl, http.client and webbrowser (remote servers and their logins only);
+# zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
     import sqlite3
@@ -119,10 +134,12 @@ _STOP_TERM_S = 0.8  # then SIGTERM to the process groups still running
 _STOP_KILL_S = 0.5  # then SIGKILL; how long to wait for the kill to be reaped
 _ANSWER_GRACE_S = 0.5  # then for the calls failed by the stop to answer
 _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and upstreams do
+_STOP_JOIN_S = 5.0  # main() returning: the longest it waits for a helper thread it started to end
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
 _ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a person may be answering
-_INPUT_ROUNDS = 10  # a 2026-07-28 upstream's input_required rounds for one call before it is given up
+# a 2026-07-28 upstream's input_required rounds for one call before it is given up
+_INPUT_ROUNDS = 10
 _INPUT_REQUESTS_MAX = 16  # inputRequests in one input_required result
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
@@ -149,7 +166,8 @@ class ConfigError(Error, ValueError):
 
 
 class FormatError(Error, ValueError):
-    """Data that cannot be parsed or converted; carries msg, doc, pos, lineno, colno like JSONDecodeError."""
+    """Data that cannot be parsed or converted; carries msg, doc, pos, lineno, colno like
+    JSONDecodeError."""
 
     def __init__(self, msg: str, doc: str = "", pos: int = 0) -> None:
         lineno = doc.count("\n", 0, pos) + 1
@@ -187,7 +205,8 @@ class RpcError(Error):
         if not isinstance(d, dict):
             return cls(INTERNAL_ERROR, f"malformed error: {d!r}")
         code = d.get("code")
-        return cls(code if isinstance(code, int) else INTERNAL_ERROR, str(d.get("message", "")), d.get("data"))
+        return cls(code if isinstance(code, int) else INTERNAL_ERROR, str(d.get("message", "")),
+                   d.get("data"))
 
 
 class UpstreamError(RpcError):
@@ -207,6 +226,17 @@ class _Cancelled(Error):
 def _dumps(obj: Any) -> str:
     """Compact JSON, non-ASCII kept (the wire and text items use this)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def _utc(t: Optional[float] = None, ms: bool = False, compact: bool = False) -> str:
+    """A time (default: now) in UTC, ISO 8601: "2025-01-31T09:05:00Z"; with `ms`
+    "2025-01-31T09:05:00.250Z" (the catalog's: sorts as text in time order); `compact`
+    "20250131T090500Z" (file names)."""
+    t = time.time() if t is None else t
+    if ms:
+        n = int(round(t * 1000))
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(n // 1000)) + f".{n % 1000:03d}Z"
+    return time.strftime("%Y%m%dT%H%M%SZ" if compact else "%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _settle(fut: Future, result: Any = None, exc: Optional[BaseException] = None) -> None:
@@ -257,29 +287,66 @@ class _Pool:
         self._workers = 0
         self._idle = 0
         self._backlog = 0
+        self._threads: List[threading.Thread] = []  # (at most max_workers: a worker ends on close)
+        self._closed = False
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run fn(*args) on an idle worker, a new one, or (at the cap) the next one free."""
         with self._lock:
-            spawn = False
-            if self._idle > 0:
+            spawn, closed = False, self._closed
+            if closed:  # none is expected: a thread of its own rather than a job no worker takes
+                pass
+            elif self._idle > 0:
                 self._idle -= 1  # reserved: that worker takes this job
             elif self._workers < self._max:
                 self._workers += 1
                 spawn = True
             else:
                 self._backlog += 1
-        self._q.put((fn, args))
-        if spawn:
-            threading.Thread(target=self._run, name=f"{self._name}-{self._workers}", daemon=True).start()
+            if not closed:  # queued under the lock: always ahead of close()'s stop marks
+                self._q.put((fn, args))
+        if closed:
+            threading.Thread(target=self._job, args=(fn, args), name=f"{self._name}-late",
+                             daemon=True).start()
+        elif spawn:
+            t = threading.Thread(target=self._run, name=f"{self._name}-{self._workers}",
+                                 daemon=True)
+            with self._lock:
+                self._threads.append(t)
+            t.start()
+
+    def close(self) -> None:
+        """Take no more jobs: each worker ends once the jobs queued before now are done (none is
+        cut short). Called by whoever submits, once it has stopped submitting."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for _ in range(self._workers):
+                self._q.put(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait at most `timeout` for the workers to end (after close); True if they all have."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    @staticmethod
+    def _job(fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            fn(*args)
+        except BaseException:  # a handler must never kill its worker
+            _log.error("unhandled error in worker:\n%s", traceback.format_exc())
 
     def _run(self) -> None:
         while True:
-            fn, args = self._q.get()
-            try:
-                fn(*args)
-            except BaseException:  # a handler must never kill its worker
-                _log.error("unhandled error in worker:\n%s", traceback.format_exc())
+            item = self._q.get()
+            if item is None:  # close(): every job queued before it is done
+                return
+            self._job(*item)
             with self._lock:  # free again: take a queued job first, else wait as idle
                 if self._backlog:
                     self._backlog -= 1
@@ -388,13 +455,14 @@ def _file_uri(path: str) -> str:
 
 
 def _uri_to_path(uri: str) -> str:
-    """The local path of a file:// URI (percent-decoded; Windows drive forms handled by url2pathname)."""
+    """The local path of a file:// URI (percent-decoded; Windows drive forms handled by
+    url2pathname)."""
     parts = urllib.parse.urlparse(uri)
     if parts.scheme != "file":
         raise SandboxError(f"not a file:// URI: {uri!r}")
     if parts.netloc not in ("", "localhost"):
         raise SandboxError(f"file URI with a remote host is not supported: {uri!r}")
-    from urllib.request import url2pathname  # local: it pulls in http.client, email and ssl (~16 ms of start-up)
+    from urllib.request import url2pathname  # lazy: see Imports
 
     return url2pathname(parts.path)
 
@@ -462,7 +530,7 @@ def _line_offset(text: str, lineno: int) -> int:
     return pos
 
 
-# ---- tabular detection ----
+# -- tabular detection
 
 def _scalar_kind(value: Any) -> str:
     """How a lone scalar is named in the "not tabular" reason."""
@@ -503,7 +571,7 @@ def _as_records(data: Any) -> Tuple[Optional[List[Dict[str, Any]]], str]:
     return [{"value": x} for x in data], ""
 
 
-# ---- emitters: json, txt, csv ----
+# -- emitters: json, txt, csv
 
 def _dump_json_parts(data: Any, batch: int = 4096) -> Iterator[str]:
     """Pretty JSON (indent 2, UTF-8 kept as is) ending with a newline, in parts of about
@@ -608,17 +676,13 @@ def _dump_csv_parts(rows: List[Dict[str, Any]], delimiter: str = ",", batch: int
     chunk: List[Any] = [header]
     while chunk:
         buf = io.StringIO()
-        csv.writer(buf, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL).writerows(chunk)
+        csv.writer(buf, delimiter=delimiter, lineterminator="\r\n",
+                   quoting=csv.QUOTE_MINIMAL).writerows(chunk)
         yield buf.getvalue()
         chunk = list(itertools.islice(cells, batch))
 
 
-def _dump_csv(rows: List[Dict[str, Any]], delimiter: str = ",") -> str:
-    """RFC 4180 CSV (or TSV with delimiter "\\t") with a header row."""
-    return "".join(_dump_csv_parts(rows, delimiter))
-
-
-# ---- csv / tsv reader ----
+# -- csv / tsv reader
 # Cells are typed conservatively: only spellings that a writer of numbers
 # would produce become numbers, so codes like "007" or "02134" stay text.
 
@@ -689,7 +753,7 @@ def _load_csv(text: str, delimiter: str = ",") -> List[Dict[str, Any]]:
     return records
 
 
-# ---- YAML emitter ----
+# -- YAML emitter
 # Block style throughout.  A string is written plain only when YAML 1.2 core
 # readers and YAML 1.1 readers (PyYAML) both read it back as that same string;
 # else as a '|' literal when multi-line and safe, else double-quoted, which
@@ -705,7 +769,8 @@ _YAML_INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
 # are escaped), BOM, non-characters, lone surrogates, and U+0085/2028/2029,
 # which YAML 1.1 readers treat as line breaks.
 _YAML_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
-_YAML_UNSAFE_BLOCK = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+_YAML_UNSAFE_BLOCK = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f"
+                                "\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 # Numbers in any YAML schema start with a digit, a sign or a dot before a
 # digit; with only number-ish characters after that (1_000, 0x1F, 1:20 is
 # sexagesimal in YAML 1.1) the string must be quoted.  So must dates.
@@ -855,7 +920,7 @@ def dump_yaml(data: Any) -> str:
     return "\n".join(_yaml_emit(data, 0)) + "\n"
 
 
-# ---- YAML reader ----
+# -- YAML reader
 # A recursive-descent reader over the whole text.  Block parsers take the
 # position of a node's first character and return (position of the start of
 # the line after the node, value).  Columns come from the position.
@@ -977,7 +1042,7 @@ def _yaml_check_plain_start(src: str, pos: int) -> None:
         raise FormatError(f"unexpected {c!r} (a list, key or value is not allowed here)", src, pos)
 
 
-# -- quoted scalars --
+# -- quoted scalars
 
 def _yaml_fold(src: str, pos: int, out: List[str], joiner: str) -> int:
     """At a line break inside a quoted scalar: skip it, empty lines and the next
@@ -1050,7 +1115,7 @@ def _parse_yaml_quoted(src: str, pos: int) -> Tuple[int, str]:
     return _parse_yaml_dq(src, pos) if src[pos] == '"' else _parse_yaml_sq(src, pos)
 
 
-# -- plain scalars --
+# -- plain scalars
 
 def _yaml_plain_line(src: str, pos: int) -> Tuple[int, str, bool]:
     """One line of a block plain scalar: (next line start, text, whether more
@@ -1087,7 +1152,7 @@ def _parse_yaml_plain(src: str, pos: int, parent: int) -> Tuple[int, Any]:
     return pos, _yaml_resolve("".join(parts))
 
 
-# -- block scalars --
+# -- block scalars
 
 def _yaml_block_indent(src: str, pos: int, parent: int) -> int:
     """Auto-detected content indentation of a block scalar: its first text line's."""
@@ -1174,7 +1239,7 @@ def _parse_yaml_block_scalar(src: str, pos: int, parent: int) -> Tuple[int, str]
     return pos, text + "\n" if body else ""
 
 
-# -- flow collections --
+# -- flow collections
 
 def _parse_yaml_flow_node(src: str, pos: int, raw: bool = False) -> Tuple[int, Any]:
     """A node inside [...] or {...}; raw keeps a plain scalar untyped (for keys)."""
@@ -1235,7 +1300,7 @@ def _parse_yaml_flow(src: str, pos: int) -> Tuple[int, Any]:
     return pos + 1, result
 
 
-# -- block structure --
+# -- block structure
 
 def _yaml_explicit_key(src: str, pos: int) -> Tuple[int, str]:
     """'? key' then ': value' below it: read for scalar keys only, as dump_yaml
@@ -1403,7 +1468,7 @@ def load_yaml(text: str) -> Any:
         raise FormatError("YAML nested too deeply", src, 0) from None
 
 
-# ---- XML ----
+# -- XML
 # Own mapping: object keys become child elements, list items <item> children.
 # A type attribute marks numbers, booleans, nulls, lists and empty objects;
 # untyped elements are strings, or objects when they have children.  That is
@@ -1573,7 +1638,7 @@ def _xml_to_data(text: str) -> Any:
         raise FormatError("XML nested too deeply", text, 0) from None
 
 
-# ---- Markdown and HTML ----
+# -- Markdown and HTML
 # Both show a list of objects (or a wrapper holding one) as a table; a list of
 # scalars is not turned into a one-column table, it reads better as a list.
 
@@ -1709,7 +1774,7 @@ def _dump_html(data: Any, title: str = "") -> str:
             f"<h1>{name}</h1>\n{_html_body(data)}</body>\n</html>\n")
 
 
-# ---- dispatch ----
+# -- dispatch
 # _convert decides the format actually written and what to tell the user;
 # _parse_text is its reverse for the formats that can be read.
 
@@ -1732,7 +1797,8 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
                 notes.append(f"the records have no fields, so the {fmt} is empty")
             if isinstance(data, dict):
                 key, _ = _records_key(data)
-                notes.append(f"{fmt} holds the records under {key!r}; the other fields are left out")
+                notes.append(f"{fmt} holds the records under {key!r}; the other fields are left "
+                             f"out")
         elif fmt == "xml":
             text, notes = _dump_xml(data)
             render = lambda: [text]  # noqa: E731
@@ -1773,8 +1839,10 @@ def _load_json(text: str) -> Any:
         raise FormatError(err.msg, err.doc, err.pos) from None
     except RecursionError:
         raise FormatError("JSON nested too deeply", text, 0) from None
-    except ValueError as err:  # Python 3.11+ reads integers of at most 4300 digits (int_max_str_digits)
-        why = str(err) if "JSON" in str(err) else "a number in it has too many digits (more than 4300)"
+    # Python 3.11+ reads integers of at most 4300 digits (int_max_str_digits)
+    except ValueError as err:
+        why = (str(err) if "JSON" in str(err) else "a number in it has too many digits (more than "
+                                                   "4300)")
         raise FormatError(why, text, 0) from None
 
 
@@ -1789,7 +1857,8 @@ def _load_jsonl(text: str) -> List[Any]:
             except json.JSONDecodeError as err:
                 raise FormatError(f"JSON Lines: {err.msg}", text, pos + err.pos) from None
             except (RecursionError, ValueError):
-                raise FormatError("JSON Lines: a value nested too deeply or a number too long", text, pos) from None
+                raise FormatError("JSON Lines: a value nested too deeply or a number too long",
+                                  text, pos) from None
         pos += len(line) + 1
     return out
 
@@ -1839,8 +1908,8 @@ def _unicode_problem(text: str) -> Optional[str]:
     return None
 
 
-_WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"} | {f"{p}{i}" for p in ("COM", "LPT")
-                                                                        for i in list("123456789") + ["¹", "²", "³"]}
+_WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"} | {
+    f"{p}{i}" for p in ("COM", "LPT") for i in list("123456789") + ["¹", "²", "³"]}
 _UNSAFE_NAME_CHARS = re.compile(r'[<>:"|?*\x00-\x1f\x7f]')
 _MAX_NAME_BYTES = 200  # below every common file system's 255, leaving room for "-123.csv.gz"
 
@@ -1853,12 +1922,14 @@ def _safe_filename(name: str) -> str:
     reserved device names (CON, NUL, COM1, ...) suffixed, and overlong names shortened.
     """
     if not name or not name.strip():
-        raise SandboxError(f"filename {name!r} is empty; give a name such as 'report' (the extension comes from "
-                           f"the format)")
+        raise SandboxError(f"filename {name!r} is empty; give a name such as 'report' (the "
+                           f"extension comes from the format)")
     if "/" in name or "\\" in name or name in (".", ".."):
-        raise SandboxError(f"filename {name!r} is a path; give a plain name and put the folder in storage_path")
+        raise SandboxError(f"filename {name!r} is a path; give a plain name and put the folder in "
+                           f"storage_path")
     if re.search(r"[\x00-\x1f\x7f]", name):
-        raise SandboxError(f"filename {name!r} contains control characters (such as NUL or a newline)")
+        raise SandboxError(f"filename {name!r} contains control characters (such as NUL or a "
+                           f"newline)")
     if _unicode_problem(name):
         raise SandboxError(f"filename {name[:100]!r} {_unicode_problem(name)}")
     # Cut to the byte limit first (a character is at least one byte), so a huge name costs
@@ -1889,10 +1960,12 @@ def _safe_part(text: str) -> str:
 # descriptor; a symlink or rename swapped into the tree afterwards changes nothing.
 _DIR_FDS = (not _WINDOWS and hasattr(os, "O_DIRECTORY") and hasattr(os, "O_NOFOLLOW")
             and {os.open, os.mkdir, os.link, os.unlink, os.stat} <= os.supports_dir_fd)
-_O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_O_DIR = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+          | getattr(os, "O_CLOEXEC", 0))
 # O_NONBLOCK: opening a FIFO swapped in for a file returns at once (fstat then refuses it)
 # instead of waiting for a writer forever.
-_O_READ = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_O_READ = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+           | getattr(os, "O_CLOEXEC", 0)
            | getattr(os, "O_BINARY", 0))
 
 
@@ -1919,8 +1992,6 @@ class _Dir(str):
 
 def _walk_failure(e: OSError) -> str:
     """A descriptor walk's OSError as the reason a refusal gives."""
-    import errno
-
     if e.errno in (errno.ELOOP, getattr(errno, "EMLINK", -1)):  # O_NOFOLLOW met a symlink
         return "a symbolic link is in the way (a loop, or the folder was changed while in use)"
     if e.errno == errno.ENOTDIR:
@@ -1957,7 +2028,8 @@ class Sandbox:
                 "total_directories": len(self.roots)}
 
     def _refuse(self, path: str, why: str, kind: type = SandboxError) -> SandboxError:
-        return kind(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path inside "
+        return kind(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path "
+                    f"inside "
                             f"one of them (relative paths are taken from {self.default}).")
 
     def root_of(self, real: str) -> Optional[str]:
@@ -1972,7 +2044,8 @@ class Sandbox:
         return None
 
     def resolve(self, path: str) -> str:
-        """The real path of `path` (absolute, or relative to the first root) if it is inside a root."""
+        """The real path of `path` (absolute, or relative to the first root) if it is inside a
+        root."""
         if not isinstance(path, str) or not path.strip():
             raise self._refuse(str(path), "is empty")
         if re.search(r"[\x00-\x1f\x7f]", path):
@@ -2021,7 +2094,8 @@ class Sandbox:
             try:
                 fd = self._walk(real, create=True)
             except OSError as e:
-                raise self._refuse(path or real, f"cannot be created ({_walk_failure(e)})") from None
+                raise self._refuse(path or real, f"cannot be created "
+                                                 f"({_walk_failure(e)})") from None
             out = _Dir(real)
             out.fd = fd
             return out
@@ -2045,8 +2119,6 @@ class Sandbox:
         one hard link is refused everywhere: its other name may lie outside the allowed
         directories. Raises SandboxError, or FileNotFoundError when it does not exist.
         """
-        import stat
-
         real = self.resolve(path)
         if real in self.roots:
             raise self._refuse(path, "is an allowed directory, not a file", _NotRegular)
@@ -2062,15 +2134,18 @@ class Sandbox:
         except (FileNotFoundError, PermissionError):
             raise
         except OSError as e:  # a symlink where the file was (a loop, or swapped in after the check)
-            raise self._refuse(path, f"cannot be opened ({_walk_failure(e)})", _NotRegular) from None
+            raise self._refuse(path, f"cannot be opened ({_walk_failure(e)})",
+                               _NotRegular) from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
-            raise self._refuse(path, "is not a regular file (it is a folder, FIFO or device)", _NotRegular)
+            raise self._refuse(path, "is not a regular file (it is a folder, FIFO or device)",
+                               _NotRegular)
         if st.st_nlink > 1:
             os.close(fd)
-            raise self._refuse(path, f"has {st.st_nlink} hard links; Abstract reads only files with one (another "
-                                     f"name of it may lie outside the allowed directories), so copy it instead")
+            raise self._refuse(path, f"has {st.st_nlink} hard links; Abstract reads only files "
+                                     f"with one (another name of it may lie outside the allowed "
+                                     f"directories), so copy it instead")
         return os.fdopen(fd, "rb"), real, st.st_size
 
 
@@ -2089,7 +2164,8 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     complete file is then linked under its final name. os.link fails when the name exists, so
     two concurrent writers never take the same name and a crash never leaves a partial file
     under a final name. Not `durable` (the output cache's disposable files) skips the fsync:
-    a crash of the process still leaves no partial file, a power loss may. Where hard links are unsupported (FAT, some network shares) the name is
+    a crash of the process still leaves no partial file, a power loss may. Where hard links are
+    unsupported (FAT, some network shares) the name is
     reserved with O_EXCL and the finished file renamed over the reservation.
 
     Where _DIR_FDS every step is relative to the directory's descriptor (the one a _Dir from
@@ -2108,12 +2184,13 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
 def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any,
               mode: Optional[int], durable: bool = True, replace: bool = False) -> str:
     """_write_new's work: `dfd` is the directory's descriptor, or None (Windows: paths)."""
-    import secrets
+    import secrets  # lazy: see Imports
 
     def at(name: str) -> str:  # the name relative to dfd, or the full path without one
         return name if dfd is not None else os.path.join(directory, name)
 
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_BINARY", 0))
     for _ in range(100):
         tmp = f".abstract-{secrets.token_hex(8)}.tmp"
         try:
@@ -2122,7 +2199,8 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
         except FileExistsError:
             continue
     else:
-        raise SandboxError(f"no free temporary file name in {directory}")
+        raise FileExistsError(errno.EEXIST, "no free temporary file name (100 random names taken)",
+                              directory)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
@@ -2142,7 +2220,9 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             final = f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}"
             if _claim(dfd, at(tmp), at(final), mine):
                 return os.path.join(directory, final)
-        raise SandboxError(f"no free file name for {stem}{ext} in {directory}")
+        # every numbered name taken: a full folder, as a write error (not a refused path)
+        raise FileExistsError(errno.EEXIST, f"no free file name for {stem}{ext} (100,000 numbered "
+                              f"names are taken)", os.path.join(directory, f"{stem}{ext}"))
     finally:
         with contextlib.suppress(OSError):
             os.unlink(at(tmp), dir_fd=dfd)
@@ -2156,7 +2236,8 @@ def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs:
     subdirs = []
     for entry in entries:
         try:
-            is_dir = entry.is_dir(follow_symlinks=False)  # a symlink to a folder is listed, not walked
+            # a symlink to a folder is listed, not walked
+            is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:  # gone meanwhile
             continue
         if not is_dir:
@@ -2165,7 +2246,8 @@ def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs:
             subdirs.append(entry.name)
     for name in subdirs:
         sub = os.path.join(path, name)
-        if dfd is None:  # Windows: a junction counts as a folder before Python 3.12 (see sandbox.md)
+        # Windows: a junction counts as a folder before Python 3.12 (see sandbox.md)
+        if dfd is None:
             with contextlib.suppress(OSError):
                 yield from _walk_in(None, sub, level + 1, depth, hidden_dirs)
             continue
@@ -2181,8 +2263,8 @@ def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs:
             os.close(fd)
 
 
-def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000, hidden_dirs: bool = True
-                  ) -> Iterator[Tuple[Optional[int], str, str]]:
+def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000,
+                  hidden_dirs: bool = True) -> Iterator[Tuple[Optional[int], str, str]]:
     """(folder descriptor, name, path) of each entry that is not a folder under `roots` (files,
     symlinks, FIFOs: the caller decides), at most `depth` levels down, in name order; the walk
     stops for good after `scan` of them, so a huge tree cannot stall whoever asked.
@@ -2211,15 +2293,20 @@ def _bounded_walk(roots: List[str], depth: int = 3, scan: Optional[int] = 20000,
                 os.close(top)
 
 
+def _at(dfd: Optional[int], name: str, path: str) -> str:
+    """What names a walked entry: its name relative to `dfd`, or its path without one."""
+    return name if dfd is not None else path
+
+
 _USAGE_SCAN = 200000  # files a quota measurement looks at, at most
+
+
 _USAGE_DEPTH = 100  # folders deeper than this below an allowed directory are not measured
 
 
 def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
     """Bytes of the regular files under `root` (symlinks not followed), and whether the walk saw
     them all: it stops after `cap` files, so a huge tree cannot stall a store."""
-    import stat
-
     total, seen = 0, 0
     for dfd, name, path in _bounded_walk([root], _USAGE_DEPTH, scan=cap + 1):
         seen += 1
@@ -2234,18 +2321,10 @@ def _dir_usage(root: str, cap: int = _USAGE_SCAN) -> Tuple[int, bool]:
     return total, True
 
 
-def _at(dfd: Optional[int], name: str, path: str) -> str:
-    """What names a walked entry: its name relative to `dfd`, or its path without one."""
-    return name if dfd is not None else path
-
-
 def _open_regular(name: str, dfd: Optional[int] = None) -> Tuple[Any, os.stat_result]:
     """(binary file, fstat) of `name` (relative to `dfd` when given), a regular file with one
     link: opened without following a symlink in its last part or waiting on a FIFO, and checked
     through the descriptor, so nothing swapped in after a walk or check is read. OSError else."""
-    import errno
-    import stat
-
     fd = os.open(name, _O_READ, dir_fd=dfd)
     st = os.fstat(fd)
     if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
@@ -2254,7 +2333,8 @@ def _open_regular(name: str, dfd: Optional[int] = None) -> Tuple[Any, os.stat_re
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
     if stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EMLINK, f"has {st.st_nlink} hard links (Abstract reads only files with one)", name)
+        raise OSError(errno.EMLINK, f"has {st.st_nlink} hard links (Abstract reads only files with "
+                                    f"one)", name)
     raise OSError(errno.EINVAL, "not a regular file (a FIFO or device)", name)
 
 
@@ -2263,8 +2343,6 @@ def _sweep_temps(roots: List[str], min_age: float = 3600.0, scan: int = 20000) -
     the allowed directories, once an hour old. Nothing else is touched (a symlink of that name
     neither: only the link would go); the walk is bounded, and each file is checked and deleted
     through its folder's descriptor, never through a folder swapped in meanwhile."""
-    import stat
-
     removed, now = 0, time.time()
     for dfd, fn, path in _bounded_walk(roots, scan=scan):
         if not (fn.startswith(".abstract-") and fn.endswith(".tmp")):
@@ -2285,7 +2363,8 @@ def _claim(dfd: Optional[int], tmp: str, final: str, mine: os.stat_result) -> bo
     by someone else's file or symlink: the link is not followed, and what got published is
     checked to be `mine` (the file written), else removed again."""
     try:  # (follow_symlinks=False is linkat without AT_SYMLINK_FOLLOW; Windows has no such option)
-        os.link(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd, **({} if dfd is None else {"follow_symlinks": False}))
+        os.link(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd, **({} if dfd is None
+                                                               else {"follow_symlinks": False}))
     except FileExistsError:
         return False
     except (OSError, NotImplementedError):  # no hard links here: reserve the name, rename over it
@@ -2298,7 +2377,8 @@ def _claim(dfd: Optional[int], tmp: str, final: str, mine: os.stat_result) -> bo
     st = os.stat(final, dir_fd=dfd, follow_symlinks=False)
     if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
         os.unlink(final, dir_fd=dfd)
-        raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while it was written")
+        raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while it was "
+                      f"written")
     return True
 
 
@@ -2340,7 +2420,8 @@ def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
 
 # The id of a request too long to read: taken only from where clients put it, first (or right
 # after "jsonrpc"), so an "id" inside the params is never mistaken for it.
-_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]{1,18}|"[^"\\]{0,100}")\s*,')
+_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?'
+                      rb'"id"\s*:\s*(-?[0-9]{1,18}|"[^"\\]{0,100}")\s*,')
 
 
 def _no_nan(name: str) -> None:
@@ -2413,15 +2494,18 @@ class Connection:
         queued: bool = False,
         max_line: int = _MAX_MESSAGE_MB << 20,
         half_close: bool = False,
+        close_input: bool = False,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
+        self._close_input = close_input  # the reader closes rfile once read (a pipe it owns)
         self.requests = requests if requests is not None else {}
         self.notifications = notifications if notifications is not None else {}
         self._pool = pool
         self._strict = strict  # answer garbage with JSON-RPC errors (server side) or just log it
         self._on_close = on_close
-        self.max_line = max_line  # bytes in one incoming message; a longer one is not read (_too_long)
+        # bytes in one incoming message; a longer one is not read (_too_long)
+        self.max_line = max_line
         self._wlock = threading.Lock()
         self._ids = itertools.count(1)
         self._plock = threading.Lock()
@@ -2502,6 +2586,11 @@ class Connection:
             _log.debug("%s: read failed: %s", self.name, e)
         finally:
             self._shut(self.close_reason, eof=True)
+            if self._pool is not None:  # the reader was its only source of jobs
+                self._pool.close()
+            if self._close_input:
+                with contextlib.suppress(OSError, ValueError):
+                    self._rfile.close()
 
     def _too_long(self, head: bytes) -> bool:
         """A message over max_line bytes (skipped unread). From the client, its request (if its id
@@ -2512,11 +2601,13 @@ class Connection:
             m = _HEAD_ID.match(head)
             mid = json.loads(m.group(1)) if m else None
             _log.warning("%s: a message over %s was dropped: %s", self.name, limit, head[:100])
-            self.send(_error_response(mid, RpcError(INVALID_REQUEST, f"Request too large: more than {limit} in one "
-                                                    f"message (max_client_message_mb in Abstract's settings)")))
+            self.send(_error_response(mid, RpcError(INVALID_REQUEST,
+                                                    f"Request too large: more than {limit} in one "
+                                                    f"message (max_client_message_mb in Abstract's "
+                                                    f"settings)")))
             return False
-        reason = (f"{self.name} sent a message of more than {limit} (max_upstream_message_mb in Abstract's "
-                  f"settings); its session was ended and starts afresh on the next call")
+        reason = (f"{self.name} sent a message of more than {limit} (max_upstream_message_mb in "
+                  f"Abstract's settings); its session was ended and starts afresh on the next call")
         _log.warning("%s", reason)
         self._shut(reason)
         return True
@@ -2612,7 +2703,8 @@ class Connection:
         if params is not None:
             msg["params"] = params
         if not self.send(msg):
-            self.forget(mid, UpstreamError(f"{self.name}: cannot write to the stream ({self.close_reason})"))
+            self.forget(mid, UpstreamError(f"{self.name}: cannot write to the stream "
+                                           f"({self.close_reason})"))
         return mid, fut
 
     def forget(self, mid: Any, exc: Optional[BaseException] = None) -> None:
@@ -2622,14 +2714,17 @@ class Connection:
         if fut is not None and exc is not None:
             _settle(fut, exc=exc)
 
-    def call(self, method: str, params: Optional[dict] = None, timeout: float = _CALL_TIMEOUT_S) -> Any:
+    def call(self, method: str, params: Optional[dict] = None,
+             timeout: float = _CALL_TIMEOUT_S) -> Any:
         """Send a request and wait for its result; on timeout, cancel it upstream and raise."""
         mid, fut = self.request(method, params)
         try:
             return fut.result(timeout)
         except FutureTimeout:
-            self.notify("notifications/cancelled", {"requestId": mid, "reason": f"timed out after {timeout:g} s"})
-            raise UpstreamError(f"{self.name}: no answer to {method} within {timeout:g} s", REQUEST_TIMEOUT) from None
+            self.notify("notifications/cancelled", {"requestId": mid,
+                                                    "reason": f"timed out after {timeout:g} s"})
+            raise UpstreamError(f"{self.name}: no answer to {method} within {timeout:g} s",
+                                REQUEST_TIMEOUT) from None
         finally:
             self.forget(mid)
 
@@ -2664,13 +2759,15 @@ class Connection:
 
     def _on_message(self, msg: Any, line: bytes) -> None:
         if not isinstance(msg, dict):
-            self._bad(line, INVALID_REQUEST, "Invalid Request: expected a JSON object (batches are not supported)")
+            self._bad(line, INVALID_REQUEST, "Invalid Request: expected a JSON object (batches are "
+                                             "not supported)")
             return
         method = msg.get("method")
         if method is None and "id" in msg and ("result" in msg or "error" in msg):
             self._on_response(msg)
         elif not isinstance(method, str) or msg.get("jsonrpc") != "2.0" or not self._valid_id(msg):
-            self._bad(line, INVALID_REQUEST, "Invalid Request: needs jsonrpc '2.0', a string method and a string or integer id", msg.get("id"))
+            self._bad(line, INVALID_REQUEST, "Invalid Request: needs jsonrpc '2.0', a string "
+                                             "method and a string or integer id", msg.get("id"))
         elif "id" in msg:
             self._on_request(msg)
         else:
@@ -2693,13 +2790,17 @@ class Connection:
         else:
             _log.warning("%s: skipped a line that is not JSON-RPC: %s", self.name, shown)
             m = _HEAD_ID.match(line) if b'"method"' not in line[:200] else None
-            if m:  # an answer that cannot be read (nested too deeply, say) fails its call now, not at its deadline
-                self.forget(json.loads(m.group(1)), RpcError(INTERNAL_ERROR, f"{self.name} answered with a message "
-                                                                             f"that cannot be read ({message})"))
+            # an answer that cannot be read (nested too deeply, say) fails its call now, not at its
+            # deadline
+            if m:
+                self.forget(json.loads(m.group(1)), RpcError(
+                    INTERNAL_ERROR, f"{self.name} answered with a message that cannot be read "
+                                    f"({message})"))
 
     def _on_response(self, msg: dict) -> None:
         if not self._valid_id(msg):
-            _log.warning("%s: dropped a response whose id is neither a string nor an integer", self.name)
+            _log.warning("%s: dropped a response whose id is neither a string nor an integer",
+                         self.name)
             return
         with self._plock:
             fut = self._pending.pop(msg["id"], None)
@@ -2716,7 +2817,8 @@ class Connection:
             if not isinstance(rid, (str, int)):
                 return  # not an id this side could have issued
             with self._plock:  # (type too: 1 and "1" are different ids)
-                reqs = [r for r in self._inflight.values() if r.id == rid and type(r.id) is type(rid)]
+                reqs = [r for r in self._inflight.values() if r.id == rid
+                        and type(r.id) is type(rid)]
             for req in reqs:  # ids should be unique; a peer that reuses one cancels all its holders
                 req.cancel()
             return
@@ -2740,7 +2842,16 @@ class Connection:
             self._pool.submit(self._dispatch, req, key)
 
     def _dispatch(self, req: _Request, key: int) -> None:
-        """Run one request's handler and send its response: the one place errors become wire errors."""
+        """Run one request's handler and send its response: the one place errors become wire
+        errors.
+
+        1. An unknown method or params that are not an object: the JSON-RPC error for it.
+        2. The handler's RpcError keeps its code; any other exception is logged with its
+           traceback (stderr) and answered as -32603, so no handler can crash the server.
+        3. A cancelled request gets no response, as the spec says.
+        4. The request counts as in flight until its answer is written or queued: the shutdown
+           waits for that (wait_idle), not for the handler alone.
+        """
         try:
             handler = self.requests.get(req.method)
             if handler is None:
@@ -2754,7 +2865,8 @@ class Connection:
             reply = _error_response(req.id, e)
         except Exception as e:
             _log.error("%s: %s failed:\n%s", self.name, req.method, traceback.format_exc())
-            reply = _error_response(req.id, RpcError(INTERNAL_ERROR, f"Internal error: {type(e).__name__}: {e}"))
+            reply = _error_response(req.id, RpcError(INTERNAL_ERROR,
+                                                     f"Internal error: {type(e).__name__}: {e}"))
         try:
             if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
                 self.send(reply)
@@ -2839,8 +2951,9 @@ def _proxy_for(url: str, environ: Dict[str, str]) -> Optional[urllib.parse.Split
         return None
     proxy = urllib.parse.urlsplit(raw if "://" in raw else "http://" + raw)
     if proxy.scheme != "http" or not proxy.hostname:
-        raise HttpError(f"{scheme.upper()}_PROXY {_safe_url(raw)} is not usable: only http:// proxies "
-                        f"are supported (the tunnel to an https:// server is still encrypted)")
+        raise HttpError(f"{scheme.upper()}_PROXY {_safe_url(raw)} is not usable: only http:// "
+                        f"proxies are supported (the tunnel to an https:// server is still "
+                        f"encrypted)")
     return proxy
 
 
@@ -2851,17 +2964,18 @@ def _tls_context(environ: Dict[str, str]) -> Any:
     """ssl.create_default_context(): the system's trust store, or SSL_CERT_FILE / SSL_CERT_DIR
     when set (they replace it, as in curl and requests). One context per pair, reused."""
     try:
-        import ssl
+        import ssl  # lazy: see Imports
     except ImportError:  # pragma: no cover - a Python built without OpenSSL
-        raise HttpError("this Python has no ssl module, so https:// servers cannot be reached") from None
+        raise HttpError("this Python has no ssl module, so https:// servers cannot be "
+                        "reached") from None
     key = (environ.get("SSL_CERT_FILE", ""), environ.get("SSL_CERT_DIR", ""))
     ctx = _TLS_CONTEXTS.get(key)
     if ctx is None:
         try:
             ctx = ssl.create_default_context(cafile=key[0] or None, capath=key[1] or None)
         except (OSError, ssl.SSLError) as e:
-            raise HttpError(f"the certificates in SSL_CERT_FILE={key[0]!r} / SSL_CERT_DIR={key[1]!r} "
-                            f"cannot be loaded: {e}") from None
+            raise HttpError(f"the certificates in SSL_CERT_FILE={key[0]!r} / "
+                            f"SSL_CERT_DIR={key[1]!r} cannot be loaded: {e}") from None
         _TLS_CONTEXTS[key] = ctx
     return ctx
 
@@ -2869,8 +2983,8 @@ def _tls_context(environ: Dict[str, str]) -> Any:
 def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout: float,
                connected: bool) -> HttpError:
     """A failed exchange in words: what went wrong, at which URL, and what to check."""
-    import ssl
-    import socket
+    import ssl  # lazy: see Imports
+    import socket  # lazy: see Imports
 
     where = _safe_url(url)
     if isinstance(e, ssl.SSLCertVerificationError):
@@ -2888,7 +3002,7 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
     elif isinstance(e, HttpError):
         return e
     else:
-        import http.client
+        import http.client  # lazy: see Imports
 
         if isinstance(e, http.client.IncompleteRead):
             why = "the connection closed in the middle of the answer"
@@ -2979,7 +3093,7 @@ class HttpResponse:
         sock = getattr(self._conn, "sock", None)
         if sock is not None:
             try:
-                import socket
+                import socket  # lazy: see Imports
 
                 sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
             except OSError:
@@ -2997,10 +3111,11 @@ class HttpResponse:
 
 
 def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
-               environ: Dict[str, str], connect_timeout: float, read_timeout: float) -> HttpResponse:
+               environ: Dict[str, str], connect_timeout: float,
+               read_timeout: float) -> HttpResponse:
     """One request on a fresh connection (through the proxy if one applies); the answer's
     headers are read, its body is not."""
-    import http.client
+    import http.client  # lazy: see Imports
 
     p = urllib.parse.urlsplit(url)
     if p.scheme not in ("http", "https") or not p.hostname:
@@ -3018,9 +3133,8 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
     else:
         auth = {}
         if proxy.username is not None:  # user:password in the proxy URL: Basic, as curl does
-            import base64
-
-            pair = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+            user = urllib.parse.unquote(proxy.username)
+            pair = f"{user}:{urllib.parse.unquote(proxy.password or '')}"
             auth = {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
         conn = cls(proxy.hostname, proxy.port or 80, **kw)
         if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
@@ -3070,7 +3184,8 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
             if method == "POST" and not (same and resp.status in (307, 308)):
                 resp.close()
                 raise HttpError(f"{_safe_url(url)} redirected a POST (HTTP {resp.status}) to "
-                                f"{_safe_url(target)}, which is not followed: put the final URL in the config",
+                                f"{_safe_url(target)}, which is not followed: put the final URL in "
+                                f"the config",
                                 _safe_url(url), resp.status)
             resp.close()
             if not same:  # credentials of this origin are not for the next one
@@ -3190,15 +3305,14 @@ def _span(seconds: float) -> str:
 
 
 def _b64url(data: bytes) -> str:
-    import base64
 
     return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
 
 
 def _pkce() -> Tuple[str, str]:
     """(code_verifier, S256 code_challenge) as RFC 7636 section 4 makes them."""
-    import hashlib
-    import secrets
+    import hashlib  # lazy: see Imports
+    import secrets  # lazy: see Imports
 
     verifier = secrets.token_urlsafe(48)  # 64 characters of the unreserved set (43..128 allowed)
     return verifier, _b64url(hashlib.sha256(verifier.encode("ascii")).digest())
@@ -3312,7 +3426,7 @@ def _callback_params(url: str, state: str, issuer: str, iss_required: bool) -> s
     """The authorization code from the redirect back to Abstract (the full URL or its query);
     _AuthError when it is not the answer to this login: another state (a forged or stale
     redirect), another issuer (RFC 9207: a mix-up), or an error the server sent."""
-    import hmac
+    import hmac  # lazy: see Imports
 
     query = urllib.parse.urlsplit(url.strip()).query if "?" in url else url.strip().lstrip("?")
     params = dict(urllib.parse.parse_qsl(query))
@@ -3355,14 +3469,13 @@ class _TokenStore:
         self.lock = threading.Lock()
 
     def _path(self, name: str) -> Path:
-        import hashlib
+        import hashlib  # lazy: see Imports
 
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
         return self.dir / f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}.json"
 
     def _folder(self) -> str:
         """The folder, made owner-only; ConfigError if it is someone else's or a symlink."""
-        import stat
 
         try:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -3410,7 +3523,7 @@ class _Loopback:
     runs elsewhere."""
 
     def __init__(self, port: int = 0) -> None:
-        import http.server
+        import http.server  # lazy: see Imports
 
         got: "queue.Queue[str]" = queue.Queue(maxsize=1)
         self.got = got
@@ -3462,7 +3575,7 @@ def _open_browser(url: str) -> bool:
     none is tried: webbrowser would fall back to a text browser, which takes over the terminal
     (or, serving, the MCP client's pipes). A browser command is run here rather than by
     webbrowser, with its stdin and stdout not Abstract's: serving, those are the MCP stream."""
-    import webbrowser
+    import webbrowser  # lazy: see Imports
 
     display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     headless = not (_WINDOWS or _MACOS or display)
@@ -3683,7 +3796,6 @@ class _OAuth:
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
         secret = client.get("client_secret")
         if secret and client.get("token_endpoint_auth_method") == "client_secret_basic":
-            import base64
 
             pair = f"{urllib.parse.quote(client['client_id'])}:{urllib.parse.quote(secret)}"
             headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
@@ -3752,7 +3864,7 @@ class _OAuth:
 
     def _begin(self, challenge: Dict[str, str], step_up: bool = False) -> _Attempt:
         """Everything up to the browser: discovery, the client, the loopback, PKCE, the URL."""
-        import secrets
+        import secrets  # lazy: see Imports
 
         resource, issuer, meta, prm = self._discover(challenge)
         doc, _ = self._saved()
@@ -3920,8 +4032,9 @@ class ServerSpec:
     __slots__ = ("name", "command", "args", "env", "cwd", "problem", "transport", "url", "headers")
 
     def __init__(self, name: str, command: str = "", args: Optional[List[str]] = None,
-                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None, problem: str = "",
-                 transport: str = "stdio", url: str = "", headers: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+                 problem: str = "", transport: str = "stdio", url: str = "",
+                 headers: Optional[Dict[str, str]] = None) -> None:
         self.name, self.command, self.args = name, command, list(args or [])
         self.env, self.cwd, self.problem = dict(env or {}), cwd, problem
         # "stdio", or for a remote server "http" (Streamable HTTP), "sse" (the 2024-11-05
@@ -3975,7 +4088,8 @@ def _read_json_file(path: str, what: str) -> Any:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{what} {path} is not UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column "
+                          f"{e.colno}") from None
     except RecursionError:
         raise ConfigError(f"{what} {path} is nested too deeply to read") from None
     except ValueError:  # Python 3.11+: an integer of more than 4300 digits
@@ -3990,9 +4104,11 @@ def _config_entries(doc: Any, path: str) -> Dict[str, Any]:
         if key in doc:
             entries = doc[key]
             if not isinstance(entries, dict):
-                raise ConfigError(f"client config {path}: '{key}' must be an object mapping names to servers")
+                raise ConfigError(f"client config {path}: '{key}' must be an object mapping names "
+                                  f"to servers")
             return entries
-    raise ConfigError(f"client config {path} has no servers: expected a top-level key {' or '.join(_SERVER_KEYS)}")
+    raise ConfigError(f"client config {path} has no servers: expected a top-level key "
+                      f"{' or '.join(_SERVER_KEYS)}")
 
 
 def _runs_abstract(argv: List[str]) -> bool:
@@ -4000,7 +4116,8 @@ def _runs_abstract(argv: List[str]) -> bool:
     me = os.path.realpath(__file__)
     for i, tok in enumerate(argv):
         base = os.path.basename(tok.replace("\\", "/")).lower()
-        if base in ("abstract.py", "abstract.pyz") or (i == 0 and base in ("abstract", "abstract.exe")):
+        if (base in ("abstract.py", "abstract.pyz")
+            or (i == 0 and base in ("abstract", "abstract.exe"))):
             return True
         if tok == "abstract" and i > 0 and argv[i - 1] == "-m":
             return True
@@ -4032,9 +4149,10 @@ def _missing_text(missing: List[str], path: str) -> str:
         out.append(f"environment variable {', '.join(names)} is not set (used in {path}); "
                    f"set it in Abstract's env, or write ${{{names[0]}:-default}}")
     if asks:
-        out.append(f"${{input:{asks[0]}}} asks the editor to prompt for a value, which Abstract cannot do; "
-                   f"give it in Abstract's settings file as \"inputs\": {{\"{asks[0]}\": \"...\"}}, or "
-                   f"write ${{env:NAME}} in {path} and set NAME in Abstract's env")
+        out.append(f"${{input:{asks[0]}}} asks the editor to prompt for a value, which Abstract "
+                   f"cannot do; give it in Abstract's settings file as \"inputs\": "
+                   f"{{\"{asks[0]}\": \"...\"}}, or write ${{env:NAME}} in {path} and set NAME in "
+                   f"Abstract's env")
     return "; ".join(out)
 
 
@@ -4046,7 +4164,8 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
     if entry.get("disabled") is True:
         return ServerSpec(name, problem=f"it is disabled in {path}")
     kind = entry.get("type")
-    if kind not in (None, "stdio") or ("command" not in entry and ("url" in entry or "serverUrl" in entry)):
+    if kind not in (None, "stdio") or ("command" not in entry
+                                       and ("url" in entry or "serverUrl" in entry)):
         return _remote_spec(name, entry, environ, path, known)
     command, args = entry.get("command"), entry.get("args", [])
     env, cwd = entry.get("env", {}), entry.get("cwd")
@@ -4082,11 +4201,12 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     """A remote server's entry: url (or Windsurf's serverUrl) and headers, variables expanded."""
     kind = entry.get("type")
     if kind is not None and kind not in _REMOTE_TYPES:
-        return ServerSpec(name, problem=f"its type {str(kind)[:40]!r} in {path} is not one Abstract knows "
-                                        f"(stdio, http, sse)")
+        return ServerSpec(name, problem=f"its type {str(kind)[:40]!r} in {path} is not one "
+                                        f"Abstract knows (stdio, http, sse)")
     url, headers = entry.get("url", entry.get("serverUrl")), entry.get("headers", {})
     if not isinstance(url, str) or not url:
-        return ServerSpec(name, problem=f"its entry in {path} has no 'url' (a remote server needs one)")
+        return ServerSpec(name, problem=f"its entry in {path} has no 'url' (a remote server needs "
+                                        f"one)")
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         return ServerSpec(name, problem=f"'headers' in {path} must map header names to strings")
     missing: List[str] = []
@@ -4100,8 +4220,8 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     elif not url.lower().startswith(("http://", "https://")):
         spec.problem = f"its url in {path} is not an http:// or https:// URL: {_safe_url(url)}"
     elif bad:
-        spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of letters, "
-                        f"digits and -, a value without line breaks)")
+        spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of "
+                        f"letters, digits and -, a value without line breaks)")
     return spec
 
 
@@ -4123,8 +4243,8 @@ class ClientConfig:
 
     def _load(self, path: Optional[str], selection: Optional[str], environ: Dict[str, str]) -> None:
         if not path:
-            raise ConfigError("APP_CONFIG_PATH is not set: point it at your MCP client's config file "
-                              "(for example claude_desktop_config.json)")
+            raise ConfigError("APP_CONFIG_PATH is not set: point it at your MCP client's config "
+                              "file (for example claude_desktop_config.json)")
         entries = _config_entries(_read_json_file(path, "client config"), path)
         wanted = [s.strip() for s in (selection or "").split(",") if s.strip()]
         known = _known_vars(path, environ, self._inputs)
@@ -4132,7 +4252,8 @@ class ClientConfig:
             spec = _make_spec(name, entry, environ, path, known)
             if wanted and name not in wanted:
                 self.unselected.append(name)
-            elif not wanted and spec.problem and (_runs_abstract(spec.argv()) or "disabled" in spec.problem):
+            elif not wanted and spec.problem and (_runs_abstract(spec.argv())
+                                                  or "disabled" in spec.problem):
                 continue  # by default, quietly skip Abstract's own entry and disabled ones
             else:
                 self.specs[name] = spec
@@ -4170,18 +4291,22 @@ _GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     # none, so servers such as server-filesystem keep their configured folders), Abstract's
     # allowed directories, or none. share_roots is the older spelling: true/false.
     "roots": (lambda v: v in _ROOTS_MODES, f"one of {', '.join(_ROOTS_MODES)}", "client"),
-    "share_roots": (lambda v: isinstance(v, bool), "true (allowed_directories) or false (none)", None),
+    "share_roots": (lambda v: isinstance(v, bool), "true (allowed_directories) or false (none)",
+                    None),
     # Transparent mode advertises upstream tools without their outputSchema, so that a large
     # result can be cached; true keeps the schemas (and relays those tools' results whole).
     "keep_output_schemas": (lambda v: isinstance(v, bool), "true or false", False),
     "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
                        "an http:// or https:// URL", ""),
-    # --http download links: time to send a request whole, longest stall of any read or write, connections
+    # --http download links: time to send a request whole, longest stall of any read or write,
+    # connections
     "http_header_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 10),
     "http_idle_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 30),
-    "http_max_connections": (lambda v: _count(v) and 1 <= v <= 4096, "a whole number from 1 to 4096", 64),
+    "http_max_connections": (lambda v: _count(v) and 1 <= v <= 4096,
+                             "a whole number from 1 to 4096", 64),
     "max_upstream_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_MESSAGE_MB),
-    "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_CLIENT_MESSAGE_MB),
+    "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES,
+                              _MAX_CLIENT_MESSAGE_MB),
 }
 def _patterns(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(p, str) and p for p in v)
@@ -4210,17 +4335,21 @@ _CACHE_GLOBAL: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "max_window_chars": (lambda v: _count(v) and v > 0, "a number of characters > 0", 20000),
     "dir": (lambda v: isinstance(v, str) and bool(v), "a directory path", ""),
 }
-# The catalog (section 13): whether there is one, where it lives, how much text of each output it keeps.
+# The catalog (section 13): whether there is one, where it lives, how much text of each output it
+# keeps.
 _CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "enabled": (lambda v: isinstance(v, bool), "true or false", True),
     "path": (lambda v: isinstance(v, str) and bool(v.strip()), "a file path", ""),
-    "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024", 64),
+    "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024",
+                    64),
 }
 # query_output (section 14): how long one query may run, how much memory loaded tables may keep,
 # the largest file it reads, and the largest result it stores with file_format.
 _QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "timeout_seconds": (lambda v: _positive(v) and v <= 3600, "a number of seconds > 0 and at most 3600", 5),
-    "max_memory_mb": (lambda v: _positive(v) and v <= 65536, "a number of megabytes > 0 and at most 65536", 512),
+    "timeout_seconds": (lambda v: _positive(v) and v <= 3600, "a number of seconds > 0 and at most "
+                                                              "3600", 5),
+    "max_memory_mb": (lambda v: _positive(v) and v <= 65536, "a number of megabytes > 0 and at "
+                                                             "most 65536", 512),
     "max_file_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 200),
     "max_result_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 100),
 }
@@ -4250,7 +4379,8 @@ def _check_storage(conf: Any) -> None:
     _check_keys(conf, _QUOTA_SETTINGS, "storage", extra=("directories",))
     dirs = conf.get("directories", {})
     if not isinstance(dirs, dict):
-        raise ConfigError("key 'storage.directories' must be an object mapping directories to {\"max_total_mb\": N}")
+        raise ConfigError("key 'storage.directories' must be an object mapping directories to "
+                          "{\"max_total_mb\": N}")
     for directory, dconf in dirs.items():
         _check_keys(dconf, _QUOTA_SETTINGS, f"storage.directories.{directory}")
 
@@ -4315,7 +4445,8 @@ def _check_keys(obj: Any, spec: Dict[str, Tuple[Callable[[Any], bool], str, Any]
         if key in extra:
             continue
         if key not in spec:
-            raise ConfigError(f"unknown key '{full}' (known: {', '.join(sorted(list(spec) + list(extra)))})")
+            raise ConfigError(f"unknown key '{full}' (known: "
+                              f"{', '.join(sorted(list(spec) + list(extra)))})")
         ok, want, _ = spec[key]
         if not ok(value):
             raise ConfigError(f"key '{full}' must be {want}, not {_dumps(value)}")
@@ -4337,7 +4468,8 @@ def _env_seconds(environ: Dict[str, str], name: str) -> Optional[float]:
 class Settings:
     """Abstract's own settings (ABSTRACT_CONFIG, a JSON file); defaults work without one."""
 
-    def __init__(self, data: Optional[dict] = None, environ: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, data: Optional[dict] = None,
+                 environ: Optional[Dict[str, str]] = None) -> None:
         data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
         _check_keys(data, _GLOBAL_SETTINGS, "",
                     extra=("servers", "output_cache", "catalog", "storage", "inputs", "query"))
@@ -4365,7 +4497,8 @@ class Settings:
             return cls(_read_json_file(path, "settings file"), environ)
         except ConfigError as e:
             msg = str(e)
-            raise ConfigError(msg if msg.startswith("settings file") else f"settings file {path}: {msg}") from None
+            raise ConfigError(msg if msg.startswith("settings file")
+                              else f"settings file {path}: {msg}") from None
 
     def get(self, key: str) -> Any:
         return self.data.get(key, _GLOBAL_SETTINGS[key][2])
@@ -4491,7 +4624,8 @@ def _resolve_command(spec: ServerSpec, env: Dict[str, str]) -> str:
     found = shutil.which(cmd, path=env.get("PATH", os.defpath))
     if found is None:
         raise UpstreamError(f"command not found: {cmd!r} is not on the PATH the server gets "
-                            f"({env.get('PATH', '')[:300]}); use an absolute path or fix PATH in its env")
+                            f"({env.get('PATH', '')[:300]}); use an absolute path or fix PATH in "
+                            f"its env")
     return found
 
 
@@ -4521,18 +4655,21 @@ class _ClientLink:
     def __init__(self, mode: str, allowed: List[dict], timeout: float = _ROOTS_TIMEOUT_S) -> None:
         self.mode, self.allowed, self._timeout = mode, allowed, timeout
         self._conn: Optional[Connection] = None  # the client's session, once it initialized
-        self.caps: dict = {}  # the client capabilities Abstract relays (roots, sampling, elicitation)
+        # the client capabilities Abstract relays (roots, sampling, elicitation)
+        self.caps: dict = {}
         self._asking = threading.BoundedSemaphore(4)  # an upstream's flood of roots/list: bounded
 
     def client_declared(self, caps: Any, conn: Connection) -> None:
         """The client's initialize: its capabilities, and the session to ask it through."""
         caps = caps if isinstance(caps, dict) else {}
-        self.caps = {k: caps[k] for k in ("roots", "sampling", "elicitation") if isinstance(caps.get(k), dict)}
+        self.caps = {k: caps[k] for k in ("roots", "sampling", "elicitation")
+                     if isinstance(caps.get(k), dict)}
         self._conn = conn
 
     def roots_offered(self) -> bool:
         """Whether upstreams are told, in initialize, that Abstract has roots."""
-        return self.mode == "allowed_directories" or (self.mode == "client" and "roots" in self.caps)
+        return self.mode == "allowed_directories" or (self.mode == "client"
+                                                      and "roots" in self.caps)
 
     def offered(self) -> dict:
         """The capabilities an upstream starting now is given: the client's sampling and
@@ -4548,9 +4685,11 @@ class _ClientLink:
         if self.mode == "allowed_directories":
             return {"roots": list(self.allowed)}
         if self._conn is None or self.mode != "client" or "roots" not in self.caps:
-            raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no roots)")
+            raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no "
+                                             "roots)")
         if not self._asking.acquire(blocking=False):
-            raise RpcError(INTERNAL_ERROR, "too many roots/list requests at once; ask again when one is answered")
+            raise RpcError(INTERNAL_ERROR, "too many roots/list requests at once; ask again when "
+                                           "one is answered")
         try:
             res = self._conn.call("roots/list", None, self._timeout)
         finally:
@@ -4566,8 +4705,8 @@ class _ClientLink:
         cap = self.QUESTIONS[method]
         conn = self._conn
         if conn is None or cap not in self.caps:
-            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client did not "
-                                             f"declare the {cap} capability)")
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client did "
+                                             f"not declare the {cap} capability)")
         mid, fut = conn.request(method, params)
         return conn, mid, fut
 
@@ -4577,8 +4716,8 @@ class _ClientLink:
         names the call for errors."""
         asks = res.get("inputRequests") or {}
         if not isinstance(asks, dict) or len(asks) > _INPUT_REQUESTS_MAX:
-            raise UpstreamError(f"{what} answered input_required with inputRequests that are not an object "
-                                f"of at most {_INPUT_REQUESTS_MAX} requests")
+            raise UpstreamError(f"{what} answered input_required with inputRequests that are not "
+                                f"an object of at most {_INPUT_REQUESTS_MAX} requests")
         answers = {}
         for key, ask in asks.items():
             method = ask.get("method") if isinstance(ask, dict) else None
@@ -4588,10 +4727,11 @@ class _ClientLink:
                 elif method in self.QUESTIONS:
                     answers[key] = self._ask(method, ask.get("params"), req)
                 else:
-                    raise RpcError(METHOD_NOT_FOUND, f"{method!r} is not a request a server may ask of a client")
+                    raise RpcError(METHOD_NOT_FOUND, f"{method!r} is not a request a server may "
+                                                     f"ask of a client")
             except RpcError as e:
-                raise UpstreamError(f"{what} needs input from the client ({method}) that Abstract could not "
-                                    f"get: {e.message}") from None
+                raise UpstreamError(f"{what} needs input from the client ({method}) that Abstract "
+                                    f"could not get: {e.message}") from None
         out: dict = {"inputResponses": answers}
         if isinstance(res.get("requestState"), str):
             out["requestState"] = res["requestState"]  # echoed exactly (spec: opaque to clients)
@@ -4627,7 +4767,8 @@ class _ClientLink:
             return fut.result(_ASK_TIMEOUT_S)
         except FutureTimeout:
             self.withdraw(conn, mid, _Cancelled(), f"no answer within {_ASK_TIMEOUT_S:g} s")
-            raise RpcError(REQUEST_TIMEOUT, f"Abstract's client did not answer within {_ASK_TIMEOUT_S:g} s") from None
+            raise RpcError(REQUEST_TIMEOUT, f"Abstract's client did not answer within "
+                                            f"{_ASK_TIMEOUT_S:g} s") from None
         finally:
             conn.forget(mid)
 
@@ -4646,7 +4787,6 @@ def _header_value(value: str) -> str:
     base64 sentinel form (=?base64?...?=)."""
     if value and value == value.strip() and all(" " <= c <= "~" for c in value):
         return value
-    import base64
 
     return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
 
@@ -4789,12 +4929,15 @@ class _HttpTransport:
                 if resp.status == 404 and self.session_id:
                     self._end("ended its session (HTTP 404); a new one starts on the next call")
                 elif resp.status >= 300:
-                    _log.warning("%s", self.mask(str(resp.error(f"server '{self.name}' refused {msg.get('method') or 'a response'}"))))
+                    what = msg.get("method") or "a response"
+                    refused = resp.error(f"server '{self.name}' refused {what}")
+                    _log.warning("%s", self.mask(str(refused)))
         except HttpError as e:
             _log.warning("%s", e)
             return
         if msg.get("method") == "notifications/initialized" and self.mode == "http":
-            threading.Thread(target=self._listen, name=f"http-listen-{self.name}", daemon=True).start()
+            threading.Thread(target=self._listen, name=f"http-listen-{self.name}",
+                             daemon=True).start()
 
     def _request(self, msg: dict, data: bytes) -> None:
         mid = msg["id"]
@@ -4827,8 +4970,8 @@ class _HttpTransport:
                     return self._exchange(msg, body, mid)
                 return self._refused(resp, raw, mid)
             if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
-                self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from {self.where()}); "
-                                f"a new session starts on the next call")
+                self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from "
+                                f"{self.where()}); a new session starts on the next call")
                 self._end("ended its session (HTTP 404); a new one starts on the next call")
                 return
             if resp.status >= 300:
@@ -4839,8 +4982,9 @@ class _HttpTransport:
                 return self._read_stream(resp, mid)
             if resp.content_type == "application/json":
                 return self._deliver_bytes(resp.read(self.max_message), mid)
-            self._fail(mid, f"server '{self.name}' answered with HTTP {resp.status} and Content-Type "
-                            f"{resp.content_type or '(none)'!r} from {self.where()}, not JSON or an SSE stream")
+            self._fail(mid, f"server '{self.name}' answered with HTTP {resp.status} and "
+                            f"Content-Type {resp.content_type or '(none)'!r} from {self.where()}, "
+                            f"not JSON or an SSE stream")
 
     def _track(self, mid: Any, resp: HttpResponse) -> bool:
         """Register an answer being read, so a cancel can close it; False if already cancelled."""
@@ -4874,11 +5018,13 @@ class _HttpTransport:
             e = RpcError.from_dict(err["error"])
             self._conn.forget(mid, RpcError(e.code, self.mask(e.message), e.data))
             return
-        line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()), "")
+        line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines()
+                     if ln.strip()), "")
         hint = ""
         if resp.status in (401, 403) and self.auth is None:
             hint = "; the server wants credentials: give them in the entry's \"headers\""
-        self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from {self.where()}"
+        self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from "
+                        f"{self.where()}"
                         + (f": {self.mask(line[:200])}" if line else "") + hint)
 
     # -- receiving
@@ -4894,7 +5040,8 @@ class _HttpTransport:
             msg = json.loads(raw, parse_constant=_no_nan)
         except (ValueError, RecursionError) as e:
             if mid is not None:
-                self._fail(mid, f"server '{self.name}' sent an answer that is not JSON ({str(e)[:100]})")
+                self._fail(mid, f"server '{self.name}' sent an answer that is not JSON "
+                                f"({str(e)[:100]})")
                 return True
             _log.warning("%s: skipped a message that is not JSON: %s", self.name, raw[:200])
             return False
@@ -4935,15 +5082,17 @@ class _HttpTransport:
                 return
             seen = parser.last_id
             if not seen or self.modern or tries >= _SSE_RESUMES:
-                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}; the call was not retried, as "
-                                f"the server may have run it")
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}; the call was not "
+                                f"retried, as the server may have run it")
                 return
             tries += 1
-            delay = min(parser.retry_ms if parser.retry_ms is not None else _SSE_RETRY_MS, _SSE_RETRY_MAX_MS)
+            delay = min(parser.retry_ms if parser.retry_ms is not None else _SSE_RETRY_MS,
+                        _SSE_RETRY_MAX_MS)
             if self._closed.wait(delay / 1000):
                 return
             try:
-                resp = self._send("GET", self.url, None, {"Accept": "text/event-stream", "Last-Event-ID": seen})
+                resp = self._send("GET", self.url, None, {"Accept": "text/event-stream",
+                                                          "Last-Event-ID": seen})
             except HttpError as e:
                 why = str(e)
                 continue
@@ -4952,8 +5101,9 @@ class _HttpTransport:
             if resp.status != 200 or resp.content_type != "text/event-stream":
                 err = resp.error()
                 resp.close()
-                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}, and resuming it failed "
-                                f"({err}); the call was not retried, as the server may have run it")
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}, and resuming it "
+                                f"failed ({err}); the call was not retried, as the server may have "
+                                f"run it")
                 return
             if parser.last_id != seen:
                 tries = 0
@@ -4995,7 +5145,8 @@ class _HttpTransport:
     def _fall_back(self, status: int) -> None:
         with self._fallback_lock:
             if self.mode == "auto":
-                _log.info("%s: HTTP %d to a POST: trying the older HTTP+SSE transport", self.name, status)
+                _log.info("%s: HTTP %d to a POST: trying the older HTTP+SSE transport", self.name,
+                          status)
                 self._connect_sse(self._read_s)
 
     def _connect_sse(self, timeout: float) -> None:
@@ -5003,7 +5154,8 @@ class _HttpTransport:
         if resp.status != 200 or resp.content_type != "text/event-stream":
             err = resp.error()
             resp.close()
-            raise HttpError(self.mask(f"{err} (expected an SSE event stream)"), self.where(), err.status)
+            raise HttpError(self.mask(f"{err} (expected an SSE event stream)"), self.where(),
+                            err.status)
         parser = SseParser(self.max_message)
         events = resp.events(parser)
         try:
@@ -5017,8 +5169,8 @@ class _HttpTransport:
         target = urllib.parse.urljoin(self.url, endpoint.decode("utf-8", "replace").strip())
         if _url_origin(target) != _url_origin(self.url):
             resp.close()
-            raise HttpError(f"its endpoint {_safe_url(target)} is on another host than {self.where()}; "
-                            f"not used")
+            raise HttpError(f"its endpoint {_safe_url(target)} is on another host than "
+                            f"{self.where()}; not used")
         self.post_url, self.mode = target, "sse"
         with self._olock:
             self._open["events"] = resp
@@ -5049,15 +5201,18 @@ class _HttpTransport:
 
     def close(self, reason: str) -> None:
         """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""
-        if self.session_id and self.mode == "http" and not self.modern and not self._closed.is_set():
-            self.delete_thread = threading.Thread(target=self._delete, name=f"http-delete-{self.name}",
+        if (self.session_id and self.mode == "http" and not self.modern
+            and not self._closed.is_set()):
+            self.delete_thread = threading.Thread(target=self._delete,
+                                                  name=f"http-delete-{self.name}",
                                                   daemon=True)
             self.delete_thread.start()
         self._end(reason)
 
     def _delete(self) -> None:
         try:
-            self._send("DELETE", self.url, None, {"MCP-Protocol-Version": self.version} if self.version else {},
+            self._send("DELETE", self.url, None, {"MCP-Protocol-Version": self.version}
+                       if self.version else {},
                        _STOP_EOF_S).close()
         except HttpError as e:
             _log.debug("%s: DELETE of the session: %s", self.name, e)
@@ -5067,8 +5222,10 @@ def _taskkill(pid: int, force: bool) -> None:
     """Windows: end a process and its descendants (taskkill /T), bounded in time."""
     args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
     try:
-        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=_STOP_TERM_S, creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
+        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL,
+                       timeout=_STOP_TERM_S,
+                       creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
     except (OSError, subprocess.TimeoutExpired):
         pass
 
@@ -5110,7 +5267,8 @@ class _Run:
         self.tail = _Tail()  # this run's stderr only
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
-        self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}", daemon=True)
+        self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
+                                        daemon=True)
         self._stderr.start()
 
     def usable(self) -> bool:
@@ -5118,7 +5276,8 @@ class _Run:
 
     def streams(self) -> Tuple[Any, Any]:
         """What its Connection reads from and writes to."""
-        return io.BufferedReader(self.proc.stdout, 1 << 16), io.BufferedWriter(self.proc.stdin, 1 << 16)
+        return io.BufferedReader(self.proc.stdout,
+                                 1 << 16), io.BufferedWriter(self.proc.stdin, 1 << 16)
 
     def attach(self, conn: Connection) -> None:
         self.conn = conn
@@ -5129,10 +5288,14 @@ class _Run:
 
     def _drain_stderr(self) -> None:
         prefix = f"[{self.name}] "
-        for raw in _iter_lines(self.proc.stderr):
-            line = raw.decode("utf-8", "replace").rstrip("\r")
-            self.tail.add(line)
-            _log.info("%s%s", prefix, line)
+        try:
+            for raw in _iter_lines(self.proc.stderr):
+                line = raw.decode("utf-8", "replace").rstrip("\r")
+                self.tail.add(line)
+                _log.info("%s%s", prefix, line)
+        finally:  # read to its end (or broken): the pipe is closed here, by its only reader
+            with contextlib.suppress(OSError):
+                self.proc.stderr.close()
 
     def watch(self) -> None:
         """Notice the process's exit even when a child it left behind keeps its stdout open:
@@ -5241,7 +5404,8 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
     left = list(runs)
     for step, wait in ((None, _STOP_EOF_S), (_terminate, _STOP_TERM_S), (_hard_kill, _STOP_KILL_S)):
         if step is not None:
-            left = [r for r in left if r.proc is not None]  # (a remote run has no process to signal)
+            # (a remote run has no process to signal)
+            left = [r for r in left if r.proc is not None]
             _signal_all(step, left)
         deadline = time.monotonic() + wait
         left = [r for r in left if not r.exited(deadline - time.monotonic())]
@@ -5257,7 +5421,8 @@ class Upstream:
     list, the calls) over a succession of runs (_Run), one at a time."""
 
     def __init__(self, spec: ServerSpec, settings: Settings, client: _ClientLink,
-                 spawn: Callable[..., Any] = subprocess.Popen, clock: Callable[[], float] = time.monotonic,
+                 spawn: Callable[..., Any] = subprocess.Popen,
+                 clock: Callable[[], float] = time.monotonic,
                  environ: Optional[Dict[str, str]] = None) -> None:
         self.spec, self.settings, self._client = spec, settings, client
         self.roots_offered = False  # this session was told of roots (so it hears of changes)
@@ -5267,7 +5432,8 @@ class Upstream:
         self._answered_at = 0.0
         self._calls = 0  # tools/call requests in flight
         self._qlock = threading.Lock()
-        self.log_level = ""  # the client's logging/setLevel, applied to each run that declares logging
+        # the client's logging/setLevel, applied to each run that declares logging
+        self.log_level = ""
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # starting a run
         self._run: Optional[_Run] = None  # the current run
@@ -5279,7 +5445,8 @@ class Upstream:
         self._tools_gen = 0  # bumped by list_changed: a listing begun before it is not kept
         self.protocol_version = ""
         self.modern = False
-        self.capabilities: dict = {}  # what the upstream said it offers (tools, prompts, resources...)
+        # what the upstream said it offers (tools, prompts, resources...)
+        self.capabilities: dict = {}
         self.start_ms = 0.0
         self._quick_crashes = 0
         self._retry_at = 0.0
@@ -5315,8 +5482,9 @@ class Upstream:
                 raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
             wait = self._retry_at - self._clock()
             if wait > 0:
-                raise UpstreamError(f"server '{self.name}' failed {_plural(self._quick_crashes, 'time')} in a row right "
-                                    f"after starting, so it is not restarted for another {wait:.0f} s. "
+                raise UpstreamError(f"server '{self.name}' failed "
+                                    f"{_plural(self._quick_crashes, 'time')} in a row right after "
+                                    f"starting, so it is not restarted for another {wait:.0f} s. "
                                     f"Last failure: {self.last_error}")
             self._run = self._start()
             return self._run
@@ -5325,27 +5493,45 @@ class Upstream:
         return f"server '{self.name}' is not available: Abstract is shutting down"
 
     def _start(self) -> _Run:
-        t0 = self._clock()
+        """Start a run and complete the MCP handshake with it: the run, or UpstreamError.
+
+        1. Spawn the process (in a process group of its own) and drain its stderr.
+        2. Its Connection: the upstream's own requests (roots/list, sampling, elicitation) run
+           on a small pool of their own, off the reader, as they may wait for the client or a
+           person while the reader must keep delivering responses.
+        3. A watcher notices the process's exit even when a child keeps its stdout open.
+        4. The run is registered before the handshake, so a close() meanwhile stops it too; a
+           close() already begun refuses it.
+        5. The handshake; a failure stops the run and is kept as last_error (with the command
+           and the stderr tail) for the model's error and for --check.
+        """
+        t0 = self._clock()  # 1.
         run = self._spawn_run(t0)
         rfile, wfile = run.streams()
-        conn = Connection(rfile, wfile, name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
-                          max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
-                          # the upstream's requests run off its reader: roots/list waits for the client
+        conn = Connection(rfile, wfile, name=self.name, strict=False,
+                          on_close=lambda: self._on_close(run), queued=True,
+                          close_input=not self.spec.remote,  # a pipe it owns
+                          max_line=int(float(self.settings.get("max_upstream_message_mb"))
+                                       * (1 << 20)),
+                          # the upstream's requests run off its reader: roots/list waits for the
+                          # client's answer
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
-                          notifications={"notifications/progress": self._on_progress,
-                                         "notifications/tools/list_changed": self._on_tools_changed,
-                                         "notifications/message": self._on_log,
-                                         "notifications/elicitation/complete": self._client.elicitation_complete})
-        run.attach(conn)
+                          notifications={
+                              "notifications/progress": self._on_progress,
+                              "notifications/tools/list_changed": self._on_tools_changed,
+                              "notifications/message": self._on_log,
+                              "notifications/elicitation/complete":
+                                  self._client.elicitation_complete})
+        run.attach(conn)  # 2.
         conn.start()
-        threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()
-        with self._runs_lock:
+        threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()  # 3.
+        with self._runs_lock:  # 4.
             self._runs.append(run)
             closing = self._closing
         try:
             if closing:  # close() began while this run was being spawned
                 raise UpstreamError(self._shutting_down())
-            self._handshake(conn)
+            self._handshake(conn)  # 5.
         except RpcError as e:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
@@ -5368,23 +5554,25 @@ class Upstream:
         # entry's env names them; upper(): Windows names ignore case.
         env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
         env.update(self.spec.env)
-        env["ABSTRACT_PARENT"] = str(os.getpid())  # an Abstract started through this one refuses to run
+        # an Abstract started through this one refuses to run
+        env["ABSTRACT_PARENT"] = str(os.getpid())
         try:
             argv = [_resolve_command(self.spec, env)] + self.spec.args
             proc = self._popen(argv, env)
         except (OSError, UpstreamError) as e:
             self._note_crash(t0, quick=True)
             msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
-            self.last_error = f"server '{self.name}' could not start: {msg} ({self._where()})"
+            self.last_error = (f"server '{self.name}' could not start: {msg} "
+                               f"({self._where()})")
             raise UpstreamError(self.last_error) from None
         return _Run(self.name, proc, t0)
 
     def _open_remote(self, t0: float) -> _Run:
         """A remote server's session: the transport (an "sse" server's event stream is opened
         here; Streamable HTTP needs nothing before the first POST)."""
+        max_line = int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20))
         transport = _HttpTransport(self.spec, self._environ, self.settings.timeout(self.name) + 5.0,
-                                   int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
-                                   auth=self.auth)
+                                   max_line, auth=self.auth)
         try:
             transport.open(self.settings.startup_timeout(self.name))
         except HttpError as e:
@@ -5446,7 +5634,8 @@ class Upstream:
                     raise
 
     def _popen(self, argv: List[str], env: Dict[str, str]) -> Any:
-        kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+        kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
+                              "stderr": subprocess.PIPE,
                               "bufsize": 0, "env": env, "cwd": self.spec.cwd or None}
         if _WINDOWS:  # no console window flashing up for each upstream
             kw["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
@@ -5455,6 +5644,15 @@ class Upstream:
         return self._spawn(argv, **kw)
 
     def _handshake(self, conn: Connection) -> None:
+        """The MCP handshake, within startup_timeout_seconds.
+
+        1. Offer what the client declared (roots, sampling, elicitation: _ClientLink), so that
+           an upstream only asks for what the client can answer.
+        2. initialize in the newest handshake-era version; the upstream answers with its own.
+        3. An upstream that refuses initialize may speak only the stateless 2026-07-28 era:
+           that is tried next (_try_modern), and the first error stands if it fails too.
+        4. notifications/initialized completes the legacy handshake.
+        """
         limit = self.settings.startup_timeout(self.name)
         self.roots_offered = self._client.roots_offered()
         caps = self._client.offered()
@@ -5469,7 +5667,8 @@ class Upstream:
                 raise first
             return
         if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
-            raise RpcError(INVALID_REQUEST, f"initialize result without protocolVersion: {str(res)[:200]}")
+            raise RpcError(INVALID_REQUEST, f"initialize result without protocolVersion: "
+                                            f"{str(res)[:200]}")
         self.protocol_version, self.modern = res["protocolVersion"], False
         caps = res.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
@@ -5494,7 +5693,8 @@ class Upstream:
         # for in an input_required result are asked of the client (Upstream.call_tool)
         meta = {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: self._client.offered(),
                 _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
-        if self.log_level:  # (the modern era has no logging/setLevel: the level rides on each request)
+        # (the modern era has no logging/setLevel: the level rides on each request)
+        if self.log_level:
             meta[_META_LOG_LEVEL] = self.log_level
         return meta
 
@@ -5519,7 +5719,8 @@ class Upstream:
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
-            _log.info("[%s] %s: %s", self.name, params.get("level", "info"), _dumps(params.get("data"))[:2000])
+            _log.info("[%s] %s: %s", self.name, params.get("level", "info"),
+                      _dumps(params.get("data"))[:2000])
             if self.on_log is not None:
                 self.on_log(self.name, params)
 
@@ -5547,7 +5748,8 @@ class Upstream:
 
     def _where(self) -> str:
         """'command: ...' or, for a remote server, 'URL: ...' (without credentials), for errors."""
-        return f"URL: {_safe_url(self.spec.url)}" if self.spec.remote else f"command: {self._cmdline()}"
+        return (f"URL: {_safe_url(self.spec.url)}" if self.spec.remote
+                else f"command: {self._cmdline()}")
 
     # -- requests
     def tools(self) -> List[dict]:
@@ -5571,7 +5773,8 @@ class Upstream:
             res = conn.call(method, self._params(params), timeout=self.settings.timeout(self.name))
             page = res.get(key) if isinstance(res, dict) else None
             if not isinstance(page, list):
-                raise UpstreamError(f"server '{self.name}' sent a {method} result without a {key} array")
+                raise UpstreamError(f"server '{self.name}' sent a {method} result without a {key} "
+                                    f"array")
             items.extend(t for t in page if isinstance(t, dict))
             cursor = res.get("nextCursor")
             if not cursor:
@@ -5580,7 +5783,8 @@ class Upstream:
 
     def rpc(self, method: str, params: dict) -> Any:
         """Any other request (resources/read, prompts/get), with the call deadline."""
-        return self.session().call(method, self._params(params), timeout=self.settings.timeout(self.name))
+        return self.session().call(method, self._params(params),
+                                   timeout=self.settings.timeout(self.name))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None) -> dict:
@@ -5591,16 +5795,28 @@ class Upstream:
         what = f"'{self.name}' tool '{tool}'"
         for _ in range(_INPUT_ROUNDS):
             res = self._call_once(tool, args, req, progress, retry)
-            if not (self.modern and isinstance(res, dict) and res.get("resultType") == "input_required"):
+            if not (self.modern and isinstance(res, dict)
+                    and res.get("resultType") == "input_required"):
                 return res
             retry = self._client.fulfil(res, req, what)
-        raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so the call was given up")
+        raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so the "
+                            f"call was given up")
 
     def _call_once(self, tool: str, args: dict, req: Optional[_Request],
                    progress: Optional[Callable[[dict], None]], retry: dict) -> dict:
+        """One tools/call on the current run, by the upstream's own name of the tool.
+
+        1. Progress comes back under a token of Abstract's own, mapped to the client's relay.
+        2. The client's cancellation of its request is forwarded as notifications/cancelled.
+        3. A session that dies with the call in flight fails it, and it is never replayed: the
+           server may have done part of the work.
+        4. At the timeout the call is cancelled upstream, unless the upstream stopped reading
+           its input: then nothing more can reach it, and the run is stopped.
+        """
         run = self._current()
         conn: Connection = run.conn  # type: ignore[assignment]
-        own = self.settings.upstream_tool(self.name, tool)  # a renamed tool: the upstream's own name
+        # a renamed tool: the upstream's own name
+        own = self.settings.upstream_tool(self.name, tool)
         params: dict = {"name": own, "arguments": args, **retry}
         token = ""
         if progress is not None:
@@ -5616,22 +5832,27 @@ class Upstream:
         try:
             return self._await(fut, limit)
         except UpstreamError as e:  # the session died with the call in flight: never replayed
-            raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: {e.message}\nThe call was not "
-                                f"retried, because the server may have done part of the work; call it again if "
-                                f"that is safe (the server is restarted on the next call).") from None
+            raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: "
+                                f"{e.message}\nThe call was not retried, because the server may "
+                                f"have done part of the work; call it again if that is safe (the "
+                                f"server is restarted on the next call).") from None
         except FutureTimeout:
             # a write stuck for half the limit when the call's time is up: it stopped reading its
             # input, and nothing more can reach it (not the whole limit: the write began a moment
             # after the clock of the call started)
             if conn.stalled(limit / 2):
                 self._stop(run, f"server '{self.name}' stopped reading its input and was stopped")
-                raise UpstreamError(f"'{self.name}' stopped reading its input: the request to tool '{tool}' could not "
-                                    f"be delivered within {limit:g} s. The server was stopped; the next call starts "
-                                    f"it again.{run.hint()}", REQUEST_TIMEOUT) from None
-            conn.notify("notifications/cancelled", {"requestId": mid, "reason": f"timed out after {limit:g} s"})
-            raise UpstreamError(f"'{self.name}' tool '{tool}' did not answer within {limit:g} s, so the call was "
-                                f"cancelled. Raise timeout_seconds for this server in Abstract's settings, "
-                                f"or ABSTRACT_TIMEOUT, if it needs longer.", REQUEST_TIMEOUT) from None
+                raise UpstreamError(f"'{self.name}' stopped reading its input: the request to tool "
+                                    f"'{tool}' could not be delivered within {limit:g} s. The "
+                                    f"server was stopped; the next call starts it "
+                                    f"again.{run.hint()}",
+                                    REQUEST_TIMEOUT) from None
+            conn.notify("notifications/cancelled", {"requestId": mid,
+                                                    "reason": f"timed out after {limit:g} s"})
+            raise UpstreamError(f"'{self.name}' tool '{tool}' did not answer within {limit:g} s, "
+                                f"so the call was cancelled. Raise timeout_seconds for this server "
+                                f"in Abstract's settings, or ABSTRACT_TIMEOUT, if it needs longer.",
+                                REQUEST_TIMEOUT) from None
         finally:
             with self._qlock:
                 self._calls -= 1
@@ -5642,7 +5863,8 @@ class Upstream:
         """The client cancelled a tools/call: tell the upstream, and withdraw the questions it
         has pending at the client when this was its only call in flight (with several, which
         call a question belongs to is not known: those are left for the upstream to cancel)."""
-        conn.notify("notifications/cancelled", {"requestId": mid, "reason": "cancelled by the client"})
+        conn.notify("notifications/cancelled", {"requestId": mid,
+                                                "reason": "cancelled by the client"})
         conn.forget(mid, _Cancelled())
         with self._qlock:
             questions = list(self._questions.values()) if self._calls <= 1 else []
@@ -5658,15 +5880,18 @@ class Upstream:
             self._apply_level(run.conn)  # type: ignore[arg-type]
 
     def _apply_level(self, conn: Connection) -> None:
-        if "logging" not in self.capabilities or self.modern:  # (modern: the level rides in each _meta)
+        # (modern: the level rides in each _meta)
+        if "logging" not in self.capabilities or self.modern:
             return
         try:
-            conn.call("logging/setLevel", {"level": self.log_level}, timeout=self.settings.timeout(self.name))
+            conn.call("logging/setLevel", {"level": self.log_level},
+                      timeout=self.settings.timeout(self.name))
         except RpcError as e:
             _log.warning("server '%s' refused logging/setLevel: %s", self.name, e.message)
 
     def notify_roots_changed(self) -> None:
-        """Relay the client's notifications/roots/list_changed, if this session was offered roots."""
+        """Relay the client's notifications/roots/list_changed, if this session was offered
+        roots."""
         run = self._run
         if run is not None and run.usable() and self.roots_offered:
             run.conn.notify("notifications/roots/list_changed")  # type: ignore[union-attr]
@@ -5698,9 +5923,19 @@ class Upstreams:
     """Every configured upstream: lookup by name with helpful errors, parallel start and stop."""
 
     def __init__(self, config: ClientConfig, settings: Settings, client: _ClientLink,
-                 spawn: Callable[..., Any] = subprocess.Popen, environ: Optional[Dict[str, str]] = None) -> None:
+                 spawn: Callable[..., Any] = subprocess.Popen,
+                 environ: Optional[Dict[str, str]] = None) -> None:
         self.config, self.client = config, client
-        self._all = {n: Upstream(s, settings, client, spawn, environ=environ) for n, s in config.specs.items()}
+        self._all = {n: Upstream(s, settings, client, spawn, environ=environ) for n,
+                     s in config.specs.items()}
+
+    def listen(self, on_log: Optional[Callable[[str, dict], None]] = None,
+               on_tools_changed: Optional[Callable[[str], None]] = None) -> None:
+        """Where every upstream's log messages and tools/list_changed go. Set after construction:
+        they go to the Server, which is built after the upstreams (--check uses them without
+        one)."""
+        for up in self._all.values():
+            up.on_log, up.on_tools_changed = on_log, on_tools_changed
 
     def set_level(self, level: str) -> None:
         """The client's logging/setLevel: every upstream (running ones at once, in parallel)."""
@@ -5720,13 +5955,16 @@ class Upstreams:
             return up
         cfg = self.config
         if cfg.error:
-            raise ToolError(f"No upstream servers are available: {cfg.error}. Fix it and restart Abstract.")
+            raise ToolError(f"No upstream servers are available: {cfg.error}. Fix it and restart "
+                            f"Abstract.")
         if name in cfg.unselected:
             raise ToolError(f"Server '{name}' is in {cfg.path} but not in ABSTRACT_PROXY_SERVERS; "
                             f"available: {_names_list(self.names())}.")
-        raise ToolError(f"Unknown server '{name}'. Available servers: {_names_list(self.names())} (from {cfg.path}).")
+        raise ToolError(f"Unknown server '{name}'. Available servers: {_names_list(self.names())} "
+                        f"(from {cfg.path}).")
 
-    def each(self, fn: Callable[[Upstream], Any], names: Optional[List[str]] = None) -> Dict[str, Any]:
+    def each(self, fn: Callable[[Upstream], Any],
+             names: Optional[List[str]] = None) -> Dict[str, Any]:
         """fn(upstream) for several upstreams in parallel; maps name -> result or the exception."""
         targets = [self._all[n] for n in (names if names is not None else self.names())]
         out: Dict[str, Any] = {}
@@ -5756,11 +5994,15 @@ class Upstreams:
 # decoded); storing, caching and file input all build on it.
 
 _MIME_EXT = {
-    "image/png": ".png", "image/jpeg": ".jpg", "image/jpg": ".jpg", "image/gif": ".gif", "image/webp": ".webp",
+    "image/png": ".png", "image/jpeg": ".jpg", "image/jpg": ".jpg", "image/gif": ".gif",
+    "image/webp": ".webp",
     "image/svg+xml": ".svg", "image/bmp": ".bmp", "image/tiff": ".tiff", "image/x-icon": ".ico",
-    "audio/wav": ".wav", "audio/x-wav": ".wav", "audio/wave": ".wav", "audio/mpeg": ".mp3", "audio/mp3": ".mp3",
-    "audio/ogg": ".ogg", "audio/flac": ".flac", "audio/aac": ".aac", "audio/mp4": ".m4a", "audio/webm": ".weba",
-    "application/pdf": ".pdf", "application/zip": ".zip", "application/gzip": ".gz", "application/json": ".json",
+    "audio/wav": ".wav", "audio/x-wav": ".wav", "audio/wave": ".wav", "audio/mpeg": ".mp3",
+    "audio/mp3": ".mp3",
+    "audio/ogg": ".ogg", "audio/flac": ".flac", "audio/aac": ".aac", "audio/mp4": ".m4a",
+    "audio/webm": ".weba",
+    "application/pdf": ".pdf", "application/zip": ".zip", "application/gzip": ".gz",
+    "application/json": ".json",
     "text/plain": ".txt", "text/csv": ".csv", "text/html": ".html", "text/markdown": ".md",
 }
 
@@ -5793,7 +6035,8 @@ def _json_or_text(text: str) -> Any:
     head = text[start:start + 5]
     if head[:1] in ('{', '[', '"') or re.match(r"^(-?\d|true|false|null)", head):
         try:
-            # json.loads allows surrounding whitespace; NaN/Infinity are not JSON: such text stays text
+            # json.loads allows surrounding whitespace; NaN/Infinity are not JSON: such text stays
+            # text
             return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError):
             pass
@@ -5801,8 +6044,6 @@ def _json_or_text(text: str) -> Any:
 
 
 def _b64(data: Any, what: str) -> bytes:
-    import base64
-    import binascii
 
     try:
         return base64.b64decode(data or "", validate=True)
@@ -5822,7 +6063,8 @@ def _item_value(item: dict, blobs: List[_Blob]) -> Tuple[bool, Any]:
         res = item["resource"]
         if "text" in res:
             return True, _json_or_text(str(res["text"]))
-        blobs.append(_Blob(_b64(res.get("blob"), "resource"), str(res.get("mimeType") or ""), "resource"))
+        blobs.append(_Blob(_b64(res.get("blob"), "resource"), str(res.get("mimeType") or ""),
+                           "resource"))
         return False, None
     return True, item  # resource_link and anything unknown: kept as it is, in the JSON
 
@@ -5925,12 +6167,9 @@ def _tabular_text(data: Any, fmt: str) -> Any:
 
 
 def _error_text(result: dict) -> str:
-    texts = [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict) and i.get("type") == "text"]
+    texts = [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
+             and i.get("type") == "text"]
     return "\n".join(texts)[:2000] or "(no message)"
-
-
-def _utc_stamp() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
 _VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is viewed indented by two spaces
@@ -5953,7 +6192,8 @@ def _json_view(data: Any) -> str:
         layout = lines("[", parts, "]")
     elif isinstance(data, dict) and data:
         key = _records_key(data)[0]
-        parts = [encode(k) + ": " + (lines("[", [encode(r) for r in v], "]") if k == key else encode(v))
+        parts = [encode(k) + ": " + (lines("[", [encode(r) for r in v], "]") if k == key
+                                     else encode(v))
                  for k, v in data.items()]
         records, layout = key is not None, lines("{", parts, "}")
     else:  # a scalar, [] or {}
@@ -5964,17 +6204,24 @@ def _json_view(data: Any) -> str:
     return layout
 
 
+def _text_view(data: Any) -> str:
+    """The text the model reads of a result's data: text as it is, JSON laid out by _json_view."""
+    return data if isinstance(data, str) else _json_view(data)
+
+
 def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
     """(text, records shown, total records) showing the first records whole, or None."""
     rows, _ = _as_records(data)
-    if not rows or (isinstance(data, list) and rows is not data):  # scalars wrapped as {"value": x} are no records
+    # scalars wrapped as {"value": x} are no records
+    if not rows or (isinstance(data, list) and rows is not data):
         return None
     out, used = [], 0
     for row in rows:
         line = _dumps(row)
         if out and used + len(line) > limit:
             break
-        out.append(line if len(line) <= max(limit, 200) * 2 else line[:max(limit, 200) * 2] + " [...]")
+        out.append(line if len(line) <= max(limit, 200) * 2 else line[:max(limit, 200) * 2]
+                   + " [...]")
         used += len(line)
     return "\n".join(out), len(out), len(rows)
 
@@ -6006,7 +6253,8 @@ def _columns_shape(rows: List[Dict[str, Any]]) -> str:
     for key, seen in kinds.items():
         nulls = seen.pop("null", 0)
         missing = len(scan) - nulls - sum(seen.values())
-        counts = [f"{nulls:,} null"] * bool(nulls and seen) + [f"{missing:,} missing"] * bool(missing)
+        counts = [f"{nulls:,} null"] * bool(nulls and seen) + [f"{missing:,} "
+                                                               f"missing"] * bool(missing)
         parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
                      + (f" ({', '.join(counts)})" if counts else ""))
     of = f" (types from the first {_SHAPE_SCAN:,})" if len(rows) > _SHAPE_SCAN else ""
@@ -6028,7 +6276,8 @@ def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
     for key in list(data)[:20]:
         value = data[key]
         line = "  " * depth + f"{key}: " + (_list_kind(value) if isinstance(value, list) else
-                                             f"object of {_plural(len(value), 'key')}" if isinstance(value, dict)
+                                             f"object of {_plural(len(value), 'key')}"
+                                            if isinstance(value, dict)
                                              else _json_kind(value))
         if sum(map(len, out)) + len(line) > limit:
             out.append("  " * depth + "...")
@@ -6047,7 +6296,8 @@ def _shape(data: Any, limit: int) -> str:
     rows, _ = _as_records(data)
     if rows is not None and (not isinstance(data, list) or rows is data):
         where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
-        return f"Shape: {_plural(len(rows), 'record')}{where}; columns: {_columns_shape(rows)}"[:max(limit, 200)]
+        return (f"Shape: {_plural(len(rows), 'record')}{where}; columns: "
+                f"{_columns_shape(rows)}"[:max(limit, 200)])
     if isinstance(data, list):
         return f"Shape: a {_list_kind(data)}"
     if isinstance(data, dict):
@@ -6057,7 +6307,8 @@ def _shape(data: Any, limit: int) -> str:
 
 def _query_hint(source: str, data: Any) -> str:
     """How to ask the data with query_output instead of reading it: "" when it holds no records."""
-    if isinstance(data, str):  # a CSV or TSV table as text (a read_text_file of a .csv): its header decides
+    # a CSV or TSV table as text (a read_text_file of a .csv): its header decides
+    if isinstance(data, str):
         head = data[:20000]
         head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
         data = _tabular_text(head, "csv")
@@ -6066,7 +6317,8 @@ def _query_hint(source: str, data: Any) -> str:
     rows, _ = _as_records(data)
     pointer = ""
     if rows is None and isinstance(data, dict):
-        lists = [k for k, v in data.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+        lists = [k for k, v in data.items() if isinstance(v, list) and v
+                 and all(isinstance(x, dict) for x in v)]
         if not lists:
             return ""
         pointer = ', "records_pointer": "/%s"' % lists[0].replace("~", "~0").replace("/", "~1")
@@ -6075,8 +6327,9 @@ def _query_hint(source: str, data: Any) -> str:
         return ""
     columns = list(dict.fromkeys(itertools.chain.from_iterable(rows[:_SHAPE_SCAN])))
     names = ", ".join(columns[:30]) + (", ..." if len(columns) > 30 else "")
-    return (f'Ask it in SQL instead of reading it: query_output {{"source": {_dumps(source)}{pointer}, '
-            f'"sql": "SELECT count(*) FROM data"}} (table data; columns: {names}).')
+    return (f'Ask it in SQL instead of reading it: query_output {{"source": '
+            f'{_dumps(source)}{pointer}, "sql": "SELECT count(*) FROM data"}} (table data; '
+            f'columns: {names}).')
 
 
 # ==== 12. Output cache and signed links ===========================================
@@ -6085,10 +6338,12 @@ def _query_hint(source: str, data: Any) -> str:
 
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{16,64}\Z")  # \Z: "$" would also match before a final newline
 _CACHE_URI = "abstract://cache/"
-_CACHE_MARKER = ".abstract-cache"  # in every cache directory: Abstract made it, and may delete in it
+# in every cache directory: Abstract made it, and may delete in it
+_CACHE_MARKER = ".abstract-cache"
 # The only names the cache ever deletes: its entries' files (a token of secrets.token_urlsafe(18)
 # is 24 characters; "-<n>" numbers binary items and name collisions) and the writer's temporaries.
-_CACHE_FILE_RE = re.compile(r"(?:[A-Za-z0-9_-]{24}(?:-[0-9]+){0,2}\.(?:json|txt|meta\.json|[a-z0-9]{1,5})"
+_CACHE_FILE_RE = re.compile(r"(?:[A-Za-z0-9_-]{24}(?:-[0-9]+){0,2}"
+                            r"\.(?:json|txt|meta\.json|[a-z0-9]{1,5})"
                             r"|\.abstract-[A-Za-z0-9_]{1,32}\.tmp)\Z")
 
 
@@ -6112,8 +6367,6 @@ def _claim_cache_dir(directory: str, roots: Iterable[str] = ()) -> Optional[int]
     the first are made on the opened descriptor (O_NOFOLLOW), so a symlink swapped in for the
     folder meanwhile is refused, never marked or chmodded.
     """
-    import stat
-
     real = os.path.realpath(directory)
     for root in roots:
         if _nested(real, os.path.realpath(root)):
@@ -6155,8 +6408,6 @@ def _mark_cache_dir(directory: str, dfd: Optional[int]) -> None:
     """Check for the marker, or write it into a directory that holds nothing else (or only names
     of the cache's own forms: a cache of a version that wrote no marker). `dfd`: the directory's
     descriptor, everything relative to it; None (Windows): paths."""
-    import stat
-
     marker = _at(dfd, _CACHE_MARKER, os.path.join(directory, _CACHE_MARKER))
     try:
         if stat.S_ISREG(os.stat(marker, dir_fd=dfd, follow_symlinks=False).st_mode):
@@ -6167,15 +6418,18 @@ def _mark_cache_dir(directory: str, dfd: Optional[int]) -> None:
     names = os.listdir(directory if dfd is None else dfd)
     foreign = sorted(n for n in names if n != _CACHE_MARKER and not _CACHE_FILE_RE.match(n))
     if foreign:
-        raise ConfigError(f"it already holds files that are not Abstract's ({', '.join(foreign[:3])}"
-                          f"{', ...' if len(foreign) > 3 else ''}) and no {_CACHE_MARKER} marker")
+        raise ConfigError(f"it already holds files that are not Abstract's "
+                          f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}) and no "
+                          f"{_CACHE_MARKER} marker")
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
         fd = os.open(marker, flags, 0o600, dir_fd=dfd)
     except FileExistsError:  # another Abstract process starting at the same moment
         return
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("This directory is Abstract's output cache: Abstract deletes expired entries in it.\n")
+        f.write("This directory is Abstract's output cache: Abstract deletes expired entries in "
+                "it.\n")
 
 
 def _result_size(res: dict, bound: float = float("inf")) -> int:
@@ -6205,7 +6459,8 @@ def _json_pointer(data: Any, pointer: str) -> Any:
         key = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and key in node:
             node = node[key]
-        elif isinstance(node, list) and re.match(r"^(0|[1-9][0-9]*)$", key) and int(key) < len(node):
+        elif (isinstance(node, list) and re.match(r"^(0|[1-9][0-9]*)$", key)
+              and int(key) < len(node)):
             node = node[int(key)]
         else:
             where = f"an array of {len(node)}" if isinstance(node, list) else type(node).__name__
@@ -6216,7 +6471,8 @@ def _json_pointer(data: Any, pointer: str) -> Any:
 class _CacheEntry:
     """One cached result: metadata in memory, the result and its text view on disk."""
 
-    __slots__ = ("token", "server", "tool", "created", "expires", "chars", "ctype", "bytes", "files",
+    __slots__ = ("token", "server", "tool", "created", "expires", "chars", "ctype", "bytes",
+                 "files",
                  "sha256")
 
     def __init__(self, **kw: Any) -> None:
@@ -6238,11 +6494,10 @@ class OutputCache:
 
     def __init__(self, directory: str, settings: Settings, clock: Callable[[], float] = time.time,
                  roots: Iterable[str] = ()) -> None:
-        self.dir, self.settings, self._clock, self.roots = directory, settings, clock, list(roots)
+        self.dir, self.settings, self.clock, self.roots = directory, settings, clock, list(roots)
         self._lock = threading.Lock()
         self._dir_lock = threading.Lock()  # guards _fd: replaced by put(), duplicated by every user
         self._entries: Dict[str, _CacheEntry] = {}
-        self.links: Optional[Callable[[_CacheEntry], str]] = None  # set when the HTTP server runs
         # ConfigError: not a directory the cache may delete in
         self._fd: Optional[int] = _claim_cache_dir(directory, self.roots)
         self._load()
@@ -6257,15 +6512,14 @@ class OutputCache:
         so a put() replacing the descriptor meanwhile closes nothing in use. `recheck`: first
         claim the folder at self.dir again if it is no longer the one held (ConfigError if it
         cannot be). Windows (no descriptor): only that check, on the path."""
-        import stat
-
         with self._dir_lock:
             if recheck:
                 try:
                     st: Optional[os.stat_result] = os.lstat(self.dir)
                 except OSError:
                     st = None
-                same = (st is not None and os.path.samestat(st, os.fstat(self._fd)) if self._fd is not None
+                same = (st is not None and os.path.samestat(st, os.fstat(self._fd))
+                        if self._fd is not None
                         else st is not None and stat.S_ISDIR(st.st_mode))
                 if not same:
                     fd, old = _claim_cache_dir(self.dir, self.roots), self._fd
@@ -6303,8 +6557,6 @@ class OutputCache:
     def _drop_orphans(self, min_age: float = 3600.0) -> None:
         """Delete files an interrupted put() left without metadata (and stale temporary files),
         once they are an hour old; only names of this cache's own forms are touched."""
-        import stat
-
         now = time.time()
         with self._held() as d:
             for name in os.listdir(d if d.fd is None else d.fd):
@@ -6338,7 +6590,7 @@ class OutputCache:
         fails (OSError: a full disk) or a directory that cannot be made again (ConfigError) is
         raised, and leaves none of the entry's files behind.
         """
-        import secrets
+        import secrets  # lazy: see Imports
 
         ex = _extract(res)
         token = secrets.token_urlsafe(18)
@@ -6356,21 +6608,23 @@ class OutputCache:
 
     def _write(self, d: _Dir, token: str, res: dict, ex: _Extracted, server: str, tool: str
                ) -> Tuple[_CacheEntry, str]:
-        """Write one entry's files into `d`: binary items, the result, its text view, then the metadata."""
-        import hashlib
+        """Write one entry's files into `d`: binary items, the result, its text view, then the
+        metadata."""
+        import hashlib  # lazy: see Imports
 
         # No fsync: the cache's files are disposable (swept anyway); one torn by a power loss
         # reads as broken and is reported, and the tool is called again.
         files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600, False)
                  for i, b in enumerate(ex.blobs, 1)]
         if ex.has_data or not ex.blobs:
-            text = ex.data if isinstance(ex.data, str) else _json_view(ex.data)
+            text = _text_view(ex.data)
         else:  # binary items only: the text view says what they are and where their files are
             text = _json_view([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
                                for b, f in zip(ex.blobs, files)])
-        now = self._clock()
+        now = self.clock()
         entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
-                            expires=now + float(self.settings.cache("ttl_seconds")), chars=len(text),
+                            expires=now + float(self.settings.cache("ttl_seconds")),
+                            chars=len(text),
                             ctype="text/plain" if isinstance(ex.data, str) else "application/json",
                             bytes=0, files=files)
         body = _dumps({"result": res}).encode("utf-8", "surrogatepass")
@@ -6386,17 +6640,19 @@ class OutputCache:
 
     def get(self, token: Any) -> _CacheEntry:
         if not isinstance(token, str) or not _TOKEN_RE.match(token):
-            raise ToolError(f"{token!r} is not a cache token; tokens come from a cached call_tool answer.")
+            raise ToolError(f"{token!r} is not a cache token; tokens come from a cached call_tool "
+                            f"answer.")
         with self._lock:
             entry = self._entries.get(token)
         if entry is None:
             entry = self._adopt(token)  # cached by another Abstract process sharing this directory
         if entry is None:
-            raise ToolError(f"No cached output with token {token}: it never existed, expired, or was evicted. "
-                            f"Call the tool again.")
-        if entry.expires <= self._clock():
+            raise ToolError(f"No cached output with token {token}: it never existed, expired, or "
+                            f"was evicted. Call the tool again.")
+        if entry.expires <= self.clock():
             self._drop(token)
-            raise ToolError(f"The cached output {token} expired at {_iso(entry.expires)}. Call the tool again.")
+            raise ToolError(f"The cached output {token} expired at {_utc(entry.expires)}. Call the "
+                            f"tool again.")
         return entry
 
     def _adopt(self, token: str) -> Optional[_CacheEntry]:
@@ -6411,7 +6667,8 @@ class OutputCache:
         """The entry a metadata file describes, if it is sound (a broken one is skipped)."""
         try:
             with self._open(name)[0] as f:
-                entry = _CacheEntry(**json.loads(f.read(1 << 20)))  # metadata is a few hundred bytes
+                # metadata is a few hundred bytes
+                entry = _CacheEntry(**json.loads(f.read(1 << 20)))
         except (OSError, ValueError, TypeError):
             return None
         return entry if self._sound(entry, name) else None
@@ -6423,7 +6680,8 @@ class OutputCache:
         except FileNotFoundError:  # removed meanwhile, e.g. by another process's sweep
             with self._lock:
                 self._entries.pop(entry.token, None)
-            raise ToolError(f"The cached output {entry.token} is gone (expired or evicted). Call the tool again.") from None
+            raise ToolError(f"The cached output {entry.token} is gone (expired or evicted). Call "
+                            f"the tool again.") from None
 
     def text(self, entry: _CacheEntry) -> str:
         return self._read(entry, ".txt")
@@ -6437,9 +6695,10 @@ class OutputCache:
         return json.loads(self._read(entry, ".json"))["result"]
 
     def entries(self) -> List[_CacheEntry]:
-        now = self._clock()
+        now = self.clock()
         with self._lock:
-            return sorted((e for e in self._entries.values() if e.expires > now), key=lambda e: -e.created)
+            return sorted((e for e in self._entries.values() if e.expires > now),
+                          key=lambda e: -e.created)
 
     def _drop(self, token: str, extra: Iterable[str] = ()) -> None:
         with self._lock:
@@ -6447,7 +6706,8 @@ class OutputCache:
         # Only this cache's own names, joined to its own directory: a stale or crafted .meta.json
         # may list any path, and nothing outside the cache directory is ever deleted.
         blobs = [os.path.basename(f) for f in (entry.files if entry else [])] + list(extra)
-        names = [token + x for x in (".meta.json", ".json", ".txt")] + [b for b in blobs if b.startswith(token + "-")]
+        names = ([token + x for x in (".meta.json", ".json", ".txt")]
+                 + [b for b in blobs if b.startswith(token + "-")])
         with self._held() as d:
             for name in names:
                 if _CACHE_FILE_RE.match(name):
@@ -6456,7 +6716,7 @@ class OutputCache:
 
     def sweep(self) -> int:
         """Delete expired entries; returns how many."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             dead = [t for t, e in self._entries.items() if e.expires <= now]
         for t in dead:
@@ -6476,10 +6736,6 @@ class OutputCache:
             self._drop(e.token)
 
 
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
 class _LinkSigner:
     """HMAC-SHA256 signatures over "{token}:{expires}" for cache download links."""
 
@@ -6487,16 +6743,18 @@ class _LinkSigner:
         self._secret = secret
 
     def sign(self, token: str, expires: int) -> str:
-        import hashlib
-        import hmac
+        import hashlib  # lazy: see Imports
+        import hmac  # lazy: see Imports
 
         return hmac.new(self._secret, f"{token}:{expires}".encode(), hashlib.sha256).hexdigest()
 
     def check(self, token: str, expires: int, sig: str) -> bool:
-        import hmac
+        import hmac  # lazy: see Imports
 
-        # bytes: compare_digest raises TypeError for str with non-ASCII characters (a decoded %C3%A9)
-        return hmac.compare_digest(self.sign(token, expires).encode(), sig.encode("utf-8", "replace"))
+        # bytes: compare_digest raises TypeError for str with non-ASCII characters (a decoded
+        # %C3%A9)
+        return hmac.compare_digest(self.sign(token, expires).encode(),
+                                   sig.encode("utf-8", "replace"))
 
 
 def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
@@ -6504,20 +6762,31 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
     waits for a free one, so more wait in the listen backlog, not in Abstract), each given
     `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
     backlog that takes a burst of downloads."""
-    import socket
+    import socket  # lazy: see Imports
 
     header_s, _, max_conn = limits
 
     class LinkServer(base):  # type: ignore[misc, valid-type]
         daemon_threads = True
-        request_queue_size = 1024  # socketserver's 5 refuses connections in a burst (the kernel may cap it)
+        # socketserver's 5 refuses connections in a burst (the kernel may cap it)
+        request_queue_size = 1024
 
         def server_activate(self) -> None:
             self._slots = threading.Semaphore(max_conn)
             self._deadlines: Dict[Any, float] = {}
             self._lock = threading.Lock()
             super().server_activate()
-            threading.Thread(target=self._watch, name="abstract-http-watch", daemon=True).start()
+            self._stopped = threading.Event()
+            self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
+                                             daemon=True)
+            self._watcher.start()
+
+        def server_close(self) -> None:
+            super().server_close()
+            watcher = getattr(self, "_watcher", None)  # (none when the port could not be bound)
+            if watcher is not None:
+                self._stopped.set()
+                watcher.join(_STOP_JOIN_S)
 
         def process_request(self, request: Any, client_address: Any) -> None:
             self._slots.acquire()  # freed by a finished request or by the watchdog
@@ -6541,8 +6810,7 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
 
         def _watch(self) -> None:
-            while True:
-                time.sleep(0.25)  # a deadline is met within a quarter of a second
+            while not self._stopped.wait(0.25):  # a deadline is met within a quarter of a second
                 now = time.monotonic()
                 with self._lock:
                     late = [r for r, t in self._deadlines.items() if t <= now]
@@ -6556,11 +6824,12 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
 
 def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str,
-                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)) -> Any:
+                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)
+                 ) -> Tuple[Any, Callable[[_CacheEntry], str], Callable[[], None]]:
     """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread.
     `limits`: seconds to send the request, seconds any read or write may stall, connections."""
-    import http.server
-    import socket
+    import http.server  # lazy: see Imports
+    import socket  # lazy: see Imports
 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
@@ -6574,7 +6843,8 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
             try:
                 f, size = (None, len(body)) if isinstance(body, bytes) else body()
             except OSError:  # swept between the check and the open
-                status, ctype, body = 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
+                status, ctype = 404, "text/plain; charset=utf-8"
+                body = b"not found (expired or evicted)\n"
                 f, size = None, len(body)
             with f if f is not None else contextlib.nullcontext():
                 self.send_response(status)
@@ -6592,31 +6862,41 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
         def do_POST(self) -> None:  # noqa: N802
             self.send_error(405)
 
-        do_PUT = do_DELETE = do_PATCH = do_POST  # other methods (HEAD, OPTIONS, ...): http.server's 501
+        # other methods (HEAD, OPTIONS, ...): http.server's 501
+        do_PUT = do_DELETE = do_PATCH = do_POST
 
         def log_message(self, fmt: str, *args: Any) -> None:
             _log.debug("http: " + fmt, *args)
 
-    class LinkServer(_link_server_class(http.server.ThreadingHTTPServer, limits)):  # type: ignore[misc]
+    base_class = _link_server_class(http.server.ThreadingHTTPServer, limits)
+
+    class LinkServer(base_class):  # type: ignore[misc, valid-type]
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT works too
 
     httpd = LinkServer((host, port), Handler)
-    threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True).start()
+    thread = threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True)
+    thread.start()
     netloc = f"[{host}]" if ":" in host else host
     real_base = base or f"http://{netloc}:{httpd.server_address[1]}"
 
     def link(entry: _CacheEntry) -> str:
         expires = int(entry.expires)
-        return f"{real_base.rstrip('/')}/cache/{entry.token}?expires={expires}&sig={signer.sign(entry.token, expires)}"
+        sig = signer.sign(entry.token, expires)
+        return f"{real_base.rstrip('/')}/cache/{entry.token}?expires={expires}&sig={sig}"
 
-    cache.links = link
-    return httpd
+    def stop() -> None:  # the listener closed and its thread ended (a download under way ends
+        httpd.shutdown()  # on its own, bounded by the timeouts in `limits`)
+        httpd.server_close()
+        thread.join(_STOP_JOIN_S)
+
+    return httpd, link, stop
 
 
 def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, Any]:
     """(status, content type, body) for one GET: 200 (body: a function opening the text as
     (binary file, size), to stream it), 403 bad signature, 404, 410 expired (body: bytes)."""
-    path, _, raw_query = raw_path.partition("?")  # not urlsplit: it reads "//x" as a host and drops tabs and newlines
+    # not urlsplit: it reads "//x" as a host and drops tabs and newlines
+    path, _, raw_query = raw_path.partition("?")
     m = re.fullmatch(r"/cache/([A-Za-z0-9_-]{16,64})", path)
     query = urllib.parse.parse_qs(raw_query)
     if m is None:
@@ -6628,7 +6908,7 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
         return 403, "text/plain; charset=utf-8", b"missing or malformed expires/sig\n"
     if not signer.check(token, expires, sig):
         return 403, "text/plain; charset=utf-8", b"bad signature\n"
-    if expires <= cache._clock():
+    if expires <= cache.clock():
         return 410, "text/plain; charset=utf-8", b"link expired\n"
     try:
         entry = cache.get(token)
@@ -6670,14 +6950,16 @@ _CATALOG_MIGRATIONS = (
         n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, created TEXT NOT NULL,
         server TEXT NOT NULL DEFAULT '', tool TEXT NOT NULL DEFAULT '', arguments TEXT,
         description TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL, path TEXT, token TEXT,
-        format TEXT NOT NULL DEFAULT '', bytes INTEGER, sha256 TEXT, nrows INTEGER, ncolumns INTEGER,
+        format TEXT NOT NULL DEFAULT '', bytes INTEGER, sha256 TEXT, nrows INTEGER,
+        ncolumns INTEGER,
         text TEXT NOT NULL DEFAULT '', terms TEXT);
     CREATE INDEX outputs_created ON outputs(created, n);
     CREATE INDEX outputs_origin ON outputs(server, tool, created);
     CREATE INDEX outputs_path ON outputs(path);
     CREATE INDEX outputs_token ON outputs(token);
     CREATE TABLE conversations (
-        n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, created TEXT NOT NULL, updated TEXT NOT NULL,
+        n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, created TEXT NOT NULL,
+        updated TEXT NOT NULL,
         title TEXT NOT NULL DEFAULT '');
     CREATE INDEX conversations_updated ON conversations(updated, n);
     CREATE TABLE messages (
@@ -6689,18 +6971,14 @@ _CATALOG_MIGRATIONS = (
     """,
 )
 # The searchable columns of each table; bm25 weights favour a description or a name over body text.
-_FTS_COLUMNS = {"outputs": ("text", "description", "server", "tool", "path"), "messages": ("content",)}
+_FTS_COLUMNS = {"outputs": ("text", "description", "server", "tool", "path"),
+                "messages": ("content",)}
 _FTS_WEIGHTS = {"outputs": "1.0, 4.0, 2.0, 2.0, 1.0", "messages": "1.0"}
-_OUTPUT_FIELDS = ("id", "created", "server", "tool", "arguments", "description", "kind", "path", "token",
+_OUTPUT_FIELDS = ("id", "created", "server", "tool", "arguments", "description", "kind", "path",
+                  "token",
                   "format", "bytes", "sha256", "nrows", "ncolumns", "text", "terms")
-_OUTPUT_VIEW = "o.n, o.id, o.created, o.server, o.tool, o.arguments, o.description, o.kind, o.path, " \
-               "o.token, o.format, o.bytes, o.nrows, o.ncolumns"
-
-
-def _iso_ms(t: float) -> str:
-    """ISO 8601 UTC with milliseconds ("2025-01-31T09:05:00.250Z"): sorts as text in time order."""
-    ms = int(round(t * 1000))
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+_OUTPUT_VIEW = ("o.n, o.id, o.created, o.server, o.tool, o.arguments, o.description, o.kind, "
+                "o.path, o.token, o.format, o.bytes, o.nrows, o.ncolumns")
 
 
 # ISO 8601 as the catalog tools take it, the same on every Python (fromisoformat reads more on
@@ -6714,12 +6992,12 @@ _WHEN_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})"
 def _parse_when(value: str, key: str, end: bool = False) -> str:
     """An ISO 8601 date or date-time as catalog time text (no zone means UTC). With end=True,
     the first instant after it, so that an `until` date includes its whole day."""
-    import datetime as dt
+    import datetime as dt  # lazy: see Imports
 
     m = _WHEN_RE.fullmatch(value.strip())
     if m is None:
-        raise ToolError(f"{key} {value[:60]!r} is not an ISO 8601 date or time; use e.g. 2025-01-31 or "
-                        f"2025-01-31T09:00:00Z.")
+        raise ToolError(f"{key} {value[:60]!r} is not an ISO 8601 date or time; use e.g. "
+                        f"2025-01-31 or 2025-01-31T09:00:00Z.")
     y, mo, d, h, mi, sec, frac, zone, zh, zm = m.groups()
     try:
         when = dt.datetime(int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(sec or 0),
@@ -6730,8 +7008,9 @@ def _parse_when(value: str, key: str, end: bool = False) -> str:
             offset = dt.timedelta(hours=int(zh), minutes=int(zm or 0))
             when = when - offset if zone[0] == "+" else when + offset
     except (ValueError, OverflowError) as e:
-        raise ToolError(f"{key} {value[:60]!r} is an ISO 8601 date or time, but out of range: {e}. Use a real "
-                        f"date between 0001-01-01 and 9999-12-31 (UTC), e.g. 2025-01-31.") from None
+        raise ToolError(f"{key} {value[:60]!r} is an ISO 8601 date or time, but out of range: {e}. "
+                        f"Use a real date between 0001-01-01 and 9999-12-31 (UTC), e.g. "
+                        f"2025-01-31.") from None
     if end:
         try:
             when += dt.timedelta(days=1) if h is None else dt.timedelta(milliseconds=1)
@@ -6742,7 +7021,7 @@ def _parse_when(value: str, key: str, end: bool = False) -> str:
 
 
 def _new_id() -> str:
-    import secrets
+    import secrets  # lazy: see Imports
 
     return secrets.token_hex(8)
 
@@ -6751,15 +7030,16 @@ def _fold(word: str) -> str:
     """A word as unicode61 indexes it: lower case, diacritics removed (so café finds cafe)."""
     if word.isascii():
         return word.lower()
-    import unicodedata
 
-    return "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c)).lower()
+    return "".join(c for c in unicodedata.normalize("NFKD", word)
+                   if not unicodedata.combining(c)).lower()
 
 
 def _terms(*columns: Optional[str]) -> str:
     """The fallback search's view of a row: " w1 w2 | w3 " with folded words, " | " between columns
     so a phrase never runs from one column into the next (as in FTS5)."""
-    return " " + " | ".join(" ".join(_fold(w) for w in _WORD_RE.findall(c or "")) for c in columns) + " "
+    return (" " + " | ".join(" ".join(_fold(w) for w in _WORD_RE.findall(c or "")) for c in columns)
+            + " ")
 
 
 def _query_words(query: str) -> List[str]:
@@ -6824,11 +7104,13 @@ def _statements(script: str) -> List[str]:
 def _fts_schema(table: str) -> List[str]:
     """An external-content FTS5 table over `table` and the triggers that keep it in step."""
     cols = _FTS_COLUMNS[table]
-    c, new, old = ", ".join(cols), ", ".join("new." + x for x in cols), ", ".join("old." + x for x in cols)
+    c = ", ".join(cols)
+    new, old = ", ".join("new." + x for x in cols), ", ".join("old." + x for x in cols)
     fts = table + "_fts"
     add = f"INSERT INTO {fts}(rowid, {c}) VALUES (new.n, {new});"
     drop = f"INSERT INTO {fts}({fts}, rowid, {c}) VALUES ('delete', old.n, {old});"
-    return [f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5({c}, content='{table}', content_rowid='n')",
+    return [f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5({c}, content='{table}', "
+            f"content_rowid='n')",
             f"CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN {add} END",
             f"CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN {drop} END",
             f"CREATE TRIGGER {table}_au AFTER UPDATE ON {table} BEGIN {drop} {add} END"]
@@ -6871,10 +7153,10 @@ def _move_aside(path: str, close: Callable[[], None]) -> str:
     """Rename a corrupt database to <name>.corrupt-<UTC stamp>, its -wal (which may hold the last
     transactions) copied along first: SQLite deletes the -wal and -shm files when its last
     connection closes, and a database must be closed before Windows lets it be renamed."""
-    target = f"{path}.corrupt-{_utc_stamp()}"
+    target = f"{path}.corrupt-{_utc(compact=True)}"
     n = 1
     while os.path.exists(target):
-        target = f"{path}.corrupt-{_utc_stamp()}-{n}"
+        target = f"{path}.corrupt-{_utc(compact=True)}-{n}"
         n += 1
     if os.path.exists(path + "-wal"):
         shutil.copyfile(path + "-wal", target + "-wal")
@@ -6884,28 +7166,27 @@ def _move_aside(path: str, close: Callable[[], None]) -> str:
 
 
 def _encode_cursor(when: str, n: int) -> str:
-    import base64
-
     return base64.urlsafe_b64encode(_dumps([when, n]).encode()).decode().rstrip("=")
 
 
 def _decode_cursor(cursor: Any) -> Tuple[str, int]:
-    import base64
-    import binascii
 
     try:
         when, n = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         # n is a rowid: sqlite3 raises OverflowError for an int past 64 bits
-        if isinstance(when, str) and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63:
+        if (isinstance(when, str) and isinstance(n, int) and not isinstance(n, bool)
+            and 0 <= n < 2**63):
             return when, n
-    except (TypeError, ValueError, RecursionError, binascii.Error):  # RecursionError: "[[[[..." nested deep
+    # RecursionError: "[[[[..." nested deep
+    except (TypeError, ValueError, RecursionError, binascii.Error):
         pass
-    raise ToolError(f"Invalid cursor {str(cursor)[:80]!r}: pass the next_cursor of the previous answer, or none "
-                    f"for the first page.")
+    raise ToolError(f"Invalid cursor {str(cursor)[:80]!r}: pass the next_cursor of the previous "
+                    f"answer, or none for the first page.")
 
 
 def _filters(alias: str, **conds: Any) -> Tuple[str, List[Any]]:
-    """" AND o.server = ? ..." for the conditions that are set; since is inclusive, until exclusive."""
+    """" AND o.server = ? ..." for the conditions that are set; since is inclusive, until
+    exclusive."""
     ops = {"since": ("created", ">="), "until": ("created", "<")}
     sql, params = "", []
     for key, value in conds.items():
@@ -6916,14 +7197,15 @@ def _filters(alias: str, **conds: Any) -> Tuple[str, List[Any]]:
     return sql, params
 
 
-def _file_facts(opened: Tuple[Any, int], path: str, fmt: str, max_text: int, sha256: str = "") -> dict:
+def _file_facts(opened: Tuple[Any, int], path: str, fmt: str, max_text: int,
+                sha256: str = "") -> dict:
     """bytes and sha256 of a file (the digest is computed unless the writer already did), and
     its first `max_text` bytes as text for a text format (decompressed for .gz); binary
     formats get no text. `opened`: (binary file, size), the file opened once by the caller
     (Sandbox.open_read, _open_regular, the cache), read here and closed; `path` names it."""
-    import gzip
-    import hashlib
-    import zlib
+    import gzip  # lazy: see Imports
+    import hashlib  # lazy: see Imports
+    import zlib  # lazy: see Imports
 
     f, size = opened
     with f:
@@ -6936,8 +7218,10 @@ def _file_facts(opened: Tuple[Any, int], path: str, fmt: str, max_text: int, sha
         if fmt.lower() in _TEXT_FORMATS:
             try:
                 f.seek(0)
-                with gzip.GzipFile(fileobj=f) if path.lower().endswith(".gz") else contextlib.nullcontext(f) as g:
-                    text = g.read(max_text).decode("utf-8", "ignore")  # "ignore": a character cut at the end
+                gz = path.lower().endswith(".gz")
+                with gzip.GzipFile(fileobj=f) if gz else contextlib.nullcontext(f) as g:
+                    # "ignore": a character cut at the end
+                    text = g.read(max_text).decode("utf-8", "ignore")
             except (OSError, EOFError, zlib.error):
                 text = ""
     return {"bytes": size, "sha256": sha256, "text": text}
@@ -6957,7 +7241,8 @@ class Catalog:
     start-up and a fresh database created; `moved_aside` then names the kept copy.
     """
 
-    def __init__(self, path: str = ":memory:", *, fts: Optional[bool] = None, max_text: int = _CATALOG_TEXT,
+    def __init__(self, path: str = ":memory:", *, fts: Optional[bool] = None,
+                 max_text: int = _CATALOG_TEXT,
                  clock: Callable[[], float] = time.time, own_dir: bool = False,
                  check_s: float = _CATALOG_CHECK_S) -> None:
         if sqlite3 is None:
@@ -6990,19 +7275,23 @@ class Catalog:
         except sqlite3.OperationalError as e:
             if "interrupt" not in str(e).lower():
                 raise
-            _log.info("the catalog %s is too large to check in %g s at start-up; checked in part", self.path, seconds)
+            _log.info("the catalog %s is too large to check in %g s at start-up; checked in part",
+                      self.path, seconds)
             return
         finally:
             db.set_progress_handler(None, 0)
         if row is None or row[0] != "ok":
-            raise sqlite3.DatabaseError(f"database disk image is malformed: {' '.join(str(row and row[0]).split())[:300]}")
+            raise sqlite3.DatabaseError(f"database disk image is malformed: "
+                                        f"{' '.join(str(row and row[0]).split())[:300]}")
 
     def _set_aside(self, e: BaseException) -> None:
         """Move a damaged database aside (kept, never deleted) and start a fresh one."""
         with self._lock:
             self.moved_aside = _move_aside(self.path, self.close)
-            _log.warning("the catalog %s is corrupt (%s): moved it aside to %s (kept, never deleted) and started a "
-                         "fresh one; abstract --reindex adds the stored files back", self.path, e, self.moved_aside)
+            _log.warning("the catalog %s is corrupt (%s): moved it aside to %s (kept, never "
+                         "deleted) and started a fresh one; abstract --reindex adds the stored "
+                         "files back", self.path, e,
+                         self.moved_aside)
             _prepare_db_file(self.path, self._own_dir)
             self._open()
 
@@ -7018,10 +7307,12 @@ class Catalog:
             raise
 
     def _open(self) -> None:
-        self._db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False,
+                                   isolation_level=None)
         self._db.row_factory = sqlite3.Row
         # WAL: readers never block the writer; several Abstracts (one per client) share the file.
-        for pragma in ("busy_timeout = 5000", "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
+        for pragma in ("busy_timeout = 5000", "journal_mode = WAL", "synchronous = NORMAL",
+                       "foreign_keys = ON"):
             self._db.execute("PRAGMA " + pragma)
         self._migrate()
         self.fts = self._want_fts is not False and _has_fts5(self._db)
@@ -7064,8 +7355,9 @@ class Catalog:
         with self._tx() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > len(_CATALOG_MIGRATIONS):
-                _log.warning("the catalog %s has schema version %d, newer than this Abstract's (%d); using it as "
-                             "it is", self.path, version, len(_CATALOG_MIGRATIONS))
+                _log.warning("the catalog %s has schema version %d, newer than this Abstract's "
+                             "(%d); using it as it is", self.path, version,
+                             len(_CATALOG_MIGRATIONS))
                 return
             for number, script in enumerate(_CATALOG_MIGRATIONS[version:], version + 1):
                 for statement in _statements(script):
@@ -7077,7 +7369,8 @@ class Catalog:
         one written while FTS5 was off). Without: the triggers dropped (they would fail) and the
         `terms` the fallback search reads filled in for rows written while FTS5 was on."""
         with self._tx() as db:
-            triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+            triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = "
+                                                 "'trigger'")}
             for table, cols in _FTS_COLUMNS.items():
                 if self.fts and table + "_ai" not in triggers:
                     for statement in _fts_schema(table):
@@ -7086,17 +7379,16 @@ class Catalog:
                 elif not self.fts:
                     for name in sorted(triggers & {table + "_ai", table + "_ad", table + "_au"}):
                         db.execute(f"DROP TRIGGER {name}")
-                    rows = db.execute(f"SELECT n, {', '.join(cols)} FROM {table} WHERE terms IS NULL").fetchall()
-                    db.executemany(f"UPDATE {table} SET terms = ? WHERE n = ?", [(_terms(*r[1:]), r[0]) for r in rows])
+                    rows = db.execute(f"SELECT n, {', '.join(cols)} FROM {table} WHERE terms IS "
+                                      f"NULL").fetchall()
+                    db.executemany(f"UPDATE {table} SET terms = ? WHERE n = ?",
+                                   [(_terms(*r[1:]), r[0]) for r in rows])
 
     # -- outputs
-    def record(self, entry: dict) -> str:
-        """Record one output; returns its id. Keys: kind, server, tool, arguments, description, path,
-        token, format, bytes, sha256, rows, columns, text, created (epoch seconds; default now)."""
-        return self.record_many([entry])[0]
-
     def record_many(self, entries: List[dict]) -> List[str]:
-        """Record outputs in one transaction; returns their ids."""
+        """Record outputs in one transaction; returns their ids. Keys: kind, server, tool,
+        arguments, description, path, token, format, bytes, sha256, rows, columns, text, created
+        (epoch seconds; default now)."""
         rows = [self._output_row(e) for e in entries]
         for attempt in (1, 2):
             try:
@@ -7115,14 +7407,19 @@ class Catalog:
             raise ValueError(f"kind must be one of {', '.join(_CATALOG_KINDS)}, not {kind!r}")
         args = e.get("arguments")
         args = None if args is None else args if isinstance(args, str) else _dumps(args)
-        if args is not None and len(args) > _CATALOG_TEXT:  # kept whole or not at all: cut JSON is no JSON
+        # kept whole or not at all: cut JSON is no JSON
+        if args is not None and len(args) > _CATALOG_TEXT:
             args = _dumps({"_truncated": True, "_chars": len(args)})
         text = (e.get("text") or "")[:self.max_text]
-        server, tool, desc, path = e.get("server") or "", e.get("tool") or "", e.get("description") or "", e.get("path")
+        server, tool = e.get("server") or "", e.get("tool") or ""
+        desc, path = e.get("description") or "", e.get("path")
         when = e.get("created")
-        return (_new_id(), _iso_ms(self.clock() if when is None else when), server, tool, args, desc, kind, path,
-                e.get("token"), e.get("format") or "", e.get("bytes"), e.get("sha256"), e.get("rows"),
-                e.get("columns"), text, None if self.fts else _terms(text, desc, server, tool, path))
+        created = _utc(self.clock() if when is None else when, ms=True)
+        return (_new_id(), created, server, tool, args, desc, kind, path,
+                e.get("token"), e.get("format") or "", e.get("bytes"), e.get("sha256"),
+                e.get("rows"),
+                e.get("columns"), text, None if self.fts
+                else _terms(text, desc, server, tool, path))
 
     def count(self) -> int:
         return self._rows("SELECT count(*) AS n FROM outputs")[0]["n"]
@@ -7132,26 +7429,30 @@ class Catalog:
         rows = self._rows("SELECT path, token FROM outputs")
         return {r["path"] for r in rows if r["path"]}, {r["token"] for r in rows if r["token"]}
 
-    def _match(self, table: str, words: List[str], mode: str, where: str, params: List[Any], limit: int,
+    def _match(self, table: str, words: List[str], mode: str, where: str, params: List[Any],
+               limit: int,
                offset: int) -> List[int]:
-        """Row numbers matching `words`, best first (bm25, among the newest _RANK_WINDOW matches) with
+        """Row numbers matching `words`, best first (bm25, among the newest _RANK_WINDOW matches)
+        with
         FTS5, newest first without."""
         if self.fts:
             fts, match = table + "_fts", _fts_query(words, mode)
-            floor = self._rows(f"SELECT rowid AS n FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT 1 "
-                               f"OFFSET ?", (match, _RANK_WINDOW - 1))
+            floor = self._rows(f"SELECT rowid AS n FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid "
+                               f"DESC LIMIT 1 OFFSET ?", (match, _RANK_WINDOW - 1))
             bound = f" AND {fts}.rowid >= {int(floor[0]['n'])}" if floor else ""
             rank = f"bm25({fts}, {_FTS_WEIGHTS[table]})"
             if where:  # the join costs: only when a filter needs the table's columns
-                sql = (f"SELECT t.n FROM {fts} JOIN {table} t ON t.n = {fts}.rowid WHERE {fts} MATCH ?{bound}{where} "
-                       f"ORDER BY {rank}, t.n DESC LIMIT ? OFFSET ?")
+                sql = (f"SELECT t.n FROM {fts} JOIN {table} t ON t.n = {fts}.rowid WHERE {fts} "
+                       f"MATCH ?{bound}{where} ORDER BY {rank}, t.n DESC LIMIT ? OFFSET ?")
             else:
-                sql = f"SELECT rowid AS n FROM {fts} WHERE {fts} MATCH ?{bound} ORDER BY {rank}, rowid DESC LIMIT ? OFFSET ?"
+                sql = (f"SELECT rowid AS n FROM {fts} WHERE {fts} MATCH ?{bound} ORDER BY {rank}, "
+                       f"rowid DESC LIMIT ? OFFSET ?")
             args = [match, *params, limit, offset]
         else:
             likes = _like_patterns(words, mode)
             cond = " AND ".join("t.terms LIKE ? ESCAPE '\\'" for _ in likes)
-            sql = f"SELECT t.n FROM {table} t WHERE {cond}{where} ORDER BY t.created DESC, t.n DESC LIMIT ? OFFSET ?"
+            sql = (f"SELECT t.n FROM {table} t WHERE {cond}{where} ORDER BY t.created DESC, t.n "
+                   f"DESC LIMIT ? OFFSET ?")
             args = [*likes, *params, limit, offset]
         return [r["n"] for r in self._rows(sql, args)]
 
@@ -7160,8 +7461,9 @@ class Catalog:
         a MATCH query, so each of the page's rows gets its own small query)."""
         if self.fts:
             fts = table + "_fts"
-            rows = self._rows(f"SELECT snippet({fts}, -1, ?, ?, '…', {_SNIPPET_TOKENS}) AS s FROM {fts} "
-                              f"WHERE {fts} MATCH ? AND rowid = ?", (*_MARKS, _fts_query(words, mode), n))
+            rows = self._rows(f"SELECT snippet({fts}, -1, ?, ?, '…', {_SNIPPET_TOKENS}) AS s "
+                              f"FROM {fts} WHERE {fts} MATCH ? AND rowid = ?",
+                              (*_MARKS, _fts_query(words, mode), n))
             return rows[0]["s"] if rows else ""
         cols = _FTS_COLUMNS[table]
         row = self._rows(f"SELECT {', '.join(cols)} FROM {table} WHERE n = ?", (n,))
@@ -7171,8 +7473,10 @@ class Catalog:
                 return found
         return ""
 
-    def search(self, query: str, mode: str = "words", *, server: Optional[str] = None, tool: Optional[str] = None,
-               since: Optional[str] = None, until: Optional[str] = None, limit: int = 10, offset: int = 0) -> dict:
+    def search(self, query: str, mode: str = "words", *, server: Optional[str] = None,
+               tool: Optional[str] = None,
+               since: Optional[str] = None, until: Optional[str] = None, limit: int = 10,
+               offset: int = 0) -> dict:
         """Outputs whose text, description, server, tool or path hold the query's words.
         Returns {"results": [row + snippet], "words": [...], "has_more": bool}."""
         if mode not in _SEARCH_MODES:
@@ -7183,11 +7487,14 @@ class Catalog:
         where, params = _filters("t", server=server, tool=tool, since=since, until=until)
         found = self._match("outputs", words, mode, where, params, limit + 1, offset)
         rows = {r["n"]: r for r in self._rows(f"SELECT {_OUTPUT_VIEW} FROM outputs o WHERE o.n IN "
-                                              f"({', '.join('?' * len(found[:limit]))})", found[:limit])}
-        results = [dict(rows[n], snippet=self._snippet("outputs", n, words, mode)) for n in found[:limit] if n in rows]
+                                              f"({', '.join('?' * len(found[:limit]))})",
+                                              found[:limit])}
+        results = [dict(rows[n], snippet=self._snippet("outputs", n, words, mode))
+                   for n in found[:limit] if n in rows]
         return {"results": results, "words": words, "has_more": len(found) > limit}
 
-    def recent(self, *, server: Optional[str] = None, tool: Optional[str] = None, kind: Optional[str] = None,
+    def recent(self, *, server: Optional[str] = None, tool: Optional[str] = None,
+               kind: Optional[str] = None,
                limit: int = 20, cursor: Optional[str] = None) -> Tuple[List[dict], Optional[str]]:
         """Outputs newest first, one page; the cursor (opaque) continues after the page's last."""
         where, params = _filters("o", server=server, tool=tool, kind=kind)
@@ -7195,8 +7502,8 @@ class Catalog:
             when, n = _decode_cursor(cursor)
             where += " AND (o.created < ? OR (o.created = ? AND o.n < ?))"
             params += [when, when, n]
-        rows = self._rows(f"SELECT {_OUTPUT_VIEW} FROM outputs o WHERE 1{where} ORDER BY o.created DESC, o.n DESC "
-                          f"LIMIT ?", [*params, limit + 1])
+        rows = self._rows(f"SELECT {_OUTPUT_VIEW} FROM outputs o WHERE 1{where} ORDER BY o.created "
+                          f"DESC, o.n DESC LIMIT ?", [*params, limit + 1])
         more = len(rows) > limit
         rows = rows[:limit]
         return rows, _encode_cursor(rows[-1]["created"], rows[-1]["n"]) if more else None
@@ -7206,7 +7513,8 @@ class Catalog:
         """What a rule "remove stored files older than `cutoff`" would remove: files still there.
         Nothing is removed; cached outputs are left out (the cache's own ttl expires them)."""
         where, params = _filters("o", server=server, tool=tool, until=cutoff)
-        rows = self._rows(f"SELECT o.path FROM outputs o WHERE o.kind != 'cached'{where} LIMIT ?", [*params, cap])
+        rows = self._rows(f"SELECT o.path FROM outputs o WHERE o.kind != 'cached'{where} LIMIT ?",
+                          [*params, cap])
         files, size = 0, 0
         for r in rows:
             try:
@@ -7218,42 +7526,53 @@ class Catalog:
 
     def describe(self) -> str:
         """The --check line."""
-        engine = "FTS5 search" if self.fts else "fallback search (this sqlite3 has no FTS5: slower, plain words)"
+        engine = ("FTS5 search" if self.fts else "fallback search (this sqlite3 has no FTS5: "
+                                                 "slower, plain words)")
         line = f"catalog: {self.path}: {_plural(self.count(), 'output')}, {engine}"
         if self.moved_aside:
-            return line + f"; it was corrupt and was moved aside to {self.moved_aside} (kept); a fresh one was created"
-        import glob
+            return (line + f"; it was corrupt and was moved aside to {self.moved_aside} (kept); a "
+                           f"fresh one was created")
 
-        kept = sorted(p for p in glob.glob(glob.escape(self.path) + ".corrupt-*") if not p.endswith(("-wal", "-shm")))
-        return line + (f"; corrupt copies kept from earlier runs: {', '.join(kept)}" if kept else "")
+        kept = sorted(p for p in glob.glob(glob.escape(self.path) + ".corrupt-*")
+                      if not p.endswith(("-wal", "-shm")))
+        return line + (f"; corrupt copies kept from earlier runs: {', '.join(kept)}" if kept
+                       else "")
 
     # -- conversation memory (--memory)
     def save_message(self, conversation_id: Optional[str], role: str, content: str,
-                     parent_message_id: Optional[str] = None, metadata: Optional[dict] = None) -> dict:
+                     parent_message_id: Optional[str] = None,
+                     metadata: Optional[dict] = None) -> dict:
         """Add a message, creating the conversation when it does not exist yet."""
         if role not in _ROLES:
             raise ToolError(f"role must be one of {', '.join(_ROLES)}, not {str(role)[:40]!r}.")
-        cid, mid, now = conversation_id or _new_id(), _new_id(), _iso_ms(self.clock())
+        cid, mid, now = conversation_id or _new_id(), _new_id(), _utc(self.clock(), ms=True)
         terms = None if self.fts else _terms(content)
         with self._tx() as db:
-            created = db.execute("INSERT OR IGNORE INTO conversations (id, created, updated, title) VALUES (?, ?, ?, ?)",
+            created = db.execute("INSERT OR IGNORE INTO conversations (id, created, updated, "
+                                 "title) VALUES (?, ?, ?, ?)",
                                  (cid, now, now, _title(content))).rowcount == 1
             if parent_message_id is not None:
-                row = db.execute("SELECT conversation_id FROM messages WHERE id = ?", (parent_message_id,)).fetchone()
+                row = db.execute("SELECT conversation_id FROM messages WHERE id = ?",
+                                 (parent_message_id,)).fetchone()
                 if row is None or row[0] != cid:
-                    raise ToolError(f"parent_message_id {parent_message_id[:80]!r} is not a message of conversation "
-                                    f"{cid[:80]!r}.")
+                    raise ToolError(f"parent_message_id {parent_message_id[:80]!r} is not a "
+                                    f"message of conversation {cid[:80]!r}.")
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
-            db.execute("INSERT INTO messages (id, conversation_id, role, content, created, parent_message_id, metadata, "
-                       "terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (mid, cid, role, content, now, parent_message_id,
-                                                                   None if metadata is None else _dumps(metadata), terms))
-        return {"conversation_id": cid, "message_id": mid, "created": now, "new_conversation": created}
+            db.execute("INSERT INTO messages (id, conversation_id, role, content, created, "
+                       "parent_message_id, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (mid, cid, role, content, now, parent_message_id,
+                                                                   None if metadata is None
+                        else _dumps(metadata), terms))
+        return {"conversation_id": cid, "message_id": mid, "created": now,
+                "new_conversation": created}
 
     def _conversation(self, cid: str) -> dict:
-        rows = self._rows("SELECT c.id, c.title, c.created, c.updated, (SELECT count(*) FROM messages m WHERE "
-                          "m.conversation_id = c.id) AS message_count FROM conversations c WHERE c.id = ?", (cid,))
+        rows = self._rows("SELECT c.id, c.title, c.created, c.updated, (SELECT count(*) FROM "
+                          "messages m WHERE m.conversation_id = c.id) AS message_count FROM "
+                          "conversations c WHERE c.id = ?", (cid,))
         if not rows:
-            raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones that exist.")
+            raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones that "
+                            f"exist.")
         return rows[0]
 
     @staticmethod
@@ -7271,32 +7590,38 @@ class Catalog:
         conv = self._conversation(cid)
         where, params = "", []
         if before is not None:
-            row = self._rows("SELECT n FROM messages WHERE id = ? AND conversation_id = ?", (before, cid))
+            row = self._rows("SELECT n FROM messages WHERE id = ? AND conversation_id = ?",
+                             (before, cid))
             if not row:
-                raise ToolError(f"before_message_id {before[:80]!r} is not a message of conversation {cid[:80]!r}.")
+                raise ToolError(f"before_message_id {before[:80]!r} is not a message of "
+                                f"conversation {cid[:80]!r}.")
             where, params = " AND n < ?", [row[0]["n"]]
-        rows = self._rows(f"SELECT * FROM messages WHERE conversation_id = ?{where} ORDER BY n DESC LIMIT ?",
+        rows = self._rows(f"SELECT * FROM messages WHERE conversation_id = ?{where} ORDER BY n "
+                          f"DESC LIMIT ?",
                           [cid, *params, limit + 1])
         page = [self._message(r) for r in reversed(rows[:limit])]
         conv["messages"] = page
         conv["next_before_message_id"] = page[0]["id"] if len(rows) > limit else None
         return conv
 
-    def list_conversations(self, limit: int = 20, cursor: Optional[str] = None) -> Tuple[List[dict], Optional[str]]:
+    def list_conversations(self, limit: int = 20,
+                           cursor: Optional[str] = None) -> Tuple[List[dict], Optional[str]]:
         """Conversations, the most recently updated first."""
         where, params = "", []
         if cursor is not None:
             when, n = _decode_cursor(cursor)
             where, params = " WHERE c.updated < ? OR (c.updated = ? AND c.n < ?)", [when, when, n]
-        rows = self._rows(f"SELECT c.n, c.id, c.title, c.created, c.updated, (SELECT count(*) FROM messages m WHERE "
-                          f"m.conversation_id = c.id) AS message_count FROM conversations c{where} "
-                          f"ORDER BY c.updated DESC, c.n DESC LIMIT ?", [*params, limit + 1])
+        rows = self._rows(f"SELECT c.n, c.id, c.title, c.created, c.updated, (SELECT count(*) FROM "
+                          f"messages m WHERE m.conversation_id = c.id) AS message_count FROM "
+                          f"conversations c{where} ORDER BY c.updated DESC, c.n DESC LIMIT ?",
+                          [*params, limit + 1])
         more = len(rows) > limit
         rows = rows[:limit]
         cursor = _encode_cursor(rows[-1]["updated"], rows[-1]["n"]) if more else None
         return [{k: v for k, v in r.items() if k != "n"} for r in rows], cursor
 
-    def search_messages(self, query: str, mode: str = "words", *, conversation_id: Optional[str] = None,
+    def search_messages(self, query: str, mode: str = "words", *,
+                        conversation_id: Optional[str] = None,
                         since: Optional[str] = None, until: Optional[str] = None, limit: int = 10,
                         offset: int = 0) -> dict:
         """Messages holding the query's words, best first, with snippets (like search)."""
@@ -7308,10 +7633,13 @@ class Catalog:
         where, params = _filters("t", conversation_id=conversation_id, since=since, until=until)
         found = self._match("messages", words, mode, where, params, limit + 1, offset)
         page = found[:limit]
-        rows = {r["n"]: r for r in self._rows(f"SELECT n, id, conversation_id, role, created FROM messages WHERE n IN "
-                                              f"({', '.join('?' * len(page))})", page)}
-        results = [{"message_id": rows[n]["id"], "conversation_id": rows[n]["conversation_id"], "role": rows[n]["role"],
-                    "created": rows[n]["created"], "snippet": self._snippet("messages", n, words, mode)}
+        rows = {r["n"]: r for r in self._rows(f"SELECT n, id, conversation_id, role, created FROM "
+                                              f"messages WHERE n IN ({', '.join('?' * len(page))})",
+                                              page)}
+        results = [{"message_id": rows[n]["id"], "conversation_id": rows[n]["conversation_id"],
+                    "role": rows[n]["role"],
+                    "created": rows[n]["created"],
+                    "snippet": self._snippet("messages", n, words, mode)}
                    for n in page if n in rows]
         return {"results": results, "words": words, "has_more": len(found) > limit}
 
@@ -7319,9 +7647,11 @@ class Catalog:
         """Delete a conversation; its messages go with it (ON DELETE CASCADE, and the FTS triggers
         fire for each). Returns how many messages were deleted."""
         with self._tx() as db:
-            count = db.execute("SELECT count(*) FROM messages WHERE conversation_id = ?", (cid,)).fetchone()[0]
+            count = db.execute("SELECT count(*) FROM messages WHERE conversation_id = ?",
+                               (cid,)).fetchone()[0]
             if db.execute("DELETE FROM conversations WHERE id = ?", (cid,)).rowcount == 0:
-                raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones that exist.")
+                raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones "
+                                f"that exist.")
         return count
 
     def export(self, cid: Optional[str] = None) -> List[dict]:
@@ -7329,12 +7659,13 @@ class Catalog:
         if cid is not None:
             convs = [self._conversation(cid)]
         else:
-            convs = self._rows("SELECT c.id, c.title, c.created, c.updated, (SELECT count(*) FROM messages m WHERE "
-                               "m.conversation_id = c.id) AS message_count FROM conversations c "
-                               "ORDER BY c.updated DESC, c.n DESC")
+            convs = self._rows("SELECT c.id, c.title, c.created, c.updated, (SELECT count(*) FROM "
+                               "messages m WHERE m.conversation_id = c.id) AS message_count FROM "
+                               "conversations c ORDER BY c.updated DESC, c.n DESC")
         for conv in convs:
             conv["messages"] = [self._message(r) for r in
-                                self._rows("SELECT * FROM messages WHERE conversation_id = ? ORDER BY n", (conv["id"],))]
+                                self._rows("SELECT * FROM messages WHERE conversation_id = ? ORDER "
+                                           "BY n", (conv["id"],))]
         return convs
 
 
@@ -7342,10 +7673,12 @@ def _conversations_markdown(convs: List[dict], exported: str) -> str:
     """An export as Markdown: one section per conversation, one subsection per message."""
     out = [f"# Conversations\n\nExported {exported}: {_plural(len(convs), 'conversation')}.\n"]
     for conv in convs:
-        out.append(f"## {conv['title'] or conv['id']}\n\n- id: `{conv['id']}`\n- created: {conv['created']}\n"
-                   f"- updated: {conv['updated']}\n- messages: {conv['message_count']}\n")
+        out.append(f"## {conv['title'] or conv['id']}\n\n- id: `{conv['id']}`\n- created: "
+                   f"{conv['created']}\n- updated: {conv['updated']}\n- messages: "
+                   f"{conv['message_count']}\n")
         for m in conv["messages"]:
-            out.append(f"### {m['role']} · {m['created']}\n\n<!-- message {m['id']} -->\n\n{m['content']}\n")
+            out.append(f"### {m['role']} · {m['created']}\n\n<!-- message {m['id']} "
+                       f"-->\n\n{m['content']}\n")
     return "\n".join(out)
 
 
@@ -7353,14 +7686,17 @@ def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: A
     """The catalog entry of a cached output: its text view is the searchable text."""
     path = os.path.join(cache.dir, entry.token + ".txt")
     fmt = "json" if entry.ctype == "application/json" else "txt"
-    return {"kind": "cached", "server": entry.server, "tool": entry.tool, "token": entry.token, "path": path,
-            "format": fmt, "created": entry.created, "rows": len(data) if isinstance(data, list) else None,
+    return {"kind": "cached", "server": entry.server, "tool": entry.tool, "token": entry.token,
+            "path": path,
+            "format": fmt, "created": entry.created, "rows": len(data) if isinstance(data, list)
+            else None,
             **_file_facts(cache.open_text(entry), path, fmt, max_text, entry.sha256 or "")}
 
 
 # --reindex: what the files themselves tell. Default names are <server>-<tool>-<UTC stamp>, then
 # -image/-audio/-resource[-i] for binary items and -N when the name was taken.
-_DEFAULT_NAME = re.compile(r"(?P<origin>.+?)-\d{8}T\d{6}Z(?:-(?:image|audio|resource)(?:-\d+)?)?(?:-\d+)?")
+_DEFAULT_NAME = re.compile(r"(?P<origin>.+?)-\d{8}T\d{6}Z"
+                           r"(?:-(?:image|audio|resource)(?:-\d+)?)?(?:-\d+)?")
 
 
 def _origin(stem: str, folders: List[str], servers: List[str]) -> Tuple[str, str]:
@@ -7394,19 +7730,20 @@ def _recovered(dfd: Optional[int], path: str, root: str, servers: List[str], max
             "created": st.st_mtime, **_file_facts((f, st.st_size), path, fmt, max_text)}
 
 
-def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Optional[OutputCache] = None) -> dict:
+def _reindex(catalog: Catalog, roots: List[str], servers: List[str],
+             cache: Optional[OutputCache] = None) -> dict:
     """Add to the catalog every file in the allowed directories (and every live cached output) it
     does not hold yet. Rows already there keep what only the original call knew (arguments,
     description); rows whose files are gone stay and are shown as missing."""
-    import stat
-
     paths, tokens = catalog.known()
     summary = {"directories": len(roots), "added": 0, "known": 0, "unreadable": 0, "cached": 0}
     batch: List[dict] = []
-    for root in roots:  # hidden names (Abstract's .abstract-*.tmp too) and all but regular files skipped
+    # hidden names (Abstract's .abstract-*.tmp too) and all but regular files skipped
+    for root in roots:
         for dfd, name, path in _bounded_walk([root], _REINDEX_DEPTH, scan=None, hidden_dirs=False):
             try:
-                regular = stat.S_ISREG(os.stat(_at(dfd, name, path), dir_fd=dfd, follow_symlinks=False).st_mode)
+                regular = stat.S_ISREG(os.stat(_at(dfd, name, path), dir_fd=dfd,
+                                               follow_symlinks=False).st_mode)
             except OSError:
                 continue
             if name.startswith(".") or not regular:
@@ -7433,7 +7770,7 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str], cache: Opti
     return summary
 
 
-# ---- the tool index: list_available_tools' query ----
+# -- the tool index: list_available_tools' query
 # An in-memory FTS5 index of every shown upstream tool, rebuilt when a tool list changes (each
 # upstream keeps its list object until then, so "changed" is an identity test). Words are
 # stemmed (porter) and OR-ed: a question about a tool's purpose shares only some words with it.
@@ -7455,7 +7792,8 @@ def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
         if isinstance(spec, dict) and isinstance(spec.get("description"), str):
             params.append(spec["description"][:500])
     title = tool.get("title") or (ann.get("title") if isinstance(ann, dict) else None)
-    return (name + " " + _CAMEL.sub(" ", name), str(title or ""), str(tool.get("description") or "")[:4000],
+    return (name + " " + _CAMEL.sub(" ", name), str(title or ""),
+            str(tool.get("description") or "")[:4000],
             " ".join(params))
 
 
@@ -7470,7 +7808,8 @@ class _ToolIndex:
         self._rows: List[Tuple[str, dict]] = []  # rowid - 1 -> (server, tool)
         self._db: Any = None
 
-    def search(self, lists: Dict[str, List[dict]], query: str, limit: int) -> List[Tuple[float, str, dict]]:
+    def search(self, lists: Dict[str, List[dict]], query: str,
+               limit: int) -> List[Tuple[float, str, dict]]:
         """(score, server, tool) of the best matches, best first; [] when no word matches."""
         words = _query_words(query)
         if not words:
@@ -7494,14 +7833,16 @@ class _ToolIndex:
         if self._db is not None:
             cols = ", ".join(_TOOL_COLUMNS)
             self._db.execute("DROP TABLE IF EXISTS tools")
-            self._db.execute(f"CREATE VIRTUAL TABLE tools USING fts5({cols}, tokenize='porter unicode61')")
+            self._db.execute(f"CREATE VIRTUAL TABLE tools USING fts5({cols}, tokenize='porter "
+                             f"unicode61')")
             self._db.executemany(f"INSERT INTO tools(rowid, {cols}) VALUES (?, ?, ?, ?, ?)",
                                  [(i + 1, *_tool_text(t)) for i, (_, t) in enumerate(self._rows)])
 
     def _fts(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
         match = " OR ".join('"' + w + '"' for w in dict.fromkeys(words))  # words hold no quote
         rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) AS r FROM tools "
-                                f"WHERE tools MATCH ? ORDER BY r, rowid LIMIT ?", (match, limit)).fetchall()
+                                f"WHERE tools MATCH ? ORDER BY r, rowid LIMIT ?",
+                                (match, limit)).fetchall()
         return [(round(-r, 3), rowid - 1) for rowid, r in rows]
 
     def _plain(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
@@ -7526,16 +7867,22 @@ class _ToolIndex:
 _QUERY_TABLE = "data"
 _QUERY_VTABS = ("json_each", "json_tree")  # table-valued functions a query may read from
 _QUERY_DENIED_FUNCTIONS = frozenset(("load_extension",))
-_QUERY_MAX_VALUE = 16 * 1024 * 1024  # longest text or blob one expression may make (setlimit, 3.11+)
+# longest text or blob one expression may make (setlimit, 3.11+)
+_QUERY_MAX_VALUE = 16 * 1024 * 1024
 _QUERY_CELL = 200  # characters of a cell in the answer's table
 # SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
-_SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CREATE TEMP TABLE",
-                5: "CREATE TEMP TRIGGER", 6: "CREATE TEMP VIEW", 7: "CREATE TRIGGER", 8: "CREATE VIEW",
-                9: "DELETE", 10: "DROP INDEX", 11: "DROP TABLE", 12: "DROP TEMP INDEX", 13: "DROP TEMP TABLE",
+_SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
+                4: "CREATE TEMP TABLE",
+                5: "CREATE TEMP TRIGGER", 6: "CREATE TEMP VIEW", 7: "CREATE TRIGGER",
+                8: "CREATE VIEW",
+                9: "DELETE", 10: "DROP INDEX", 11: "DROP TABLE", 12: "DROP TEMP INDEX",
+                13: "DROP TEMP TABLE",
                 14: "DROP TEMP TRIGGER", 15: "DROP TEMP VIEW", 16: "DROP TRIGGER", 17: "DROP VIEW",
-                18: "INSERT", 19: "PRAGMA", 20: "READ", 21: "SELECT", 22: "TRANSACTION", 23: "UPDATE",
+                18: "INSERT", 19: "PRAGMA", 20: "READ", 21: "SELECT", 22: "TRANSACTION",
+                23: "UPDATE",
                 24: "ATTACH", 25: "DETACH", 26: "ALTER TABLE", 27: "REINDEX", 28: "ANALYZE",
-                29: "CREATE VIRTUAL TABLE", 30: "DROP VIRTUAL TABLE", 31: "FUNCTION", 32: "SAVEPOINT",
+                29: "CREATE VIRTUAL TABLE", 30: "DROP VIRTUAL TABLE", 31: "FUNCTION",
+                32: "SAVEPOINT",
                 33: "RECURSIVE"}
 _SQL_OK, _SQL_DENY = 0, 1
 
@@ -7578,7 +7925,8 @@ def _sql_columns(rows: List[Dict[str, Any]]) -> Tuple[List[str], List[str], List
 class _Table:
     """One source's records in its own in-memory database, with the lock its queries take."""
 
-    __slots__ = ("db", "columns", "rows", "size", "notes", "lock", "refused", "deadline", "closed", "load_s")
+    __slots__ = ("db", "columns", "rows", "size", "notes", "lock", "refused", "deadline", "closed",
+                 "load_s")
 
     def __init__(self, db: Any, columns: List[str], rows: int, notes: List[str]) -> None:
         self.db, self.columns, self.rows, self.notes = db, columns, rows, notes
@@ -7586,7 +7934,8 @@ class _Table:
         self.refused: List[str] = []  # what the authorizer refused in the statement being prepared
         self.deadline = 0.0  # monotonic time the running query must end by
         self.closed = False
-        self.load_s: Optional[float] = None  # seconds its loading took, until the first query says so
+        # seconds its loading took, until the first query says so
+        self.load_s: Optional[float] = None
         page = db.execute("PRAGMA page_size").fetchone()[0]
         self.size = page * db.execute("PRAGMA page_count").fetchone()[0]
 
@@ -7651,7 +8000,8 @@ def _lock_down(table: _Table) -> None:
         detail = {20: f"reading table {arg1}", 31: f"the function {arg2}()", 19: f"PRAGMA {arg1}",
                   24: "ATTACH"}.get(action, what)
         if str(arg1).startswith("sqlite_") and action in (9, 18, 23):
-            detail = "changing the schema"  # (CREATE, DROP: the first thing a schema change asks for)
+            # (CREATE, DROP: the first thing a schema change asks for)
+            detail = "changing the schema"
         table.refused.append(detail)
         return _SQL_DENY
 
@@ -7723,7 +8073,8 @@ def _result_columns(description: Any) -> List[str]:
     return out
 
 
-def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max_chars: int) -> _QueryResult:
+def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float,
+               max_chars: int) -> _QueryResult:
     """Run one read-only statement over `table`: the first `keep` rows (all when None, then at
     most about `max_chars` characters of them) and the number of rows in all. ToolError for a
     refused statement, a syntax error, an unknown column, the time limit or the size bound."""
@@ -7746,8 +8097,9 @@ def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max
                 if keep is None:
                     used += sum(len(str(v)) + 1 for row in batch for v in row)
                     if used > max_chars:
-                        raise ToolError(f"The query's result is larger than {max_chars // (1 << 20)} MB (query."
-                                        f"max_result_mb in Abstract's settings); select fewer rows or columns.")
+                        raise ToolError(f"The query's result is larger than "
+                                        f"{max_chars // (1 << 20)} MB (query.max_result_mb in "
+                                        f"Abstract's settings); select fewer rows or columns.")
                     kept.extend(batch)
                 elif len(kept) < keep:
                     kept.extend(batch[:keep - len(kept)])
@@ -7760,7 +8112,8 @@ def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max
 
 def _sql_verb(sql: str) -> str:
     """What a schema-changing statement does, from its first words ("CREATE INDEX")."""
-    m = re.match(r"\s*(CREATE|DROP|ALTER)\s+(?:(?:TEMP|TEMPORARY|UNIQUE|VIRTUAL)\s+)?([A-Za-z]+)", sql, re.IGNORECASE)
+    m = re.match(r"\s*(CREATE|DROP|ALTER)\s+(?:(?:TEMP|TEMPORARY|UNIQUE|VIRTUAL)\s+)?([A-Za-z]+)",
+                 sql, re.IGNORECASE)
     return f"{m.group(1)} {m.group(2)}".upper() if m else "changing the schema"
 
 
@@ -7769,22 +8122,27 @@ def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolE
     msg = str(e)
     cols = ", ".join(table.columns)
     if table.refused:
-        said = [_sql_verb(sql) if d == "changing the schema" else d for d in dict.fromkeys(table.refused)]
+        said = [_sql_verb(sql) if d == "changing the schema" else d
+                for d in dict.fromkeys(table.refused)]
         return ToolError(f"Refused: {'; '.join(said)}. query_output runs one read-only "
-                         f"SELECT (WITH allowed) over the table {_QUERY_TABLE}: it may read {_QUERY_TABLE} (and "
-                         f"json_each/json_tree) and call functions, nothing else.")
+                         f"SELECT (WITH allowed) over the table {_QUERY_TABLE}: it may read "
+                         f"{_QUERY_TABLE} (and json_each/json_tree) and call functions, nothing "
+                         f"else.")
     if msg == "interrupted":
-        return ToolError(f"The query ran longer than {timeout:g} s and was stopped (query.timeout_seconds in "
-                         f"Abstract's settings). Narrow it: a WHERE, a LIMIT, fewer joins.")
+        return ToolError(f"The query ran longer than {timeout:g} s and was stopped "
+                         f"(query.timeout_seconds in Abstract's settings). Narrow it: a WHERE, a "
+                         f"LIMIT, fewer joins.")
     if "one statement at a time" in msg:
         return ToolError("Give one statement only (a single SELECT; a trailing ';' is fine).")
     if msg.startswith("no such column"):
-        return ToolError(f"SQLite: {msg}. The columns of {_QUERY_TABLE}: {cols}. Quote a name with spaces or "
-                         f"capitals in double quotes; values go in single quotes.")
+        return ToolError(f"SQLite: {msg}. The columns of {_QUERY_TABLE}: {cols}. Quote a name with "
+                         f"spaces or capitals in double quotes; values go in single quotes.")
     if msg.startswith("no such table"):
-        return ToolError(f"SQLite: {msg}. The records are in the one table {_QUERY_TABLE} ({cols}).")
+        return ToolError(f"SQLite: {msg}. The records are in the one table {_QUERY_TABLE} "
+                         f"({cols}).")
     if "syntax error" in msg or "incomplete input" in msg or "unrecognized token" in msg:
-        return ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table {_QUERY_TABLE}.")
+        return ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table "
+                         f"{_QUERY_TABLE}.")
     return ToolError(f"The query failed (SQLite: {msg}).")
 
 
@@ -7794,7 +8152,8 @@ def _cell(value: Any) -> str:
         return "null"
     if isinstance(value, bytes):
         value = "x'" + value[:_QUERY_CELL // 2].hex() + "'"
-    text = str(value).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("|", "\\|")
+    text = str(value).replace("\\", "\\\\").replace("\n",
+                                                    "\\n").replace("\r", "\\r").replace("|", "\\|")
     return text if len(text) <= _QUERY_CELL else text[:_QUERY_CELL - 1] + "…"
 
 
@@ -7826,8 +8185,6 @@ def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tupl
 
 
 _ARG_INT_MAX = 10**9  # the largest offset, limit or line number a tool takes
-
-
 _RETENTION_DAYS_MAX = 36500  # a hundred years
 
 
@@ -7845,21 +8202,52 @@ _ARG_ALIASES: Dict[str, Tuple[str, ...]] = {
 _FORMAT_ALIASES = {"yml": "yaml", "markdown": "md", "text": "txt", "htm": "html"}
 
 
+class _ToolContext:
+    """What every tool works with, built once by the Server: the sandbox, the settings, the
+    upstreams, the cache and catalog (None when off), list_available_tools' index, query_output's
+    tables, the names of the tools offered, and the client's side of things: `notify` sends it a
+    notification, `protocol` and `client_name` tell a request's protocol version and client."""
+
+    __slots__ = ("sandbox", "settings", "upstreams", "cache", "catalog", "tool_index", "tables",
+                 "offered", "notify", "protocol", "client_name", "links")
+
+    def __init__(self, sandbox: Sandbox, settings: Settings, upstreams: Upstreams,
+                 cache: Optional[OutputCache], catalog: Optional[Catalog], offered: Iterable[str],
+                 notify: Callable[[str, dict], Any], protocol: Callable[[_Request], str],
+                 client_name: Callable[[_Request], str],
+                 links: Optional[Callable[[_CacheEntry], str]] = None) -> None:
+        self.sandbox, self.settings, self.upstreams = sandbox, settings, upstreams
+        self.cache, self.catalog = cache, catalog
+        self.tool_index = _ToolIndex()  # list_available_tools' query
+        self.tables = _Tables()  # query_output's loaded tables
+        self.offered = offered  # (a live view: `in` asks the Server's own table)
+        self.notify, self.protocol, self.client_name = notify, protocol, client_name
+        self.links = links  # --http: the signed download link of a cached output
+
+
 class _Call:
-    """One tools/call being handled: the arguments, the client request, the server."""
+    """One tools/call being handled: the arguments, the client request, the tools' context."""
 
-    __slots__ = ("server", "req", "args")
+    __slots__ = ("ctx", "req", "args")
 
-    def __init__(self, server: "Server", req: _Request, args: dict) -> None:
-        self.server, self.req, self.args = server, req, args
+    def __init__(self, ctx: _ToolContext, req: _Request, args: dict) -> None:
+        self.ctx, self.req, self.args = ctx, req, args
 
-    def str(self, key: str, required: bool = False) -> Optional[str]:
+    def string(self, key: str) -> Optional[str]:
+        """A string argument, or None when the call leaves it out."""
         v = self.args.get(key)
         if v is None:
-            if required:
-                raise ToolError(f"Missing required argument '{key}' (a string).")
             return None
-        if not isinstance(v, str) or (required and not v):
+        if not isinstance(v, str):
+            raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
+        return v
+
+    def required(self, key: str) -> str:
+        """A string argument the tool cannot do without: present and not empty."""
+        v = self.args.get(key)
+        if v is None:
+            raise ToolError(f"Missing required argument '{key}' (a string).")
+        if not isinstance(v, str) or not v:
             raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
         return v
 
@@ -7868,33 +8256,42 @@ class _Call:
         if v is None:
             return {}
         if not isinstance(v, dict):
-            raise ToolError(f"Argument '{key}' must be an object of the tool's arguments, not {_dumps(v)[:80]}.")
+            raise ToolError(f"Argument '{key}' must be an object of the tool's arguments, not "
+                            f"{_dumps(v)[:80]}.")
         return v
 
-    def int(self, key: str, default: Optional[int] = None, minimum: int = 0,
-            maximum: int = _ARG_INT_MAX) -> Optional[int]:
-        """An integer argument in [minimum, maximum]: huge ones are refused here, before sqlite3
-        (OverflowError past 2**63) or a slice sees them."""
-        v = self.args.get(key, default)
+    def optional_int(self, key: str, minimum: int = 0, maximum: int = _ARG_INT_MAX
+                     ) -> Optional[int]:
+        """An integer argument in [minimum, maximum], or None when left out: huge ones are refused
+        here, before sqlite3 (OverflowError past 2**63) or a slice sees them."""
+        v = self.args.get(key)
         if v is None:
             return None
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise ToolError(f"Argument '{key}' must be an integer >= {minimum}, not {_dumps(v)[:80]}.")
+            raise ToolError(f"Argument '{key}' must be an integer >= {minimum}, not "
+                            f"{_dumps(v)[:80]}.")
         if v > maximum:
-            raise ToolError(f"Argument '{key}' must be an integer from {minimum} to {maximum:,}; it is larger.")
+            raise ToolError(f"Argument '{key}' must be an integer from {minimum} to {maximum:,}; "
+                            f"it is larger.")
         return v
+
+    def integer(self, key: str, default: int, minimum: int = 0, maximum: int = _ARG_INT_MAX) -> int:
+        """optional_int with a default for the left-out argument."""
+        v = self.optional_int(key, minimum, maximum)
+        return default if v is None else v
 
     def format(self, key: str) -> Optional[str]:
         """A file format argument, its common other names (yml, markdown, text, htm) accepted."""
-        v = self.str(key)
+        v = self.string(key)
         if v is None:
             return None
         fmt = v.strip().lower().lstrip(".")
         fmt = _FORMAT_ALIASES.get(fmt, fmt)
         if fmt not in _FORMATS:
-            raise ToolError(f"Argument '{key}' must be one of {', '.join(_FORMATS)}, not {_dumps(v)[:80]}.")
+            raise ToolError(f"Argument '{key}' must be one of {', '.join(_FORMATS)}, not "
+                            f"{_dumps(v)[:80]}.")
         return fmt
 
     def flag(self, key: str) -> bool:
@@ -7914,14 +8311,23 @@ def _checked_args(tool: str, schema: dict, args: dict) -> dict:
         if key not in props:
             target = next((t for t in _ARG_ALIASES.get(key, ()) if t in props), "")
             if not target:
-                raise ToolError(f"{tool} has no argument '{key}'. Its arguments: {', '.join(props) or 'none'}.")
+                raise ToolError(f"{tool} has no argument '{key}'. Its arguments: "
+                                f"{', '.join(props) or 'none'}.")
             if target in args or target in out:
-                given = target if target in args else next(k for k in args if k != key and k in
-                                                           _ARG_ALIASES and target in _ARG_ALIASES[k])
+                given = target if target in args else next(
+                    k for k in args if k != key and target in _ARG_ALIASES.get(k, ()))
                 raise ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
         out[target] = value
     return out
 
+
+@contextlib.contextmanager
+def _sandboxed(hint: str = "") -> Iterator[None]:
+    """A path the sandbox refuses (SandboxError) as the model's error, `hint` after the reason."""
+    try:
+        yield
+    except SandboxError as e:
+        raise ToolError(f"{e}{hint}") from None
 
 # ==== 16. Storing =================================================================
 # The store path: a tool result (or a cached output) written as a file in an allowed directory,
@@ -7938,8 +8344,8 @@ class _Stored:
 
 
 _FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
-                "md": "text/markdown", "txt": "text/plain", "html": "text/html", "yaml": "application/yaml",
-                "xml": "application/xml"}
+                "md": "text/markdown", "txt": "text/plain", "html": "text/html",
+                "yaml": "application/yaml", "xml": "application/xml"}
 
 
 def _preview(text: str, limit: int = 600) -> str:
@@ -7951,14 +8357,16 @@ def _preview(text: str, limit: int = 600) -> str:
 
 
 def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]:
-    import hashlib
+    import hashlib  # lazy: see Imports
 
     out = []
     for i, b in enumerate(blobs, 1):
         name = f"{stem}-{b.kind}" + (f"-{i}" if len(blobs) > 1 else "")
         path = _write_new(directory, name, b.ext, b.data)
-        digest = hashlib.sha256(b.data).hexdigest()  # for the catalog, without reading the file back
-        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), b.mime or "application/octet-stream", digest))
+        # for the catalog, without reading the file back
+        digest = hashlib.sha256(b.data).hexdigest()
+        mime = b.mime or "application/octet-stream"
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest))
     return out
 
 
@@ -7969,14 +8377,14 @@ def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]
 
 def _recorded_args(call: _Call) -> Any:
     """The arguments worth keeping with an output: a meta tool's own minus server and tool name
-    (which have columns), or a direct-mode call's upstream arguments as they are."""
+    (which have columns), or a transparent-mode call's upstream arguments as they are."""
     if "tool_name" in call.args:
         return {k: v for k, v in call.args.items() if k not in ("server", "tool_name")}
     return call.args
 
 
 def _catalog_note(call: _Call, what: str, build: Callable[[int], List[dict]]) -> None:
-    catalog = call.server.catalog
+    catalog = call.ctx.catalog
     if catalog is None:
         return
     try:
@@ -7985,21 +8393,22 @@ def _catalog_note(call: _Call, what: str, build: Callable[[int], List[dict]]) ->
         _log.warning("catalog: could not record %s: %s", what, e)
 
 
-def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Optional[_Stored], conv: Any,
-                    blobs: List[_Stored]) -> None:
-    """Record a store's files: the converted data (with rows/columns for tables) and each binary item."""
-    desc = call.args.get("description") if isinstance(call.args.get("description"), str) else ""
+def _catalog_stored(call: _Call, server: str, tool: str, kind: str, description: str,
+                    data_file: Optional[_Stored], conv: Any, blobs: List[_Stored]) -> None:
+    """Record a store's files: the converted data (with rows/columns for tables) and each binary
+    item."""
 
     def opened(path: str) -> Tuple[Any, int]:  # the file just stored, read back through the sandbox
-        f, _, size = call.server.sandbox.open_read(path)
+        f, _, size = call.ctx.sandbox.open_read(path)
         return f, size
 
     def build(max_text: int) -> List[dict]:
         out = []
-        for f in ([main] if main is not None else []) + blobs:
-            e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call), "description": desc,
-                 "path": f.path, "format": f.fmt, **_file_facts(opened(f.path), f.path, f.fmt, max_text, f.sha256)}
-            if f is main and getattr(conv, "rows", None) is not None:
+        for f in ([data_file] if data_file is not None else []) + blobs:
+            e = {"kind": kind, "server": server, "tool": tool, "arguments": _recorded_args(call),
+                 "description": description, "path": f.path, "format": f.fmt,
+                 **_file_facts(opened(f.path), f.path, f.fmt, max_text, f.sha256)}
+            if f is data_file and getattr(conv, "rows", None) is not None:
                 e["rows"], e["columns"] = conv.rows, len(conv.columns or [])
             out.append(e)
         return out
@@ -8007,10 +8416,9 @@ def _catalog_stored(call: _Call, server: str, tool: str, kind: str, main: Option
     _catalog_note(call, f"the files of {server}.{tool}", build)
 
 
-def _catalog_cached(call: _Call, entry: _CacheEntry, ex: _Extracted) -> None:
-    cache = call.server.cache
+def _catalog_cached(call: _Call, cache: OutputCache, entry: _CacheEntry, ex: _Extracted) -> None:
     _catalog_note(call, f"the cached output {entry.token}",
-                  lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),  # type: ignore[arg-type]
+                  lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),
                                          arguments=_recorded_args(call))])
 
 
@@ -8022,45 +8430,44 @@ def _check_quota(call: _Call, directory: str) -> None:
     """Refuse, before the tool runs, a store into an allowed directory at or over its max_total_mb.
     The result's size is unknown until the tool answers, so one store may take a directory past
     its limit; the next is refused. Nothing is ever deleted to make room."""
-    root = call.server.sandbox.root_of(directory)
-    limit = call.server.settings.quota_mb(root) if root else None
-    if limit is None:
+    root = call.ctx.sandbox.root_of(directory)
+    limit = call.ctx.settings.quota_mb(root) if root is not None else None
+    if root is None or limit is None:
         return
-    used, complete = _dir_usage(root)  # type: ignore[arg-type]
+    used, complete = _dir_usage(root)
     if used >= limit * 1024 * 1024:
-        raise ToolError(f"Not stored: the allowed directory {root} holds {'at least ' if not complete else ''}"
-                        f"{_mib(used)}, at or over its limit of {limit:g} MB (max_total_mb in Abstract's settings, "
-                        f"key 'storage'). Abstract never deletes files to make room: move or delete files there, "
+        raise ToolError(f"Not stored: the allowed directory {root} holds "
+                        f"{'at least ' if not complete else ''}{_mib(used)}, at or over its limit "
+                        f"of {limit:g} MB (max_total_mb in Abstract's settings, key 'storage'). "
+                        f"Abstract never deletes files to make room: move or delete files there, "
                         f"store in another allowed directory (storage_path), or raise the limit.")
 
 
 def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
     """(directory, file stem) for a store, checked against the sandbox before the tool runs."""
-    sandbox, path, name = call.server.sandbox, call.str("storage_path"), call.str("filename")
-    try:  # the name first: a refused name must not leave new folders behind
-        stem = _safe_part(f"{server}-{tool}-{_utc_stamp()}") if name is None else _safe_filename(name)
+    sandbox, path, name = call.ctx.sandbox, call.string("storage_path"), call.string("filename")
+    hint = (f". Allowed directories: {', '.join(sandbox.roots)}; the file goes in the first, "
+            f"or in the folder storage_path names.")
+    with _sandboxed(hint):  # the name first: a refused name must not leave new folders behind
+        stem = (_safe_part(f"{server}-{tool}-{_utc(compact=True)}") if name is None
+                else _safe_filename(name))
         exts = tuple("." + e for e in _FORMATS + ("yml", "gz"))
         while name is not None and stem.lower().endswith(exts):  # "report.csv.gz", "report.csv."
             head = stem[:stem.rindex(".")]
             if not head.strip(". "):  # ".csv" alone is the name, not an extension
                 break
             stem = _safe_filename(head)
-    except SandboxError as e:
-        raise ToolError(f"{e}. Allowed directories: {', '.join(sandbox.roots)}; the file goes in the first, "
-                        f"or in the folder storage_path names.") from None
-    try:
+    with _sandboxed():
         if path is None:
-            organize = call.server.settings.get("organize")
+            organize = call.ctx.settings.get("organize")
             parts = {"flat": [], "by_server": [server], "by_server_tool": [server, tool]}[organize]
             path = os.path.join(*(_safe_part(p) for p in parts)) if parts else None
         return sandbox.make_dir(path), stem
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
 
 
 def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
     """gzip-compress a stream of chunks without holding the whole file (wbits 31: gzip framing)."""
-    import zlib
+    import zlib  # lazy: see Imports
 
     z = zlib.compressobj(6, zlib.DEFLATED, 31)
     for chunk in chunks:
@@ -8070,7 +8477,8 @@ def _gzip_chunks(chunks: Any) -> Iterator[bytes]:
     yield z.flush()
 
 
-def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -> Tuple[_Stored, str]:
+def _write_converted(directory: str, stem: str, conv: _Converted, compress: bool
+                     ) -> Tuple[_Stored, str]:
     """Write converted data part by part (a large table is never one huge string or bytes
     object); returns the file and the start of its text, for the preview."""
     head: List[str] = []
@@ -8081,14 +8489,15 @@ def _write_converted(call: _Call, directory: str, stem: str, conv: _Converted) -
                 head.append(part[:4000])
             yield part.encode("utf-8", "surrogatepass")
 
-    import hashlib
+    import hashlib  # lazy: see Imports
 
     chunks: Any = encoded()
     ext = "." + conv.fmt
     mime = _FORMAT_MIME[conv.fmt]
-    if call.flag("compress"):
+    if compress:
         chunks, ext, mime = _gzip_chunks(chunks), ext + ".gz", "application/gzip"
-    digest = hashlib.sha256()  # of the bytes as written, so the catalog need not read the file again
+    # of the bytes as written, so the catalog need not read the file again
+    digest = hashlib.sha256()
     size = [0]  # (nor the path, which may lead elsewhere by now)
 
     def hashed() -> Iterator[bytes]:
@@ -8105,45 +8514,52 @@ def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) 
     """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
     model's error, naming the folder."""
     also = f" ({written.path} was written before it failed)" if written is not None else ""
-    return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some space or fix "
-                     f"the folder, or store in another allowed directory (storage_path).")
+    return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some "
+                     f"space or fix the folder, or store in another allowed directory "
+                     f"(storage_path).")
 
 
-_QUERYABLE = ("json", "csv", "tsv", "yaml", "xml")  # stored formats query_output reads back as records
+# stored formats query_output reads back as records
+_QUERYABLE = ("json", "csv", "tsv", "yaml", "xml")
 
 
-def _data_notes(call: _Call, main: Optional[_Stored], data: Any) -> List[str]:
+def _data_notes(call: _Call, data_file: Optional[_Stored], data: Any) -> List[str]:
     """The shape of stored data, and for records how to ask the file with query_output."""
-    if main is None:
+    if data_file is None:
         return []
     if isinstance(data, str):
         lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
         return [f"Shape: text, {_plural(lines, 'line')}."]
     out = [_shape(data, 600)] if data is not None else []
-    if main.fmt in _QUERYABLE and "query_output" in call.server.tools:
-        hint = _query_hint(main.path, data if main.fmt not in ("csv", "tsv") else _as_records(data)[0])
+    if data_file.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
+        records = data if data_file.fmt not in ("csv", "tsv") else _as_records(data)[0]
+        hint = _query_hint(data_file.path, records)
         out.append(hint)
     return [line for line in out if line]
 
 
-def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], conv: Any,
-                  blobs: List[_Stored], preview: str, about: List[str] = ()) -> dict:  # type: ignore[assignment]
+def _store_answer(call: _Call, server: str, tool: str, description: str,
+                  data_file: Optional[_Stored], conv: Any, blobs: List[_Stored], preview: str,
+                  about: Sequence[str] = ()) -> dict:
     """The short answer to a store: text for the model, resource_link, structuredContent."""
-    files = ([main] if main else []) + blobs
+    files = ([data_file] if data_file else []) + blobs
     first = files[0]
     lines = [f"Stored the result of {server}.{tool} as {first.fmt.upper()}: {first.path}"]
     info: dict = {"server": server, "tool": tool, "path": first.path, "uri": _file_uri(first.path),
                   "format": first.fmt, "bytes": first.size}
-    if main is not None and conv.rows is not None:
+    if data_file is not None and conv.rows is not None:
         info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
-        lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, {first.size:,} bytes.")
+        lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, "
+                     f"{first.size:,} bytes.")
     else:
         lines.append(f"{_plural(first.size, 'byte')}.")
-    if main is not None and main.path.lower().endswith(".gz"):
+    if data_file is not None and data_file.path.lower().endswith(".gz"):
         info["compressed"] = True
     if blobs:
-        info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime, "bytes": b.size} for b in blobs]
-        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}" for b in (blobs if main else blobs[1:]))
+        info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime,
+                          "bytes": b.size} for b in blobs]
+        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}"
+                     for b in (blobs if data_file else blobs[1:]))
     notes = list(getattr(conv, "notes", None) or [])
     if notes:
         info["notes"] = notes
@@ -8153,40 +8569,62 @@ def _store_answer(call: _Call, server: str, tool: str, main: Optional[_Stored], 
         lines.append("Preview:\n" + preview)
     lines.extend(a for a in about if a.startswith("Ask it"))
     result = _text_result("\n".join(lines), info)
-    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
-        desc = call.str("description") or f"Result of {server}.{tool}"
-        result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path), "name": os.path.basename(f.path),
-                               "mimeType": f.mime, "size": f.size, "description": desc[:500]} for f in files]
+    if call.ctx.protocol(call.req) in _LINK_VERSIONS:
+        desc = description or f"Result of {server}.{tool}"
+        result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path),
+                               "name": os.path.basename(f.path),
+                               "mimeType": f.mime, "size": f.size, "description": desc[:500]}
+                              for f in files]
     return result
 
 
-def _store_result(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
-                  source: str = "") -> dict:
-    """Store a tool result in `fmt` (None: the format that fits the content): call_tool_and_store,
-    file input's response_format, and cached outputs. `fetch` gives the result once the target
-    is known to be usable."""
-    call.flag("compress")  # a bad value is refused before the tool runs
+def _store_result(call: _Call, server: str, tool: str, fmt: Optional[str],
+                  fetch: Callable[[], dict], input_note: str = "") -> dict:
+    """Store a tool result as a file: call_tool_and_store, file input's response_format, and
+    cached outputs. `fmt` None: the format that fits the content; `fetch` gives the result;
+    `input_note` (" for the data of X") marks file input's response.
+
+    1. Read the options and decide the folder and the file name before the tool runs: a bad
+       argument or a refused path costs no tool call (and no tool side effect).
+    2. Hold the folder open (POSIX): however long the tool runs, the file goes into the folder
+       checked in step 1, never into one swapped in meanwhile.
+    3. _store_in does the rest in that folder.
+    """
+    compress, description = call.flag("compress"), call.string("description") or ""  # 1.
     directory, stem = _store_target(call, server, tool)
-    with directory:  # held open (POSIX): the folder decided now is the one written, however long the tool runs
-        return _store_in(call, server, tool, fmt, fetch, source, directory, stem)
+    with directory:  # 2.
+        return _store_in(call, server, tool, fmt, fetch, input_note, directory, stem, compress,
+                         description)
 
 
 def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Callable[[], dict],
-              source: str, directory: str, stem: str) -> dict:
-    _check_quota(call, directory)
-    res = fetch()
+              input_note: str, directory: str, stem: str, compress: bool, description: str) -> dict:
+    """_store_result's work, in the held folder:
+
+    1. Refuse a folder at or over its quota, still before the tool runs: nothing to undo.
+    2. Fetch the result; an upstream error stores nothing.
+    3. Take it apart (_extract) and drop the wrapper, so a large text is held once, not twice.
+    4. Convert and write the data part by part, then each binary item; a failed write names
+       the folder (and the file already written, if any). Nothing half-written is left: each
+       file is written whole under a temporary name first (_write_new).
+    5. Record the files in the catalog (a catalog failure is logged, never the store's), and
+       answer with the path, the shape, a preview and how to query the file.
+    """
+    _check_quota(call, directory)  # 1.
+    res = fetch()  # 2.
     if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error{source}, so nothing was stored: {_error_text(res)}")
-    ex = _extract(res)
+        raise ToolError(f"'{server}' tool '{tool}' reported an error{input_note}, so nothing was "
+                        f"stored: {_error_text(res)}")
+    ex = _extract(res)  # 3.
     del res  # the wrapper's copy of a large text is not needed once it is parsed
-    main, conv, preview = None, None, ""
-    try:
+    data_file, conv, preview = None, None, ""
+    try:  # 4.
         if ex.has_data or not ex.blobs:
             fmt = fmt or _natural_format(ex.data)
             try:
                 data = _tabular_text(ex.data, fmt)
-                conv = _convert(data, fmt, call.str("description") or f"{server}.{tool}")
-                main, head = _write_converted(call, directory, stem, conv)
+                conv = _convert(data, fmt, description or f"{server}.{tool}")
+                data_file, head = _write_converted(directory, stem, conv, compress)
             except FormatError as e:
                 raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
             except RecursionError:
@@ -8194,10 +8632,12 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
             preview = _preview(head)
         blobs = _store_blobs(directory, stem, ex.blobs)
     except OSError as e:
-        raise _write_error(directory, e, main) from None
-    _catalog_stored(call, server, tool, "response" if source else "stored", main, conv, blobs)  # source: file input's
-    about = _data_notes(call, main, _tabular_text(ex.data, main.fmt) if main is not None else None)
-    return _store_answer(call, server, tool, main, conv, blobs, preview, about)
+        raise _write_error(directory, e, data_file) from None
+    kind = "response" if input_note else "stored"  # 5. file input's response, or a stored result
+    _catalog_stored(call, server, tool, kind, description, data_file, conv, blobs)
+    data = _tabular_text(ex.data, data_file.fmt) if data_file is not None else None
+    about = _data_notes(call, data_file, data)
+    return _store_answer(call, server, tool, description, data_file, conv, blobs, preview, about)
 
 
 # ==== 17. Tools ===================================================================
@@ -8212,9 +8652,11 @@ def _schema(props: dict, required: Tuple[str, ...] = ()) -> dict:
     return s
 
 
-_P_SERVER = {"type": "string", "description": "Upstream server name, as list_available_tools shows it."}
+_P_SERVER = {"type": "string", "description": "Upstream server name, as list_available_tools shows "
+                                              "it."}
 _P_TOOL = {"type": "string", "description": "Tool name on that server."}
-_P_ARGS = {"type": "object", "description": "Arguments for the upstream tool, as its inputSchema describes.",
+_P_ARGS = {"type": "object", "description": "Arguments for the upstream tool, as its inputSchema "
+                                            "describes.",
            "additionalProperties": True}
 
 
@@ -8234,15 +8676,20 @@ def _first_sentence(text: str, limit: int = 150) -> str:
 
 
 def _tool_list_available_tools(call: _Call) -> dict:
-    ups = call.server.upstreams
-    detailed, only, query = call.flag("detailed"), call.str("filter_by_server"), call.str("query")
-    limit = call.int("limit", minimum=1)
+    """Every upstream's tools (or one server's, filter_by_server), asked of all at once; with
+    `query`, ranked by the tool index. A server that fails is listed with its error rather than
+    failing the listing; the compact form gives each tool's first sentence only."""
+    ups = call.ctx.upstreams
+    detailed, only = call.flag("detailed"), call.string("filter_by_server")
+    query = call.string("query")
+    limit = call.optional_int("limit", minimum=1)
     names = ups.names()
     if only is not None:
         ups.get(only)  # unknown server: a ToolError naming the ones that exist
         names = [only]
     elif ups.config.error:
-        raise ToolError(f"No upstream servers are available: {ups.config.error}. Fix it and restart Abstract.")
+        raise ToolError(f"No upstream servers are available: {ups.config.error}. Fix it and "
+                        f"restart Abstract.")
     lists: Dict[str, List[dict]] = {}
     failed: List[dict] = []
     for name, got in ups.each(lambda up: up.tools(), names).items():
@@ -8252,7 +8699,7 @@ def _tool_list_available_tools(call: _Call) -> dict:
             lists[name] = got
     lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first
     if query is not None:
-        found = call.server.tool_index.search(lists, query, limit or 10)
+        found = call.ctx.tool_index.search(lists, query, limit or 10)
         entries = [_tool_entry(server, t, detailed, score) for score, server, t in found]
     else:
         entries = [_tool_entry(server, t, detailed) for server, ts in lists.items() for t in ts]
@@ -8272,7 +8719,8 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
     """One tool in a listing: compact (the first sentence), or whole with its inputSchema."""
     desc = tool.get("description")
     desc = desc if isinstance(desc, str) else ""  # an upstream may send anything
-    e: dict = {"server": server, "tool": tool["name"], "description": desc if detailed else _first_sentence(desc)}
+    e: dict = {"server": server, "tool": tool["name"], "description": desc if detailed
+               else _first_sentence(desc)}
     if score is not None:
         e["score"] = score
     if detailed:
@@ -8284,9 +8732,11 @@ def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] 
                   total: int = 0) -> str:
     """The compact listing for the model: a line per tool under its server (search hits: best
     first, each with its server and score), then the servers that failed."""
-    how = "Call one with call_tool (server, tool_name, tool_args); list_tool_details shows its arguments."
+    how = ("Call one with call_tool (server, tool_name, tool_args); list_tool_details shows its "
+           "arguments.")
     if query is None:
-        shown = f"The first {len(entries)} of {total} tools" if total > len(entries) else _plural(total, "tool")
+        shown = (f"The first {len(entries)} of {total} tools" if total > len(entries)
+                 else _plural(total, "tool"))
         lines = [f"{shown}. {how}"]
     elif entries:
         lines = [f"{_plural(len(entries), 'tool')} for {_dumps(query)[:200]}, best first. {how}"]
@@ -8316,13 +8766,14 @@ def _find_tool(up: Upstream, tool: str) -> dict:
     for t in tools:
         if t["name"] == tool:
             return t
-    raise ToolError(f"Server '{up.name}' has no tool '{tool}'. Its tools: {_names_list([t['name'] for t in tools])}.")
+    raise ToolError(f"Server '{up.name}' has no tool '{tool}'. Its tools: "
+                    f"{_names_list([t['name'] for t in tools])}.")
 
 
 def _tool_list_tool_details(call: _Call) -> dict:
-    server, tool = call.str("server", True), call.str("tool_name", True)
-    up = call.server.upstreams.get(server)  # type: ignore[arg-type]
-    d = _find_tool(up, tool)  # type: ignore[arg-type]
+    server, tool = call.required("server"), call.required("tool_name")
+    up = call.ctx.upstreams.get(server)
+    d = _find_tool(up, tool)
     out = {"server": server, "tool": d}
     return _text_result(_dumps(out), out)
 
@@ -8332,12 +8783,12 @@ def _progress_relay(call: _Call) -> Optional[Callable[[dict], None]]:
     token = call.req.meta.get("progressToken")
     if not isinstance(token, (str, int)) or isinstance(token, bool):
         return None
-    client = call.server.conn
+    notify = call.ctx.notify
 
     def relay(p: dict) -> None:
         fwd = {k: v for k, v in p.items() if k != "_meta"}
         fwd["progressToken"] = token
-        client.notify("notifications/progress", fwd)
+        notify("notifications/progress", fwd)
 
     return relay
 
@@ -8348,13 +8799,15 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
     Returns the upstream's result, or raises ToolError with a message that names the server and
     tool (a JSON-RPC error from the upstream, a timeout, a crash).
     """
-    up = call.server.upstreams.get(server)
+    up = call.ctx.upstreams.get(server)
     _find_tool(up, tool)
     try:
         return _relayed_call(call, up, tool, args)
     except RpcError as e:
-        raise ToolError(f"'{server}' tool '{tool}' answered with JSON-RPC error {e.code}: {e.message}"
-                        + (f" (data: {_dumps(e.data)[:500]})" if e.data is not None else "")) from None
+        raise ToolError(f"'{server}' tool '{tool}' answered with JSON-RPC error {e.code}: "
+                        f"{e.message}"
+                        + (f" (data: {_dumps(e.data)[:500]})" if e.data is not None
+                           else "")) from None
 
 
 def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
@@ -8368,9 +8821,9 @@ def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
     if isinstance(res, dict) and res.get("resultType") == "input_required":
         # (a 2026-07-28 upstream's are answered in Upstream.call_tool; this one spoke the
         # handshake era, where a server asks with a request instead)
-        raise ToolError(f"'{up.name}' tool '{tool}' answered with a 2026-07-28 input_required result in the "
-                        f"{up.protocol_version} era it negotiated, where that result does not exist; Abstract "
-                        f"cannot relay it, and the call did not complete.")
+        raise ToolError(f"'{up.name}' tool '{tool}' answered with a 2026-07-28 input_required "
+                        f"result in the {up.protocol_version} era it negotiated, where that result "
+                        f"does not exist; Abstract cannot relay it, and the call did not complete.")
     if not isinstance(res, dict) or not isinstance(res.get("content", []), list):
         raise ToolError(f"'{up.name}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
     for k in ("resultType", "ttlMs", "cacheScope"):
@@ -8385,23 +8838,28 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     what = "JSON" if entry.ctype == "application/json" else "text"
     size = f"{entry.chars:,} characters of {what}"
     if what == "text" and ex.has_data:
-        size += f", {_plural(text.count(chr(10)) + (1 if text and not text.endswith(chr(10)) else 0), 'line')}"
+        n_lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+        size += f", {_plural(n_lines, 'line')}"
     if ex.blobs:
-        size += f" and {_plural(len(ex.blobs), 'binary item')} of {sum(len(b.data) for b in ex.blobs):,} bytes"
+        size += (f" and {_plural(len(ex.blobs), 'binary item')} of "
+                 f"{sum(len(b.data) for b in ex.blobs):,} bytes")
     if not ex.has_data and ex.blobs:
         size, preview_chars = f"{sum(len(b.data) for b in ex.blobs):,} bytes of binary items", 0
     lines = [f"The result of {entry.server}.{entry.tool} is large ({size}), so it was "
-             f"cached instead of shown. Token: {entry.token} (expires {_iso(entry.expires)})."]
-    shape = _shape(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else ""
+             f"cached instead of shown. Token: {entry.token} (expires {_utc(entry.expires)})."]
+    shape = (_shape(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars
+             else "")
     if shape:
         lines.append(shape)
         if not shape.startswith("Shape: a list"):  # (a list's shape is one short line)
             preview_chars = max(preview_chars - len(shape), 0)
-    recs = _records_preview(ex.data, preview_chars) if entry.ctype == "application/json" and preview_chars else None
+    recs = (_records_preview(ex.data, preview_chars) if entry.ctype == "application/json"
+            and preview_chars else None)
     if recs is not None:
         lines.append(f"Preview (first {recs[1]} of {recs[2]} records):\n{recs[0]}")
     elif preview_chars:
-        lines.append(f"Preview:\n{text[:preview_chars]}" + (" [...]" if len(text) > preview_chars else ""))
+        lines.append(f"Preview:\n{text[:preview_chars]}" + (" [...]" if len(text) > preview_chars
+                                                            else ""))
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
@@ -8417,62 +8875,78 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     return "\n".join(lines)
 
 
-def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int]], shown: int) -> str:
+def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int]],
+               shown: int) -> str:
     """How to read on: the next record by JSON Pointer after a records preview, else by offset."""
     start = 'More: retrieve_cached_output {"token": "%s", ' % entry.token
     if recs is not None:
-        return start + '"record_offset": %d, "record_count": 20} reads the next records; offset/length or ' \
-                       "start_line/end_line page through the whole text." % recs[1]
-    extra = ', or a "pointer" such as "/0" into the JSON' if entry.ctype == "application/json" else ""
+        return start + ('"record_offset": %d, "record_count": 20} reads the next records; '
+                        "offset/length or start_line/end_line page through the whole text."
+                        % recs[1])
+    extra = (', or a "pointer" such as "/0" into the JSON' if entry.ctype == "application/json"
+             else "")
     return start + '"offset": %d} (or start_line/end_line%s).' % (shown, extra)
 
 
 def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
-    """The result itself when small; else cache it and answer with a preview and a token."""
-    cache = call.server.cache
-    policy = call.server.settings.cache_policy(server, tool, call.server.client_name(call.req))
+    """The result itself when small; else cache it and answer with a preview and a token.
+
+    1. The policy is the tool's, then the server's, then the global one, then the client's
+       default (Settings.cache_policy): clients differ in how much one answer may hold.
+    2. The size is measured only up to min_size, so a small result costs no full count.
+    3. A large result is written into the cache and recorded in the catalog; when the cache
+       cannot take it, the model is told why and what to do, never handed the whole result.
+    4. The answer: a preview, the shape and the token (`structured`: also as
+       structuredContent, which transparent mode leaves out: the tool's own schema rules it).
+    """
+    cache = call.ctx.cache
+    policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
     size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
     try:
         entry, ex, text = cache.put(res, server, tool)
     except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
-        return _uncached_answer(call, server, tool, size, e)
-    _catalog_cached(call, entry, ex)
-    link = cache.links(entry) if cache.links else ""
+        return _uncached_answer(call, cache, server, tool, size, e)
+    _catalog_cached(call, cache, entry, ex)
+    link = call.ctx.links(entry) if call.ctx.links is not None else ""
     info = None
     if structured:
-        info = {"cached": True, "token": entry.token, "total_chars": entry.chars, "content_type": entry.ctype,
-                "expires_at": _iso(entry.expires), "uri": _CACHE_URI + entry.token}
+        info = {"cached": True, "token": entry.token, "total_chars": entry.chars,
+                "content_type": entry.ctype, "expires_at": _utc(entry.expires),
+                "uri": _CACHE_URI + entry.token}
         if link:
             info["retrieve_url"] = link
-    can_store = "call_tool_and_store" in call.server.tools
-    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link, can_store,
-                                      "query_output" in call.server.tools), info)
+    can_store = "call_tool_and_store" in call.ctx.offered
+    can_query = "query_output" in call.ctx.offered
+    out = _text_result(_cached_answer(entry, ex, text, int(policy["preview_chars"]), link,
+                                      can_store, can_query), info)
     if res.get("isError"):
         out["isError"] = True
     return out
 
 
-def _uncached_answer(call: _Call, server: str, tool: str, size: int, e: Exception) -> dict:
+def _uncached_answer(call: _Call, cache: OutputCache, server: str, tool: str, size: int,
+                     e: Exception) -> dict:
     """The isError answer for a large result the cache could not take: why, and what to do."""
-    where = call.server.cache.dir  # type: ignore[union-attr]
+    where = cache.dir
     why = (f"writing in {where} failed ({e.strerror or e})" if isinstance(e, OSError)
            else f"the cache directory {where} cannot be used ({e})")
     _log.warning("could not cache the result of %s.%s: %s", server, tool, why)
-    text = (f"The result of {server}.{tool} is large ({size:,} characters), too large to show here, and it could "
-            f"not be cached: {why}.")
-    if "call_tool_and_store" in call.server.tools:
+    text = (f"The result of {server}.{tool} is large ({size:,} characters), too large to show "
+            f"here, and it could not be cached: {why}.")
+    if "call_tool_and_store" in call.ctx.offered:
         text += " Call it with call_tool_and_store instead, to save the result to a file."
     else:
-        text += " Ask for less (narrower arguments), or ask the user to fix Abstract's cache directory."
+        text += (" Ask for less (narrower arguments), or ask the user to fix Abstract's cache "
+                 "directory.")
     return _text_result(text, is_error=True)
 
 
 def _tool_call_tool(call: _Call) -> dict:
-    server, tool = call.str("server", True), call.str("tool_name", True)
-    res = _upstream_call(call, server, tool, call.obj("tool_args"))  # type: ignore[arg-type]
-    return _maybe_cache(call, server, tool, res)  # type: ignore[arg-type]
+    server, tool = call.required("server"), call.required("tool_name")
+    res = _upstream_call(call, server, tool, call.obj("tool_args"))
+    return _maybe_cache(call, server, tool, res)
 
 
 def _skip_lines(text: str, count: int, step: int = 65536) -> int:
@@ -8492,7 +8966,8 @@ def _skip_lines(text: str, count: int, step: int = 65536) -> int:
 
 def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
     """A bounded window of `text` by line range or by character offset, and where it stands."""
-    first, last = call.int("start_line", minimum=1), call.int("end_line", minimum=1)
+    first = call.optional_int("start_line", minimum=1)
+    last = call.optional_int("end_line", minimum=1)
     if first is not None or last is not None:
         if first is not None and last is not None and last < first:
             raise ToolError(f"end_line ({last}) is before start_line ({first}).")
@@ -8508,18 +8983,20 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
             end = len(text) if end < 0 else end + 1
             if out and used + (end - pos) > limit:
                 break
-            out.append(text[pos:min(end, pos + limit)])  # a line longer than the window is cut; offset reads it all
+            # a line longer than the window is cut; offset reads it all
+            out.append(text[pos:min(end, pos + limit)])
             if end - pos > limit:
                 cut = n
             used += len(out[-1])
             n, pos = n + 1, end
         more = n <= total
-        where = {"start_line": first, "end_line": n - 1, "total_lines": total, "next_line": n if more else None}
+        where = {"start_line": first, "end_line": n - 1, "total_lines": total, "next_line": n
+                 if more else None}
         if cut is not None:
             where["truncated_line"] = cut
         return "".join(out), where
-    offset = call.int("offset", 0) or 0
-    length = min(call.int("length", limit, minimum=1) or limit, limit)
+    offset = call.integer("offset", 0)
+    length = min(call.integer("length", limit, minimum=1), limit)
     chunk = text[offset:offset + length]
     end = offset + len(chunk)
     return chunk, {"offset": offset, "length": len(chunk), "total_chars": len(text),
@@ -8532,9 +9009,9 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
     rows, reason = _as_records(data)
     if rows is None or (isinstance(data, list) and rows is not data):
         what = reason or "a list of plain values"
-        raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. Use pointer, "
-                        f"offset or start_line.")
-    first, count = call.int("record_offset", 0) or 0, call.int("record_count", 100, minimum=1) or 100
+        raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. "
+                        f"Use pointer, offset or start_line.")
+    first, count = call.integer("record_offset", 0), call.integer("record_count", 100, minimum=1)
     out: List[str] = []
     used = 0
     for row in itertools.islice(rows, first, first + count):
@@ -8544,90 +9021,103 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
         out.append(line if len(line) <= limit else line[:limit] + " [...]")
         used += len(out[-1]) + 1
     end = min(first, len(rows)) + len(out)
-    return "\n".join(out), {"record_offset": first, "record_count": len(out), "total_records": len(rows),
+    return "\n".join(out), {"record_offset": first, "record_count": len(out),
+                            "total_records": len(rows),
                             "next_record_offset": end if end < len(rows) else None}
 
 
 def _tool_retrieve_cached_output(call: _Call) -> dict:
-    cache = call.server.cache
+    """A window of a cached output: by characters (offset/length), by lines
+    (start_line/end_line), by records (record_offset/record_count), optionally inside the value
+    a JSON Pointer picks. One way to page per call; every window is bounded by
+    max_window_chars, and the status line says where the next one starts."""
+    cache = call.ctx.cache
     if cache is None:
-        raise ToolError("The output cache is disabled (output_cache.enabled is false in Abstract's settings).")
-    entry = cache.get(call.str("token", True))
-    limit = int(call.server.settings.cache("max_window_chars"))
-    pointer = call.str("pointer")
+        raise ToolError("The output cache is disabled (output_cache.enabled is false in Abstract's "
+                        "settings).")
+    entry = cache.get(call.required("token"))
+    limit = int(call.ctx.settings.cache("max_window_chars"))
+    pointer = call.string("pointer")
     by_record = "record_offset" in call.args or "record_count" in call.args
     if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
-        raise ToolError("Give record_offset/record_count, or offset/length, or start_line/end_line: one way to page.")
+        raise ToolError("Give record_offset/record_count, or offset/length, or "
+                        "start_line/end_line: one way to page.")
     value: Any = None
     if pointer is not None or by_record:
         if entry.ctype != "application/json":
             what = "pointer" if pointer is not None else "record_offset/record_count"
-            raise ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use offset or start_line.")
+            raise ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use offset "
+                            f"or start_line.")
         value = json.loads(cache.text(entry))  # the data the text view shows
         if pointer is not None:
             value = _json_pointer(value, pointer)
     if by_record:
         chunk, where = _records_window(value, call, limit)
     else:
-        text = cache.text(entry) if pointer is None else \
-            value if isinstance(value, str) else _json_view(value)
+        text = cache.text(entry) if pointer is None else _text_view(value)
         chunk, where = _window(text, call, limit)
-    where.update({"token": entry.token, "expires_at": _iso(entry.expires)})
+    where.update({"token": entry.token, "expires_at": _utc(entry.expires)})
     if pointer is not None:
         where["pointer"] = pointer
     if by_record:
         last = where["record_offset"] + where["record_count"] - 1
         status = (f"[records {where['record_offset']}-{last} of {where['total_records']:,}"
-                  + (f"; next: record_offset={where['next_record_offset']}]" if where["next_record_offset"] is not None
+                  + (f"; next: record_offset={where['next_record_offset']}]"
+                     if where["next_record_offset"] is not None
                      else "; end of records]"))
     elif where.get("next_offset") is not None:
-        status = (f"[characters {where['offset']:,} to {where['next_offset']:,} of {where['total_chars']:,} "
-                  f"shown; next: offset={where['next_offset']}]")
+        status = (f"[characters {where['offset']:,} to {where['next_offset']:,} of "
+                  f"{where['total_chars']:,} shown; next: offset={where['next_offset']}]")
     elif where.get("next_line") is not None:
-        status = f"[lines {where['start_line']}-{where['end_line']} of {where['total_lines']}; next: start_line={where['next_line']}]"
+        status = (f"[lines {where['start_line']}-{where['end_line']} of {where['total_lines']}; "
+                  f"next: start_line={where['next_line']}]")
     else:
         status = "[end of data]"
     if "truncated_line" in where:
-        status += (f" [line {where['truncated_line']} is longer than the window ({limit:,} characters) and was cut; "
-                   f"read it whole by offset]")
-    return {"content": [{"type": "text", "text": chunk}, {"type": "text", "text": status}], "structuredContent": where}
+        status += (f" [line {where['truncated_line']} is longer than the window ({limit:,} "
+                   f"characters) and was cut; read it whole by offset]")
+    return {"content": [{"type": "text", "text": chunk}, {"type": "text", "text": status}],
+            "structuredContent": where}
 
 
 def _tool_list_allowed_directories(call: _Call) -> dict:
-    out = call.server.sandbox.describe()
+    out = call.ctx.sandbox.describe()
     return _text_result(_dumps(out), out)
 
 
-def _cached_source(call: _Call) -> Optional[_CacheEntry]:
-    """The cached output named by cache_token, if the call gives one."""
-    token = call.str("cache_token")
+def _cached_source(call: _Call) -> Optional[Tuple[OutputCache, _CacheEntry]]:
+    """(the cache, the cached output) named by cache_token, if the call gives one."""
+    token = call.string("cache_token")
     if token is None:
         return None
-    if call.server.cache is None:
-        raise ToolError("cache_token needs the output cache, which is disabled in Abstract's settings.")
-    return call.server.cache.get(token)
+    cache = call.ctx.cache
+    if cache is None:
+        raise ToolError("cache_token needs the output cache, which is disabled in Abstract's "
+                        "settings.")
+    return cache, cache.get(token)
 
 
 def _tool_call_tool_and_store(call: _Call) -> dict:
     fmt = call.format("file_format")
-    entry = _cached_source(call)
-    if entry is not None:  # a result cached earlier: stored without calling the tool again
-        cache = call.server.cache
-        return _store_result(call, entry.server, entry.tool, fmt, lambda: cache.result(entry))  # type: ignore
-    server, tool = call.str("server", True), call.str("tool_name", True)
+    cached = _cached_source(call)
+    if cached is not None:  # a result cached earlier: stored without calling the tool again
+        cache, entry = cached
+        return _store_result(call, entry.server, entry.tool, fmt, lambda: cache.result(entry))
+    server, tool = call.required("server"), call.required("tool_name")
     args = call.obj("tool_args")
-    return _store_result(call, server, tool, fmt, lambda: _upstream_call(call, server, tool, args))  # type: ignore
+    return _store_result(call, server, tool, fmt, lambda: _upstream_call(call, server, tool, args))
 
 
-_INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml", ".xml": "xml",
-                  ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+_INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml",
+                  ".xml": "xml", ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
-def _read_limited(f: Any, path: str, size: int, limit: int, setting: str = "max_input_file_mb") -> bytes:
+def _read_limited(f: Any, path: str, size: int, limit: int,
+                  setting: str = "max_input_file_mb") -> bytes:
     """The bytes of the open file `f` (gunzipped for .gz), refusing more than `limit` bytes
     while reading, so a small archive cannot expand into gigabytes."""
-    import gzip
-    import zlib
+    import gzip  # lazy: see Imports
+    import zlib  # lazy: see Imports
 
     packed = path.lower().endswith(".gz")
     try:
@@ -8639,17 +9129,17 @@ def _read_limited(f: Any, path: str, size: int, limit: int, setting: str = "max_
     if len(data) > limit:
         what = f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed else \
             f"is larger than {limit:,} bytes"
-        raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes ({setting} in Abstract's settings).")
+        raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes ({setting} in "
+                        f"Abstract's settings).")
     return data
 
 
 def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[Any, str, int]:
     """(binary file, real path, size) of an input file inside the sandbox."""
-    where = f"Allowed directories: {', '.join(call.server.sandbox.roots)}"
+    where = f"Allowed directories: {', '.join(call.ctx.sandbox.roots)}"
     try:
-        return call.server.sandbox.open_read(file_path)
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
+        with _sandboxed():
+            return call.ctx.sandbox.open_read(file_path)
     except FileNotFoundError:
         raise ToolError(f"{key} {file_path!r} does not exist. {where}; list_allowed_directories "
                         f"shows them.") from None
@@ -8660,7 +9150,7 @@ def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[An
 def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
     """(data, format, real path) of an input file inside the sandbox."""
     f, path, size = _open_input(call, file_path)
-    limit = float(call.server.settings.get("max_input_file_mb"))
+    limit = float(call.ctx.settings.get("max_input_file_mb"))
     return _read_input(f, path, size, limit, "max_input_file_mb") + (path,)
 
 
@@ -8670,20 +9160,22 @@ def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> 
     limit = int(limit_mb * 1024 * 1024)
     if size > limit:
         f.close()
-        raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes ({setting} in "
-                        f"Abstract's settings).")
+        raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes ({setting} "
+                        f"in Abstract's settings).")
     raw = _read_limited(f, path, size, limit, setting)
     base = path[:-3] if path.lower().endswith(".gz") else path
     fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} (0x{raw[e.start]:02x}).") from None
+        raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
+                        f"(0x{raw[e.start]:02x}).") from None
     try:
         return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt
     except FormatError as e:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
-    except RecursionError:  # a reader without its own guard: still the model's error, not an internal one
+    # a reader without its own guard: still the model's error, not an internal one
+    except RecursionError:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: nested too deeply") from None
 
 
@@ -8697,8 +9189,9 @@ def _check_args(tool: dict, args: dict) -> None:
     props = schema.get("properties") or {}
     missing = [k for k in schema.get("required") or [] if k not in args]
     if missing:
-        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither the file nor tool_args "
-                        f"provides (use data_key to put the file's data under one argument).")
+        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither the "
+                        f"file nor tool_args provides (use data_key to put the file's data under "
+                        f"one argument).")
     for key, value in args.items():
         want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
         kinds = [want] if isinstance(want, str) else want if isinstance(want, list) else []
@@ -8707,59 +9200,72 @@ def _check_args(tool: dict, args: dict) -> None:
         # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
         whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
         if types and (not isinstance(value, types) or bad_bool) and not whole:
-            raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be {' or '.join(kinds)}, "
-                            f"but the file gives {type(value).__name__}.")
+            raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
+                            f"{' or '.join(kinds)}, but the file gives {type(value).__name__}.")
 
 
 def _file_args(call: _Call, data: Any, path: str) -> dict:
-    key, extra = call.str("data_key"), call.obj("tool_args")
+    key, extra = call.string("data_key"), call.obj("tool_args")
     if key is None:
         if extra:
-            raise ToolError("tool_args needs data_key: say under which argument the file's data goes, and tool_args "
-                            "supplies the others. Without data_key the file's data is the whole arguments object.")
+            raise ToolError("tool_args needs data_key: say under which argument the file's data "
+                            "goes, and tool_args supplies the others. Without data_key the file's "
+                            "data is the whole arguments object.")
         if not isinstance(data, dict):
-            raise ToolError(f"{path} holds a {type(data).__name__}, not an object, so it cannot be the whole "
-                            f"arguments; set data_key to the argument that should receive it.")
+            raise ToolError(f"{path} holds a {type(data).__name__}, not an object, so it cannot be "
+                            f"the whole arguments; set data_key to the argument that should "
+                            f"receive it.")
         return data
     if key in extra:
-        raise ToolError(f"tool_args already has '{key}', the data_key; rename one of them (nothing is overwritten).")
+        raise ToolError(f"tool_args already has '{key}', the data_key; rename one of them (nothing "
+                        f"is overwritten).")
     return {**extra, key: data}
 
 
 def _input_data(call: _Call) -> Tuple[Any, str]:
     """(data, where it came from) for file input: a file in the sandbox, or a cached output."""
-    entry = _cached_source(call)
-    if entry is not None:
+    cached = _cached_source(call)
+    if cached is not None:
         if call.args.get("file_path") is not None:
             raise ToolError("Give file_path or cache_token, not both.")
-        return _extract(call.server.cache.result(entry)).data, f"cached output {entry.token}"  # type: ignore
-    data, _, path = _load_input(call, call.str("file_path", True))  # type: ignore[arg-type]
+        cache, entry = cached
+        return _extract(cache.result(entry)).data, f"cached output {entry.token}"
+    data, _, path = _load_input(call, call.required("file_path"))
     return data, path
 
 
 def _tool_call_tool_with_file_content(call: _Call) -> dict:
-    server, tool = call.str("server", True), call.str("tool_name", True)
-    out_fmt = call.str("output_format") or "json"
+    """An upstream tool called with a file's data (or a cached output's) as one argument.
+
+    1. The data is read through the sandbox, bounded, and parsed by its format (_input_data),
+       so the model never has to carry it through its context.
+    2. It goes under data_key in the arguments, checked against the tool's inputSchema before
+       the call: a mismatch is reported without calling.
+    3. With response_format the result is stored like call_tool_and_store's; else a large
+       answer is cached like call_tool's, and a small one comes back as JSON or as text.
+    """
+    server, tool = call.required("server"), call.required("tool_name")
+    out_fmt = call.string("output_format") or "json"
     if out_fmt not in ("json", "string"):
         raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
     data, source = _input_data(call)
     args = _file_args(call, data, source)
-    up = call.server.upstreams.get(server)  # type: ignore[arg-type]
-    _check_args(_find_tool(up, tool), args)  # type: ignore[arg-type]
+    up = call.ctx.upstreams.get(server)
+    _check_args(_find_tool(up, tool), args)
     response_format = call.format("response_format")
     if response_format is not None:
-        return _store_result(call, server, tool, response_format,  # type: ignore[arg-type]
-                             lambda: _upstream_call(call, server, tool, args), f" for the data of {source}")  # type: ignore
-    res = _upstream_call(call, server, tool, args)  # type: ignore[arg-type]
+        return _store_result(call, server, tool, response_format,
+                             lambda: _upstream_call(call, server, tool, args),
+                             f" for the data of {source}")
+    res = _upstream_call(call, server, tool, args)
     if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: {_error_text(res)}")
-    cached = _maybe_cache(call, server, tool, res)  # type: ignore[arg-type]
+        raise ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: "
+                        f"{_error_text(res)}")
+    cached = _maybe_cache(call, server, tool, res)
     if cached is not res:  # a large answer gets the same protection as call_tool's
         return cached
     if out_fmt == "string":
-        ex = _extract(res)
-        text = ex.data if isinstance(ex.data, str) else json.dumps(ex.data, indent=2, ensure_ascii=False)
-        return _text_result(text)
+        return _text_result(_text_view(_extract(res).data))
     return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
 
 
@@ -8782,18 +9288,20 @@ def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[s
             except FormatError:
                 pass
     if isinstance(data, str):
-        raise ToolError(f"{label} is text, not records (JSON, JSON Lines or a CSV/TSV table); read it with "
-                        f"retrieve_cached_output or search_stored_outputs instead.")
+        raise ToolError(f"{label} is text, not records (JSON, JSON Lines or a CSV/TSV table); read "
+                        f"it with retrieve_cached_output or search_stored_outputs instead.")
     if pointer is not None:
         data = _json_pointer(data, pointer)
     rows, reason = _as_records(data)
     if rows is None:
-        lists = [k for k, v in data.items() if isinstance(v, list)] if isinstance(data, dict) else []
+        lists = ([k for k, v in data.items() if isinstance(v, list)] if isinstance(data, dict)
+                 else [])
         where = pointer or "the top level"
-        hint = (" Lists here: " + ", ".join("/" + k.replace("~", "~0").replace("/", "~1") for k in lists[:10]) + "."
+        hint = (" Lists here: "
+                + ", ".join("/" + k.replace("~", "~0").replace("/", "~1") for k in lists[:10]) + "."
                 if lists else "")
-        raise ToolError(f"{label} holds at {where} {reason}. Give records_pointer, the JSON Pointer of the list of "
-                        f"records to query (e.g. /items).{hint}")
+        raise ToolError(f"{label} holds at {where} {reason}. Give records_pointer, the JSON "
+                        f"Pointer of the list of records to query (e.g. /items).{hint}")
     return rows
 
 
@@ -8806,29 +9314,31 @@ def _cached_data(cache: OutputCache, entry: _CacheEntry) -> Any:
 def _query_table(call: _Call) -> Tuple[_Table, str]:
     """(the loaded table of the call's source, how the answer names the source): a table loaded
     earlier for the same token, or the same file (path, size, mtime), is used again."""
-    source, pointer = call.str("source", True), call.str("records_pointer")
-    server = call.server
-    tables, budget = server.tables, int(float(server.settings.query("max_memory_mb")) * (1 << 20))
-    if _TOKEN_RE.match(source) and "." not in source and os.sep not in source:  # type: ignore[arg-type]
-        if server.cache is None:
-            raise ToolError("A cache token needs the output cache, which is disabled in Abstract's settings.")
-        entry = server.cache.get(source)
+    source, pointer = call.required("source"), call.string("records_pointer")
+    ctx = call.ctx
+    tables, budget = ctx.tables, int(float(ctx.settings.query("max_memory_mb")) * (1 << 20))
+    if _TOKEN_RE.match(source) and "." not in source and os.sep not in source:
+        if ctx.cache is None:
+            raise ToolError("A cache token needs the output cache, which is disabled in Abstract's "
+                            "settings.")
+        entry = ctx.cache.get(source)
         label = f"cached output {entry.token} ({entry.server}.{entry.tool})"
         key: tuple = ("token", entry.token, pointer)
         table = tables.get(key)
         if table is None:
             start = time.monotonic()
-            table = _load_table(_query_records(_cached_data(server.cache, entry), pointer, label))
+            table = _load_table(_query_records(_cached_data(ctx.cache, entry), pointer, label))
             table.load_s = time.monotonic() - start
             tables.put(key, table, budget)
         return table, label
-    f, path, size = _open_input(call, source, "source")  # type: ignore[arg-type]
+    f, path, size = _open_input(call, source, "source")
     with f:
         key = ("file", path, size, os.fstat(f.fileno()).st_mtime_ns, pointer)
         table = tables.get(key)
         if table is None:
             start = time.monotonic()
-            data, _ = _read_input(f, path, size, float(server.settings.query("max_file_mb")), "query.max_file_mb")
+            data, _ = _read_input(f, path, size, float(ctx.settings.query("max_file_mb")),
+                                  "query.max_file_mb")
             table = _load_table(_query_records(data, pointer, path))
             table.load_s = time.monotonic() - start
             tables.put(key, table, budget)
@@ -8838,37 +9348,43 @@ def _query_table(call: _Call) -> Tuple[_Table, str]:
 def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]:
     """Load (or reuse) the source's table and run the call's SQL over it; a table dropped by
     another query's load meanwhile is loaded once more."""
-    sql = call.str("sql", True)
-    settings = call.server.settings
-    timeout, max_chars = float(settings.query("timeout_seconds")), int(float(settings.query("max_result_mb")) * (1 << 20))
+    sql = call.required("sql")
+    settings = call.ctx.settings
+    timeout = float(settings.query("timeout_seconds"))
+    max_chars = int(float(settings.query("max_result_mb")) * (1 << 20))
     for attempt in (1, 2):
         table, label = _query_table(call)
         try:
-            return table, label, _run_query(table, sql, keep, timeout, max_chars)  # type: ignore[arg-type]
+            return table, label, _run_query(table, sql, keep, timeout, max_chars)
         except _Closed:
             if attempt == 2:
-                raise ToolError("The loaded table was dropped to make room for another while this query waited "
-                                "(query.max_memory_mb in Abstract's settings); run it again.") from None
+                raise ToolError("The loaded table was dropped to make room for another while this "
+                                "query waited (query.max_memory_mb in Abstract's settings); run it "
+                                "again.") from None
     raise AssertionError("unreachable")
 
 
 def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> dict:
     """The rows as a compact table within the retrieval window, and as records."""
-    window = int(call.server.settings.cache("max_window_chars"))
+    window = int(call.ctx.settings.cache("max_window_chars"))
     shown_text, shown = _query_table_text(res.columns, res.rows, max(window - 500, 1000))
     ms = res.elapsed * 1000
-    names = ", ".join(res.columns[:40]) + (f" and {len(res.columns) - 40} more" if len(res.columns) > 40 else "")
+    names = ", ".join(res.columns[:40]) + (f" and {len(res.columns) - 40} "
+                                           f"more" if len(res.columns) > 40 else "")
     loaded, table.load_s = table.load_s, None
-    after = f" (after loading {_plural(table.rows, 'record')} in {loaded:.2f} s)" if loaded is not None else ""
+    after = (f" (after loading {_plural(table.rows, 'record')} in {loaded:.2f} "
+             f"s)" if loaded is not None else "")
     lines = [f"{_plural(res.total, 'row')} in {ms:.1f} ms{after} from {label}; columns: {names}."]
     if res.rows:
         lines.append(shown_text)
     if shown < res.total:
-        lines.append(f"[{shown:,} of {res.total:,} rows shown. For others: LIMIT/OFFSET in the SQL, or limit (at most "
-                     f"{_QUERY_LIMIT_MAX:,}); to keep them all, file_format stores the whole result as a file.]")
+        lines.append(f"[{shown:,} of {res.total:,} rows shown. For others: LIMIT/OFFSET in the "
+                     f"SQL, or limit (at most {_QUERY_LIMIT_MAX:,}); to keep them all, file_format "
+                     f"stores the whole result as a file.]")
     lines.extend(f"Note: {n}." for n in table.notes[:5])
     records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows[:shown]]
-    info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total, "returned": shown,
+    info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total,
+            "returned": shown,
             "elapsed_ms": round(ms, 2)}
     if loaded is not None:
         info["load_ms"] = round(loaded * 1000, 2)
@@ -8876,12 +9392,16 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
 
 
 def _tool_query_output(call: _Call) -> dict:
-    limit = call.int("limit", 50, maximum=_QUERY_LIMIT_MAX)
+    """SQL over a cached output or a stored file. Without file_format the rows come back as a
+    bounded table (`limit` of them); with it, every row is stored as a file through the store
+    path, the query standing in for the upstream call (a query with no rows stores nothing)."""
+    limit = call.integer("limit", 50, maximum=_QUERY_LIMIT_MAX)
     fmt = call.format("file_format")
     if fmt is None:
         extra = [k for k in ("filename", "storage_path") if call.args.get(k) is not None]
         if extra:
-            raise ToolError(f"{' and '.join(extra)} need file_format: say which format to store the result in.")
+            raise ToolError(f"{' and '.join(extra)} need file_format: say which format to store "
+                            f"the result in.")
         return _query_answer(call, *_query(call, limit))
 
     def fetch() -> dict:
@@ -8899,10 +9419,10 @@ def _tool_query_output(call: _Call) -> dict:
 
 
 def _catalog_of(call: _Call) -> Catalog:
-    if call.server.catalog is None:
-        raise ToolError("The catalog is off (catalog.enabled is false in Abstract's settings, or it could not be "
-                        "opened: see Abstract's stderr).")
-    return call.server.catalog
+    if call.ctx.catalog is None:
+        raise ToolError("The catalog is off (catalog.enabled is false in Abstract's settings, or "
+                        "it could not be opened: see Abstract's stderr).")
+    return call.ctx.catalog
 
 
 def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
@@ -8914,19 +9434,24 @@ def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
         except Exception as e:
             if sqlite3 is None or not isinstance(e, sqlite3.Error):
                 raise
-            kept = call.server.catalog.moved_aside  # type: ignore[union-attr]
+            catalog = _catalog_of(call)  # (there is one: fn used it)
+            kept = catalog.moved_aside
             if _is_corrupt(e) and kept:
-                raise ToolError(f"The catalog database was damaged ({e}), so it was moved aside to {kept} (kept, "
-                                f"never deleted) and a fresh, empty one started. Try again; outputs recorded "
-                                f"before are found again after `abstract --reindex DIR...`.") from None
-            raise ToolError(f"The catalog database {call.server.catalog.path} failed: {e}. Try again; if it "  # type: ignore
-                            f"persists, restart Abstract (a damaged database is moved aside at start-up).") from None
+                raise ToolError(f"The catalog database was damaged ({e}), so it was moved aside to "
+                                f"{kept} (kept, never deleted) and a fresh, empty one started. Try "
+                                f"again; outputs recorded before are found again after `abstract "
+                                f"--reindex DIR...`.") from None
+            raise ToolError(f"The catalog database {catalog.path} failed: {e}. Try again; if it "
+                            f"persists, restart Abstract (a damaged database is moved aside at "
+                            f"start-up).") from None
     return run
 
 
 def _output_view(row: dict) -> dict:
-    """One catalogued output for an answer: what it is, where it is, and whether it is still there."""
-    out = {"id": row["id"], "time": row["created"], "kind": row["kind"], "server": row["server"], "tool": row["tool"],
+    """One catalogued output for an answer: what it is, where it is, and whether it is still
+    there."""
+    out = {"id": row["id"], "time": row["created"], "kind": row["kind"], "server": row["server"],
+           "tool": row["tool"],
            "format": row["format"], "bytes": row["bytes"]}
     if row["kind"] == "cached":
         out["token"], out["uri"] = row["token"], _CACHE_URI + (row["token"] or "")
@@ -8952,14 +9477,16 @@ def _search_args(call: _Call, max_limit: int = 100) -> Tuple[str, str, int, int]
     query = call.args.get("query")
     if not isinstance(query, str):
         raise ToolError("Missing required argument 'query' (a string of words to look for).")
-    mode = call.str("mode") or "words"
+    mode = call.string("mode") or "words"
     if mode not in _SEARCH_MODES:
-        raise ToolError(f"Argument 'mode' must be one of {', '.join(_SEARCH_MODES)}, not {_dumps(mode)[:40]}.")
-    return query, mode, min(call.int("limit", 10, minimum=1), max_limit), call.int("offset", 0)  # type: ignore
+        raise ToolError(f"Argument 'mode' must be one of {', '.join(_SEARCH_MODES)}, not "
+                        f"{_dumps(mode)[:40]}.")
+    limit = min(call.integer("limit", 10, minimum=1), max_limit)
+    return query, mode, limit, call.integer("offset", 0)
 
 
 def _when(call: _Call, key: str, end: bool = False) -> Optional[str]:
-    value = call.str(key)
+    value = call.string(key)
     return None if not value else _parse_when(value, key, end)
 
 
@@ -8975,17 +9502,20 @@ def _output_line(i: int, item: dict) -> str:
 def _tool_search_stored_outputs(call: _Call) -> dict:
     catalog = _catalog_of(call)
     query, mode, limit, offset = _search_args(call)
-    found = catalog.search(query, mode, server=call.str("server") or None, tool=call.str("tool") or None,
-                           since=_when(call, "since"), until=_when(call, "until", True), limit=limit, offset=offset)
+    found = catalog.search(query, mode, server=call.string("server") or None,
+                           tool=call.string("tool") or None, since=_when(call, "since"),
+                           until=_when(call, "until", True), limit=limit, offset=offset)
     results = [dict(_output_view(r), snippet=r["snippet"]) for r in found["results"]]
     engine = "fts5" if catalog.fts else "fallback"
     out = {"results": results, "words": found["words"], "mode": mode, "engine": engine,
            "next_offset": offset + limit if found["has_more"] else None}
     if not found["words"]:
-        text = "The query has no words to look for (letters or digits); list_stored_outputs lists outputs newest first."
+        text = ("The query has no words to look for (letters or digits); list_stored_outputs lists "
+                "outputs newest first.")
     else:
         order = "best first" if catalog.fts else "newest first (no FTS5 here)"
-        lines = [f"{_plural(len(results), 'stored output')} match {' '.join(found['words'])!r} ({mode}, {order}):"]
+        lines = [f"{_plural(len(results), 'stored output')} match {' '.join(found['words'])!r} "
+                 f"({mode}, {order}):"]
         for i, item in enumerate(results, offset + 1):
             lines.append(_output_line(i, item))
             if item["snippet"]:
@@ -8998,27 +9528,33 @@ def _tool_search_stored_outputs(call: _Call) -> dict:
 
 def _tool_list_stored_outputs(call: _Call) -> dict:
     catalog = _catalog_of(call)
-    kind, days = call.str("kind") or None, call.args.get("retention_days")
+    kind, days = call.string("kind") or None, call.args.get("retention_days")
     if kind is not None and kind not in _CATALOG_KINDS:
-        raise ToolError(f"Argument 'kind' must be one of {', '.join(_CATALOG_KINDS)}, not {_dumps(kind)[:40]}.")
+        raise ToolError(f"Argument 'kind' must be one of {', '.join(_CATALOG_KINDS)}, not "
+                        f"{_dumps(kind)[:40]}.")
     number = isinstance(days, (int, float)) and not isinstance(days, bool)
     if days is not None and not (number and 0 < days <= _RETENTION_DAYS_MAX):  # NaN compares False
-        raise ToolError(f"Argument 'retention_days' must be a number of days > 0 and <= {_RETENTION_DAYS_MAX}, "
-                        f"not {_dumps(days)[:40]}.")
-    server, tool = call.str("server") or None, call.str("tool") or None
-    limit = min(call.int("limit", 20, minimum=1), 200)  # type: ignore[type-var]
-    rows, cursor = catalog.recent(server=server, tool=tool, kind=kind, limit=limit, cursor=call.str("cursor"))
+        raise ToolError(f"Argument 'retention_days' must be a number of days > 0 and <= "
+                        f"{_RETENTION_DAYS_MAX}, not {_dumps(days)[:40]}.")
+    server, tool = call.string("server") or None, call.string("tool") or None
+    limit = min(call.integer("limit", 20, minimum=1), 200)
+    rows, cursor = catalog.recent(server=server, tool=tool, kind=kind, limit=limit,
+                                  cursor=call.string("cursor"))
     items = [_output_view(r) for r in rows]
     out: dict = {"outputs": items, "next_cursor": cursor}
-    lines = [f"{_plural(len(items), 'stored output')}, newest first:"] + [_output_line(i, x) for i, x in enumerate(items, 1)]
+    lines = [f"{_plural(len(items), 'stored output')}, newest "
+             f"first:"] + [_output_line(i, x) for i, x in enumerate(items, 1)]
     if days is not None:
         # not before 1970: time.gmtime refuses negative times on Windows, and nothing is older
-        rule = catalog.retention(_iso_ms(max(0.0, catalog.clock() - float(days) * 86400)), server, tool)
+        since = _utc(max(0.0, catalog.clock() - float(days) * 86400), ms=True)
+        rule = catalog.retention(since, server, tool)
         for item in items:
-            item["would_remove"] = item["kind"] != "cached" and item["time"] < rule["before"] and not item["missing"]
+            item["would_remove"] = (item["kind"] != "cached" and item["time"] < rule["before"]
+                                    and not item["missing"])
         out["retention"] = dict(rule, days=days)
-        lines.append(f"A retention rule of {days:g} days would remove {_plural(rule['files'], 'file')} "
-                     f"({rule['bytes']:,} bytes) stored before {rule['before']}. Abstract never deletes them itself.")
+        lines.append(f"A retention rule of {days:g} days would remove "
+                     f"{_plural(rule['files'], 'file')} ({rule['bytes']:,} bytes) stored before "
+                     f"{rule['before']}. Abstract never deletes them itself.")
     if cursor:
         lines.append(f'More: cursor="{cursor}"')
     return _text_result("\n".join(lines), out)
@@ -9030,30 +9566,34 @@ def _tool_save_message(call: _Call) -> dict:
         raise ToolError("Missing required argument 'content' (the message text, a string).")
     if meta is not None and not isinstance(meta, dict):
         raise ToolError(f"Argument 'metadata' must be an object, not {_dumps(meta)[:80]}.")
-    out = _catalog_of(call).save_message(call.str("conversation_id") or None, call.str("role", True),  # type: ignore
-                                         content, call.str("parent_message_id"), meta)
+    out = _catalog_of(call).save_message(call.string("conversation_id") or None,
+                                         call.required("role"), content,
+                                         call.string("parent_message_id"), meta)
     what = "a new conversation" if out["new_conversation"] else "conversation"
-    return _text_result(f"Saved message {out['message_id']} in {what} {out['conversation_id']}.", out)
+    return _text_result(f"Saved message {out['message_id']} in {what} {out['conversation_id']}.",
+                        out)
 
 
 def _tool_get_conversation(call: _Call) -> dict:
-    limit = min(call.int("message_limit", 100, minimum=1), 1000)  # type: ignore[type-var]
-    conv = _catalog_of(call).get_conversation(call.str("conversation_id", True), limit,  # type: ignore[arg-type]
-                                              call.str("before_message_id"))
+    limit = min(call.integer("message_limit", 100, minimum=1), 1000)
+    conv = _catalog_of(call).get_conversation(call.required("conversation_id"), limit,
+                                              call.string("before_message_id"))
     return _text_result(_dumps(conv), conv)
 
 
 def _tool_list_conversations(call: _Call) -> dict:
-    rows, cursor = _catalog_of(call).list_conversations(min(call.int("limit", 20, minimum=1), 100),  # type: ignore
-                                                        call.str("cursor"))
+    limit = min(call.integer("limit", 20, minimum=1), 100)
+    rows, cursor = _catalog_of(call).list_conversations(limit, call.string("cursor"))
     out = {"conversations": rows, "next_cursor": cursor}
     return _text_result(_dumps(out), out)
 
 
 def _tool_search_messages(call: _Call) -> dict:
     query, mode, limit, offset = _search_args(call)
-    found = _catalog_of(call).search_messages(query, mode, conversation_id=call.str("conversation_id") or None,
-                                              since=_when(call, "start_date"), until=_when(call, "end_date", True),
+    cid = call.string("conversation_id") or None
+    found = _catalog_of(call).search_messages(query, mode, conversation_id=cid,
+                                              since=_when(call, "start_date"),
+                                              until=_when(call, "end_date", True),
                                               limit=limit, offset=offset)
     out = {"results": found["results"], "words": found["words"], "mode": mode,
            "next_offset": offset + limit if found["has_more"] else None}
@@ -9061,32 +9601,31 @@ def _tool_search_messages(call: _Call) -> dict:
 
 
 def _tool_delete_conversation(call: _Call) -> dict:
-    cid = call.str("conversation_id", True)
-    n = _catalog_of(call).delete_conversation(cid)  # type: ignore[arg-type]
+    cid = call.required("conversation_id")
+    n = _catalog_of(call).delete_conversation(cid)
     out = {"conversation_id": cid, "deleted_messages": n}
     return _text_result(f"Deleted conversation {cid} and its {_plural(n, 'message')}.", out)
 
 
 def _tool_export_conversations(call: _Call) -> dict:
-    fmt, cid = call.str("format") or "json", call.str("conversation_id") or None
+    fmt, cid = call.string("format") or "json", call.string("conversation_id") or None
     if fmt not in ("json", "markdown"):
         raise ToolError(f"Argument 'format' must be json or markdown, not {_dumps(fmt)[:40]}.")
     convs = _catalog_of(call).export(cid)
-    sandbox, name = call.server.sandbox, call.str("filename")
-    try:
-        directory = sandbox.make_dir(call.str("storage_path"))
-        stem = _safe_filename(name) if name else f"conversations-{_utc_stamp()}"
-    except SandboxError as e:
-        raise ToolError(str(e)) from None
+    sandbox, name = call.ctx.sandbox, call.string("filename")
+    with _sandboxed():
+        directory = sandbox.make_dir(call.string("storage_path"))
+        stem = _safe_filename(name) if name else f"conversations-{_utc(compact=True)}"
     with directory:
         return _export_in(call, directory, stem, fmt, convs)
 
 
 def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dict]) -> dict:
     _check_quota(call, directory)
-    exported = _iso_ms(time.time())
+    exported = _utc(time.time(), ms=True)
     if fmt == "json":
-        body = json.dumps({"exported": exported, "conversations": convs}, indent=2, ensure_ascii=False)
+        body = json.dumps({"exported": exported, "conversations": convs}, indent=2,
+                          ensure_ascii=False)
     else:
         body = _conversations_markdown(convs, exported)
     ext = ".json" if fmt == "json" else ".md"
@@ -9096,35 +9635,48 @@ def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dic
         path = _write_new(directory, stem, ext, data)
     except OSError as e:
         raise _write_error(directory, e) from None
-    out = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": len(data),
-           "conversations": len(convs), "messages": sum(len(c["messages"]) for c in convs)}
-    what = f"{_plural(out['conversations'], 'conversation')} ({_plural(out['messages'], 'message')})"
+    out: Dict[str, Any] = {"path": path, "uri": _file_uri(path), "format": fmt, "bytes": len(data),
+                           "conversations": len(convs),
+                           "messages": sum(len(c["messages"]) for c in convs)}
+    what = (f"{_plural(out['conversations'], 'conversation')} "
+            f"({_plural(out['messages'], 'message')})")
     result = _text_result(f"Exported {what} as {fmt}: {path}", out)
-    if call.server.protocol_for(call.req) in _LINK_VERSIONS:
-        result["content"].append({"type": "resource_link", "uri": out["uri"], "name": os.path.basename(path),
-                                  "mimeType": _FORMAT_MIME["json" if fmt == "json" else "md"], "size": out["bytes"]})
+    if call.ctx.protocol(call.req) in _LINK_VERSIONS:
+        result["content"].append({"type": "resource_link", "uri": out["uri"],
+                                  "name": os.path.basename(path),
+                                  "mimeType": _FORMAT_MIME["json" if fmt == "json" else "md"],
+                                  "size": out["bytes"]})
     return result
 
 
-_P_QUERY = {"type": "string", "description": "Words to look for. Quotes, brackets and operators are just text; "
+_P_QUERY = {"type": "string", "description": "Words to look for. Quotes, brackets and operators "
+                                             "are just text; "
             "mode says how the words match."}
 _P_MODE = {"type": "string", "enum": list(_SEARCH_MODES), "default": "words",
-           "description": "words: every word, anywhere; phrase: the words next to each other, in order; prefix: "
-                          "words that start with each one (repor finds report, reports)."}
-_P_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100, "default": 10, "description": "Results per page."}
-_P_OFFSET = {"type": "integer", "minimum": 0, "default": 0, "description": "Results to skip (next_offset pages on)."}
-_P_CURSOR = {"type": "string", "description": "next_cursor of the previous answer; none for the first page."}
-_P_CONV = {"type": "string", "description": "A conversation's id (from save_message or list_conversations)."}
+           "description": "words: every word, anywhere; phrase: the words next to each other, in "
+                          "order; prefix: words that start with each one (repor finds report, "
+                          "reports)."}
+_P_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100, "default": 10,
+            "description": "Results per page."}
+_P_OFFSET = {"type": "integer", "minimum": 0, "default": 0,
+             "description": "Results to skip (next_offset pages on)."}
+_P_CURSOR = {"type": "string", "description": "next_cursor of the previous answer; none for the "
+                                              "first page."}
+_P_CONV = {"type": "string", "description": "A conversation's id (from save_message or "
+                                            "list_conversations)."}
 _P_WHEN = "ISO 8601 UTC date or time, e.g. 2025-01-31 or 2025-01-31T09:00:00Z"
 _CATALOG_TOOL_NAMES = ("search_stored_outputs", "list_stored_outputs")
 
 _MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("save_message",
-     "Save a message to conversation memory, which lasts across conversations. Without conversation_id a new "
-     "conversation is started; an id that does not exist yet is created. Returns conversation_id and message_id.",
+     "Save a message to conversation memory, which lasts across conversations. Without "
+     "conversation_id a new conversation is started; an id that does not exist yet is created. "
+     "Returns conversation_id and message_id.",
      _schema({"conversation_id": _P_CONV, "role": {"type": "string", "enum": list(_ROLES)},
               "content": {"type": "string", "description": "The message text."},
-              "parent_message_id": {"type": "string", "description": "The message this one answers (same conversation)."},
+              "parent_message_id": {"type": "string",
+                                    "description": "The message this one answers (same "
+                                                   "conversation)."},
               "metadata": {"type": "object", "description": "Anything to keep with the message.",
                            "additionalProperties": True}}, ("role", "content")),
      _db_errors(_tool_save_message)),
@@ -9133,18 +9685,24 @@ _MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "next_before_message_id as before_message_id.",
      _schema({"conversation_id": _P_CONV,
               "message_limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-              "before_message_id": {"type": "string", "description": "Only messages before this one."}},
+              "before_message_id": {"type": "string",
+                                    "description": "Only messages before this one."}},
              ("conversation_id",)),
      _db_errors(_tool_get_conversation)),
     ("list_conversations",
-     "List the conversations in memory, the most recently updated first, with titles and message counts.",
-     _schema({"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}, "cursor": _P_CURSOR}),
+     "List the conversations in memory, the most recently updated first, with titles and message "
+     "counts.",
+     _schema({"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+              "cursor": _P_CURSOR}),
      _db_errors(_tool_list_conversations)),
     ("search_messages",
      "Full-text search of the messages in memory, best matches first, with highlighted snippets.",
-     _schema({"query": _P_QUERY, "mode": _P_MODE, "conversation_id": {**_P_CONV, "description": "Only this one."},
-              "start_date": {"type": "string", "description": f"Messages from this time on ({_P_WHEN})."},
-              "end_date": {"type": "string", "description": f"Messages up to this time; a date includes its day ({_P_WHEN})."},
+     _schema({"query": _P_QUERY, "mode": _P_MODE,
+              "conversation_id": {**_P_CONV, "description": "Only this one."},
+              "start_date": {"type": "string", "description": f"Messages from this time on "
+                                                              f"({_P_WHEN})."},
+              "end_date": {"type": "string", "description": f"Messages up to this time; a date "
+                                                            f"includes its day ({_P_WHEN})."},
               "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
      _db_errors(_tool_search_messages)),
     ("delete_conversation",
@@ -9152,12 +9710,15 @@ _MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      _schema({"conversation_id": _P_CONV}, ("conversation_id",)),
      _db_errors(_tool_delete_conversation)),
     ("export_conversations",
-     "Export conversation memory (all conversations, or one) as JSON or Markdown into a file in an allowed "
-     "directory; returns its path, not the export.",
+     "Export conversation memory (all conversations, or one) as JSON or Markdown into a file in an "
+     "allowed directory; returns its path, not the export.",
      _schema({"format": {"type": "string", "enum": ["json", "markdown"], "default": "json"},
-              "conversation_id": {**_P_CONV, "description": "Only this conversation (default: all)."},
-              "storage_path": {"type": "string", "description": "Directory, inside an allowed one (default: the first)."},
-              "filename": {"type": "string", "description": "File name; default conversations-<UTC time>. An "
+              "conversation_id": {**_P_CONV, "description": "Only this conversation (default: "
+                                                            "all)."},
+              "storage_path": {"type": "string", "description": "Directory, inside an allowed one "
+                                                                "(default: the first)."},
+              "filename": {"type": "string", "description": "File name; default conversations-<UTC "
+                                                            "time>. An "
                            "existing file is never overwritten."}}),
      _db_errors(_tool_export_conversations)),
 ]
@@ -9165,138 +9726,186 @@ _MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
 
 _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
     ("list_available_tools",
-     "List the tools of the upstream MCP servers Abstract can reach: server, tool and the first sentence of "
-     "its description. Start here to find a tool; with query, only the best matches for what you want to do. "
-     "detailed=true adds full descriptions and each inputSchema (costs more context); "
-     "filter_by_server limits the list to one server.",
-     _schema({"query": {"type": "string", "description": "What you want to do, in words: the tools that fit "
+     "List the tools of the upstream MCP servers Abstract can reach: server, tool and the first "
+     "sentence of its description. Start here to find a tool; with query, only the best matches "
+     "for what you want to do. detailed=true adds full descriptions and each inputSchema (costs "
+     "more context); filter_by_server limits the list to one server.",
+     _schema({"query": {"type": "string", "description": "What you want to do, in words: the tools "
+                                                         "that fit "
                         "best come first (searches names, descriptions and parameters)."},
-              "detailed": {"type": "boolean", "description": "Include each tool's inputSchema.", "default": False},
+              "detailed": {"type": "boolean", "description": "Include each tool's inputSchema.",
+                           "default": False},
               "filter_by_server": {"type": "string", "description": "Only this server's tools."},
-              "limit": {"type": "integer", "minimum": 1, "description": "At most this many tools (with query: "
+              "limit": {"type": "integer", "minimum": 1,
+                        "description": "At most this many tools (with query: "
                         "default 10)."}}),
      _tool_list_available_tools),
     ("list_tool_details",
-     "Get one upstream tool's complete definition (description, inputSchema, outputSchema, annotations) "
-     "before calling it.",
+     "Get one upstream tool's complete definition (description, inputSchema, outputSchema, "
+     "annotations) before calling it.",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL}, ("server", "tool_name")),
      _tool_list_tool_details),
     ("call_tool",
-     "Call an upstream tool and get its result here, in the conversation. Use it for small results (status "
-     "checks, short answers), which come back as the tool gave them. A large result comes back as a preview "
-     "and a token instead: read more with retrieve_cached_output. For results you know are large (lists, "
-     "tables, documents, exports) use call_tool_and_store when it is available, so the data goes to a file.",
-     _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS}, ("server", "tool_name")),
+     "Call an upstream tool and get its result here, in the conversation. Use it for small results "
+     "(status checks, short answers), which come back as the tool gave them. A large result comes "
+     "back as a preview and a token instead: read more with retrieve_cached_output. For results "
+     "you know are large (lists, tables, documents, exports) use call_tool_and_store when it is "
+     "available, so the data goes to a file.",
+     _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS},
+             ("server", "tool_name")),
      _tool_call_tool),
     ("list_allowed_directories",
-     "List the directories Abstract may store files in and read files from; the first is the default.",
+     "List the directories Abstract may store files in and read files from; the first is the "
+     "default.",
      _schema({}),
      _tool_list_allowed_directories),
     ("call_tool_and_store",
-     "Call an upstream tool and save its result to a file in an allowed directory instead of the conversation; "
-     "you get back the path, size, row/column counts and a short preview. Use it for large results. Pick "
-     "file_format from what you know of the data: csv or tsv for lists of records, md for prose; without it "
-     "the content decides (json for JSON data, text as it is in .txt or .md). Also yaml, xml, html.",
+     "Call an upstream tool and save its result to a file in an allowed directory instead of the "
+     "conversation; you get back the path, size, row/column counts and a short preview. Use it for "
+     "large results. Pick file_format from what you know of the data: csv or tsv for lists of "
+     "records, md for prose; without it the content decides (json for JSON data, text as it is in "
+     ".txt or .md). Also yaml, xml, html.",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS,
               "file_format": {"type": "string", "enum": list(_FORMATS),
-                              "description": "Format to convert the result to. Default: by content."},
-              "description": {"type": "string", "description": "What the result is; kept with the file."},
-              "storage_path": {"type": "string", "description": "Directory to store in: absolute inside an allowed "
-                               "directory, or relative to the first one. Default: the first allowed directory."},
-              "filename": {"type": "string", "description": "File name; the extension comes from file_format. "
-                           "Default <server>-<tool>-<UTC time>. An existing file is never overwritten: -1, -2... "
-                           "is added."},
-              "compress": {"type": "boolean", "default": False, "description": "Write gzip-compressed (.gz)."},
-              "cache_token": {"type": "string", "description": "Store an output call_tool cached (its token) "
-                              "instead of calling a tool; server and tool_name are then not needed."}}),
+                              "description": "Format to convert the result to. Default: by "
+                                             "content."},
+              "description": {"type": "string", "description": "What the result is; kept with the "
+                                                               "file."},
+              "storage_path": {"type": "string", "description": "Directory to store in: absolute "
+                                                                "inside an allowed "
+                               "directory, or relative to the first one. Default: the first "
+                               "allowed directory."},
+              "filename": {"type": "string", "description": "File name; the extension comes from "
+                                                            "file_format. "
+                           "Default <server>-<tool>-<UTC time>. An existing file is never "
+                           "overwritten: -1, -2... is added."},
+              "compress": {"type": "boolean", "default": False,
+                           "description": "Write gzip-compressed (.gz)."},
+              "cache_token": {"type": "string", "description": "Store an output call_tool cached "
+                                                               "(its token) "
+                              "instead of calling a tool; server and tool_name are then not "
+                              "needed."}}),
      _tool_call_tool_and_store),
     ("call_tool_with_file_content",
-     "Call an upstream tool with a file's data as its arguments, without reading the file into the conversation "
-     "(for bulk inserts, uploads, or feeding a stored result into another tool). The file must be in an allowed "
-     "directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are parsed (also .gz). Without data_key the file must "
-     "hold an object that is the whole arguments; with data_key the data goes under that argument, next to tool_args.",
+     "Call an upstream tool with a file's data as its arguments, without reading the file into the "
+     "conversation (for bulk inserts, uploads, or feeding a stored result into another tool). The "
+     "file must be in an allowed directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are "
+     "parsed (also .gz). Without data_key the file must hold an object that is the whole "
+     "arguments; with data_key the data goes under that argument, next to tool_args.",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL,
-              "file_path": {"type": "string", "description": "The input file: absolute inside an allowed directory, "
+              "file_path": {"type": "string", "description": "The input file: absolute inside an "
+                                                             "allowed directory, "
                             "or relative to the first one."},
-              "data_key": {"type": "string", "description": "Argument that receives the file's data."},
+              "data_key": {"type": "string", "description": "Argument that receives the file's "
+                                                            "data."},
               "tool_args": {**_P_ARGS, "description": "Other arguments (needs data_key)."},
               "output_format": {"type": "string", "enum": ["json", "string"], "default": "json",
-                                "description": "json: the whole upstream result as JSON; string: its text only."},
-              "response_format": {"type": "string", "enum": list(_FORMATS), "description": "Store the response as "
-                                  "call_tool_and_store would, in this format, instead of returning it."},
+                                "description": "json: the whole upstream result as JSON; string: "
+                                               "its text only."},
+              "response_format": {"type": "string", "enum": list(_FORMATS),
+                                  "description": "Store the response as "
+                                  "call_tool_and_store would, in this format, instead of returning "
+                                  "it."},
               "description": {"type": "string", "description": "What the stored response is."},
-              "storage_path": {"type": "string", "description": "Where to store the response (with response_format)."},
-              "filename": {"type": "string", "description": "File name for the stored response; the extension "
+              "storage_path": {"type": "string", "description": "Where to store the response (with "
+                                                                "response_format)."},
+              "filename": {"type": "string", "description": "File name for the stored response; "
+                                                            "the extension "
                            "comes from response_format."},
               "compress": {"type": "boolean", "default": False,
-                           "description": "Store the response gzip-compressed (.gz), with response_format."},
-              "cache_token": {"type": "string", "description": "Use an output call_tool cached (its token) as "
+                           "description": "Store the response gzip-compressed (.gz), with "
+                                          "response_format."},
+              "cache_token": {"type": "string", "description": "Use an output call_tool cached "
+                                                               "(its token) as "
                               "the data instead of a file."}},
              ("server", "tool_name")),
      _tool_call_tool_with_file_content),
     ("retrieve_cached_output",
-     "Read part of a large result that call_tool cached instead of showing (its answer gives the token). "
-     "Windows are bounded (20,000 characters by default): page with offset/length, or by line with "
-     "start_line/end_line, or by record with record_offset/record_count, or for JSON take a sub-value with an "
-     "RFC 6901 pointer such as /results/10. To filter or count, query_output is cheaper.",
+     "Read part of a large result that call_tool cached instead of showing (its answer gives the "
+     "token). Windows are bounded (20,000 characters by default): page with offset/length, or by "
+     "line with start_line/end_line, or by record with record_offset/record_count, or for JSON "
+     "take a sub-value with an RFC 6901 pointer such as /results/10. To filter or count, "
+     "query_output is cheaper.",
      _schema({"token": {"type": "string", "description": "The token from the cached answer."},
-              "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "First character."},
-              "length": {"type": "integer", "minimum": 1, "description": "Characters to return (capped)."},
-              "start_line": {"type": "integer", "minimum": 1, "description": "First line (1-based)."},
-              "end_line": {"type": "integer", "minimum": 1, "description": "Last line (inclusive)."},
-              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. /results/10."},
-              "record_offset": {"type": "integer", "minimum": 0, "description": "For records: the first record "
+              "offset": {"type": "integer", "minimum": 0, "default": 0,
+                         "description": "First character."},
+              "length": {"type": "integer", "minimum": 1,
+                         "description": "Characters to return (capped)."},
+              "start_line": {"type": "integer", "minimum": 1,
+                             "description": "First line (1-based)."},
+              "end_line": {"type": "integer", "minimum": 1,
+                           "description": "Last line (inclusive)."},
+              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. "
+                                                           "/results/10."},
+              "record_offset": {"type": "integer", "minimum": 0,
+                                "description": "For records: the first record "
                                 "(0-based); records come one compact JSON object a line."},
               "record_count": {"type": "integer", "minimum": 1, "default": 100,
                                "description": "For records: how many (capped by the window)."}},
              ("token",)),
      _tool_retrieve_cached_output),
     ("query_output",
-     "Ask a large output a question in SQL instead of reading it: the records of a cached output (its token) or "
-     "of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, also .gz) are the table data, one "
-     "column per field; nested values are JSON text (json_extract(col, '$.key') reads them). One read-only "
-     "SELECT (WITH allowed); returns at most limit rows, the row count and the columns. With file_format the "
-     "whole result is stored as a file instead, and you get its path and a preview.",
-     _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), or a file path: "
+     "Ask a large output a question in SQL instead of reading it: the records of a cached output "
+     "(its token) or of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, "
+     "also .gz) are the table data, one column per field; nested values are JSON text "
+     "(json_extract(col, '$.key') reads them). One read-only SELECT (WITH allowed); returns at "
+     "most limit rows, the row count and the columns. With file_format the whole result is stored "
+     "as a file instead, and you get its path and a preview.",
+     _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), "
+                                                          "or a file path: "
                          "absolute inside an allowed directory, or relative to the first one."},
-              "sql": {"type": "string", "description": "One SELECT over the table data, e.g. SELECT status, "
+              "sql": {"type": "string", "description": "One SELECT over the table data, e.g. "
+                                                       "SELECT status, "
                       "count(*) AS n FROM data GROUP BY status ORDER BY n DESC."},
               "limit": {"type": "integer", "minimum": 0, "maximum": _QUERY_LIMIT_MAX, "default": 50,
                         "description": "Rows to return here (the count covers them all)."},
-              "records_pointer": {"type": "string", "description": "JSON Pointer of the list of records to query "
+              "records_pointer": {"type": "string",
+                                  "description": "JSON Pointer of the list of records to query "
                                   "when the data is not one list of records, e.g. /items."},
               "file_format": {"type": "string", "enum": list(_FORMATS),
-                              "description": "Store the whole result as a file in this format instead."},
+                              "description": "Store the whole result as a file in this format "
+                                             "instead."},
               "filename": {"type": "string", "description": "File name with file_format; default "
-                           "abstract-query_output-<UTC time>. An existing file is never overwritten."},
-              "storage_path": {"type": "string", "description": "Directory for the file (with file_format): "
-                               "inside an allowed directory. Default: the first allowed directory."}},
+                           "abstract-query_output-<UTC time>. An existing file is never "
+                           "overwritten."},
+              "storage_path": {"type": "string", "description": "Directory for the file (with "
+                                                                "file_format): "
+                               "inside an allowed directory. Default: the first allowed "
+                               "directory."}},
              ("source", "sql")),
      _tool_query_output),
     ("search_stored_outputs",
-     "Search every output Abstract has stored or cached, in this conversation or earlier ones: the files of "
-     "call_tool_and_store, responses stored by call_tool_with_file_content, and cached call_tool results. Matches "
-     "the first 64 KB of each output, its description, server, tool and path; best matches first, with a "
-     "highlighted snippet, the path (or cache token) and whether the file still exists.",
+     "Search every output Abstract has stored or cached, in this conversation or earlier ones: the "
+     "files of call_tool_and_store, responses stored by call_tool_with_file_content, and cached "
+     "call_tool results. Matches the first 64 KB of each output, its description, server, tool and "
+     "path; best matches first, with a highlighted snippet, the path (or cache token) and whether "
+     "the file still exists.",
      _schema({"query": _P_QUERY, "mode": _P_MODE,
               "server": {"type": "string", "description": "Only outputs of this server."},
               "tool": {"type": "string", "description": "Only outputs of this tool."},
-              "since": {"type": "string", "description": f"Only outputs from this time on ({_P_WHEN})."},
-              "until": {"type": "string", "description": f"Only outputs up to this time; a date includes its day "
+              "since": {"type": "string", "description": f"Only outputs from this time on "
                                                          f"({_P_WHEN})."},
+              "until": {"type": "string", "description": f"Only outputs up to this time; a date "
+                                                         f"includes its day ({_P_WHEN})."},
               "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
      _db_errors(_tool_search_stored_outputs)),
     ("list_stored_outputs",
-     "List the outputs Abstract has stored or cached, newest first (all conversations), with path or cache token, "
-     "format, size and whether the file still exists. retention_days shows which stored files a retention rule "
-     "of that many days would remove; Abstract itself never deletes them.",
+     "List the outputs Abstract has stored or cached, newest first (all conversations), with path "
+     "or cache token, format, size and whether the file still exists. retention_days shows which "
+     "stored files a retention rule of that many days would remove; Abstract itself never deletes "
+     "them.",
      _schema({"server": {"type": "string", "description": "Only outputs of this server."},
               "tool": {"type": "string", "description": "Only outputs of this tool."},
-              "kind": {"type": "string", "enum": list(_CATALOG_KINDS), "description": "stored: call_tool_and_store; "
-                       "response: call_tool_with_file_content's response_format; cached: large call_tool results."},
-              "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20}, "cursor": _P_CURSOR,
-              "retention_days": {"type": "number", "exclusiveMinimum": 0, "description": "Mark the files older "
-                                 "than this many days (would_remove) and total them. Nothing is deleted."}}),
+              "kind": {"type": "string", "enum": list(_CATALOG_KINDS),
+                       "description": "stored: call_tool_and_store; "
+                       "response: call_tool_with_file_content's response_format; cached: large "
+                       "call_tool results."},
+              "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20},
+              "cursor": _P_CURSOR,
+              "retention_days": {"type": "number", "exclusiveMinimum": 0,
+                                 "description": "Mark the files older "
+                                 "than this many days (would_remove) and total them. Nothing is "
+                                 "deleted."}}),
      _db_errors(_tool_list_stored_outputs)),
 ]
 
@@ -9310,18 +9919,18 @@ def _offered(name: str, cache: Optional[OutputCache], catalog: Optional[Catalog]
     return catalog is not None or name not in _CATALOG_TOOL_NAMES
 
 _INSTRUCTIONS = (
-    "Abstract reaches other MCP servers' tools for you and keeps large results out of the conversation.\n"
-    "- list_available_tools finds tools (server + tool name); list_tool_details shows one tool's arguments.\n"
-    "- call_tool returns a result here: only for small results.\n"
-    "- call_tool_and_store saves a large result to a file (csv/tsv for records, md for prose, json if unsure) and "
-    "returns its path and a preview; call_tool_with_file_content sends a file's data to a tool without you reading it.\n"
-    "- A large call_tool result comes back as a preview and a token: read more with retrieve_cached_output, or pass "
-    "the token as cache_token to call_tool_and_store or call_tool_with_file_content.\n"
-    "- query_output answers a question about a cached output or a stored file with one SQL SELECT over its "
-    "records (table data), so only the answer enters the conversation.\n"
-    "- list_allowed_directories shows where files may be stored and read.\n"
-    "- search_stored_outputs finds outputs stored or cached earlier, also in past conversations; "
-    "list_stored_outputs lists them newest first."
+    "Abstract reaches other MCP servers' tools for you and keeps large results out of the "
+    "conversation.\n- list_available_tools finds tools (server + tool name); list_tool_details "
+    "shows one tool's arguments.\n- call_tool returns a result here: only for small results.\n"
+    "- call_tool_and_store saves a large result to a file (csv/tsv for records, md for prose, json "
+    "if unsure) and returns its path and a preview; call_tool_with_file_content sends a file's "
+    "data to a tool without you reading it.\n- A large call_tool result comes back as a preview "
+    "and a token: read more with retrieve_cached_output, or pass the token as cache_token to "
+    "call_tool_and_store or call_tool_with_file_content.\n- query_output answers a question about "
+    "a cached output or a stored file with one SQL SELECT over its records (table data), so only "
+    "the answer enters the conversation.\n- list_allowed_directories shows where files may be "
+    "stored and read.\n- search_stored_outputs finds outputs stored or cached earlier, also in "
+    "past conversations; list_stored_outputs lists them newest first."
 )
 
 # ==== 18. Server ==================================================================
@@ -9329,46 +9938,35 @@ _INSTRUCTIONS = (
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
 
-_DIRECT_INSTRUCTIONS = (
-    "The tools named <server>__<tool> are other MCP servers' tools, called through Abstract. A large result "
-    "comes back as a preview and a token: read more of it with retrieve_cached_output."
+_TRANSPARENT_INSTRUCTIONS = (
+    "The tools named <server>__<tool> are other MCP servers' tools, called through Abstract. A "
+    "large result comes back as a preview and a token: read more of it with retrieve_cached_output."
 )
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-_CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
+_CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list",
+              "resources/templates/list",
               "resources/read"}
 
 
-def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
-    """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
-    anything else."""
-    import base64
+# base64 of this stays under the 10 MiB a TypeScript client accepts per message
+_READ_MAX = 5 * 1024 * 1024
 
-    if size > _READ_MAX:
-        raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up to "
-                                       f"{_READ_MAX:,} bytes", {"uri": uri})
-    try:
-        data = f.read(_READ_MAX + 1)
-    except OSError as e:
-        raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}", {"uri": uri}) from None
-    item: dict = {"uri": uri, "mimeType": _mime_of(path)}
-    text = None
-    if not path.lower().endswith(".gz"):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    if text is not None and "\x00" not in text:
-        return _text_item(item, text, data)  # type: ignore[return-value]  (never None for _READ_MAX bytes)
-    item["blob"] = base64.b64encode(data).decode("ascii")
-    return item
+
+# one resources/read item as JSON, leaving room in the 10 MiB for the rest
+_ITEM_MAX = 9 * 1024 * 1024
+
+
+def _mime_of(path: str) -> str:
+    if path.lower().endswith(".gz"):
+        return "application/gzip"
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
 
 
 def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[dict]:
     """`item` with the text, or, when JSON escaping would make it too long for one message
     (a control character becomes 6 bytes), with the base64 of its UTF-8 as a blob; None when
     even that is too long."""
-    import base64
-
     if len(text) * 6 <= _ITEM_MAX or len(  # (6: the most bytes one character escapes to)
             json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) <= _ITEM_MAX:
         return dict(item, text=text)
@@ -9378,13 +9976,40 @@ def _text_item(item: dict, text: str, data: Optional[bytes] = None) -> Optional[
     return dict(item, blob=base64.b64encode(data).decode("ascii"))
 
 
+def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
+    """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
+    anything else."""
+    if size > _READ_MAX:
+        raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up "
+                                       f"to {_READ_MAX:,} bytes", {"uri": uri})
+    try:
+        data = f.read(_READ_MAX + 1)
+    except OSError as e:
+        raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}",
+                       {"uri": uri}) from None
+    item: dict = {"uri": uri, "mimeType": _mime_of(path)}
+    text = None
+    if not path.lower().endswith(".gz"):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if text is not None and "\x00" not in text:
+        # (never None for _READ_MAX bytes)
+        return _text_item(item, text, data)  # type: ignore[return-value]
+    item["blob"] = base64.b64encode(data).decode("ascii")
+    return item
+
+
 def _page(req: _Request, key: str, items: List[dict]) -> dict:
     """One page of a list answer; the cursor is an opaque offset into `items`."""
     cursor = (req.params or {}).get("cursor")
     start = 0
     if cursor is not None:
-        if not isinstance(cursor, str) or not re.fullmatch(r"[0-9]{1,9}", cursor) or int(cursor) > len(items):
-            raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the previous page")
+        if (not isinstance(cursor, str) or not re.fullmatch(r"[0-9]{1,9}", cursor)
+            or int(cursor) > len(items)):
+            raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the "
+                                           f"previous page")
         start = int(cursor)
     result: dict = {key: items[start:start + _TOOLS_PAGE]}
     if start + _TOOLS_PAGE < len(items):
@@ -9397,10 +10022,10 @@ def _name_chars(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)
 
 
-def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
+def _transparent_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
     """`server__name`, in the characters clients accept ([A-Za-z0-9_-]) and at most 64 long;
     a hash suffix keeps names apart that would otherwise collide or be cut."""
-    import hashlib
+    import hashlib  # lazy: see Imports
 
     plain = _name_chars(f"{server}__{name}")
     if len(plain) <= 64 and taken.get(plain, (server, name)) == (server, name):
@@ -9409,32 +10034,31 @@ def _direct_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> s
     return f"{plain[:55]}_{digest}"
 
 
-def _direct_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
+def _transparent_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
     """Transparent mode's names of every upstream's tools: exposed name -> (server, tool), in
     config order and each server's own order, so the same lists always give the same names."""
     mapping: Dict[str, Tuple[str, dict]] = {}
     taken: Dict[str, Tuple[str, str]] = {}
     for server, tools in lists.items():
         for t in tools:
-            exposed = _direct_name(server, t["name"], taken)
+            exposed = _transparent_name(server, t["name"], taken)
             taken[exposed] = (server, t["name"])
             mapping[exposed] = (server, t)
     return mapping
 
 
-class _Direct:
+class _Transparent:
     """--expose direct: every selected upstream's tools, prompts and resources as Abstract's own."""
 
-    def __init__(self, server: "Server") -> None:
-        self.server = server
+    def __init__(self, ctx: _ToolContext) -> None:
+        self.ctx = ctx
         self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
         self._prompts: Dict[str, Tuple[str, str]] = {}
         self._uris: Dict[str, str] = {}  # upstream resource URI -> server
         self._lock = threading.Lock()
-        for up in server.upstreams._all.values():
-            up.on_tools_changed = server.tools_changed
 
-    def _gather(self, fn: Callable[[Upstream], List[dict]], capability: str = "") -> Dict[str, List[dict]]:
+    def _gather(self, fn: Callable[[Upstream], List[dict]],
+                capability: str = "") -> Dict[str, List[dict]]:
         """fn over every upstream in parallel (only those that declared `capability`, when
         given); a server that fails is logged and left out."""
         def run(up: Upstream) -> List[dict]:
@@ -9442,19 +10066,22 @@ class _Direct:
             return fn(up) if not capability or capability in up.capabilities else []
 
         out = {}
-        for name, got in self.server.upstreams.each(run).items():
+        for name, got in self.ctx.upstreams.each(run).items():
             if isinstance(got, Exception):
-                _log.warning("%s left out of the list: %s", name, getattr(got, "message", None) or got)
+                _log.warning("%s left out of the list: %s", name, getattr(got, "message", None)
+                             or got)
             else:
                 out[name] = got
         return out
 
     def tools(self) -> List[dict]:
         gathered = self._gather(lambda up: up.tools())
-        mapping = _direct_names({n: gathered[n] for n in self.server.upstreams.names() if n in gathered})
+        names = self.ctx.upstreams.names()
+        mapping = _transparent_names({n: gathered[n] for n in names if n in gathered})
         with self._lock:
             self._tools = mapping
-        return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items() if k != "outputSchema"}),
+        return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items()
+                                                        if k != "outputSchema"}),
                  "name": n} for n, (s, t) in mapping.items()]
 
     def _keeps_schema(self, server: str, tool: dict) -> bool:
@@ -9462,10 +10089,10 @@ class _Direct:
         rejects a preview in place of the structuredContent a schema promises, so the schema is
         left out where a large result may be cached: unless keep_output_schemas is set, or
         caching is off for that tool."""
-        if "outputSchema" not in tool or self.server.settings.get("keep_output_schemas"):
+        if "outputSchema" not in tool or self.ctx.settings.get("keep_output_schemas"):
             return True
-        policy = self.server.settings.cache_policy(server, tool["name"])
-        return self.server.cache is None or not policy["enabled"]
+        policy = self.ctx.settings.cache_policy(server, tool["name"])
+        return self.ctx.cache is None or not policy["enabled"]
 
     def names(self) -> List[str]:
         return list(self._tools)
@@ -9481,19 +10108,21 @@ class _Direct:
 
     def call(self, call: _Call, target: Tuple[str, dict]) -> dict:
         """Call the upstream tool `target` (from lookup): its result as it is (cached when large),
-        its JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
+        its JSON-RPC errors passed on with their codes, Abstract's own failures as isError
+        results."""
         server, tool = target
-        res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
+        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args)
         if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
         return _maybe_cache(call, server, tool["name"], res, structured=False)
 
     def prompts(self) -> List[dict]:
         mapping, out = {}, []
-        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts"), "prompts").items():
+        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts"),
+                                            "prompts").items():
             for p in prompts:
                 if isinstance(p.get("name"), str):
-                    exposed = _direct_name(server, p["name"], {k: v for k, v in mapping.items()})
+                    exposed = _transparent_name(server, p["name"], dict(mapping))
                     mapping[exposed] = (server, p["name"])
                     out.append({**p, "name": exposed})
         self._prompts = mapping
@@ -9504,13 +10133,15 @@ class _Direct:
         if name not in self._prompts:
             self.prompts()
         if name not in self._prompts:
-            raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: {_names_list(list(self._prompts))}")
+            raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: "
+                                           f"{_names_list(list(self._prompts))}")
         server, real = self._prompts[name]
-        return self.server.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
+        return self.ctx.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
 
     def resources(self) -> List[dict]:
         out = []
-        for server, items in self._gather(lambda up: up.listing("resources/list", "resources"), "resources").items():
+        for server, items in self._gather(lambda up: up.listing("resources/list", "resources"),
+                                          "resources").items():
             for r in items:
                 if isinstance(r.get("uri"), str):
                     self._uris[r["uri"]] = server
@@ -9518,7 +10149,8 @@ class _Direct:
         return out
 
     def templates(self) -> List[dict]:
-        lists = self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"), "resources")
+        lists = self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"),
+                             "resources")
         return [t for items in lists.values() for t in items]
 
     def owns(self, uri: str) -> bool:
@@ -9527,33 +10159,17 @@ class _Direct:
         return uri in self._uris
 
     def read(self, uri: str) -> dict:
-        return self.server.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
+        return self.ctx.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
 
 
-_READ_MAX = 5 * 1024 * 1024  # base64 of this stays under the 10 MiB a TypeScript client accepts per message
-
-
-_ITEM_MAX = 9 * 1024 * 1024  # one resources/read item as JSON, leaving room in the 10 MiB for the rest
-
-
-def _mime_of(path: str) -> str:
-    import mimetypes
-
-    if path.lower().endswith(".gz"):
-        return "application/gzip"
-    ext = os.path.splitext(path)[1].lower().lstrip(".")
-    return _FORMAT_MIME.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
-
-
-def _recent_files(roots: List[str], limit: int = 500, scan: int = 20000) -> List[Tuple[str, int, float]]:
+def _recent_files(roots: List[str], limit: int = 500,
+                  scan: int = 20000) -> List[Tuple[str, int, float]]:
     """(path, size, mtime) of the newest files in the allowed directories, newest first.
 
     The walk is bounded (`scan` entries, three levels deep, hidden names skipped) so a huge
     directory cannot stall the answer. A symlink is listed only when it leads to a file inside
     an allowed directory (resources/read would refuse the others anyway).
     """
-    import stat
-
     sandbox = Sandbox(roots)
     found: List[Tuple[str, int, float]] = []
     for dfd, name, p in _bounded_walk(roots, scan=scan, hidden_dirs=False):
@@ -9581,23 +10197,25 @@ class _Terminated(BaseException):
 class Server:
     """Abstract's MCP server over one client connection."""
 
-    def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams, settings: Settings,
-                 cache: Optional[OutputCache] = None, expose: str = "meta", catalog: Optional[Catalog] = None,
-                 memory: bool = False) -> None:
-        self.sandbox, self.upstreams, self.settings, self.cache = sandbox, upstreams, settings, cache
+    def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams,
+                 settings: Settings,
+                 cache: Optional[OutputCache] = None, expose: str = "meta",
+                 catalog: Optional[Catalog] = None,
+                 memory: bool = False, links: Optional[Callable[[_CacheEntry], str]] = None
+                 ) -> None:
+        self.sandbox, self.upstreams, self.settings = sandbox, upstreams, settings
+        self.cache = cache
         self.catalog = catalog
-        self.tool_index = _ToolIndex()  # list_available_tools' query
-        self.tables = _Tables()  # query_output's loaded tables
         self.client = ""  # the legacy client's clientInfo name (initialize)
-        self.version = HANDSHAKE_VERSIONS[0]  # the negotiated legacy version (until initialize says)
+        # the negotiated legacy version (until initialize says)
+        self.version = HANDSHAKE_VERSIONS[0]
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
-        for up in upstreams._all.values():
-            up.on_log = self.relay_log
         keep = (lambda n: n == "retrieve_cached_output") if expose == "direct" else (lambda n: True)
-        mem = _MEMORY_TOOLS if memory and catalog is not None else []  # --memory: in every --expose mode
-        self.tools = {t[0]: t for t in _TOOLS + mem if (keep(t[0]) or t in mem) and _offered(t[0], cache, catalog)}
-        self.direct = _Direct(self) if expose in ("direct", "both") else None
+        # --memory: in every --expose mode
+        mem = _MEMORY_TOOLS if memory and catalog is not None else []
+        self.tools = {t[0]: t for t in _TOOLS + mem if (keep(t[0]) or t in mem)
+                      and _offered(t[0], cache, catalog)}
         methods: Dict[str, Callable[[_Request], dict]] = {
             "initialize": self._initialize,
             "server/discover": self._discover,
@@ -9613,38 +10231,59 @@ class Server:
         }
         # queued: handlers and upstream reader threads (progress, log, list_changed relays) only
         # queue their messages, so a slow client never holds up an upstream's reader
-        self.conn = Connection(rfile, wfile, name="client", pool=_Pool(), queued=True, half_close=True,
-                               max_line=int(float(settings.get("max_client_message_mb")) * (1 << 20)),
+        self._pool = _Pool()  # the client's requests
+        self.conn = Connection(rfile, wfile, name="client", pool=self._pool, queued=True,
+                               half_close=True,
+                               max_line=int(float(settings.get("max_client_message_mb"))
+                                            * (1 << 20)),
                                requests={m: self._enveloped(m, fn) for m, fn in methods.items()},
                                notifications={"notifications/roots/list_changed":
                                               lambda params: upstreams.roots_changed()})
+        self.ctx = _ToolContext(sandbox, settings, upstreams, cache, catalog, self.tools,
+                                self.conn.notify, self.protocol_for, self.client_name, links)
+        self.transparent: Optional[_Transparent] = None
+        if expose in ("direct", "both"):
+            self.transparent = _Transparent(self.ctx)
+        upstreams.listen(self.relay_log,
+                         self.tools_changed if self.transparent is not None else None)
         self.terminated = False  # SIGTERM arrived
         self._serving = self._stopping = False
 
     def serve(self) -> None:
         """Answer the client until its stdin closes (or SIGTERM), then shut down within
-        _EXIT_BUDGET_S: requests still running get _DRAIN_S to answer, every upstream is stopped
-        (all at once, see _stop_runs), and the answers queued for the client are written."""
+        _EXIT_BUDGET_S of that moment (`since`); docs/design.md#shutdown has the timeline.
+
+        1. Serve: the reader hands requests to the pool until EOF (or SIGTERM).
+        2. Drain: requests still running get _DRAIN_S to answer. From here on SIGTERM only
+           notes itself, so the shutdown is never cut short half way.
+        3. Stop every upstream at once (_stop_runs): a handler still waiting on one fails at
+           once, rather than at its timeout...
+        4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer.
+        5. Write what is queued for the client, then end the request workers: all within the
+           budget, before the client's SIGKILL.
+        """
         since = 0.0
         try:
             try:
                 self._serving = True
                 if self.terminated:  # SIGTERM came before serving began
                     raise _Terminated()
-                self.conn.start()
+                self.conn.start()  # 1.
                 self.conn.closed.wait()
                 since = time.monotonic()
-                self.conn.wait_idle(_DRAIN_S)  # their answers still go out
+                self.conn.wait_idle(_DRAIN_S)  # 2. their answers still go out
             finally:
                 self._stopping = True  # from here on, SIGTERM only notes itself (see on_sigterm)
         except _Terminated:
             pass
         since = since or time.monotonic()
-        self.upstreams.close()  # a handler still waiting on an upstream now fails at once...
+        self.upstreams.close()  # 3. a handler still waiting on an upstream fails at once...
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
-        self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # ...and says so
-        self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())
+        self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # 4. ...and says so
+        self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())  # 5.
+        self._pool.close()  # (the reader closed it at EOF; after SIGTERM it may still be reading)
+        self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
 
     def on_sigterm(self) -> None:
         """SIGTERM (called in the main thread by the signal handler): stop serving as at EOF.
@@ -9674,10 +10313,12 @@ class Server:
             return False
         version = meta.get(_META_VERSION)
         if not isinstance(version, str):
-            raise RpcError(INVALID_PARAMS, f"params._meta['{_META_VERSION}'] must be the protocol version string")
+            raise RpcError(INVALID_PARAMS, f"params._meta['{_META_VERSION}'] must be the protocol "
+                                           f"version string")
         if version not in MODERN_VERSIONS:
             raise RpcError(UNSUPPORTED_VERSION, f"Unsupported protocol version {version!r}",
-                           {"supported": list(MODERN_VERSIONS) + list(HANDSHAKE_VERSIONS), "requested": version})
+                           {"supported": list(MODERN_VERSIONS) + list(HANDSHAKE_VERSIONS),
+                            "requested": version})
         if not isinstance(meta.get(_META_CAPS), dict):
             raise RpcError(INVALID_PARAMS, f"params._meta['{_META_CAPS}'] must be an object")
         return True
@@ -9692,9 +10333,9 @@ class Server:
         return MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
 
     def _capabilities(self) -> dict:
-        caps: dict = {"tools": {"listChanged": self.direct is not None},
+        caps: dict = {"tools": {"listChanged": self.transparent is not None},
                       "resources": {"listChanged": False, "subscribe": False}, "logging": {}}
-        if self.direct is not None:
+        if self.transparent is not None:
             caps["prompts"] = {"listChanged": False}
         return caps
 
@@ -9711,7 +10352,8 @@ class Server:
         # roots, sampling and elicitation are the client's: upstreams are offered what it declared
         self.upstreams.client.client_declared(params.get("capabilities"), self.conn)
         return {"protocolVersion": self.version, "capabilities": self._capabilities(),
-                "serverInfo": {"name": _SERVER_NAME, "version": __version__}, "instructions": self._instructions()}
+                "serverInfo": {"name": _SERVER_NAME, "version": __version__},
+                "instructions": self._instructions()}
 
     def _discover(self, req: _Request) -> dict:
         return {"supportedVersions": list(MODERN_VERSIONS) + list(HANDSHAKE_VERSIONS),
@@ -9719,14 +10361,17 @@ class Server:
                 "_meta": {_META_SERVER_INFO: {"name": _SERVER_NAME, "version": __version__}}}
 
     def _instructions(self) -> str:
-        if self.direct is None:
+        if self.transparent is None:
             return _INSTRUCTIONS
-        return _DIRECT_INSTRUCTIONS if "call_tool" not in self.tools else _INSTRUCTIONS + "\n" + _DIRECT_INSTRUCTIONS
+        if "call_tool" not in self.tools:
+            return _TRANSPARENT_INSTRUCTIONS
+        return _INSTRUCTIONS + "\n" + _TRANSPARENT_INSTRUCTIONS
 
     def _set_level(self, req: _Request) -> dict:
         level = (req.params or {}).get("level")
         if level not in _LOG_LEVELS:
-            raise RpcError(INVALID_PARAMS, f"logging/setLevel needs params.level, one of {', '.join(_LOG_LEVELS)}")
+            raise RpcError(INVALID_PARAMS, f"logging/setLevel needs params.level, one of "
+                                           f"{', '.join(_LOG_LEVELS)}")
         self.log_level = level
         self.upstreams.set_level(level)
         return {}
@@ -9734,79 +10379,102 @@ class Server:
     def relay_log(self, server: str, params: dict) -> None:
         """An upstream's notifications/message, passed to a legacy client at or above its level."""
         level = params.get("level")
-        if self.initialized and level in _LOG_LEVELS and _LOG_LEVELS.index(level) >= _LOG_LEVELS.index(self.log_level):
+        if (self.initialized and level in _LOG_LEVELS
+            and _LOG_LEVELS.index(level) >= _LOG_LEVELS.index(self.log_level)):
             logger = params.get("logger")
-            logger = f"{server}/{logger}" if isinstance(logger, str) and logger else server  # whose message
-            self.conn.notify("notifications/message", {"level": level, "logger": logger, "data": params.get("data")})
+            # whose message
+            logger = f"{server}/{logger}" if isinstance(logger, str) and logger else server
+            self.conn.notify("notifications/message", {"level": level, "logger": logger,
+                                                       "data": params.get("data")})
 
     def _tools_list(self, req: _Request) -> dict:
-        tools = [{"name": n, "description": d, "inputSchema": s} for n, d, s, _ in self.tools.values()]
-        if self.direct is not None:
-            tools += self.direct.tools()
+        tools = [{"name": n, "description": d, "inputSchema": s} for n, d, s,
+                 _ in self.tools.values()]
+        if self.transparent is not None:
+            tools += self.transparent.tools()
         return _page(req, "tools", tools)
 
     def _tools_call(self, req: _Request) -> dict:
+        """tools/call: Abstract's own tool, or (transparent mode) an upstream's.
+
+        1. A malformed request (no name, arguments not an object) is a JSON-RPC error.
+        2. Abstract's tools get their arguments with aliases renamed and unknown names refused
+           (_checked_args), then their handler runs with a _Call over the tools' context.
+        3. What the model can fix (ToolError) and a file operation that failed (OSError) come
+           back as isError results it reads; anything else is the dispatcher's -32603.
+        4. An unknown tool is a JSON-RPC error naming the tools there are.
+        """
         params = req.params or {}
         name, args = params.get("name"), params.get("arguments")
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "tools/call needs params.name (a string)")
         if args is not None and not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "tools/call params.arguments must be an object")
-        call = _Call(self, req, args or {})
+        call = _Call(self.ctx, req, args or {})
         tool = self.tools.get(name)
         try:
             if tool is not None:
                 call.args = _checked_args(name, tool[2], call.args)
                 return tool[3](call)
-            target = self.direct.lookup(name) if self.direct is not None else None
+            target = self.transparent.lookup(name) if self.transparent is not None else None
             if target is not None:
-                return self.direct.call(call, target)  # type: ignore[union-attr]
+                return self.transparent.call(call, target)  # type: ignore[union-attr]
         except ToolError as e:
             return _text_result(str(e), is_error=True)
-        except OSError as e:  # a file operation no handler expected to fail: still an answer the model reads
+        # a file operation no handler expected to fail: still an answer the model reads
+        except OSError as e:
             _log.warning("tools/call %s: %s", name, e, exc_info=True)
             where = f" ({e.filename})" if isinstance(e.filename, str) else ""
             return _text_result(f"{name} failed: {e.strerror or e}{where}.", is_error=True)
-        names = list(self.tools) + (self.direct.names() if self.direct is not None else [])
+        names = list(self.tools)
+        if self.transparent is not None:
+            names += self.transparent.names()
         raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}. Tools: {_names_list(names)}")
 
-    # -- prompts and resource templates: the upstreams' own, in direct mode
+    # -- prompts and resource templates: the upstreams' own, in transparent mode
     def _prompts_list(self, req: _Request) -> dict:
-        if self.direct is None:
-            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/list (Abstract offers prompts with --expose direct)")
-        return _page(req, "prompts", self.direct.prompts())
+        if self.transparent is None:
+            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/list (Abstract offers "
+                                             "prompts with --expose direct)")
+        return _page(req, "prompts", self.transparent.prompts())
 
     def _prompts_get(self, req: _Request) -> dict:
-        if self.direct is None:
-            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers prompts with --expose direct)")
-        return self.direct.get_prompt(req.params or {})
+        if self.transparent is None:
+            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers "
+                                             "prompts with --expose direct)")
+        return self.transparent.get_prompt(req.params or {})
 
     def _templates_list(self, req: _Request) -> dict:
-        items = self.direct.templates() if self.direct is not None else []
+        items = self.transparent.templates() if self.transparent is not None else []
         return _page(req, "resourceTemplates", items)
 
     def tools_changed(self, server: str) -> None:
         """An upstream's tools changed: tell a legacy client, whose tools list now differs."""
-        if self.direct is not None and self.initialized:
+        if self.transparent is not None and self.initialized:
             self.conn.notify("notifications/tools/list_changed")
 
     # -- resources: files in the allowed directories, by file:// URI
     def _resources_list(self, req: _Request) -> dict:
         cached = [(_CACHE_URI + e.token, f"cached {e.server}.{e.tool}", e.ctype, e.chars)
                   for e in (self.cache.entries() if self.cache else [])]
-        files = [(_file_uri(p), os.path.basename(p), _mime_of(p), size) for p, size, _ in _recent_files(self.sandbox.roots)]
-        items = [{"uri": u, "name": n, "mimeType": m, "size": size} for u, n, m, size in cached + files]
-        if self.direct is not None:
-            items = self.direct.resources() + items
+        files = [(_file_uri(p), os.path.basename(p), _mime_of(p), size) for p, size,
+                 _ in _recent_files(self.sandbox.roots)]
+        items = [{"uri": u, "name": n, "mimeType": m, "size": size} for u, n, m, size in cached
+                 + files]
+        if self.transparent is not None:
+            items = self.transparent.resources() + items
         return _page(req, "resources", items)
 
     def _resources_read(self, req: _Request) -> dict:
+        """resources/read: an upstream's resource (transparent mode), a cached output, or a file
+        in the allowed directories, read through the sandbox. A missing one is -32002 in the
+        handshake era and -32602 in the 2026-07-28 era, as each era's spec says."""
         uri = (req.params or {}).get("uri")
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
         missing = INVALID_PARAMS if _META_VERSION in req.meta else RESOURCE_NOT_FOUND
-        if self.direct is not None and self.direct.owns(uri):
-            return self.direct.read(uri)
+        if self.transparent is not None and self.transparent.owns(uri):
+            return self.transparent.read(uri)
         if uri.startswith(_CACHE_URI) and self.cache is not None:
             return self._read_cached(uri, missing)
         try:
@@ -9816,7 +10484,8 @@ class Server:
         except SandboxError as e:
             raise RpcError(INVALID_PARAMS, str(e), {"uri": uri}) from None
         except OSError as e:
-            raise RpcError(INVALID_PARAMS, f"{uri} cannot be read: {e.strerror or e}", {"uri": uri}) from None
+            raise RpcError(INVALID_PARAMS, f"{uri} cannot be read: {e.strerror or e}",
+                           {"uri": uri}) from None
         with f:
             return {"contents": [_file_contents(f, path, size, uri)]}
 
@@ -9825,11 +10494,13 @@ class Server:
             entry = self.cache.get(uri[len(_CACHE_URI):])  # type: ignore[union-attr]
         except ToolError as e:
             raise RpcError(missing, str(e), {"uri": uri}) from None
-        too_big = RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read it in windows "
-                                           f"with retrieve_cached_output", {"uri": uri})
+        too_big = RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read "
+                                           f"it in windows with retrieve_cached_output",
+                           {"uri": uri})
         if entry.chars > _READ_MAX:
             raise too_big
-        item = _text_item({"uri": uri, "mimeType": entry.ctype}, self.cache.text(entry))  # type: ignore[union-attr]
+        text = self.cache.text(entry)  # type: ignore[union-attr]
+        item = _text_item({"uri": uri, "mimeType": entry.ctype}, text)
         if item is None:
             raise too_big
         return {"contents": [item]}
@@ -9862,25 +10533,32 @@ def _prepare_dirs(dirs: List[str], say: Callable[[str], None]) -> List[str]:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="abstract",
-        description="An MCP proxy that keeps large tool results out of the model's context. Reads the upstream "
-                    "servers from the MCP client config named by APP_CONFIG_PATH.",
-        epilog="Env: APP_CONFIG_PATH (client config file), ABSTRACT_PROXY_SERVERS (comma-separated names), "
-               "ABSTRACT_CONFIG (Abstract's settings file), ABSTRACT_TIMEOUT (seconds per tool call), "
-               "ABSTRACT_LOG_LEVEL (stderr detail), ABSTRACT_CACHE_SECRET (key for --http links). "
-               "Docs: docs/reference.md")
-    ap.add_argument("dirs", nargs="*", metavar="DIR", help=f"allowed storage directories (created if missing); default: {_user_dir('outputs')}")
-    ap.add_argument("--check", action="store_true", help="start every selected upstream once, report, and exit")
+        description="An MCP proxy that keeps large tool results out of the model's context. Reads "
+                    "the upstream servers from the MCP client config named by APP_CONFIG_PATH.",
+        epilog="Env: APP_CONFIG_PATH (client config file), ABSTRACT_PROXY_SERVERS (comma-separated "
+               "names), ABSTRACT_CONFIG (Abstract's settings file), ABSTRACT_TIMEOUT (seconds per "
+               "tool call), ABSTRACT_LOG_LEVEL (stderr detail), ABSTRACT_CACHE_SECRET (key for "
+               "--http links). Docs: docs/reference.md")
+    ap.add_argument("dirs", nargs="*", metavar="DIR", help=f"allowed storage directories (created "
+                                                           f"if missing); default: "
+                                                           f"{_user_dir('outputs')}")
+    ap.add_argument("--check", action="store_true", help="start every selected upstream once, "
+                                                         "report, and exit")
     ap.add_argument("--login", metavar="NAME", help="log in to the remote server NAME (OAuth, in a "
                     "browser; the URL is printed too, for a machine without one) and exit")
     ap.add_argument("--logout", metavar="NAME",
                     help="forget the saved login of the remote server NAME and exit")
     ap.add_argument("--expose", choices=("meta", "direct", "both"), default="meta",
-                    help="meta: Abstract's own tools (default); direct: every upstream tool as <server>__<tool>; both")
-    ap.add_argument("--http", metavar="[HOST:]PORT", help="serve signed download links for cached outputs "
+                    help="meta: Abstract's own tools (default); direct: every upstream tool as "
+                         "<server>__<tool>; both")
+    ap.add_argument("--http", metavar="[HOST:]PORT", help="serve signed download links for cached "
+                                                          "outputs "
                     "(default host 127.0.0.1; port 0 picks a free one)")
-    ap.add_argument("--memory", action="store_true", help="offer the conversation memory tools (save_message, "
+    ap.add_argument("--memory", action="store_true", help="offer the conversation memory tools "
+                                                          "(save_message, "
                     "get_conversation, ...), kept in the catalog database")
-    ap.add_argument("--reindex", action="store_true", help="add the files of the allowed directories to the catalog "
+    ap.add_argument("--reindex", action="store_true", help="add the files of the allowed "
+                                                           "directories to the catalog "
                     "(after losing it, or a corrupt one), report, and exit")
     ap.add_argument("--version", action="version", version=f"abstract {__version__}")
     return ap
@@ -9889,70 +10567,95 @@ def _parser() -> argparse.ArgumentParser:
 def _parse_hostport(value: str) -> Tuple[str, int]:
     host, _, port = value.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
-    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:  # not isdigit(): "²".isdigit() is True
+    # not isdigit(): "²".isdigit() is True
+    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
         raise ConfigError(f"--http needs [HOST:]PORT such as 127.0.0.1:8765, not {value!r}")
     return host, int(port)
 
 
-def _open_cache(settings: Settings, env: Dict[str, str], roots: Iterable[str] = ()) -> Optional[OutputCache]:
+def _open_cache(settings: Settings, env: Dict[str, str],
+                roots: Iterable[str] = ()) -> Optional[OutputCache]:
     """The output cache (None when disabled), in a per-user directory under the temp dir by default.
 
     The cache deletes files in its directory, so it must be one of its own (_claim_cache_dir).
     An output_cache.dir that is not stops start-up (ConfigError); an unusable default one only
     turns the cache off, with a warning, since the user never chose it.
     """
-    import tempfile
-
-    def turns_on(level: Any) -> bool:  # a server or tool level that enables caching over a global "off"
-        return level is True or (isinstance(level, dict) and level.get("enabled") is True)
-
-    levels = [lv for conf in settings.servers.values() for lv in
-              [conf.get("cache_outputs")] + [t.get("cache_output") for t in conf.get("tools", {}).values()]]
-    if settings.cache("enabled") is False and not any(turns_on(lv) for lv in levels):
+    # off only when no policy turns it on: not the global one, nor a server's, nor a tool's
+    # (tools by the names Abstract shows, as cache_policy takes them)
+    policies = [settings.cache_policy("", "")] + [
+        settings.cache_policy(server, name) for server, conf in settings.servers.items()
+        for name in [""] + [t.get("name", n) for n, t in conf.get("tools", {}).items()]]
+    if not any(p["enabled"] for p in policies):
         return None
-    user = re.sub(r"[^A-Za-z0-9_.-]", "_", env.get("USER") or env.get("USERNAME") or str(getattr(os, "getuid", lambda: "")()))
+    user = re.sub(r"[^A-Za-z0-9_.-]", "_", env.get("USER") or env.get("USERNAME")
+                  or str(getattr(os, "getuid", lambda: "")()))
     configured = settings.cache("dir")
     directory = os.path.expanduser(configured) if configured else os.path.join(
         tempfile.gettempdir(), f"abstract-cache-{user or 'user'}")
     try:
         cache = OutputCache(directory, settings, roots=roots)
     except (OSError, ConfigError) as e:
-        why = f"cannot use the output cache directory {directory}: {getattr(e, 'strerror', None) or e}"
+        why = (f"cannot use the output cache directory {directory}: "
+               f"{getattr(e, 'strerror', None) or e}")
         if configured:
-            raise ConfigError(f"{why}. Set output_cache.dir in Abstract's settings to a new or empty directory "
-                              f"of your own, outside the allowed directories") from None
-        _log.warning("%s; the output cache is off, so large results pass through whole. Set output_cache.dir "
-                     "to a new or empty directory of your own to turn it on", why)
+            raise ConfigError(f"{why}. Set output_cache.dir in Abstract's settings to a new or "
+                              f"empty directory of your own, outside the allowed "
+                              f"directories") from None
+        _log.warning("%s; the output cache is off, so large results pass through whole. Set "
+                     "output_cache.dir to a new or empty directory of your own to turn it on", why)
         return None
-    stop = threading.Event()
-
-    def sweeper() -> None:  # expired entries go even when nobody asks for them
-        while not stop.wait(60.0):
-            cache.sweep()
-
-    threading.Thread(target=sweeper, name="abstract-cache-sweep", daemon=True).start()
     return cache
 
 
-def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str, str], value: str) -> None:
-    import secrets
+@contextlib.contextmanager
+def _sweeping(cache: Optional[OutputCache]) -> Iterator[None]:
+    """While serving, delete expired cache entries every minute, even when nobody asks for them;
+    the thread is stopped and joined on the way out."""
+    if cache is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def sweeper() -> None:
+        while not stop.wait(60.0):
+            cache.sweep()
+
+    thread = threading.Thread(target=sweeper, name="abstract-cache-sweep", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(_STOP_JOIN_S)  # (a sweep under way finishes first: it is bounded)
+
+
+def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str, str], value: str
+                 ) -> Tuple[Callable[[_CacheEntry], str], Callable[[], None]]:
+    """Serve signed download links of cached outputs (--http): (the link maker, the stop)."""
+    import secrets  # lazy: see Imports
 
     if cache is None:
-        raise ConfigError("--http serves cached outputs, but the output cache is off (output_cache.enabled is false "
-                          "in the settings, or its directory cannot be used: see the line above)")
+        raise ConfigError("--http serves cached outputs, but the output cache is off "
+                          "(output_cache.enabled is false in the settings, or its directory cannot "
+                          "be used: see the line above)")
     host, port = _parse_hostport(value)
     secret = env.get("ABSTRACT_CACHE_SECRET", "").encode()
     if not secret:
         secret = secrets.token_bytes(32)
-        _log.info("no ABSTRACT_CACHE_SECRET: links are signed with a random key and stop working on restart")
+        _log.info("no ABSTRACT_CACHE_SECRET: links are signed with a random key and stop working "
+                  "on restart")
     try:
-        limits = (float(settings.get("http_header_timeout_seconds")), float(settings.get("http_idle_timeout_seconds")),
+        limits = (float(settings.get("http_header_timeout_seconds")),
+                  float(settings.get("http_idle_timeout_seconds")),
                   int(settings.get("http_max_connections")))
-        httpd = _serve_links(cache, _LinkSigner(secret), host, port, settings.get("cache_base_url"), limits)
+        httpd, link, stop = _serve_links(cache, _LinkSigner(secret), host, port,
+                                         settings.get("cache_base_url"), limits)
     except OSError as e:
         raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
     _log.info("serving cached outputs on http://%s:%d/cache/", f"[{host}]" if ":" in host else host,
               httpd.server_address[1])
+    return link, stop
 
 
 def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Catalog], str]:
@@ -9964,9 +10667,11 @@ def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Cat
         why = "unavailable: this Python has no sqlite3 module"
     else:
         configured = settings.catalog("path")
-        path = os.path.abspath(os.path.expanduser(configured)) if configured else str(_user_dir("data") / "catalog.sqlite3")
+        path = (os.path.abspath(os.path.expanduser(configured)) if configured
+                else str(_user_dir("data") / "catalog.sqlite3"))
         try:
-            return Catalog(path, max_text=int(settings.catalog("max_text_kb")) * 1024, own_dir=not configured), ""
+            return Catalog(path, max_text=int(settings.catalog("max_text_kb")) * 1024,
+                           own_dir=not configured), ""
         except (OSError, sqlite3.Error) as e:
             why = f"unavailable: cannot open {path}: {getattr(e, 'strerror', None) or e}"
     if needed_by:
@@ -9976,16 +10681,22 @@ def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Cat
     return None, f"catalog: {why}"
 
 
-def _reindex_report(catalog: Catalog, sandbox: Sandbox, config: ClientConfig, cache: Optional[OutputCache],
+def _reindex_report(catalog: Catalog, sandbox: Sandbox, config: ClientConfig,
+                    cache: Optional[OutputCache],
                     out: Any) -> int:
-    """--reindex: add the files of the allowed directories (and live cached outputs) to the catalog."""
+    """--reindex: add the files of the allowed directories (and live cached outputs) to the
+    catalog."""
     try:
         s = _reindex(catalog, sandbox.roots, list(config.specs) + config.unselected, cache)
-    except (OSError, sqlite3.Error) as e:  # a full disk, a database locked for longer than busy_timeout
-        raise ConfigError(f"--reindex of {catalog.path} failed: {getattr(e, 'strerror', None) or e}") from None
-    out.write(f"reindexed {catalog.path} from {_plural(s['directories'], 'directory').replace('ys', 'ies')}: "
-              f"{_plural(s['added'], 'file')} added, {s['known']:,} already catalogued, {s['unreadable']:,} unreadable, "
-              f"{_plural(s['cached'], 'cached output')} added; the catalog now holds {_plural(s['rows'], 'output')}\n")
+    # a full disk, a database locked for longer than busy_timeout
+    except (OSError, sqlite3.Error) as e:
+        raise ConfigError(f"--reindex of {catalog.path} failed: "
+                          f"{getattr(e, 'strerror', None) or e}") from None
+    out.write(f"reindexed {catalog.path} from "
+              f"{_plural(s['directories'], 'directory').replace('ys', 'ies')}: "
+              f"{_plural(s['added'], 'file')} added, {s['known']:,} already catalogued, "
+              f"{s['unreadable']:,} unreadable, {_plural(s['cached'], 'cached output')} added; the "
+              f"catalog now holds {_plural(s['rows'], 'output')}\n")
     return 0
 
 
@@ -10023,7 +10734,8 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
             verb = f"reachable at {_safe_url(up.spec.url)}" if up.spec.remote else "started"
             out.write(f"  {name:<{width}}  {verb}  protocol {up.protocol_version}  "
                       f"{_plural(len(got), 'tool')}  {up.start_ms:.0f} ms\n")
-    _context_report({n: results[n] for n in upstreams.names()  # config order: names as direct mode gives them
+    # config order: the names as transparent mode gives them
+    _context_report({n: results[n] for n in upstreams.names()
                      if n in results and not isinstance(results[n], Exception)}, out)
     upstreams.close()
     return 0 if ok else 1
@@ -10036,22 +10748,26 @@ def _kb_tokens(size: int) -> str:
 def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
     """--check: what the tool definitions cost the client's context in each --expose mode, and
     the names transparent mode had to change to fit ^[a-zA-Z0-9_-]{1,64}$."""
-    meta = len(_dumps([{"name": n, "description": d, "inputSchema": sch} for n, d, sch, _ in _TOOLS]))
-    names = _direct_names(lists)
+    meta = len(_dumps([{"name": n, "description": d, "inputSchema": sch} for n, d, sch,
+                       _ in _TOOLS]))
+    names = _transparent_names(lists)
     per: Dict[str, int] = {n: 0 for n in lists}
     for exposed, (server, t) in names.items():
-        per[server] += len(_dumps({**{k: v for k, v in t.items() if k != "outputSchema"}, "name": exposed}))
-    out.write(f"context: --expose meta lists {_kb_tokens(meta)} of tool definitions, whatever the servers; "
-              f"--expose direct {_kb_tokens(sum(per.values()))}\n")
+        per[server] += len(_dumps({**{k: v for k, v in t.items() if k != "outputSchema"},
+                                   "name": exposed}))
+    out.write(f"context: --expose meta lists {_kb_tokens(meta)} of tool definitions, whatever the "
+              f"servers; --expose direct {_kb_tokens(sum(per.values()))}\n")
     width = max([len(n) for n in per] + [4])
     for server, size in per.items():
-        out.write(f"  {server:<{width}}  direct: {_plural(len(lists[server]), 'tool')}, {_kb_tokens(size)}\n")
+        out.write(f"  {server:<{width}}  direct: {_plural(len(lists[server]), 'tool')}, "
+                  f"{_kb_tokens(size)}\n")
     lines = [f"  server {s!r} is written {_name_chars(s)} in its tools' names\n"
              for s in lists if _name_chars(s) != s]
     lines += [f"  {s}: {t['name']!r} -> {e}\n" for e, (s, t) in names.items()
               if e != f"{_name_chars(s)}__{t['name']}"]
     if lines:
-        out.write("direct mode renames (names must match ^[a-zA-Z0-9_-]{1,64}$ and be unique):\n")
+        out.write("transparent mode renames (names must match ^[a-zA-Z0-9_-]{1,64}$ and be "
+                  "unique):\n")
         out.writelines(lines)
 
 
@@ -10105,18 +10821,23 @@ def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], 
             out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
 
 
-def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None, stderr: Any = None,
+def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None,
+         stderr: Any = None,
          environ: Optional[Dict[str, str]] = None) -> int:
-    """Run Abstract: serve MCP on stdin/stdout (binary streams), or --check. Returns the exit code."""
+    """Run Abstract: serve MCP on stdin/stdout (binary streams), or --check. Returns the exit
+    code."""
     args = _parser().parse_args(argv)
     err = stderr if stderr is not None else sys.stderr
     env = dict(os.environ if environ is None else environ)
     level = env.get("ABSTRACT_LOG_LEVEL", "INFO").upper()
-    if not isinstance(logging.getLevelName(level), int):  # setLevel would raise: a traceback, not a message
-        err.write(f"abstract: ABSTRACT_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {level!r}\n")
+    # setLevel would raise: a traceback, not a message
+    if not isinstance(logging.getLevelName(level), int):
+        err.write(f"abstract: ABSTRACT_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not "
+                  f"{level!r}\n")
         return 2
     handler = logging.StreamHandler(err)
     handler.setFormatter(logging.Formatter("abstract: %(message)s"))
+    was = _log.level, _log.propagate  # put back on return: a caller in-process keeps its logging
     _log.addHandler(handler)
     _log.setLevel(level)
     _log.propagate = False
@@ -10127,10 +10848,13 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
         return 2
     finally:
         _log.removeHandler(handler)
+        _log.setLevel(was[0])
+        _log.propagate = was[1]
 
 
 def _read_umask() -> int:
-    """The process umask (os.umask can only be read by setting it; done once, before threads start)."""
+    """The process umask (os.umask can only be read by setting it; done once, before threads
+    start)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -10155,12 +10879,25 @@ def _on_sigterm(server: Server) -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
+    """main()'s work once logging is set up; returns the exit code.
+
+    1. Refuse to run under another Abstract (a client config entry that runs Abstract itself
+       would start Abstracts without end).
+    2. Load the settings, the allowed directories, the client's config, the upstreams (none
+       is started yet) and the catalog.
+    3. --reindex and --check report and return.
+    4. Serve: keep the real stdout for protocol messages, sweep old temporary files, open the
+       output cache (its sweeper, and --http's server), then answer until EOF or SIGTERM.
+    5. On the way out `undo` stops what was started, last first, so that a caller of main()
+       in-process gets its process back as it was (threads, sys.stdout).
+    """
     global _UMASK
-    if env.get("ABSTRACT_PARENT") and not args.check:
-        raise ConfigError(f"this Abstract was started by another Abstract (pid {env['ABSTRACT_PARENT']}): an entry "
-                          f"in the client config runs Abstract itself. Remove that entry, or leave it out of "
-                          f"ABSTRACT_PROXY_SERVERS; it is not started, to avoid endless recursion.")
-    _UMASK = _read_umask()
+    if env.get("ABSTRACT_PARENT") and not args.check:  # 1.
+        raise ConfigError(f"this Abstract was started by another Abstract (pid "
+                          f"{env['ABSTRACT_PARENT']}): an entry in the client config runs Abstract "
+                          f"itself. Remove that entry, or leave it out of ABSTRACT_PROXY_SERVERS; "
+                          f"it is not started, to avoid endless recursion.")
+    _UMASK = _read_umask()  # 2. (once, before any thread starts)
     settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
     if args.login or args.logout:
         return _to_text(stdout, lambda out: _login_cli(args, settings, env, stdin, out))
@@ -10169,12 +10906,20 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env,
                           settings.data.get("inputs"))
     allowed = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
-    upstreams = Upstreams(config, settings, _ClientLink(settings.roots_mode(), allowed), environ=env)
-    catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory" if args.memory else "")
-    try:
-        if args.reindex:
-            return _to_text(stdout, lambda out: _reindex_report(catalog, sandbox, config,  # type: ignore[arg-type]
-                                                                _open_cache(settings, env, sandbox.roots), out))
+    upstreams = Upstreams(config, settings, _ClientLink(settings.roots_mode(), allowed),
+                          environ=env)
+    catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory"
+                                 if args.memory else "")
+    with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
+        if catalog is not None:
+            undo.callback(catalog.close)
+        if args.reindex:  # 3.
+            def reindex(out: Any) -> int:
+                cache = _open_cache(settings, env, sandbox.roots)
+                assert catalog is not None  # (_open_catalog: --reindex needs one, or stops)
+                return _reindex_report(catalog, sandbox, config, cache, out)
+
+            return _to_text(stdout, reindex)
         if args.check:
             def check(out: Any) -> int:
                 for name in upstreams.names():  # --check reports a login as needed, starts none
@@ -10188,22 +10933,28 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             return _to_text(stdout, check)
         if config.error:
             _log.warning("%s; tools that need upstream servers will say so", config.error)
-        rfile = stdin if stdin is not None else sys.stdin.buffer
+        rfile = stdin if stdin is not None else sys.stdin.buffer  # 4.
         wfile = stdout
-        if wfile is None:  # keep the real stdout for protocol messages; a stray print goes to stderr
+        # keep the real stdout for protocol messages; a stray print goes to stderr
+        if wfile is None:
             wfile = sys.stdout.buffer
+            undo.callback(setattr, sys, "stdout", sys.stdout)
             sys.stdout = sys.stderr
-        threading.Thread(target=_sweep_temps, args=(sandbox.roots,), name="abstract-temp-sweep", daemon=True).start()
+        temps = threading.Thread(target=_sweep_temps, args=(sandbox.roots,),
+                                 name="abstract-temp-sweep", daemon=True)
+        temps.start()
+        undo.callback(temps.join, _STOP_JOIN_S)  # (a bounded walk)
         cache = _open_cache(settings, env, sandbox.roots)
+        undo.enter_context(_sweeping(cache))
+        link = None
         if args.http:
-            _start_links(cache, settings, env, args.http)
-        server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory)
+            link, stop_links = _start_links(cache, settings, env, args.http)
+            undo.callback(stop_links)
+        server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
+                        args.memory, link)
         with _on_sigterm(server):
             server.serve()
         return 128 + int(signal.SIGTERM) if server.terminated else 0
-    finally:
-        if catalog is not None:
-            catalog.close()
 
 
 # ==== 20. Entry point =============================================================

@@ -6,6 +6,7 @@ permissions, migrations, concurrency, conversation memory, and the helpers --rei
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -30,6 +31,11 @@ HOSTILE = [
     "SELECT * FROM outputs", "\x00", "a\x00b", "\n\t\r", "   ", "", "\ud800", "é\u0301", "日本語 テスト", "🚀🚀",
     "x" * 10240, "word " * 2048, "\"a\" " * 2000, "(" * 5000, "Ω≈ç√∫˜µ≤≥÷", "ﬁ ﬂ", "١٢٣", "a_b_c", "a'b\"c",
 ]
+
+
+def _record(catalog, entry):
+    """Record one output the way the store does (record_many); returns its id."""
+    return catalog.record_many([entry])[0]
 
 
 class _Logged(logging.Handler):
@@ -80,7 +86,7 @@ PLAIN = ["revenue", "north", "spring campaign", "region south", "backup", "error
 def _filled(fts=None, **kw) -> abstract.Catalog:
     cat = _mem(fts, **kw)
     for i, row in enumerate(CORPUS):
-        cat.record(dict({"kind": "stored"}, **row, created=T0 + i * 60))
+        _record(cat, dict({"kind": "stored"}, **row, created=T0 + i * 60))
     return cat
 
 
@@ -92,7 +98,7 @@ def _paths(found: dict) -> list:
 
 def test_each_kind_is_recorded_with_its_fields():
     cat = _mem()
-    ids = [cat.record({"kind": k, "server": "s", "tool": "t", "path": f"/x/{k}.json", "token": "T" if k == "cached" else None,
+    ids = [_record(cat, {"kind": k, "server": "s", "tool": "t", "path": f"/x/{k}.json", "token": "T" if k == "cached" else None,
                        "format": "json", "bytes": 10, "sha256": "ab", "rows": 2, "columns": 3, "text": f"hello {k}",
                        "arguments": {"q": [1, "é"]}, "description": "d"}) for k in ("stored", "response", "cached")]
     assert len(set(ids)) == 3 and all(isinstance(i, str) and i for i in ids)
@@ -104,12 +110,12 @@ def test_each_kind_is_recorded_with_its_fields():
     assert json.loads(r["arguments"]) == {"q": [1, "é"]}
     assert r["created"].endswith("Z") and r["created"][10] == "T" and len(r["created"]) == 24
     with pytest.raises(ValueError):
-        cat.record({"kind": "other"})
+        _record(cat, {"kind": "other"})
 
 
 def test_text_is_kept_up_to_max_text():
     cat = _mem(max_text=100)
-    cat.record({"path": "/a", "text": "head " + "x" * 200 + " tailword"})
+    _record(cat, {"path": "/a", "text": "head " + "x" * 200 + " tailword"})
     assert cat.search("head")["results"] and not cat.search("tailword")["results"]
 
 
@@ -152,9 +158,9 @@ def test_fallback_gives_the_same_results_as_fts5_for_plain_words():
 def test_ranking_puts_the_best_match_first():
     cat = _mem()
     filler = " ".join(f"word{i}" for i in range(300))
-    cat.record({"path": "/weak", "text": f"{filler} zebra {filler}"})
-    cat.record({"path": "/strong", "text": "zebra zebra zebra crossing"})
-    cat.record({"path": "/described", "text": filler, "description": "zebra"})
+    _record(cat, {"path": "/weak", "text": f"{filler} zebra {filler}"})
+    _record(cat, {"path": "/strong", "text": "zebra zebra zebra crossing"})
+    _record(cat, {"path": "/described", "text": filler, "description": "zebra"})
     order = _paths(cat.search("zebra"))
     assert order[-1] == "/weak" and set(order) == {"/weak", "/strong", "/described"}
 
@@ -165,7 +171,7 @@ def test_snippets_mark_the_matching_words(fts):
     hit = cat.search("backup")["results"][0]
     assert "<mark>backup</mark>" in hit["snippet"]
     long = _mem(fts)
-    long.record({"path": "/long", "text": " ".join(f"w{i}" for i in range(2000)) + " needle " + "tail " * 500})
+    _record(long, {"path": "/long", "text": " ".join(f"w{i}" for i in range(2000)) + " needle " + "tail " * 500})
     snip = long.search("needle")["results"][0]["snippet"]
     assert "<mark>needle</mark>" in snip and len(snip) < 400 and snip.startswith("…") and snip.endswith("…")
     phrase = cat.search("spring campaign", "phrase")["results"][0]["snippet"]
@@ -178,7 +184,7 @@ def test_filters_server_tool_since_until(fts):
     assert set(_paths(cat.search("north", server="shop"))) == {"/o/sales-2024.csv", "/cache/x.txt"}
     assert _paths(cat.search("north", server="shop", tool="customers")) == []
     assert _paths(cat.search("north", server="cam")) == ["/o/photo.png"]
-    at = abstract._iso_ms
+    at = functools.partial(abstract._utc, ms=True)
     assert set(_paths(cat.search("north", since=at(T0 + 60)))) == {"/o/photo.png", "/cache/x.txt"}
     assert _paths(cat.search("north", until=at(T0 + 1))) == ["/o/sales-2024.csv"]
     day = abstract._parse_when("2023-11-14", "until", end=True)
@@ -189,7 +195,7 @@ def test_filters_server_tool_since_until(fts):
 def test_search_pages_with_limit_and_offset(fts):
     cat = _mem(fts)
     for i in range(25):
-        cat.record({"path": f"/p/{i}", "text": "common words here", "created": T0 + i})
+        _record(cat, {"path": f"/p/{i}", "text": "common words here", "created": T0 + i})
     seen, offset = [], 0
     while True:
         page = cat.search("common", limit=10, offset=offset)
@@ -226,7 +232,7 @@ def test_query_words_are_capped_and_quoted():
 def test_recent_pages_newest_first_with_an_opaque_cursor():
     cat = _mem()
     for i in range(7):
-        cat.record({"path": f"/r/{i}", "server": "s" if i % 2 else "t", "created": T0 + (i // 3)})  # ties in time
+        _record(cat, {"path": f"/r/{i}", "server": "s" if i % 2 else "t", "created": T0 + (i // 3)})  # ties in time
     got, cursor = [], None
     while True:
         rows, cursor = cat.recent(limit=2, cursor=cursor)
@@ -245,11 +251,11 @@ def test_retention_counts_only_existing_stored_files(tmp_path):
     cat = _mem(clock=lambda: T0 + 10 * DAY)
     old = tmp_path / "old.csv"
     old.write_text("x" * 50)
-    cat.record({"path": str(old), "created": T0})
-    cat.record({"path": str(tmp_path / "gone.csv"), "created": T0})
-    cat.record({"kind": "cached", "path": str(old), "token": "t", "created": T0})
-    cat.record({"path": str(old), "created": T0 + 9 * DAY})
-    rule = cat.retention(abstract._iso_ms(T0 + 5 * DAY))
+    _record(cat, {"path": str(old), "created": T0})
+    _record(cat, {"path": str(tmp_path / "gone.csv"), "created": T0})
+    _record(cat, {"kind": "cached", "path": str(old), "token": "t", "created": T0})
+    _record(cat, {"path": str(old), "created": T0 + 9 * DAY})
+    rule = cat.retention(abstract._utc(T0 + 5 * DAY, ms=True))
     assert (rule["files"], rule["bytes"], rule["complete"]) == (1, 50, True)
 
 
@@ -258,11 +264,11 @@ def test_retention_counts_only_existing_stored_files(tmp_path):
 def test_a_database_moves_between_fts5_and_fallback(tmp_path):
     path = str(tmp_path / "c.sqlite3")
     a = abstract.Catalog(path)
-    a.record({"path": "/one", "text": "alpha"})
+    _record(a, {"path": "/one", "text": "alpha"})
     a.close()
     b = abstract.Catalog(path, fts=False)
     assert b.fts is False and _paths(b.search("alpha")) == ["/one"]  # terms filled for old rows
-    b.record({"path": "/two", "text": "alpha beta"})
+    _record(b, {"path": "/two", "text": "alpha beta"})
     b.close()
     c = abstract.Catalog(path)
     assert c.fts is True and set(_paths(c.search("alpha"))) == {"/one", "/two"}  # FTS index rebuilt
@@ -281,7 +287,7 @@ def test_corrupt_file_is_moved_aside_and_a_fresh_one_is_created(tmp_path):
     assert kept.name.startswith("catalog.sqlite3.corrupt-") and kept.read_bytes() == garbage
     assert Path(str(kept) + "-wal").read_bytes() == b"junk wal"
     assert "corrupt" in caplog.text and str(kept) in caplog.text
-    cat.record({"path": "/fresh", "text": "works"})
+    _record(cat, {"path": "/fresh", "text": "works"})
     assert _paths(cat.search("works")) == ["/fresh"]
     assert "moved aside to " + str(kept) in cat.describe()
     cat.close()
@@ -294,7 +300,7 @@ def test_truncated_database_is_moved_aside(tmp_path):
     path = tmp_path / "c.sqlite3"
     cat = abstract.Catalog(str(path))
     for i in range(200):
-        cat.record({"path": f"/{i}", "text": "some text " * 50})
+        _record(cat, {"path": f"/{i}", "text": "some text " * 50})
     cat.close()
     data = path.read_bytes()
     path.write_bytes(data[:100] + b"\xff" * 4000 + data[4100:])  # header kept, schema page smashed
@@ -307,7 +313,7 @@ def test_truncated_database_is_moved_aside(tmp_path):
 def test_files_are_owner_only(tmp_path):
     own = tmp_path / "data" / "abstract"
     cat = abstract.Catalog(str(own / "catalog.sqlite3"), own_dir=True)
-    cat.record({"path": "/x", "text": "y"})
+    _record(cat, {"path": "/x", "text": "y"})
     assert stat.S_IMODE(os.stat(own).st_mode) == 0o700
     for name in ("catalog.sqlite3", "catalog.sqlite3-wal", "catalog.sqlite3-shm"):
         if (own / name).exists():
@@ -332,7 +338,7 @@ def test_schema_version_and_migrations(tmp_path):
     with _Logged() as caplog:
         cat = abstract.Catalog(path)
     assert "schema version 99" in caplog.text
-    cat.record({"path": "/x", "text": "still usable"})
+    _record(cat, {"path": "/x", "text": "still usable"})
     assert cat.count() == 1
     cat.close()
 
@@ -346,7 +352,7 @@ def test_concurrent_writes_from_many_threads_all_land(tmp_path):
     def work(i: int) -> None:
         cat = one if i % 2 else two
         for j in range(25):
-            cat.record({"path": f"/t/{i}/{j}", "text": f"thread{i} item{j} shared"})
+            _record(cat, {"path": f"/t/{i}/{j}", "text": f"thread{i} item{j} shared"})
             cat.search("shared", limit=3)
 
     with ThreadPoolExecutor(16) as pool:
@@ -536,7 +542,7 @@ def test_reindex_adds_missing_files_once(tmp_path):
     (root / ".hidden").write_text("kiwi")
     (root / ".abstract-x.tmp").write_text("kiwi")
     cat = _mem()
-    cat.record({"path": str(root / "notes.md"), "text": "already", "description": "kept"})
+    _record(cat, {"path": str(root / "notes.md"), "text": "already", "description": "kept"})
     s = abstract._reindex(cat, [str(root)], ["shop"])
     assert (s["added"], s["known"], s["rows"]) == (1, 1, 2)
     hit = cat.search("kiwi")["results"]
@@ -551,10 +557,10 @@ def test_catalog_failure_never_fails_the_store():
         def record_many(self, entries):
             raise sqlite3.OperationalError("disk I/O error")
 
-    class FakeServer:
+    class FakeContext:
         catalog = Broken()
 
-    call = abstract._Call(FakeServer(), None, {"server": "s", "tool_name": "t"})  # type: ignore[arg-type]
+    call = abstract._Call(FakeContext(), None, {"server": "s", "tool_name": "t"})  # type: ignore[arg-type]
     with _Logged() as caplog:
         abstract._catalog_note(call, "the files of s.t", lambda cap: [{"path": "/x"}])
     assert "could not record the files of s.t: disk I/O error" in caplog.text
@@ -562,9 +568,9 @@ def test_catalog_failure_never_fails_the_store():
 
 def test_ranking_is_among_the_newest_matches_when_a_word_is_everywhere(monkeypatch):
     cat = _mem()
-    cat.record({"path": "/old-best", "text": "zebra zebra zebra zebra"})
+    _record(cat, {"path": "/old-best", "text": "zebra zebra zebra zebra"})
     for i in range(5):
-        cat.record({"path": f"/new{i}", "text": f"zebra and {' '.join(['filler'] * 50)} {i}"})
+        _record(cat, {"path": f"/new{i}", "text": f"zebra and {' '.join(['filler'] * 50)} {i}"})
     assert _paths(cat.search("zebra", limit=1)) == ["/old-best"]
     monkeypatch.setattr(abstract, "_RANK_WINDOW", 3)
     got = _paths(cat.search("zebra", limit=10))

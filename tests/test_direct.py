@@ -111,15 +111,15 @@ def test_direct_tools_are_paged_and_cursor_checked(world):
 
 def test_direct_name_unit():
     taken: dict = {}
-    assert abstract._direct_name("s", "echo", taken) == "s__echo"
-    assert abstract._direct_name("my.server", "a b/c", taken) == "my_server__a_b_c"
-    long = abstract._direct_name("server", "t" * 80, taken)
+    assert abstract._transparent_name("s", "echo", taken) == "s__echo"
+    assert abstract._transparent_name("my.server", "a b/c", taken) == "my_server__a_b_c"
+    long = abstract._transparent_name("server", "t" * 80, taken)
     digest = hashlib.sha256(("server\0" + "t" * 80).encode()).hexdigest()[:8]
     assert long == ("server__" + "t" * 80)[:55] + "_" + digest and len(long) == 64
     taken["s__x_y"] = ("s", "x.y")
-    other = abstract._direct_name("s", "x_y", taken)
+    other = abstract._transparent_name("s", "x_y", taken)
     assert other != "s__x_y" and other.startswith("s__x_y_") and NAME_OK.fullmatch(other)
-    assert abstract._direct_name("s", "x.y", taken) == "s__x_y"  # the owner keeps its name
+    assert abstract._transparent_name("s", "x.y", taken) == "s__x_y"  # the owner keeps its name
 
 
 def test_direct_names_are_valid_short_distinct_and_route(world):

@@ -94,7 +94,7 @@ def test_damage_found_by_a_query_moves_the_catalog_aside_and_serving_goes_on(tmp
             cat.known()
         assert cat.moved_aside and Path(cat.moved_aside).exists()
         assert cat.known() == (set(), set())  # the fresh one
-        cat.record({"kind": "stored", "server": "s", "tool": "t", "text": "kiwi"})
+        cat.record_many([{"kind": "stored", "server": "s", "tool": "t", "text": "kiwi"}])
         assert [r["tool"] for r in cat.recent()[0]] == ["t"]
     finally:
         cat.close()
@@ -105,7 +105,7 @@ def test_a_record_that_meets_the_damage_lands_in_the_fresh_catalog(tmp_path):
     _damaged_catalog(db, header=True)
     cat = abstract.Catalog(str(db), check_s=0)
     try:
-        cat.record({"kind": "stored", "server": "s", "tool": "t", "text": "fig", "path": "/y/fig"})
+        cat.record_many([{"kind": "stored", "server": "s", "tool": "t", "text": "fig", "path": "/y/fig"}])
         assert cat.moved_aside, "the damage was never met"
         assert cat.count() == 1 and cat.known()[0] == {"/y/fig"}
     finally:

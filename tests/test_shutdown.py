@@ -5,12 +5,14 @@ list that changes while it is being fetched."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -234,3 +236,36 @@ def test_a_tool_list_changed_while_it_was_fetched_is_fetched_again(world):
     assert "up__added_later" not in first  # the answer was made before the change
     again = [t["name"] for t in p.result("tools/list")["tools"]]
     assert "up__added_later" in again
+
+
+def test_main_in_process_stops_what_it_started_and_puts_back_stdout_and_logging(world, monkeypatch):
+    """main() called in-process (as tests and embedding hosts do) stops what it started before it
+    returns: the request workers, the cache sweeper, the --http server, the temporary-file sweep
+    and the upstreams; and it puts back sys.stdout and the level of Abstract's logger."""
+    world.fake("up")
+    env = world.env(ABSTRACT_LOG_LEVEL="DEBUG")
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "list_available_tools", "arguments": {}}}]
+    stdin = io.BytesIO(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+    raw = io.BytesIO()
+    raw.close = lambda: None  # (the answers are read after main returns)
+    out = io.TextIOWrapper(raw, encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)  # stdout=None: main serves on sys.stdout's buffer
+    log = abstract._log
+    level, propagate = log.level, log.propagate
+    before = set(threading.enumerate())
+    code = abstract.main([str(world.dir), "--http", "127.0.0.1:0"], stdin=stdin, stderr=io.StringIO(),
+                         environ=env)
+    assert code == 0
+    assert sys.stdout is out
+    assert (log.level, log.propagate) == (level, propagate)
+    answers = [json.loads(line) for line in raw.getvalue().splitlines()]
+    assert any(a.get("id") == 1 and "result" in a for a in answers)
+    started = [t for t in threading.enumerate() if t not in before]
+    deadline = time.monotonic() + 10  # a thread on its last lines (a reader past EOF) may finish
+    for t in started:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert [t.name for t in started if t.is_alive()] == []

@@ -533,7 +533,7 @@ def test_transparent_names_fit_clients_and_are_deterministic(real):
     assert "t_z__get_current_time" in seen[0]  # the first server in the config keeps the plain name
     check = real.world.check(timeout=120)
     out = check.stdout.decode()
-    assert "direct mode renames" in out and "server 'zeit ☃ server' is written zeit___server" in out
+    assert "transparent mode renames" in out and "server 'zeit ☃ server' is written zeit___server" in out
     assert "context: --expose meta lists" in out and re.search(r"t\.z +direct: 2 tools, [\d.]+ KB", out)
 
 
