@@ -31,6 +31,7 @@ Abstract's stderr is copied to this script's stderr (the suite saves it as stder
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ABSTRACT = os.environ.get("ABSTRACT_PY") or os.path.join(HERE, "..", "..", "abstract.py")
 SERVER = "conf"  # the upstream's name in the config: its tools are conf__<tool>
 PROTOCOL = "2025-11-25"
+# Abstract's answer when a call needs an OAuth login it has just started in the background
+# ("conf needs a login. A browser window was opened for it: ... then call again."), and the
+# stderr lines that say the login ended.
+LOGIN_NEEDED = re.compile(r"needs (a login|more permissions)")
+LOGIN_ENDED = re.compile(r"\b(logged in|login failed|login was not finished)\b")
+LOGIN_ROUNDS = 3  # asks per call while a login is under way: login, step-up, the answer
 
 
 class Failure(Exception):
@@ -113,13 +120,17 @@ class Peer:
         self._waiting = {}
         self._lock = threading.Lock()
         self.notes = []  # notifications received, for the log
+        self.login_ended = threading.Event()  # set by a stderr line saying a login ended
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._copy_stderr, daemon=True).start()
 
     def _copy_stderr(self) -> None:
         for line in self.proc.stderr:
-            sys.stderr.write("[abstract] " + line.decode("utf-8", "replace"))
+            text = line.decode("utf-8", "replace")
+            sys.stderr.write("[abstract] " + text)
             sys.stderr.flush()
+            if LOGIN_ENDED.search(text):
+                self.login_ended.set()
 
     def _send(self, msg: dict) -> None:
         data = (json.dumps(msg) + "\n").encode()
@@ -213,9 +224,27 @@ def text_of(result: dict) -> str:
     return "\n".join(c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict))
 
 
+def after_login(peer: Peer, ask):
+    """ask() again while Abstract answers that a login is under way (the browser, this script in
+    --browser mode, finishes it): each retry waits for the stderr line that says the login ended,
+    at most 5 s (then it asks anyway), within the run's deadline."""
+    for _ in range(LOGIN_ROUNDS):
+        result = ask()
+        if not LOGIN_NEEDED.search(json.dumps(result)):
+            return result
+        print(f"[client] Abstract started a login: {text_of(result)[:300]}", file=sys.stderr)
+        left = peer.deadline - time.monotonic()
+        if left <= 0:
+            break
+        peer.login_ended.wait(min(5.0, left))
+        peer.login_ended.clear()
+    raise Failure(f"still asked to log in after {LOGIN_ROUNDS} tries: {text_of(result)[:300]}")
+
+
 def call(peer: Peer, tool: str, args: dict) -> str:
     """Call the upstream's tool through Abstract; its text, or Failure if it is an error."""
-    result = peer.request("tools/call", {"name": f"{SERVER}__{tool}", "arguments": args})
+    result = after_login(peer, lambda: peer.request(
+        "tools/call", {"name": f"{SERVER}__{tool}", "arguments": args}))
     text = text_of(result)
     if result.get("isError"):
         raise Failure(f"tools/call {SERVER}__{tool}: isError: {text[:500]}")
@@ -230,8 +259,8 @@ def run_scenario(peer: Peer, scenario: str) -> None:
         "clientInfo": {"name": "abstract-conformance-driver", "version": "1.0.0"}})
     print(f"[client] Abstract speaks {init.get('protocolVersion')}", file=sys.stderr)
     peer.notify("notifications/initialized")
-    listing = peer.request("tools/call", {"name": "list_available_tools",
-                                          "arguments": {"detailed": True}})
+    listing = after_login(peer, lambda: peer.request(
+        "tools/call", {"name": "list_available_tools", "arguments": {"detailed": True}}))
     failed = (listing.get("structuredContent") or {}).get("failed_servers")
     if failed or listing.get("isError"):
         why = "; ".join(str(f.get("error")) for f in failed) if failed else text_of(listing)
