@@ -49,16 +49,29 @@ if ((${#PICK[@]} && ${#SCENARIOS[@]} != ${#PICK[@]})); then
 fi
 OUT="$ROOT/last-run"
 rm -rf "$OUT"; mkdir -p "$OUT"
-PROJECT="$(cd "$HERE/../.." && pwd)"
+# ABSTRACT_PY: the abstract.py to test (default: this checkout's), e.g. another branch's copy.
+ABSTRACT_PY="${ABSTRACT_PY:-$(cd "$HERE/../.." && pwd)/abstract.py}"
+one() {  # one scenario into $2; its exit code in $2/exit
+  rm -rf "$2"; mkdir -p "$2"
+  # The suite gives the client 60 s; client.py bounds itself at 50 s; timeout bounds the suite.
+  (cd "$2" && ABSTRACT_PY="$ABSTRACT_PY" CONFORMANCE_CLIENT_TIMEOUT=50 \
+    timeout 150 "$NODE" "$CLI" client --command "$PYTHON $HERE/client.py" --scenario "$1" \
+    --timeout 60000 -o "$2" >"$2/log.txt" 2>&1)
+  echo $? > "$2/exit"
+  echo "$1" > "$2/name"
+}
+EXPECTED="$(sed 's/#.*//' "$HERE/expected.txt" 2>/dev/null | tr -s ' \t' '\n\n')"
 start=$SECONDS
 for s in "${SCENARIOS[@]}"; do
-  dir="$OUT/${s//\//_}"; mkdir -p "$dir"
-  # The suite gives the client 60 s; client.py bounds itself at 50 s; timeout bounds the suite.
-  (cd "$dir" && ABSTRACT_PY="$PROJECT/abstract.py" CONFORMANCE_CLIENT_TIMEOUT=50 \
-    timeout 150 "$NODE" "$CLI" client --command "$PYTHON $HERE/client.py" --scenario "$s" \
-    --timeout 60000 -o "$dir" >"$dir/log.txt" 2>&1)
-  echo $? > "$dir/exit"
-  echo "$s" > "$dir/name"
+  dir="$OUT/${s//\//_}"
+  one "$s" "$dir"
+  # An expected scenario that fails runs once more (sse-retry's timing window is 450-700 ms, which
+  # a loaded machine can miss); the table says so. A real regression fails twice.
+  if [[ $(cat "$dir/exit") != 0 ]] && grep -qxF -- "$s" <<<"$EXPECTED"; then
+    mv "$dir" "$dir.first"
+    one "$s" "$dir"
+    [[ $(cat "$dir/exit") == 0 ]] && echo "passed on the second run" > "$dir/note"
+  fi
 done
 "$PYTHON" - "$OUT" "$HERE/expected.txt" "$((SECONDS - start))" <<'EOF'
 import glob, json, os, sys
@@ -71,6 +84,8 @@ if os.path.exists(expected_file):
             expected.add(line)
 rows, bad, new = [], [], []
 for d in sorted(glob.glob(os.path.join(out, "*", "name")), key=os.path.getmtime):
+    if d.endswith(".first" + os.sep + "name"):
+        continue  # the first run of a scenario that ran twice
     d = os.path.dirname(d)
     name = open(os.path.join(d, "name")).read().strip()
     code = int(open(os.path.join(d, "exit")).read().strip())
@@ -85,7 +100,7 @@ for d in sorted(glob.glob(os.path.join(out, "*", "name")), key=os.path.getmtime)
     log = open(os.path.join(d, "log.txt"), errors="replace").read()
     failed = [l for l in log.splitlines() if "[client] FAILED:" in l]
     if failed:  # the driver's own line says what Abstract did
-        why.insert(0, "client: " + failed[-1].split("FAILED:", 1)[1].strip()[:100])
+        why.insert(0, "client: " + failed[-1].split("FAILED:", 1)[1].strip()[:140])
     elif code != 0 and not why:
         why = ["timed out" if "timed out" in log else f"exit {code}"]
     ok = code == 0
@@ -94,8 +109,10 @@ for d in sorted(glob.glob(os.path.join(out, "*", "name")), key=os.path.getmtime)
         bad.append(name)
     if ok and name not in expected:
         new.append(name)
+    if os.path.exists(os.path.join(d, "note")):
+        why.insert(0, open(os.path.join(d, "note")).read().strip())
     rows.append((name, mark, f"{count['SUCCESS']}/{count['FAILURE']}/{count['WARNING']}",
-                 "; ".join(why)[:160]))
+                 "; ".join(why)[:200]))
 w = max([len(r[0]) for r in rows] + [8])
 print(f"{'scenario':<{w}}  result  ok/fail/warn  first problems")
 for r in rows:
