@@ -181,7 +181,11 @@ class Peer:
         finally:
             del self._waiting[rid]
         if got is None:
-            raise Failure(f"{method}: Abstract exited (code {self.proc.poll()}) before answering")
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = "none yet"
+            raise Failure(f"{method}: Abstract closed its stdout (exit code {code}) before answering")
         if "error" in got:
             raise Failure(f"{method}: error {json.dumps(got['error'])[:500]}")
         return got.get("result") or {}
