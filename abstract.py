@@ -22,6 +22,7 @@ Sections (grep -n '^# ==' abstract.py):
     1. Imports            2. Version and exports   3. Constants
     4. Errors             5. Helpers               6. Formats (csv, json, yaml, xml, md, html)
     7. Sandbox and atomic writer                   8. JSON-RPC (framing, Connection)
+    8b. HTTP client (requests, proxies, TLS, SSE)
     9. Config and settings                         10. Upstreams (client, supervisor)
     11. Results: extraction and storing            12. Output cache and signed links
     13. Catalog (sqlite3)                          14. Queries (sqlite3)
@@ -2616,6 +2617,22 @@ class Connection:
         except (ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nested past the limit
             self._bad(line, PARSE_ERROR, f"Parse error: {str(e)[:200]}")
             return
+        self._on_message(msg, line)
+
+    def deliver(self, msg: Any) -> None:
+        """Handle one message that arrived by another way than the input stream (a remote
+        upstream's HTTP answers, section 10), as if it had been read; never raises."""
+        try:
+            self._on_message(msg, b"(a message received over HTTP)")
+        except Exception:
+            _log.error("%s: a message could not be handled:\n%s", self.name, traceback.format_exc())
+
+    def waits_for(self, mid: Any) -> bool:
+        """Whether a response to our request `mid` is still awaited."""
+        with self._plock:
+            return mid in self._pending
+
+    def _on_message(self, msg: Any, line: bytes) -> None:
         if not isinstance(msg, dict):
             self._bad(line, INVALID_REQUEST, "Invalid Request: expected a JSON object (batches are not supported)")
             return
@@ -2717,6 +2734,395 @@ class Connection:
                 if not self._inflight:
                     self._idle.set()
 
+# ==== 8b. HTTP client =============================================================
+# A small HTTP/1.1 client on http.client for remote upstreams (Streamable HTTP, HTTP+SSE) and
+# for an auth provider: one request per connection, every wait and every body bounded, TLS with
+# the system's trust store (or SSL_CERT_FILE / SSL_CERT_DIR), HTTP(S)_PROXY and NO_PROXY
+# honoured, and an incremental Server-Sent Events parser. http.client and ssl are imported on
+# first use: they cost start-up time that a stdio-only configuration never needs.
+
+_HTTP_CONNECT_S = 10.0  # TCP connect, proxy CONNECT and TLS handshake
+_HTTP_READ_S = 60.0  # longest wait for any one read (a stream's keep-alives reset it)
+_HTTP_BODY_MAX = 16 << 20  # a body read whole (errors, metadata documents) is at most this long
+_HTTP_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
+_CREDENTIAL_HEADERS = ("authorization", "cookie", "proxy-authorization")
+
+
+class HttpError(Error, OSError):
+    """An HTTP exchange that failed: no connection, TLS, a timeout, a refused redirect, a body
+    over its bound, or (raised by callers through HttpResponse.error) an unwanted status.
+    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query."""
+
+    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "") -> None:
+        super().__init__(message)
+        self.url, self.status, self.first_line = url, status, first_line
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _safe_url(url: str) -> str:
+    """A URL fit for logs and errors: scheme, host, port and path; no user:password, and a query
+    (which may hold an API key) shown as `?…`."""
+    try:
+        p = urllib.parse.urlsplit(url)
+        host = p.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{p.port}" if p.port else ""
+    except ValueError:  # a malformed port
+        return "(malformed URL)"
+    return f"{p.scheme}://{host}{port}{p.path}" + ("?…" if p.query else "")
+
+
+def _url_origin(url: str) -> Tuple[str, str, int]:
+    p = urllib.parse.urlsplit(url)
+    return p.scheme, (p.hostname or "").lower(), p.port or (443 if p.scheme == "https" else 80)
+
+
+def _no_proxy(host: str, port: int, environ: Dict[str, str]) -> bool:
+    """Whether NO_PROXY (or no_proxy) exempts host:port: `*`, a host, a domain suffix
+    (`example.com` and `.example.com` both cover `a.example.com`), optionally with `:port`."""
+    raw = environ.get("no_proxy") or environ.get("NO_PROXY") or ""
+    host = host.lower().strip("[]")
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        name, _, eport = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if eport and eport != str(port):
+            continue
+        name = name.strip("[]").lstrip(".")
+        if host == name or host.endswith("." + name):
+            return True
+    return False
+
+
+def _proxy_for(url: str, environ: Dict[str, str]) -> Optional[urllib.parse.SplitResult]:
+    """The http:// proxy for `url` from https_proxy / HTTPS_PROXY or http_proxy / HTTP_PROXY
+    (the lower-case name first, as curl and urllib read them), unless NO_PROXY exempts it."""
+    scheme, host, port = _url_origin(url)
+    raw = environ.get(f"{scheme}_proxy") or environ.get(f"{scheme.upper()}_PROXY") or ""
+    if not raw or _no_proxy(host, port, environ):
+        return None
+    proxy = urllib.parse.urlsplit(raw if "://" in raw else "http://" + raw)
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise HttpError(f"{scheme.upper()}_PROXY {_safe_url(raw)} is not usable: only http:// proxies "
+                        f"are supported (the tunnel to an https:// server is still encrypted)")
+    return proxy
+
+
+_TLS_CONTEXTS: Dict[Tuple[str, str], Any] = {}
+
+
+def _tls_context(environ: Dict[str, str]) -> Any:
+    """ssl.create_default_context(): the system's trust store, or SSL_CERT_FILE / SSL_CERT_DIR
+    when set (they replace it, as in curl and requests). One context per pair, reused."""
+    try:
+        import ssl
+    except ImportError:  # pragma: no cover - a Python built without OpenSSL
+        raise HttpError("this Python has no ssl module, so https:// servers cannot be reached") from None
+    key = (environ.get("SSL_CERT_FILE", ""), environ.get("SSL_CERT_DIR", ""))
+    ctx = _TLS_CONTEXTS.get(key)
+    if ctx is None:
+        try:
+            ctx = ssl.create_default_context(cafile=key[0] or None, capath=key[1] or None)
+        except (OSError, ssl.SSLError) as e:
+            raise HttpError(f"the certificates in SSL_CERT_FILE={key[0]!r} / SSL_CERT_DIR={key[1]!r} "
+                            f"cannot be loaded: {e}") from None
+        _TLS_CONTEXTS[key] = ctx
+    return ctx
+
+
+def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout: float,
+               connected: bool) -> HttpError:
+    """A failed exchange in words: what went wrong, at which URL, and what to check."""
+    import ssl
+    import socket
+
+    where = _safe_url(url)
+    if isinstance(e, ssl.SSLCertVerificationError):
+        why = (f"its TLS certificate is not trusted ({e.verify_message}); for a private CA set "
+               f"SSL_CERT_FILE to its certificate file")
+    elif isinstance(e, ssl.SSLError):
+        why = f"the TLS handshake failed ({e.reason or e})"
+    elif isinstance(e, ConnectionRefusedError):
+        why = "connection refused (is the server running, and is the port right?)"
+    elif isinstance(e, socket.gaierror):
+        why = f"its host name cannot be resolved ({e.strerror or e})"
+    elif isinstance(e, (socket.timeout, TimeoutError)):
+        why = (f"no answer within {read_timeout:g} s" if connected
+               else f"no connection within {connect_timeout:g} s")
+    elif isinstance(e, HttpError):
+        return e
+    else:
+        import http.client
+
+        if isinstance(e, http.client.IncompleteRead):
+            why = "the connection closed in the middle of the answer"
+        elif isinstance(e, http.client.HTTPException):
+            why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
+        else:
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return HttpError(f"cannot reach {where}: {why}", where)
+
+
+class HttpResponse:
+    """An HTTP answer whose body has not been read yet. Read it whole (`read`, bounded), by
+    lines (`readline`), or as Server-Sent Events (`events`); close it when done (or use it as
+    a context manager). `headers` is case-insensitive (an http.client.HTTPMessage)."""
+
+    def __init__(self, url: str, conn: Any, resp: Any) -> None:
+        self.url, self._conn, self._resp = url, conn, resp
+        self.status: int = resp.status
+        self.reason: str = resp.reason or ""
+        self.headers = resp.headers
+        self._head = b""  # body bytes already read by first_line()
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name, default)
+
+    @property
+    def content_type(self) -> str:
+        return self.header("Content-Type").split(";")[0].strip().lower()
+
+    def read(self, limit: int = _HTTP_BODY_MAX) -> bytes:
+        """The whole body; HttpError if it is longer than `limit` bytes (nothing more is read)."""
+        try:
+            data = self._head + self._resp.read(limit + 1 - len(self._head))
+        except Exception as e:
+            raise _net_error(e, self.url, 0, self._timeout(), True) from None
+        self._head = b""
+        if len(data) > limit:
+            self.close()
+            raise HttpError(f"{_safe_url(self.url)} sent a body of more than {limit:,} bytes",
+                            _safe_url(self.url), self.status)
+        return data
+
+    def readline(self, limit: int) -> bytes:
+        """One line of the body, up to `limit` bytes (b"" at its end)."""
+        try:
+            return self._resp.readline(limit)
+        except Exception as e:
+            raise _net_error(e, self.url, 0, self._timeout(), True) from None
+
+    def events(self, parser: "SseParser") -> Iterator["SseEvent"]:
+        """The body's Server-Sent Events, read incrementally through `parser` (which keeps the
+        last event id and retry delay across reconnections, and bounds each event)."""
+        while True:
+            line = self.readline(parser.max_event + 1)
+            if not line:
+                return
+            ev = parser.feed(line)
+            if ev is not None:
+                yield ev
+
+    def first_line(self, limit: int = 200) -> str:
+        """The first non-blank line of the body (at most 4 KiB is read for it), for errors."""
+        if not self._head:
+            try:
+                self._head = self._resp.read(4096)
+            except Exception:
+                return ""
+        for line in self._head.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                return line.strip()[:limit]
+        return ""
+
+    def error(self, what: str = "") -> HttpError:
+        """HttpError for an unwanted status: `what` (e.g. "server 'x'"), the status, the URL
+        without secrets and the first line of the body."""
+        line = self.first_line()
+        where = _safe_url(self.url)
+        msg = f"{what + ': ' if what else ''}HTTP {self.status} {self.reason} from {where}"
+        return HttpError(msg + (f": {line}" if line else ""), where, self.status, line)
+
+    def _timeout(self) -> float:
+        sock = getattr(self._conn, "sock", None)
+        return (sock.gettimeout() if sock is not None else None) or 0.0
+
+    def close(self) -> None:
+        """Close the answer and its connection; safe from another thread (it ends a read that
+        is waiting), and more than once."""
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:
+            try:
+                import socket
+
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
+            except OSError:
+                pass
+        try:
+            self._conn.close()
+        except Exception:  # pragma: no cover
+            pass
+
+    def __enter__(self) -> "HttpResponse":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
+               environ: Dict[str, str], connect_timeout: float, read_timeout: float) -> HttpResponse:
+    """One request on a fresh connection (through the proxy if one applies); the answer's
+    headers are read, its body is not."""
+    import http.client
+
+    p = urllib.parse.urlsplit(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise HttpError(f"not an http:// or https:// URL: {_safe_url(url)}", _safe_url(url))
+    port = p.port or (443 if p.scheme == "https" else 80)
+    target = urllib.parse.urlunsplit(("", "", p.path or "/", p.query, ""))
+    proxy = _proxy_for(url, environ)
+    hdrs = dict(headers)
+    kw: Dict[str, Any] = {"timeout": connect_timeout}
+    if p.scheme == "https":
+        kw["context"] = _tls_context(environ)
+    cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
+    if proxy is None:
+        conn = cls(p.hostname, port, **kw)
+    else:
+        auth = {}
+        if proxy.username is not None:  # user:password in the proxy URL: Basic, as curl does
+            import base64
+
+            pair = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+            auth = {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+        conn = cls(proxy.hostname, proxy.port or 80, **kw)
+        if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
+            conn.set_tunnel(p.hostname, port, headers=auth)
+        else:  # absolute-form request line to the proxy
+            target = url.split("#")[0]
+            hdrs.update(auth)
+    connected = False
+    try:
+        conn.connect()
+        connected = True
+        conn.sock.settimeout(read_timeout)
+        conn.request(method, target, body=body, headers=hdrs)
+        return HttpResponse(url, conn, conn.getresponse())
+    except Exception as e:
+        conn.close()
+        raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
+
+
+def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None,
+                 body: Optional[bytes] = None, *, auth: Any = None,
+                 environ: Optional[Dict[str, str]] = None,
+                 connect_timeout: float = _HTTP_CONNECT_S,
+                 read_timeout: float = _HTTP_READ_S) -> HttpResponse:
+    """Send one HTTP request and return the answer with its body unread (see HTTP-API.md).
+
+    Any status is returned (the caller decides what is an error; HttpResponse.error words it);
+    HttpError means no usable answer. Redirects: followed up to _HTTP_REDIRECTS times for GET,
+    HEAD and DELETE (credentials are not carried to another origin); a POST follows only a 307
+    or 308 to the same origin, as anything else could send its body, or the answer, elsewhere.
+    `auth` (optional) is an auth provider: `auth.headers(url) -> dict` is added to every
+    request, and on a 401 or 403 `auth.on_unauthorized(response) -> bool` is asked once
+    whether to retry with fresh headers.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    base = dict(headers or {})
+    retried = False
+    for _ in range(_HTTP_REDIRECTS + 2):
+        hdrs = dict(base)
+        if auth is not None:
+            hdrs.update(auth.headers(url))
+        resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout)
+        location = resp.header("Location")
+        if resp.status in _REDIRECTS and location:
+            target = urllib.parse.urljoin(url, location)
+            same = _url_origin(target) == _url_origin(url)
+            if method == "POST" and not (same and resp.status in (307, 308)):
+                resp.close()
+                raise HttpError(f"{_safe_url(url)} redirected a POST (HTTP {resp.status}) to "
+                                f"{_safe_url(target)}, which is not followed: put the final URL in the config",
+                                _safe_url(url), resp.status)
+            resp.close()
+            if not same:  # credentials of this origin are not for the next one
+                base = {k: v for k, v in base.items() if k.lower() not in _CREDENTIAL_HEADERS}
+            if resp.status == 303:
+                method, body = "GET", None
+            url = target
+            continue
+        if resp.status in (401, 403) and auth is not None and not retried:
+            retried = True
+            if auth.on_unauthorized(resp):
+                resp.close()
+                continue
+        return resp
+    raise HttpError(f"{_safe_url(url)}: more than {_HTTP_REDIRECTS} redirects", _safe_url(url))
+
+
+class SseEvent(NamedTuple):
+    """One Server-Sent Event: its type ("message" by default), data (bytes, the data lines
+    joined by \\n) and id (None when it carried none)."""
+
+    event: str
+    data: bytes
+    id: Optional[str]
+
+
+class SseParser:
+    """Incremental Server-Sent Events parser (WHATWG HTML, "event stream interpretation"): feed
+    it the stream's lines; it returns each event as its blank line arrives. `last_id` and
+    `retry_ms` outlive a stream, for reconnecting with Last-Event-ID. No event may exceed
+    `max_event` bytes of data (HttpError): memory stays bounded whatever the server sends."""
+
+    def __init__(self, max_event: int = _HTTP_BODY_MAX) -> None:
+        self.max_event = max_event
+        self.last_id = ""
+        self.retry_ms: Optional[int] = None
+        self._reset()
+        self._first = True
+
+    def _reset(self) -> None:
+        self._data: List[bytes] = []
+        self._size = 0
+        self._type = ""
+        self._id: Optional[str] = None
+
+    def feed(self, line: bytes) -> Optional[SseEvent]:
+        if self._first:
+            self._first = False
+            if line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+        if len(line) > self.max_event and not line.endswith(b"\n"):
+            raise HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
+        line = line.rstrip(b"\n").rstrip(b"\r")
+        if not line:
+            return self._dispatch()
+        if line.startswith(b":"):
+            return None  # a comment (keep-alive)
+        name, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            self._size += len(value) + 1
+            if self._size > self.max_event:
+                raise HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
+            self._data.append(value)
+        elif name == b"event":
+            self._type = value.decode("utf-8", "replace")
+        elif name == b"id" and b"\0" not in value:
+            self._id = value.decode("utf-8", "replace")
+        elif name == b"retry" and value.isdigit():
+            self.retry_ms = int(value)
+        return None
+
+    def _dispatch(self) -> Optional[SseEvent]:
+        if self._id is not None:
+            self.last_id = self._id  # kept even for an event without data (a "priming" event)
+        ev = None
+        if self._data:
+            ev = SseEvent(self._type or "message", b"\n".join(self._data), self._id)
+        self._reset()
+        return ev
+
 # ==== 9. Config and settings ======================================================
 # The MCP client's own config file (APP_CONFIG_PATH) names the upstreams; Abstract's optional
 # settings file (ABSTRACT_CONFIG) holds Abstract's own knobs.
@@ -2731,15 +3137,23 @@ class ServerSpec:
     unsupported transport, a disabled entry, an unset variable, an entry that runs Abstract.
     """
 
-    __slots__ = ("name", "command", "args", "env", "cwd", "problem")
+    __slots__ = ("name", "command", "args", "env", "cwd", "problem", "transport", "url", "headers")
 
     def __init__(self, name: str, command: str = "", args: Optional[List[str]] = None,
-                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None, problem: str = "") -> None:
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None, problem: str = "",
+                 transport: str = "stdio", url: str = "", headers: Optional[Dict[str, str]] = None) -> None:
         self.name, self.command, self.args = name, command, list(args or [])
         self.env, self.cwd, self.problem = dict(env or {}), cwd, problem
+        # "stdio", or for a remote server "http" (Streamable HTTP), "sse" (the 2024-11-05
+        # HTTP+SSE transport) or "auto" (no type given: Streamable HTTP, else HTTP+SSE)
+        self.transport, self.url, self.headers = transport, url, dict(headers or {})
+
+    @property
+    def remote(self) -> bool:
+        return self.transport != "stdio"
 
     def argv(self) -> List[str]:
-        return [self.command] + self.args
+        return [] if self.remote else [self.command] + self.args
 
 
 # JSONC, as VS Code and Cursor write their configs: // and /* */ comments, trailing commas.
@@ -2849,11 +3263,11 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
     """Validate and expand one config entry."""
     if not isinstance(entry, dict):
         return ServerSpec(name, problem=f"its entry in {path} is not an object")
-    kind = entry.get("type", "stdio")
-    if kind != "stdio" or ("url" in entry and "command" not in entry) or "serverUrl" in entry:
-        return ServerSpec(name, problem=f"transport {kind if kind != 'stdio' else 'url'!r} is not supported yet (only stdio servers)")
     if entry.get("disabled") is True:
         return ServerSpec(name, problem=f"it is disabled in {path}")
+    kind = entry.get("type")
+    if kind not in (None, "stdio") or ("command" not in entry and ("url" in entry or "serverUrl" in entry)):
+        return _remote_spec(name, entry, environ, path, known)
     command, args = entry.get("command"), entry.get("args", [])
     env, cwd = entry.get("env", {}), entry.get("cwd")
     if not isinstance(command, str) or not command:
@@ -2874,6 +3288,40 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
         spec.problem = _missing_text(missing, path)
     elif _runs_abstract(spec.argv()):
         spec.problem = "it runs Abstract itself, which would proxy itself forever"
+    return spec
+
+
+# A remote entry's "type": Claude Code and VS Code write "http" or "sse"; others spell
+# Streamable HTTP in these ways. No type with a url (Cursor, Windsurf's serverUrl) is "auto".
+_REMOTE_TYPES = {"http": "http", "streamable-http": "http", "streamableHttp": "http",
+                 "streamable_http": "http", "sse": "sse"}
+
+
+def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
+                 known: Optional[Dict[str, str]]) -> ServerSpec:
+    """A remote server's entry: url (or Windsurf's serverUrl) and headers, variables expanded."""
+    kind = entry.get("type")
+    if kind is not None and kind not in _REMOTE_TYPES:
+        return ServerSpec(name, problem=f"its type {str(kind)[:40]!r} in {path} is not one Abstract knows "
+                                        f"(stdio, http, sse)")
+    url, headers = entry.get("url", entry.get("serverUrl")), entry.get("headers", {})
+    if not isinstance(url, str) or not url:
+        return ServerSpec(name, problem=f"its entry in {path} has no 'url' (a remote server needs one)")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        return ServerSpec(name, problem=f"'headers' in {path} must map header names to strings")
+    missing: List[str] = []
+    url = _expand(url, environ, missing, known)
+    headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
+    spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
+    bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
+           or any(c in v for c in "\r\n\0")]
+    if missing:
+        spec.problem = _missing_text(missing, path)
+    elif not url.lower().startswith(("http://", "https://")):
+        spec.problem = f"its url in {path} is not an http:// or https:// URL: {_safe_url(url)}"
+    elif bad:
+        spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of letters, "
+                        f"digits and -, a value without line breaks)")
     return spec
 
 
@@ -3379,6 +3827,437 @@ class _ClientLink:
             conn.forget(mid)
 
 
+_HTTP_POSTS_MAX = 32  # requests of one remote upstream in flight at once (more wait their turn)
+_HTTP_NOTIFY_S = 30.0  # read deadline of a notification's or response's POST (answered by 202)
+_HTTP_LISTEN_S = 300.0  # a quiet GET stream is reopened after this long
+_SSE_RESUMES = 5  # reconnections (Last-Event-ID) of one answer's stream without a new event
+_SSE_RETRY_MS = 1000  # wait before resuming when the server set no retry (spec: SHOULD set one)
+_SSE_RETRY_MAX_MS = 60000
+_MCP_NAME_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def _header_value(value: str) -> str:
+    """A value for an Mcp-Name header: as it is when plain visible ASCII, else the 2026-07-28
+    base64 sentinel form (=?base64?...?=)."""
+    if value and value == value.strip() and all(" " <= c <= "~" for c in value):
+        return value
+    import base64
+
+    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+class _HttpTransport:
+    """The wire of one remote upstream session, in the shape the Connection expects: it is the
+    Connection's output (write: each message becomes a POST) and its input (readline ends, EOF,
+    when the session does), and delivers what the server sends straight to the Connection.
+
+    Streamable HTTP (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports):
+    a request's answer is a JSON body or an SSE stream read incrementally (a cut stream resumed
+    with Last-Event-ID after the server's `retry`); Mcp-Session-Id kept and sent; the
+    MCP-Protocol-Version header after initialize (2026-07-28: on every POST with Mcp-Method and
+    Mcp-Name); the GET stream for the server's own messages; DELETE of the session at the end.
+    HTTP+SSE (2024-11-05): GET the event stream, POST to its `endpoint`, answers on the stream.
+    "auto" tries Streamable HTTP and falls back to HTTP+SSE on 400/404/405 to the first POST
+    (the spec's backwards-compatibility rule). Notifications and responses are POSTed in order
+    on the Connection's writer thread; requests on threads of their own (_HTTP_POSTS_MAX).
+    Nothing is ever sent twice: a call whose answer is lost fails, naming the reason.
+    """
+
+    def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
+                 max_message: int, auth: Any = None) -> None:
+        self.name, self.url, self.mode = spec.name, spec.url, spec.transport
+        self.post_url = spec.url
+        self._static = dict(spec.headers)
+        self._environ, self.auth = environ, auth
+        self._read_s, self.max_message = read_timeout, max_message
+        self._secrets = self._find_secrets(spec)
+        self.session_id = ""
+        self.version = ""  # the negotiated version, for MCP-Protocol-Version
+        self._init_id: Any = None
+        self._first = True  # no POST has been answered yet (auto: the fallback decision)
+        self._conn: Optional[Connection] = None
+        self._closed = threading.Event()
+        self.reason = "ended its session"
+        self._open: Dict[Any, HttpResponse] = {}  # id (or "listen", "events") -> answer being read
+        self._cancelled: set = set()
+        self._olock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(_HTTP_POSTS_MAX)
+        self._fallback_lock = threading.Lock()
+        self.delete_thread: Optional[threading.Thread] = None
+
+    @staticmethod
+    def _find_secrets(spec: ServerSpec) -> List[str]:
+        """What must never be shown: header values (and a Bearer's token alone), the URL's
+        password and query values."""
+        out = []
+        for v in spec.headers.values():
+            out.append(v)
+            out.extend(w for w in v.split() if len(w) >= 8)
+        p = urllib.parse.urlsplit(spec.url)
+        out.extend(v for _, v in urllib.parse.parse_qsl(p.query))
+        if p.password:
+            out.append(p.password)
+        return sorted({s for s in out if len(s) >= 4}, key=len, reverse=True)
+
+    def mask(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def where(self) -> str:
+        return _safe_url(self.url)
+
+    # -- the Connection's side
+    def attach(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def readline(self, limit: int = -1) -> bytes:
+        """The Connection's input: nothing arrives here (answers are delivered); EOF when the
+        session ends, so the Connection fails what is pending with `reason`."""
+        self._closed.wait()
+        return b""
+
+    def flush(self) -> None:
+        pass
+
+    def write(self, data: bytes) -> int:
+        """One framed message from the Connection's writer thread."""
+        if self._closed.is_set():
+            raise OSError(self.reason)
+        msg = json.loads(data)
+        method = msg.get("method")
+        if method == "notifications/cancelled":
+            rid = (msg.get("params") or {}).get("requestId")
+            with self._olock:
+                self._cancelled.add(rid)
+                resp = self._open.pop(rid, None)
+            if resp is not None:  # stop reading an answer nobody waits for
+                resp.close()
+            if self.modern:  # 2026-07-28: closing the stream is the cancellation
+                return len(data)
+        if method is not None and "id" in msg:
+            if method == "initialize":
+                self._init_id = msg["id"]
+            self._slots.acquire()
+            threading.Thread(target=self._request, args=(msg, data), name=f"http-{self.name}",
+                             daemon=True).start()
+        else:
+            self._post_one_way(msg, data)
+        return len(data)
+
+    @property
+    def modern(self) -> bool:
+        return self.version in MODERN_VERSIONS
+
+    # -- sending
+    def _send(self, method: str, url: str, body: Optional[bytes], extra: Dict[str, str],
+              read_timeout: Optional[float] = None) -> HttpResponse:
+        hdrs = dict(self._static)
+        hdrs.update(extra)
+        if self.session_id and not self.modern:
+            hdrs["Mcp-Session-Id"] = self.session_id
+        try:
+            return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
+                                read_timeout=read_timeout or self._read_s)
+        except HttpError as e:
+            raise HttpError(self.mask(str(e)), e.url, e.status) from None
+
+    def _post_headers(self, msg: dict) -> Dict[str, str]:
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        version = meta.get(_META_VERSION) or self.version
+        if isinstance(version, str) and version and self.mode != "sse":
+            hdrs["MCP-Protocol-Version"] = version
+        if version in MODERN_VERSIONS and isinstance(msg.get("method"), str):
+            hdrs["Mcp-Method"] = msg["method"]  # 2026-07-28: the request metadata headers
+            key = _MCP_NAME_METHODS.get(msg["method"])
+            if key and isinstance(params.get(key), str):
+                hdrs["Mcp-Name"] = _header_value(params[key])
+        return hdrs
+
+    def _post_one_way(self, msg: dict, data: bytes) -> None:
+        """A notification or a response: POSTed in order, answered with 202."""
+        try:
+            with self._send("POST", self.post_url, data.rstrip(b"\n"), self._post_headers(msg),
+                            _HTTP_NOTIFY_S) as resp:
+                if resp.status == 404 and self.session_id:
+                    self._end("ended its session (HTTP 404); a new one starts on the next call")
+                elif resp.status >= 300:
+                    _log.warning("%s", self.mask(str(resp.error(f"server '{self.name}' refused {msg.get('method') or 'a response'}"))))
+        except HttpError as e:
+            _log.warning("%s", e)
+            return
+        if msg.get("method") == "notifications/initialized" and self.mode == "http":
+            threading.Thread(target=self._listen, name=f"http-listen-{self.name}", daemon=True).start()
+
+    def _request(self, msg: dict, data: bytes) -> None:
+        mid = msg["id"]
+        try:
+            self._exchange(msg, data.rstrip(b"\n"), mid)
+        except HttpError as e:
+            self._fail(mid, f"server '{self.name}': {e}")
+        except Exception as e:  # a bug must fail the call, not leave it to its deadline
+            _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
+            self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
+        finally:
+            self._slots.release()
+            with self._olock:
+                self._open.pop(mid, None)
+                self._cancelled.discard(mid)
+
+    def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
+        resp = self._send("POST", self.post_url, body, self._post_headers(msg))
+        first, self._first = self._first, False
+        with resp:
+            if not self._track(mid, resp):
+                return
+            if msg.get("method") == "initialize" and resp.header("Mcp-Session-Id"):
+                self.session_id = resp.header("Mcp-Session-Id")
+            if resp.status in (400, 404, 405) and first and self.mode == "auto":
+                raw = self._small_body(resp)
+                if self._rpc_error(raw) is None:  # not an MCP server's JSON-RPC error: try HTTP+SSE
+                    resp.close()
+                    self._fall_back(resp.status)
+                    return self._exchange(msg, body, mid)
+                return self._refused(resp, raw, mid)
+            if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
+                self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from {self.where()}); "
+                                f"a new session starts on the next call")
+                self._end("ended its session (HTTP 404); a new one starts on the next call")
+                return
+            if resp.status >= 300:
+                return self._refused(resp, self._small_body(resp), mid)
+            if self.mode == "sse":  # HTTP+SSE: the answer comes on the event stream
+                return
+            if resp.content_type == "text/event-stream":
+                return self._read_stream(resp, mid)
+            if resp.content_type == "application/json":
+                return self._deliver_bytes(resp.read(self.max_message), mid)
+            self._fail(mid, f"server '{self.name}' answered with HTTP {resp.status} and Content-Type "
+                            f"{resp.content_type or '(none)'!r} from {self.where()}, not JSON or an SSE stream")
+
+    def _track(self, mid: Any, resp: HttpResponse) -> bool:
+        """Register an answer being read, so a cancel can close it; False if already cancelled."""
+        with self._olock:
+            if mid in self._cancelled or self._closed.is_set():
+                resp.close()
+                return False
+            self._open[mid] = resp
+        return True
+
+    @staticmethod
+    def _small_body(resp: HttpResponse) -> bytes:
+        try:
+            return resp.read(1 << 16)
+        except HttpError:
+            return b""
+
+    @staticmethod
+    def _rpc_error(raw: bytes) -> Optional[dict]:
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        return doc if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else None
+
+    def _refused(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
+        """An error status: the server's JSON-RPC error when the body is one (so a refused
+        initialize can fall back to another era), else the status in words."""
+        err = self._rpc_error(raw)
+        if err is not None and self._conn is not None:
+            e = RpcError.from_dict(err["error"])
+            self._conn.forget(mid, RpcError(e.code, self.mask(e.message), e.data))
+            return
+        line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()), "")
+        hint = ""
+        if resp.status in (401, 403) and self.auth is None:
+            hint = "; the server wants credentials: give them in the entry's \"headers\""
+        self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from {self.where()}"
+                        + (f": {self.mask(line[:200])}" if line else "") + hint)
+
+    # -- receiving
+    def _fail(self, mid: Any, message: str) -> None:
+        if self._conn is not None:
+            self._conn.forget(mid, UpstreamError(self.mask(message)))
+
+    def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
+        """One JSON-RPC message from the server; True if it is the answer to `mid`."""
+        if not raw.strip():
+            return False
+        try:
+            msg = json.loads(raw, parse_constant=_no_nan)
+        except (ValueError, RecursionError) as e:
+            if mid is not None:
+                self._fail(mid, f"server '{self.name}' sent an answer that is not JSON ({str(e)[:100]})")
+                return True
+            _log.warning("%s: skipped a message that is not JSON: %s", self.name, raw[:200])
+            return False
+        answer = isinstance(msg, dict) and "method" not in msg and "id" in msg
+        if answer and msg["id"] == self._init_id and isinstance(msg.get("result"), dict):
+            version = msg["result"].get("protocolVersion")
+            self.version = version if isinstance(version, str) else ""
+        if isinstance(msg, dict) and msg.get("id") == mid and mid is not None and answer:
+            self._first = False
+        if self._conn is not None:
+            self._conn.deliver(msg)
+        return answer and mid is not None and msg.get("id") == mid
+
+    def _deliver_events(self, resp: HttpResponse, parser: SseParser, mid: Any) -> bool:
+        """Deliver a stream's messages until it ends; True once the answer to `mid` came."""
+        answered = False
+        for ev in resp.events(parser):
+            if ev.event == "message" and self._deliver_bytes(ev.data, mid):
+                answered = True
+        return answered
+
+    def _read_stream(self, resp: HttpResponse, mid: Any) -> None:
+        """An answer's SSE stream, resumed (GET with Last-Event-ID, after `retry`) when it is cut
+        before the answer; the call fails, never re-sent, when it cannot be resumed."""
+        parser = SseParser(self.max_message)
+        tries = 0
+        while True:
+            try:
+                if self._deliver_events(resp, parser, mid):
+                    return
+                why = "the stream ended before the answer"
+            except HttpError as e:
+                why = str(e).replace(f"{self.where()} sent ", "")
+            resp.close()
+            with self._olock:
+                gone = mid in self._cancelled or self._closed.is_set()
+            if gone or self._conn is None or not self._conn.waits_for(mid):
+                return
+            seen = parser.last_id
+            if not seen or self.modern or tries >= _SSE_RESUMES:
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}; the call was not retried, as "
+                                f"the server may have run it")
+                return
+            tries += 1
+            delay = min(parser.retry_ms if parser.retry_ms is not None else _SSE_RETRY_MS, _SSE_RETRY_MAX_MS)
+            if self._closed.wait(delay / 1000):
+                return
+            try:
+                resp = self._send("GET", self.url, None, {"Accept": "text/event-stream", "Last-Event-ID": seen})
+            except HttpError as e:
+                why = str(e)
+                continue
+            if not self._track(mid, resp):
+                return
+            if resp.status != 200 or resp.content_type != "text/event-stream":
+                err = resp.error()
+                resp.close()
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}, and resuming it failed "
+                                f"({err}); the call was not retried, as the server may have run it")
+                return
+            if parser.last_id != seen:
+                tries = 0
+
+    def _listen(self) -> None:
+        """The GET stream for the server's own requests and notifications (optional: 405 means
+        the server has none), reopened after `retry` while the session lasts."""
+        parser, failures = SseParser(self.max_message), 0
+        while not self._closed.is_set() and failures < 5:
+            hdrs = {"Accept": "text/event-stream"}
+            if self.version:
+                hdrs["MCP-Protocol-Version"] = self.version
+            if parser.last_id:
+                hdrs["Last-Event-ID"] = parser.last_id
+            try:
+                with self._send("GET", self.url, None, hdrs, _HTTP_LISTEN_S) as resp:
+                    if resp.status == 404 and self.session_id:
+                        self._end("ended its session (HTTP 404); a new one starts on the next call")
+                        return
+                    if resp.status != 200 or resp.content_type != "text/event-stream":
+                        return  # 405: no such stream, as the spec allows
+                    if not self._track("listen", resp):
+                        return
+                    failures = 0
+                    self._deliver_events(resp, parser, None)
+            except HttpError as e:
+                failures += 1
+                _log.debug("%s: GET stream: %s", self.name, e)
+            delay = parser.retry_ms if parser.retry_ms is not None else 2000 * (failures + 1)
+            if self._closed.wait(min(delay, _SSE_RETRY_MAX_MS) / 1000):
+                return
+
+    # -- HTTP+SSE (2024-11-05)
+    def open(self, timeout: float) -> None:
+        """Before the first message: an "sse" server's event stream and its endpoint."""
+        if self.mode == "sse":
+            self._connect_sse(timeout)
+
+    def _fall_back(self, status: int) -> None:
+        with self._fallback_lock:
+            if self.mode == "auto":
+                _log.info("%s: HTTP %d to a POST: trying the older HTTP+SSE transport", self.name, status)
+                self._connect_sse(self._read_s)
+
+    def _connect_sse(self, timeout: float) -> None:
+        resp = self._send("GET", self.url, None, {"Accept": "text/event-stream"}, timeout)
+        if resp.status != 200 or resp.content_type != "text/event-stream":
+            err = resp.error()
+            resp.close()
+            raise HttpError(self.mask(f"{err} (expected an SSE event stream)"), self.where(), err.status)
+        parser = SseParser(self.max_message)
+        events = resp.events(parser)
+        try:
+            endpoint = next((ev.data for ev in events if ev.event == "endpoint"), None)
+        except HttpError:
+            resp.close()
+            raise
+        if endpoint is None:
+            resp.close()
+            raise HttpError(f"its event stream at {self.where()} ended before the 'endpoint' event")
+        target = urllib.parse.urljoin(self.url, endpoint.decode("utf-8", "replace").strip())
+        if _url_origin(target) != _url_origin(self.url):
+            resp.close()
+            raise HttpError(f"its endpoint {_safe_url(target)} is on another host than {self.where()}; "
+                            f"not used")
+        self.post_url, self.mode = target, "sse"
+        with self._olock:
+            self._open["events"] = resp
+        threading.Thread(target=self._pump_sse, args=(resp, events), name=f"http-sse-{self.name}",
+                         daemon=True).start()
+
+    def _pump_sse(self, resp: HttpResponse, events: Iterator[SseEvent]) -> None:
+        why = "its event stream ended"
+        try:
+            for ev in events:
+                if ev.event == "message":
+                    self._deliver_bytes(ev.data, None)
+        except HttpError as e:
+            why = f"its event stream failed: {e}"
+        self._end(why)
+
+    # -- the end
+    def _end(self, reason: str) -> None:
+        """End the session once: open answers are closed and the Connection sees EOF."""
+        with self._olock:
+            if self._closed.is_set():
+                return
+            self.reason = self.mask(reason)
+            self._closed.set()
+            open_, self._open = list(self._open.values()), {}
+        for resp in open_:
+            resp.close()
+
+    def close(self, reason: str) -> None:
+        """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""
+        if self.session_id and self.mode == "http" and not self.modern and not self._closed.is_set():
+            self.delete_thread = threading.Thread(target=self._delete, name=f"http-delete-{self.name}",
+                                                  daemon=True)
+            self.delete_thread.start()
+        self._end(reason)
+
+    def _delete(self) -> None:
+        try:
+            self._send("DELETE", self.url, None, {"MCP-Protocol-Version": self.version} if self.version else {},
+                       _STOP_EOF_S).close()
+        except HttpError as e:
+            _log.debug("%s: DELETE of the session: %s", self.name, e)
+
+
 def _taskkill(pid: int, force: bool) -> None:
     """Windows: end a process and its descendants (taskkill /T), bounded in time."""
     args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
@@ -3431,6 +4310,13 @@ class _Run:
 
     def usable(self) -> bool:
         return not self.ending and self.conn is not None and not self.conn.closing
+
+    def streams(self) -> Tuple[Any, Any]:
+        """What its Connection reads from and writes to."""
+        return io.BufferedReader(self.proc.stdout, 1 << 16), io.BufferedWriter(self.proc.stdin, 1 << 16)
+
+    def attach(self, conn: Connection) -> None:
+        self.conn = conn
 
     def hint(self) -> str:
         tail = self.tail.text(5)
@@ -3487,6 +4373,45 @@ class _Run:
         _stop_runs([self], reason)
 
 
+class _HttpRun(_Run):
+    """One session with a remote upstream: no process; an _HttpTransport is its wire. Ending
+    it fails what is pending and DELETEs the session (exited() waits for that, bounded)."""
+
+    def __init__(self, name: str, transport: _HttpTransport, started: float) -> None:
+        self.name, self.proc, self.started, self.transport = name, None, started, transport
+        self.conn = None
+        self.tail = _Tail()
+        self.ready = self.ending = False
+
+    def streams(self) -> Tuple[Any, Any]:
+        return self.transport, self.transport
+
+    def attach(self, conn: Connection) -> None:
+        self.conn = conn
+        self.transport.attach(conn)
+
+    def hint(self) -> str:
+        return ""
+
+    def watch(self) -> None:
+        pass
+
+    def exit_text(self) -> str:
+        return self.transport.reason
+
+    def end_input(self, reason: str) -> None:
+        self.ending = True
+        if self.conn is not None:
+            self.conn.fail_pending(reason)
+        self.transport.close(reason)
+
+    def exited(self, timeout: float) -> bool:
+        t = self.transport.delete_thread
+        if t is not None:
+            t.join(max(0.0, timeout))
+        return True
+
+
 def _signal_all(step: Callable[[Any], None], runs: List[_Run]) -> None:
     """step(proc) for every run. POSIX signals are instant; on Windows each step is a taskkill
     process (up to _STOP_TERM_S), so they run side by side to stay within one step's budget."""
@@ -3511,13 +4436,14 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
     left = list(runs)
     for step, wait in ((None, _STOP_EOF_S), (_terminate, _STOP_TERM_S), (_hard_kill, _STOP_KILL_S)):
         if step is not None:
+            left = [r for r in left if r.proc is not None]  # (a remote run has no process to signal)
             _signal_all(step, left)
         deadline = time.monotonic() + wait
         left = [r for r in left if not r.exited(deadline - time.monotonic())]
         if not left:
             break
     if not _WINDOWS:
-        for run in runs:
+        for run in (r for r in runs if r.proc is not None):
             _hard_kill(run.proc)  # children it left in its process group go too (ESRCH if none)
 
 
@@ -3557,6 +4483,9 @@ class Upstream:
         self.on_tools_changed: Optional[Callable[[str], None]] = None
         self.on_log: Optional[Callable[[str, dict], None]] = None
         self._tokens = itertools.count(1)
+        # a remote server's auth provider (headers(url), on_unauthorized(response); HTTP client
+        # section): given to every HTTP request of its sessions
+        self.auth: Any = None
 
     @property
     def name(self) -> str:
@@ -3590,8 +4519,8 @@ class Upstream:
     def _start(self) -> _Run:
         t0 = self._clock()
         run = self._spawn_run(t0)
-        conn = Connection(io.BufferedReader(run.proc.stdout, 1 << 16), io.BufferedWriter(run.proc.stdin, 1 << 16),
-                          name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
+        rfile, wfile = run.streams()
+        conn = Connection(rfile, wfile, name=self.name, strict=False, on_close=lambda: self._on_close(run), queued=True,
                           max_line=int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
                           # the upstream's requests run off its reader: roots/list waits for the client
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
@@ -3599,7 +4528,8 @@ class Upstream:
                                          "notifications/tools/list_changed": self._on_tools_changed,
                                          "notifications/message": self._on_log,
                                          "notifications/elicitation/complete": self._client.elicitation_complete})
-        run.conn = conn.start()
+        run.attach(conn)
+        conn.start()
         threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()
         with self._runs_lock:
             self._runs.append(run)
@@ -3612,7 +4542,7 @@ class Upstream:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
             self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
-                               f"(command: {self._cmdline()}): {e.message}{hint}")
+                               f"({self._where()}): {e.message}{hint}")
             raise UpstreamError(self.last_error) from None
         run.ready = True
         self.start_ms = (self._clock() - t0) * 1000
@@ -3622,7 +4552,10 @@ class Upstream:
         return run
 
     def _spawn_run(self, t0: float) -> _Run:
-        """Start the process (its stderr drained from the start); UpstreamError if it cannot."""
+        """Start the process (its stderr drained from the start), or open a remote server's
+        transport; UpstreamError if it cannot."""
+        if self.spec.remote:
+            return self._open_remote(t0)
         # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
         # entry's env names them; upper(): Windows names ignore case.
         env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
@@ -3634,9 +4567,23 @@ class Upstream:
         except (OSError, UpstreamError) as e:
             self._note_crash(t0, quick=True)
             msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
-            self.last_error = f"server '{self.name}' could not start: {msg} (command: {self._cmdline()})"
+            self.last_error = f"server '{self.name}' could not start: {msg} ({self._where()})"
             raise UpstreamError(self.last_error) from None
         return _Run(self.name, proc, t0)
+
+    def _open_remote(self, t0: float) -> _Run:
+        """A remote server's session: the transport (an "sse" server's event stream is opened
+        here; Streamable HTTP needs nothing before the first POST)."""
+        transport = _HttpTransport(self.spec, self._environ, self.settings.timeout(self.name) + 5.0,
+                                   int(float(self.settings.get("max_upstream_message_mb")) * (1 << 20)),
+                                   auth=self.auth)
+        try:
+            transport.open(self.settings.startup_timeout(self.name))
+        except HttpError as e:
+            self._note_crash(t0, quick=True)
+            self.last_error = f"server '{self.name}' could not be reached: {e}"
+            raise UpstreamError(self.last_error) from None
+        return _HttpRun(self.name, transport, t0)
 
     def _client_methods(self) -> Dict[str, Handler]:
         """What Abstract answers when an upstream asks: ping, roots/list when roots are offered,
@@ -3789,6 +4736,10 @@ class Upstream:
 
     def _cmdline(self) -> str:
         return " ".join(shlex.quote(a) for a in self.spec.argv())
+
+    def _where(self) -> str:
+        """'command: ...' or, for a remote server, 'URL: ...' (without credentials), for errors."""
+        return f"URL: {_safe_url(self.spec.url)}" if self.spec.remote else f"command: {self._cmdline()}"
 
     # -- requests
     def tools(self) -> List[dict]:
@@ -8266,7 +9217,8 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
             ok = False
             out.write(f"  {name:<{width}}  FAILED: {getattr(got, 'message', None) or got}\n")
         else:
-            out.write(f"  {name:<{width}}  started  protocol {up.protocol_version}  "
+            verb = f"reachable at {_safe_url(up.spec.url)}" if up.spec.remote else "started"
+            out.write(f"  {name:<{width}}  {verb}  protocol {up.protocol_version}  "
                       f"{_plural(len(got), 'tool')}  {up.start_ms:.0f} ms\n")
     _context_report({n: results[n] for n in upstreams.names()  # config order: names as direct mode gives them
                      if n in results and not isinstance(results[n], Exception)}, out)

@@ -364,19 +364,27 @@ def test_unset_variable_is_an_error_naming_it(world):
     assert world.pids("needs") == [] and out["total_tools"] == len(FAKE_TOOLS)
 
 
-def test_remote_transports_are_listed_as_not_supported(world):
+def test_unreachable_and_malformed_remote_entries_are_listed_with_the_reason(world):
     world.servers.update({
         "web": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
         "events": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
         "bare_url": {"url": "http://127.0.0.1:9/mcp"},
         "windsurf": {"serverUrl": "http://127.0.0.1:9/mcp"},
+        "ws": {"type": "websocket", "url": "ws://127.0.0.1:9/"},
+        "ftp": {"type": "http", "url": "ftp://127.0.0.1/x"},
+        "nourl": {"type": "http"},
+        "badheader": {"type": "http", "url": "http://127.0.0.1:9/", "headers": {"X-A": "a\nb"}},
     })
     world.fake("local")
     out = world.start().listing()
     failed = {f["server"]: f["error"] for f in out["failed_servers"]}
-    assert set(failed) == {"web", "events", "bare_url", "windsurf"}
-    assert all("not supported" in e for e in failed.values())
-    assert "'http'" in failed["web"] and "'sse'" in failed["events"]
+    assert set(failed) == {"web", "events", "bare_url", "windsurf", "ws", "ftp", "nourl", "badheader"}
+    for name in ("web", "events", "bare_url", "windsurf"):
+        assert "connection refused" in failed[name] and "http://127.0.0.1:9/" in failed[name], failed[name]
+    assert "'websocket'" in failed["ws"] and "stdio, http, sse" in failed["ws"]
+    assert "not an http:// or https:// URL" in failed["ftp"]
+    assert "has no 'url'" in failed["nourl"]
+    assert "'X-A'" in failed["badheader"] and "line breaks" in failed["badheader"]
     assert out["total_tools"] == len(FAKE_TOOLS)
 
 

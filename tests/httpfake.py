@@ -1,0 +1,147 @@
+"""Stdlib HTTP peers for the HTTP client tests: a scripted server on 127.0.0.1 (plain or TLS
+with a throw-away self-signed certificate made by the openssl CLI), and a forward proxy that
+speaks CONNECT and absolute-form requests. Every socket has a timeout; nothing sleeps."""
+
+from __future__ import annotations
+
+import http.server
+import select
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+
+Handler = Callable[["http.server.BaseHTTPRequestHandler"], None]
+
+
+class FakeHTTP:
+    """A threading HTTP server whose answers come from `handle(req)`; every request seen is
+    kept in `seen` as (method, path, headers dict, body bytes)."""
+
+    def __init__(self, handle: Handler, tls: Optional[ssl.SSLContext] = None) -> None:
+        outer = self
+        self.seen: List[tuple] = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 30
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                self.body = self.rfile.read(n) if n else b""
+                outer.seen.append((self.command, self.path, dict(self.headers), self.body))
+                try:
+                    handle(self)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            do_GET = do_POST = do_DELETE = do_PUT = _any
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self._t = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._t.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def reply(req, status: int, body: bytes = b"", ctype: str = "application/json",
+          headers: Optional[Dict[str, str]] = None) -> None:
+    req.send_response(status)
+    req.send_header("Content-Type", ctype)
+    req.send_header("Content-Length", str(len(body)))
+    for k, v in (headers or {}).items():
+        req.send_header(k, v)
+    req.end_headers()
+    req.wfile.write(body)
+
+
+def self_signed(tmp: Path) -> Path:
+    """cert.pem and key.pem for 127.0.0.1 and localhost in `tmp`; skip without openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not installed: no self-signed certificate for the TLS tests")
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True, timeout=60)
+    return cert
+
+
+def server_tls(cert: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(cert.with_name("key.pem")))
+    return ctx
+
+
+class FakeProxy:
+    """A forward proxy: CONNECT host:port tunnels bytes both ways; an absolute-form request is
+    answered 200 with the request line as body. `lines` keeps every request line seen."""
+
+    def __init__(self) -> None:
+        self.lines: List[str] = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(30)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        c.settimeout(30)
+        f = c.makefile("rb")
+        line = f.readline().decode().strip()
+        self.lines.append(line)
+        while f.readline().strip():
+            pass
+        method, target, _ = line.split(" ", 2)
+        if method != "CONNECT":
+            body = line.encode()
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+            c.close()
+            return
+        host, port = target.rsplit(":", 1)
+        up = socket.create_connection((host, int(port)), timeout=30)
+        c.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        socks = [c, up]
+        while True:
+            r, _, _ = select.select(socks, [], [], 30)
+            if not r:
+                break
+            done = False
+            for s in r:
+                data = s.recv(65536)
+                if not data:
+                    done = True
+                    break
+                (up if s is c else c).sendall(data)
+            if done:
+                break
+        c.close()
+        up.close()
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,189 @@
+"""The HTTP client primitive (section 8b): bodies, SSE, redirects, the auth hook, proxies, TLS
+and faults, against real stdlib peers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+import abstract
+from httpfake import FakeHTTP, FakeProxy, reply, self_signed, server_tls
+
+
+@pytest.fixture
+def served():
+    made = []
+
+    def make(handle, tls=None):
+        s = FakeHTTP(handle, tls)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_json_body_and_bound(served):
+    s = served(lambda r: reply(r, 200, b'{"a":' + b"1" * 5000 + b"}"))
+    with abstract.http_request("POST", s.url + "/mcp", {"X": "1"}, b"{}", environ={}) as resp:
+        assert resp.status == 200 and resp.content_type == "application/json"
+        assert len(resp.read()) == 5006
+    with abstract.http_request("GET", s.url, environ={}) as resp:
+        with pytest.raises(abstract.HttpError, match="more than 100 bytes"):
+            resp.read(100)
+    assert s.seen[0][0] == "POST" and s.seen[0][2]["X"] == "1" and s.seen[0][3] == b"{}"
+
+
+def test_sse_parser_fields():
+    p = abstract.SseParser(max_event=64)
+    lines = [b"\xef\xbb\xbfid: 7\r\n", b"data:\r\n", b"\r\n",  # priming event: no data, id kept
+             b": keep-alive\n", b"retry: 1500\n", b"event: endpoint\n", b"data: a\n", b"data:  b\n",
+             b"id: 8\n", b"\n", b"data: x\n", b"\n"]
+    got = [ev for ev in map(p.feed, lines) if ev is not None]
+    assert got == [abstract.SseEvent("message", b"", "7"),  # (WHATWG: an empty data line dispatches)
+                   abstract.SseEvent("endpoint", b"a\n b", "8"), abstract.SseEvent("message", b"x", None)]
+    assert p.last_id == "8" and p.retry_ms == 1500
+    p2 = abstract.SseParser(max_event=64)
+    p2.feed(b"data: " + b"x" * 40 + b"\n")
+    with pytest.raises(abstract.HttpError, match="more than 64 bytes"):
+        p2.feed(b"data: " + b"x" * 40 + b"\n")
+    with pytest.raises(abstract.HttpError, match="more than 64 bytes"):
+        abstract.SseParser(max_event=64).feed(b"data: " + b"y" * 100)  # a line cut at the bound
+
+
+def test_sse_stream_incremental(served):
+    gate = threading.Event()
+
+    def handle(r):
+        r.send_response(200)
+        r.send_header("Content-Type", "text/event-stream")
+        r.end_headers()
+        r.wfile.write(b"id: 1\ndata: {\"n\":1}\n\n")
+        r.wfile.flush()
+        gate.wait(10)  # the first event must be readable before the stream ends
+        r.wfile.write(b"data: {\"n\":\ndata: 2}\n\n")
+        r.wfile.flush()
+        r.close_connection = True
+
+    s = served(handle)
+    p = abstract.SseParser()
+    with abstract.http_request("GET", s.url, environ={}) as resp:
+        events = resp.events(p)
+        assert next(events).data == b'{"n":1}'
+        gate.set()
+        assert next(events).data == b'{"n":\n2}'
+        assert next(events, None) is None
+    assert p.last_id == "1"
+
+
+class Provider:
+    def __init__(self, fix: bool) -> None:
+        self.token, self.fix, self.asked = "old", fix, []
+
+    def headers(self, url):
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def on_unauthorized(self, resp):
+        self.asked.append((resp.status, resp.header("WWW-Authenticate")))
+        self.token = "new"
+        return self.fix
+
+
+def test_auth_hook_retries_once(served):
+    def handle(r):
+        ok = r.headers.get("Authorization") == "Bearer new"
+        reply(r, 200 if ok else 401, b"{}" if ok else b"no\n",
+              headers={} if ok else {"WWW-Authenticate": 'Bearer resource_metadata="x"'})
+
+    s = served(handle)
+    prov = Provider(fix=True)
+    with abstract.http_request("POST", s.url, body=b"{}", auth=prov, environ={}) as resp:
+        assert resp.status == 200
+    assert prov.asked == [(401, 'Bearer resource_metadata="x"')]
+    prov2 = Provider(fix=False)
+    with abstract.http_request("POST", s.url, body=b"{}", auth=prov2, environ={}) as resp:
+        assert resp.status == 401 and "HTTP 401" in str(resp.error("server 'x'"))
+    assert len(prov2.asked) == 1
+
+
+def test_redirects(served):
+    other = served(lambda r: reply(r, 200, r.headers.get("Authorization", "none").encode()))
+
+    def handle(r):
+        if r.path == "/post-away":
+            reply(r, 302, headers={"Location": other.url + "/x"})
+        elif r.path == "/post-same":
+            reply(r, 307, headers={"Location": "/final"})
+        elif r.path == "/get-away":
+            reply(r, 301, headers={"Location": other.url + "/y"})
+        else:
+            reply(r, 200, r.body)
+
+    s = served(handle)
+    with pytest.raises(abstract.HttpError, match="redirected a POST .* not followed"):
+        abstract.http_request("POST", s.url + "/post-away", body=b"{}", environ={})
+    with abstract.http_request("POST", s.url + "/post-same", body=b"hi", environ={}) as resp:
+        assert resp.read() == b"hi" and resp.url.endswith("/final")
+    with abstract.http_request("GET", s.url + "/get-away", {"Authorization": "Bearer s"},
+                               environ={}) as resp:
+        assert resp.read() == b"none"  # the credential stayed with its origin
+    assert [x[0] for x in other.seen] == ["GET"]
+
+
+def test_proxy_absolute_form_and_no_proxy(served):
+    proxy = FakeProxy()
+    try:
+        env = {"http_proxy": proxy.url}
+        with abstract.http_request("GET", "http://example.invalid:81/mcp?k=1", environ=env) as resp:
+            assert resp.read() == b"GET http://example.invalid:81/mcp?k=1 HTTP/1.1"
+        s = served(lambda r: reply(r, 200, b"direct"))
+        env["NO_PROXY"] = "localhost,127.0.0.1"
+        with abstract.http_request("GET", s.url, environ=env) as resp:
+            assert resp.read() == b"direct"
+        assert len(proxy.lines) == 1
+    finally:
+        proxy.close()
+    assert abstract._no_proxy("a.example.com", 443, {"NO_PROXY": ".example.com"})
+    assert not abstract._no_proxy("example.org", 443, {"NO_PROXY": "example.com:443"})
+    with pytest.raises(abstract.HttpError, match="only http:// proxies"):
+        abstract._proxy_for("https://x.test/", {"HTTPS_PROXY": "socks5://p:1"})
+
+
+def test_tls_trust_and_connect_tunnel(served, tmp_path):
+    cert = self_signed(tmp_path)
+    s = served(lambda r: reply(r, 200, b"secure"), tls=server_tls(cert))
+    with pytest.raises(abstract.HttpError, match="TLS certificate is not trusted.*SSL_CERT_FILE"):
+        abstract.http_request("GET", s.url, environ={"SSL_CERT_FILE": ""})
+    env = {"SSL_CERT_FILE": str(cert)}
+    with abstract.http_request("GET", s.url, environ=env) as resp:
+        assert resp.read() == b"secure"
+    proxy = FakeProxy()
+    try:
+        env["HTTPS_PROXY"] = proxy.url
+        with abstract.http_request("GET", s.url + "/t", environ=env) as resp:
+            assert resp.read() == b"secure"
+        assert proxy.lines[0].startswith(f"CONNECT 127.0.0.1:{s.port} HTTP/1.")
+    finally:
+        proxy.close()
+
+
+def test_refused_and_silent_server():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    with pytest.raises(abstract.HttpError, match="connection refused") as e:
+        abstract.http_request("GET", f"http://u:pw@127.0.0.1:{port}/mcp?key=secret", environ={})
+    assert "secret" not in str(e.value) and "pw" not in str(e.value) and "?…" in str(e.value)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts (in the backlog), never answers
+    try:
+        with pytest.raises(abstract.HttpError, match="no answer within 0.5 s"):
+            abstract.http_request("GET", f"http://127.0.0.1:{silent.getsockname()[1]}/", environ={},
+                                  read_timeout=0.5)
+    finally:
+        silent.close()

@@ -1,0 +1,373 @@
+"""Remote upstreams end to end: Abstract (a real subprocess) in front of real HTTP servers on
+127.0.0.1: the official Python SDK's server over Streamable HTTP and HTTP+SSE, server-everything
+in its streamableHttp and sse modes, and stdlib fakes for the faults. Peers that are not
+installed are skipped with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import WAIT, text_of, wait_for
+from httpfake import FakeHTTP, reply, self_signed, server_tls
+
+EVERYTHING = (Path(os.environ.get("ABSTRACT_REALSERVERS_HOME") or Path.home() / ".cache" / "abstract-realservers")
+              / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
+HERE = Path(__file__).resolve().parent
+SDK_PY = Path(os.environ.get("ABSTRACT_INTEROP_HOME", "/tmp/abstract-interop")) / "venv" / "bin" / "python"
+SDK_SERVER = HERE / "remote" / "sdk_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    """A server process listening on 127.0.0.1:port, killed at the end of the test."""
+
+    def __init__(self, argv, port: int, env=None) -> None:
+        self.port = port
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
+        wait_for(self._listening, 30, f"a server on port {port}")
+
+    def _listening(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def serve():
+    started = []
+
+    def start(kind: str, *flags: str):
+        port = free_port()
+        if kind == "sdk":
+            if not SDK_PY.exists():
+                pytest.skip(f"the official MCP Python SDK is not installed at {SDK_PY}")
+            argv = [str(SDK_PY), str(SDK_SERVER), "--port", str(port), *flags]
+        elif kind == "everything":
+            node = shutil.which("node")
+            if not EVERYTHING.exists() or node is None:
+                pytest.skip(f"server-everything not installed at {EVERYTHING} (bash tests/realservers/install.sh)")
+            argv = [node, str(EVERYTHING), *flags]
+        else:
+            raise ValueError(kind)
+        s = Served(argv, port, env={**os.environ, "PORT": str(port)})
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def start_abstract(world, servers: dict, settings=None, **env):
+    world.servers.update(servers)
+    world.settings = settings
+    return world.start(env=world.env(**env))
+
+
+def up(proxy, server, tool, timeout=WAIT, **args) -> dict:
+    return proxy.upstream(server, tool, args, timeout=timeout)
+
+
+
+def sdk_entry(s, kind="http", **extra) -> dict:
+    path = "/sse" if kind == "sse" else "/mcp"
+    return {"type": kind, "url": f"http://127.0.0.1:{s.port}{path}", **extra}
+
+
+@pytest.mark.parametrize("flags", [(), ("--json-response",), ("--transport", "sse")],
+                         ids=["sse-answers", "json-answers", "legacy-sse"])
+def test_sdk_server_every_tool(world, serve, flags, tmp_path):
+    s = serve("sdk", *flags)
+    kind = "sse" if "sse" in flags else "http"
+    p = start_abstract(world, {"remote": sdk_entry(s, kind)}, settings={"output_cache": {"min_size": 1000}})
+    assert text_of(up(p, "remote", "echo", text="héllo")) == "héllo"
+    listed = p.call_tool("list_available_tools", {"filter_by_server": "remote"})
+    assert "echo" in text_of(listed) and "progress" in text_of(listed)
+    assert "kb" in text_of(p.call_tool("list_tool_details", {"server": "remote", "tool_name": "big"}))
+    # a large result: cached, read back by window
+    res = up(p, "remote", "big", kb=200)
+    token = res["structuredContent"]["token"] if "structuredContent" in res else None
+    assert token, res
+    window = p.call_tool("retrieve_cached_output", {"token": token, "offset": 0, "length": 65})
+    assert text_of(window).startswith("0123456789abcdef"), window
+    # storing, then a query over the stored records
+    stored = p.call_tool("call_tool_and_store", {"server": "remote", "tool_name": "rows", "tool_args": {"n": 500},
+                                                 "filename": "rows.json"})
+    assert not stored.get("isError"), text_of(stored)
+    out = world.dir / "rows.json"
+    assert len(json.loads(out.read_text())) == 500
+    q = p.call_tool("query_output", {"source": str(out), "sql": "SELECT count(*) AS n FROM data"})
+    assert "500" in text_of(q), text_of(q)
+    # file input: the arguments come from a file
+    args = world.dir / "args.json"
+    args.write_text(json.dumps({"text": "from a file"}))
+    fed = p.call_tool("call_tool_with_file_content", {"server": "remote", "tool_name": "echo",
+                                                      "file_path": str(args), "output_format": "json"})
+    assert "from a file" in text_of(fed), text_of(fed)
+    found = p.call_tool("search_stored_outputs", {"query": "rows"})
+    assert not found.get("isError")
+    assert not p.call_tool("list_stored_outputs", {}).get("isError")
+    assert text_of(up(p, "remote", "count", key="every-" + kind + str(len(flags)))) == "1"
+
+
+def test_sdk_server_progress_resume_and_direct_mode(world, serve):
+    s = serve("sdk")
+    world.servers["remote"] = sdk_entry(s)
+    p = world.start("--expose", "direct", str(world.dir))
+    tools = {t["name"] for t in p.result("tools/list", {})["tools"]}
+    assert "remote__progress" in tools or "progress" in tools, tools
+    name = "remote__progress" if "remote__progress" in tools else "progress"
+    res = p.call_tool(name, {"steps": 3}, meta={"progressToken": "tok-1"})
+    assert text_of(res) == "done"
+    wait_for(lambda: len([n for n in p.notifications if n["method"] == "notifications/progress"
+                          and n["params"]["progressToken"] == "tok-1"]) == 3, what="3 progress notifications")
+    # the server closes the answer's stream mid-way: Abstract resumes it with Last-Event-ID
+    cut = p.call_tool(name.replace("progress", "cut"), {})
+    assert text_of(cut) == "resumed", cut
+
+
+def test_sdk_server_cancellation_and_timeout(world, serve):
+    s = serve("sdk")
+    p = start_abstract(world, {"remote": sdk_entry(s)}, settings={"servers": {"remote": {"timeout_seconds": 2}}})
+    rid = p.send_request("tools/call", {"name": "call_tool", "arguments": {
+        "server": "remote", "tool_name": "slow", "tool_args": {"seconds": 20}}})
+    time.sleep(0.5) if False else None
+    p.notify("notifications/cancelled", {"requestId": rid, "reason": "test"})
+    t0 = time.monotonic()
+    res = up(p, "remote", "slow", seconds=20, timeout=30)
+    assert res.get("isError") and "did not answer within 2 s" in text_of(res), res
+    assert time.monotonic() - t0 < 15
+    assert not p.has_response(rid)  # a cancelled request gets no answer
+    assert text_of(up(p, "remote", "echo", text="after")) == "after"
+
+
+def test_session_lost_on_server_restart_is_not_replayed(world, serve):
+    s = serve("sdk")
+    p = start_abstract(world, {"remote": sdk_entry(s)})
+    assert text_of(up(p, "remote", "count", key="k")) == "1"
+    port = s.port
+    s.stop()
+    s2 = Served([str(SDK_PY), str(SDK_SERVER), "--port", str(port)], port)
+    try:
+        res = up(p, "remote", "count", key="k")
+        assert res.get("isError") and "HTTP 404" in text_of(res) and "not retried" in text_of(res), res
+        assert text_of(up(p, "remote", "count", key="k")) == "1"  # a new session; the failed call never ran
+    finally:
+        s2.stop()
+
+
+def test_static_headers_with_variables_and_masking(world, serve):
+    s = serve("sdk", "--token", "s3cr3t-token-value")
+    entry = sdk_entry(s, headers={"Authorization": "Bearer ${REMOTE_TOKEN}"})
+    entry["url"] += "?api_key=${REMOTE_TOKEN}"
+    p = start_abstract(world, {"remote": entry, "gone": {"type": "http", "url": "http://127.0.0.1:9/mcp?key=${REMOTE_TOKEN}",
+                                                          "headers": {"X-Key": "${REMOTE_TOKEN}"}}},
+                       REMOTE_TOKEN="s3cr3t-token-value", ABSTRACT_LOG_LEVEL="debug")
+    assert text_of(up(p, "remote", "auth")) == "yes"
+    bad = up(p, "gone", "echo", text="x")
+    assert bad.get("isError") and "connection refused" in text_of(bad) and "127.0.0.1:9/mcp?…" in text_of(bad)
+    assert "s3cr3t" not in json.dumps(bad)
+    check = world.check(env=world.env(REMOTE_TOKEN="s3cr3t-token-value"))
+    out = check.stdout.decode() + check.stderr.decode()
+    assert "remote" in out and f"reachable at http://127.0.0.1:{s.port}/mcp?…" in out, out
+    assert "gone" in out and "FAILED" in out and "connection refused" in out, out
+    assert "s3cr3t" not in out
+    p.stop()
+    assert "s3cr3t" not in p.stderr
+
+
+def test_cursor_and_windsurf_entries_fall_back_to_sse(world, serve):
+    s_http, s_sse = serve("sdk"), serve("sdk", "--transport", "sse")
+    p = start_abstract(world, {
+        "cursor": {"url": f"http://127.0.0.1:{s_http.port}/mcp"},
+        "windsurf": {"serverUrl": f"http://127.0.0.1:{s_sse.port}/sse"}})
+    assert text_of(up(p, "cursor", "echo", text="c")) == "c"
+    assert text_of(up(p, "windsurf", "echo", text="w")) == "w"
+
+
+@pytest.mark.parametrize("mode,path", [("streamableHttp", "/mcp"), ("sse", "/sse")])
+def test_server_everything_remote(world, serve, mode, path):
+    s = serve("everything", mode)
+    kind = "sse" if mode == "sse" else "http"
+    p = start_abstract(world, {"everything": {"type": kind, "url": f"http://127.0.0.1:{s.port}{path}"}},
+                       settings={"output_cache": {"min_size": 1000}})
+    assert "hi" in text_of(up(p, "everything", "echo", message="hi"))
+    assert "7" in text_of(up(p, "everything", "get-sum", a=3, b=4))
+    res = p.call_tool("call_tool", {"server": "everything", "tool_name": "trigger-long-running-operation",
+                                    "tool_args": {"duration": 1, "steps": 3}}, timeout=30,
+                      meta={"progressToken": "p1"})
+    assert not res.get("isError"), res
+    wait_for(lambda: [n for n in p.notifications if n["method"] == "notifications/progress"],
+             what="progress from server-everything")
+    stored = p.call_tool("call_tool_and_store", {"server": "everything", "tool_name": "get-tiny-image",
+                                                 "tool_args": {}})
+    assert not stored.get("isError"), text_of(stored)
+
+
+class FakeMcp:
+    """A scripted Streamable HTTP server (stdlib): JSON answers, a session id, 405 to GET;
+    tools: ok, boom (HTTP 500), cut (an SSE stream that ends before the answer), hang (never
+    answers until the test ends)."""
+
+    TOOLS = [{"name": n, "inputSchema": {"type": "object"}} for n in ("ok", "boom", "cut", "hang")]
+
+    def __init__(self, tls=None) -> None:
+        self.calls = []
+        self.release = threading.Event()
+        self.http = FakeHTTP(self.handle, tls)
+        self.url = self.http.url + "/mcp"
+
+    def posted(self, method):
+        return [(h, json.loads(b)) for m, _, h, b in self.http.seen
+                if m == "POST" and json.loads(b).get("method") == method]
+
+    def handle(self, r) -> None:
+        if r.command == "GET":
+            return reply(r, 405, b"")
+        if r.command == "DELETE":
+            return reply(r, 200, b"")
+        msg = json.loads(r.body)
+        method, mid = msg.get("method"), msg.get("id")
+        if mid is None:
+            return reply(r, 202, b"")
+        answer = lambda result: reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode(),
+                                      headers={"Mcp-Session-Id": "sess-1"})
+        if method == "initialize":
+            return answer({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "fake", "version": "1"}})
+        if method == "tools/list":
+            return answer({"tools": self.TOOLS})
+        name = msg["params"]["name"]
+        self.calls.append(name)
+        if name == "boom":
+            return reply(r, 500, b"database exploded\nTraceback ...", "text/plain")
+        if name == "cut":
+            r.send_response(200)
+            r.send_header("Content-Type", "text/event-stream")
+            r.send_header("Connection", "close")
+            r.end_headers()
+            note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
+            r.wfile.write(b"event: message\ndata: " + json.dumps(note).encode() + b"\n\n")
+            r.close_connection = True
+            return
+        if name == "hang":
+            self.release.wait(60)
+            return
+        return answer({"content": [{"type": "text", "text": "fine"}]})
+
+    def close(self) -> None:
+        self.release.set()
+        self.http.close()
+
+
+@pytest.fixture
+def fake_mcp():
+    made = []
+
+    def make(tls=None):
+        f = FakeMcp(tls)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+
+
+def test_faults_are_clear_bounded_and_never_replayed(world, fake_mcp):
+    f = fake_mcp()
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}},
+                       settings={"servers": {"fake": {"timeout_seconds": 2}}})
+    assert text_of(up(p, "fake", "ok")) == "fine"
+    boom = text_of(up(p, "fake", "boom"))
+    assert "HTTP 500" in boom and f.url in boom and "database exploded" in boom and "Traceback" not in boom
+    assert "not retried" in boom, boom
+    cut = text_of(up(p, "fake", "cut"))
+    assert "stream ended before the answer" in cut and "not retried" in cut, cut
+    t0 = time.monotonic()
+    hang = text_of(up(p, "fake", "hang", timeout=30))
+    assert "did not answer within 2 s" in hang, hang
+    assert time.monotonic() - t0 < 20
+    wait_for(lambda: f.posted("notifications/cancelled"), what="notifications/cancelled POSTed")
+    assert f.calls == ["ok", "boom", "cut", "hang"]  # nothing was sent twice
+    headers, _ = f.posted("tools/list")[0]
+    assert headers.get("Mcp-Session-Id") == "sess-1" and headers.get("MCP-Protocol-Version") == "2025-06-18"
+    assert "application/json" in headers["Accept"] and "text/event-stream" in headers["Accept"]
+    assert "Mcp-Session-Id" not in f.posted("initialize")[0][0]
+    p.stop()
+    wait_for(lambda: [h for m, _, h, _ in f.http.seen if m == "DELETE" and h.get("Mcp-Session-Id") == "sess-1"],
+             what="the session DELETEd at shutdown")
+
+
+def test_tls_self_signed_refused_then_trusted(world, fake_mcp, tmp_path):
+    cert = self_signed(tmp_path)
+    f = fake_mcp(tls=server_tls(cert))
+    p = start_abstract(world, {"tls": {"type": "http", "url": f.url}}, SSL_CERT_FILE="")
+    res = text_of(up(p, "tls", "ok"))
+    assert "TLS certificate is not trusted" in res and "SSL_CERT_FILE" in res and "server 'tls'" in res, res
+    p2 = start_abstract(world, {}, SSL_CERT_FILE=str(cert))
+    assert text_of(up(p2, "tls", "ok")) == "fine"
+
+
+def test_modern_only_server_gets_the_envelope_and_headers(world):
+    """A 2026-07-28-only server (stdlib fake): initialize is refused with a JSON-RPC error, so
+    Abstract sends server/discover, then every request with the _meta envelope and the
+    MCP-Protocol-Version, Mcp-Method and Mcp-Name headers; no session, no GET stream."""
+    def handle(r):
+        if r.command != "POST":
+            return reply(r, 405, b"")
+        msg = json.loads(r.body)
+        method, mid = msg.get("method"), msg.get("id")
+        meta = (msg.get("params") or {}).get("_meta") or {}
+        if method == "initialize" or meta.get("io.modelcontextprotocol/protocolVersion") != "2026-07-28":
+            err = {"code": -32022, "message": "Unsupported protocol version",
+                   "data": {"supported": ["2026-07-28"], "requested": "none"}}
+            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": mid, "error": err}).encode())
+        if r.headers.get("MCP-Protocol-Version") != "2026-07-28" or r.headers.get("Mcp-Method") != method:
+            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
+                "code": -32001, "message": "HeaderMismatch"}}).encode())
+        result = {"resultType": "complete"}
+        if method == "server/discover":
+            result.update(supportedVersions=["2026-07-28"], capabilities={"tools": {}}, ttlMs=0,
+                          cacheScope="private", _meta={"io.modelcontextprotocol/serverInfo": {"name": "m", "version": "1"}})
+        elif method == "tools/list":
+            result.update(tools=[{"name": "wëather", "inputSchema": {"type": "object"}}], ttlMs=0, cacheScope="private")
+        elif method == "tools/call":
+            result.update(content=[{"type": "text", "text": "name header: " + r.headers.get("Mcp-Name", "")}])
+        return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode())
+
+    f = FakeHTTP(handle)
+    try:
+        p = start_abstract(world, {"modern": {"type": "http", "url": f.url + "/mcp"}})
+        got = text_of(up(p, "modern", "wëather"))
+        assert got == "name header: =?base64?d8OrYXRoZXI=?=", got
+        p.stop()
+        assert not [x for x in f.seen if x[0] != "POST"]  # no GET stream, no DELETE in this era
+        assert all("Mcp-Session-Id" not in h for _, _, h, _ in f.seen)
+    finally:
+        f.close()
