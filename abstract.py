@@ -2076,9 +2076,11 @@ _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
 
 
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
-               durable: bool = True) -> str:
+               durable: bool = True, replace: bool = False) -> str:
     """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
-    (or `stem-1+ext`, ...) atomically; never overwrite. The file gets `mode`, by default what
+    (or `stem-1+ext`, ...) atomically; never overwrite, unless `replace`: then the finished
+    file takes the name `stem+ext` over whatever held it (os.replace; a reader sees the old
+    file or the new one, never a mix). The file gets `mode`, by default what
     the user's umask gives a new file (mkstemp alone would leave it owner-only).
 
     The bytes go to a temporary file in the same directory first and are fsynced; only the
@@ -2095,14 +2097,14 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     held = getattr(directory, "fd", None)
     dfd = held if held is not None or not _DIR_FDS else os.open(directory, _O_DIR)
     try:
-        return _write_in(dfd, str(directory), stem, ext, data, mode, durable)
+        return _write_in(dfd, str(directory), stem, ext, data, mode, durable, replace)
     finally:
         if dfd is not None and dfd != held:
             os.close(dfd)
 
 
 def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any,
-              mode: Optional[int], durable: bool = True) -> str:
+              mode: Optional[int], durable: bool = True, replace: bool = False) -> str:
     """_write_new's work: `dfd` is the directory's descriptor, or None (Windows: paths)."""
     import secrets
 
@@ -2131,6 +2133,9 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             else:  # Windows: only the read-only bit exists, and the file is writable anyway
                 os.chmod(at(tmp), 0o666 & ~_UMASK if mode is None else mode)
             mine = os.fstat(f.fileno())
+        if replace:
+            os.replace(at(tmp), at(stem + ext), src_dir_fd=dfd, dst_dir_fd=dfd)
+            return os.path.join(directory, stem + ext)
         for n in range(100000):
             final = f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}"
             if _claim(dfd, at(tmp), at(final), mine):
@@ -3123,6 +3128,688 @@ class SseParser:
         self._reset()
         return ev
 
+# ==== 8c. Remote auth =============================================================
+# OAuth 2.1 for remote upstreams, as the MCP authorization spec describes it
+# (https://modelcontextprotocol.io/specification/2025-06-18/basic/authorization and the newer
+# revisions): a 401 names the protected resource metadata (RFC 9728), which names the
+# authorization server, whose metadata (RFC 8414, else OpenID discovery) gives the endpoints.
+# Abstract is a public client: PKCE S256 only, a loopback redirect (RFC 8252), the `resource`
+# parameter (RFC 8707) on every authorization and token request, `iss` checked (RFC 9207).
+# Tokens never go into logs, errors or answers: only their expiry is ever shown.
+
+_OAUTH_REFRESH_MARGIN_S = 60.0  # refresh an access token this long before it expires
+_OAUTH_LOGIN_WAIT_S = 600.0  # how long a login waits for the browser to come back
+_OAUTH_DOC_MAX = 1024 * 1024  # largest metadata, registration or token answer read
+_OAUTH_PATH = "/callback"
+
+
+class _AuthError(HttpError):
+    """A remote server's login cannot go on, or must be done first: the message says what to do.
+    An HttpError, so the transport reports it as it reports any failed request. `refused`: the
+    authorization server turned a grant down (invalid_grant), as opposed to not being reached."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+def _span(seconds: float) -> str:
+    """A duration for people: 45 s, 12 min, 3 h, 2 days."""
+    if seconds < 90:
+        return f"{max(0, int(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{int(seconds // 60)} min"
+    if seconds < 48 * 3600:
+        return f"{int(seconds // 3600)} h"
+    return f"{int(seconds // 86400)} days"
+
+
+def _b64url(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _pkce() -> Tuple[str, str]:
+    """(code_verifier, S256 code_challenge) as RFC 7636 section 4 makes them."""
+    import hashlib
+    import secrets
+
+    verifier = secrets.token_urlsafe(48)  # 64 characters of the unreserved set (43..128 allowed)
+    return verifier, _b64url(hashlib.sha256(verifier.encode("ascii")).digest())
+
+
+_AUTH_PARAM_RE = re.compile(r'([A-Za-z0-9_.-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s,]*)')
+
+
+def _www_authenticate(value: str) -> Dict[str, str]:
+    """The parameters of the Bearer challenge in a WWW-Authenticate value (RFC 6750 section 3):
+    resource_metadata, scope, error, ... ({} when there is no Bearer challenge)."""
+    m = re.search(r"(?:^|,)\s*bearer(?:\s+|$)", value, re.IGNORECASE)
+    if not m:
+        return {}
+    out: Dict[str, str] = {}
+    pos = m.end()
+    for p in _AUTH_PARAM_RE.finditer(value, pos):
+        between = value[pos:p.start()].strip(" ,")
+        if between:  # another scheme's name: its parameters are not the Bearer challenge's
+            break
+        raw = p.group(2)
+        out.setdefault(p.group(1).lower(), re.sub(r"\\(.)", r"\1", raw[1:-1]) if raw.startswith('"') else raw)
+        pos = p.end()
+    return out
+
+
+def _url_base(url: str) -> str:
+    p = urllib.parse.urlsplit(url)
+    return f"{p.scheme.lower()}://{p.netloc.lower()}"
+
+
+def _canonical_resource(url: str) -> str:
+    """The server's canonical URI for `resource` (RFC 8707 section 2): lowercase scheme and host,
+    no fragment, no trailing slash."""
+    p = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((p.scheme.lower(), p.netloc.lower(), p.path.rstrip("/"), p.query, ""))
+
+
+def _prm_urls(server_url: str, hinted: str = "") -> List[str]:
+    """Where to look for the protected resource metadata, in the spec's order: the URL the 401's
+    resource_metadata gave, else the well-known URL at the MCP endpoint's path, then at the root."""
+    path = urllib.parse.urlsplit(server_url).path.rstrip("/")
+    urls = [hinted] if hinted else []
+    if path:
+        urls.append(f"{_url_base(server_url)}/.well-known/oauth-protected-resource{path}")
+    urls.append(f"{_url_base(server_url)}/.well-known/oauth-protected-resource")
+    return urls
+
+
+def _as_metadata_urls(issuer: str) -> List[str]:
+    """Where an authorization server's metadata may be, in the spec's order: RFC 8414 (path
+    inserted), then OpenID discovery (path inserted, then appended)."""
+    path = urllib.parse.urlsplit(issuer).path.rstrip("/")
+    origin = _url_base(issuer)
+    if not path:
+        return [f"{origin}/.well-known/oauth-authorization-server",
+                f"{origin}/.well-known/openid-configuration"]
+    return [f"{origin}/.well-known/oauth-authorization-server{path}",
+            f"{origin}/.well-known/openid-configuration{path}",
+            f"{origin}{path}/.well-known/openid-configuration"]
+
+
+def _http_url(v: Any) -> bool:
+    return isinstance(v, str) and v.startswith(("https://", "http://")) and len(v) < 4096
+
+
+def _check_as_metadata(doc: Any, issuer: str, name: str) -> dict:
+    """The authorization server's metadata, if Abstract can use it; else _AuthError saying why.
+
+    The issuer in it must be the one its URL was built from (RFC 8414 section 3.3), and it must
+    list S256 among code_challenge_methods_supported: without that PKCE cannot be relied on,
+    and the spec says a client must refuse to go on."""
+    if not isinstance(doc, dict) or doc.get("issuer") != issuer:
+        got = doc.get("issuer") if isinstance(doc, dict) else None
+        raise _AuthError(f"{name}: the authorization server's metadata names issuer {got!r}, "
+                         f"not {issuer!r}; Abstract does not use it")
+    for key in ("authorization_endpoint", "token_endpoint"):
+        if not _http_url(doc.get(key)):
+            raise _AuthError(f"{name}: the authorization server {issuer} gives no usable {key}")
+    methods = doc.get("code_challenge_methods_supported")
+    if not isinstance(methods, list) or "S256" not in methods:
+        raise _AuthError(f"{name}: the authorization server {issuer} does not list PKCE S256 in its "
+                         f"metadata (code_challenge_methods_supported: {_dumps(methods)}); Abstract "
+                         f"logs in only where S256 is supported. Ask the server's operator to enable it")
+    return doc
+
+
+def _check_prm(doc: Any, server_url: str, name: str) -> Tuple[str, str]:
+    """(resource, issuer) from protected resource metadata; _AuthError if it cannot be used.
+
+    RFC 9728 section 3.3: the resource it names must be the server's (here: its URL or a
+    prefix of it, as for metadata found at the root)."""
+    servers = doc.get("authorization_servers") if isinstance(doc, dict) else None
+    if not isinstance(servers, list) or not servers or not _http_url(servers[0]):
+        raise _AuthError(f"{name}: the server's protected resource metadata names no authorization server")
+    resource = doc.get("resource")
+    own = _canonical_resource(server_url)
+    if not isinstance(resource, str) or not (own + "/").startswith(_canonical_resource(resource) + "/"):
+        raise _AuthError(f"{name}: the server's protected resource metadata is for {resource!r}, "
+                         f"not for {own}; Abstract does not log in there")
+    return _canonical_resource(resource), servers[0]
+
+
+def _callback_params(url: str, state: str, issuer: str, iss_required: bool) -> str:
+    """The authorization code from the redirect back to Abstract (the full URL or its query);
+    _AuthError when it is not the answer to this login: another state (a forged or stale
+    redirect), another issuer (RFC 9207: a mix-up), or an error the server sent."""
+    import hmac
+
+    query = urllib.parse.urlsplit(url.strip()).query if "?" in url else url.strip().lstrip("?")
+    params = dict(urllib.parse.parse_qsl(query))
+    if not hmac.compare_digest(params.get("state", "").encode(), state.encode()):
+        raise _AuthError("the login's answer carries another state than the one Abstract sent (a "
+                         "forged or stale redirect); nothing was accepted. Log in again")
+    if "iss" in params and params["iss"] != issuer:
+        raise _AuthError(f"the login's answer comes from issuer {params['iss']!r}, not {issuer!r} "
+                         f"(RFC 9207); nothing was accepted")
+    if "iss" not in params and iss_required:
+        raise _AuthError(f"the login's answer lacks the iss its server {issuer} promises; "
+                         f"nothing was accepted")
+    if "error" in params:
+        why = params.get("error_description") or params["error"]
+        raise _AuthError(f"the authorization server refused the login: {why[:300]}")
+    if not params.get("code"):
+        raise _AuthError("the login's answer carries no authorization code; log in again")
+    return params["code"]
+
+
+def _config_home(environ: Optional[Dict[str, str]] = None) -> Path:
+    """The user's config folder on this platform (where login tokens are kept)."""
+    env = os.environ if environ is None else environ
+    home = Path.home()
+    if _WINDOWS:  # the roaming profile, where other tools keep their credentials too
+        return Path(env.get("APPDATA") or home / "AppData" / "Roaming") / "Abstract"
+    if _MACOS:
+        return home / "Library" / "Application Support" / "Abstract"
+    return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "abstract"
+
+
+class _TokenStore:
+    """Logins to remote servers: one JSON file per server (mode 0600) in a folder only the user
+    can enter (0700), written whole by the atomic writer. A file holds, per authorization server
+    (issuer), the client registration and the tokens, plus the resource they are for."""
+
+    def __init__(self, directory: Optional[str] = None, environ: Optional[Dict[str, str]] = None) -> None:
+        self.dir = Path(directory) if directory else _config_home(environ) / "oauth"
+        self.lock = threading.Lock()
+
+    def _path(self, name: str) -> Path:
+        import hashlib
+
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+        return self.dir / f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}.json"
+
+    def _folder(self) -> str:
+        """The folder, made owner-only; ConfigError if it is someone else's or a symlink."""
+        import stat
+
+        try:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.lstat(self.dir)
+            if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+                raise ConfigError(f"{self.dir} is not a folder of your own; remove it or move it away")
+            if not _WINDOWS:  # Windows: the profile folder's ACL already keeps others out
+                os.chmod(self.dir, 0o700)
+        except OSError as e:
+            raise ConfigError(f"cannot use the login folder {self.dir}: {e.strerror or e}") from None
+        return str(self.dir)
+
+    def load(self, name: str) -> dict:
+        try:
+            with open(self._path(name), "rb") as f:
+                doc = json.loads(f.read(_OAUTH_DOC_MAX).decode("utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            _log.warning("%s: the saved login in %s cannot be read (%s); log in again",
+                         name, self._path(name), type(e).__name__)
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def save(self, name: str, doc: dict) -> None:
+        path = self._path(name)
+        _write_new(self._folder(), path.stem, ".json", _dumps(doc).encode("utf-8"), 0o600,
+                   replace=True)
+
+    def forget(self, name: str) -> bool:
+        try:
+            os.unlink(self._path(name))
+            return True
+        except FileNotFoundError:
+            return False
+
+
+class _Loopback:
+    """The one-shot HTTP server on 127.0.0.1 the browser is sent back to (RFC 8252 section 7.3).
+
+    It answers every request with a short page and hands the first one on /callback to whoever
+    waits (`wait`); a pasted redirect URL (`offer`) counts the same, for machines whose browser
+    runs elsewhere."""
+
+    def __init__(self, port: int = 0) -> None:
+        import http.server
+
+        got: "queue.Queue[str]" = queue.Queue(maxsize=1)
+        self.got = got
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                path = urllib.parse.urlsplit(self.path).path
+                ok = path == _OAUTH_PATH
+                body = (b"<!doctype html><title>Abstract</title><p>Done: you can close this window "
+                        b"and go back to your MCP client.</p>" if ok else b"not found")
+                self.send_response(200 if ok else 404)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                if ok:
+                    with contextlib.suppress(queue.Full):
+                        got.put_nowait(self.path)
+
+            def log_message(self, *args: Any) -> None:  # the query holds the code: never logged
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.timeout = 1.0
+        self.port = self.httpd.server_address[1]
+        self.redirect_uri = f"http://127.0.0.1:{self.port}{_OAUTH_PATH}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="abstract-oauth-callback",
+                                       daemon=True)
+        self.thread.start()
+
+    def offer(self, url: str) -> None:
+        with contextlib.suppress(queue.Full):
+            self.got.put_nowait(url)
+
+    def wait(self, timeout: float) -> Optional[str]:
+        try:
+            return self.got.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _open_browser(url: str, interactive: bool) -> bool:
+    """Open `url` in the user's browser (webbrowser honours $BROWSER), without blocking the
+    caller; False when none can be opened. Serving (not `interactive`) on Linux without a display
+    and without $BROWSER, no browser is tried: webbrowser would fall back to a text browser that
+    takes over the terminal Abstract's client reads from."""
+    import webbrowser
+
+    headless = not (_WINDOWS or _MACOS or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if not interactive and headless and not os.environ.get("BROWSER"):
+        return False
+    try:
+        browser = webbrowser.get()
+    except webbrowser.Error:
+        return False
+    threading.Thread(target=browser.open, args=(url,), name="abstract-browser", daemon=True).start()
+    return True
+
+
+class _Attempt(NamedTuple):
+    """One login under way: what its answer is checked against and exchanged with."""
+
+    url: str  # the authorization URL the browser is sent to
+    state: str
+    verifier: str
+    issuer: str
+    resource: str
+    entry: dict  # what is saved for the issuer: client, token_endpoint, iss_supported
+    client: dict
+    loopback: _Loopback
+    scope: str
+
+
+class _OAuth:
+    """OAuth for one remote upstream: the hook its HTTP requests go through (`headers` before a
+    request, `on_unauthorized` after a 401 or 403) and the login itself.
+
+    `conf` is the server's `oauth` settings (client_id, client_secret, scope, redirect_port);
+    `environ` is where http_request finds proxies and certificates. The saved login is re-read
+    from the store before each use, so a `--login` in a terminal is seen by a running Abstract
+    at once."""
+
+    def __init__(self, name: str, url: str, conf: Optional[dict], store: _TokenStore,
+                 environ: Optional[Dict[str, str]] = None, clock: Callable[[], float] = time.time) -> None:
+        self.name, self.url, self.conf = name, url, dict(conf or {})
+        self.store, self.environ, self._clock = store, environ, clock
+        self.lock = threading.Lock()  # one refresh or login start at a time
+        self.login: Optional[threading.Thread] = None
+        self.login_url = ""
+        self.stepped_up = False  # one step-up attempt (403 insufficient_scope) per run
+        self.sent = ""  # the access token last sent, to tell a stale 401 from a fresh one
+        self.fresh = ""  # the access token the last 401 refreshed to: a 401 on it means log in
+
+    # -- the saved login
+
+    def _saved(self) -> Tuple[dict, dict]:
+        """(the server's file, the entry of its current issuer); empty when the saved login is for
+        another URL (the config changed: those tokens are not this server's)."""
+        doc = self.store.load(self.name)
+        if doc.get("server_url") != self.url:
+            return {}, {}
+        entry = doc.get("issuers", {}).get(doc.get("issuer"), {})
+        return doc, entry if isinstance(entry, dict) else {}
+
+    def _save(self, issuer: str, resource: str, entry: dict) -> None:
+        with self.store.lock:
+            doc = self.store.load(self.name)
+            if doc.get("server_url") != self.url:
+                doc = {}
+            issuers = doc.get("issuers") if isinstance(doc.get("issuers"), dict) else {}
+            issuers[issuer] = entry
+            self.store.save(self.name, {"server_url": self.url, "issuer": issuer, "resource": resource,
+                                        "issuers": issuers})
+
+    def status(self) -> str:
+        """One line for --check, with the token's expiry but never the token."""
+        _, entry = self._saved()
+        tokens = entry.get("tokens") or {}
+        if not tokens.get("access_token"):
+            return f"login needed: run python abstract.py --login {self.name}"
+        expires = tokens.get("expires_at")
+        left = "no expiry given" if not isinstance(expires, (int, float)) else (
+            f"token expires in {_span(expires - self._clock())}" if expires > self._clock()
+            else "token expired")
+        renew = "refreshed when needed" if tokens.get("refresh_token") else "no refresh token"
+        return f"logged in ({left}; {renew})"
+
+    # -- the hook
+
+    def headers(self, url: str = "") -> Dict[str, str]:
+        """The Authorization header for a request to the server (none before a login); an access
+        token about to expire is refreshed first."""
+        _, entry = self._saved()
+        tokens = entry.get("tokens") or {}
+        expires = tokens.get("expires_at")
+        # a token that lives less than 4 minutes is refreshed in its last quarter, not at once
+        margin = min(_OAUTH_REFRESH_MARGIN_S, float(tokens.get("lifetime") or 0) / 4)
+        if (tokens.get("refresh_token") and isinstance(expires, (int, float))
+                and expires - self._clock() < margin):
+            with self.lock:
+                with contextlib.suppress(_AuthError):
+                    self._refresh()
+                _, entry = self._saved()
+                tokens = entry.get("tokens") or {}
+        token = tokens.get("access_token")
+        if not isinstance(token, str) or not token:
+            return {}
+        self.sent = token
+        return {"Authorization": f"Bearer {token}"}
+
+    def on_unauthorized(self, response: Any) -> bool:
+        """After a 401 (or a 403): True when the request may be sent again (the token was
+        refreshed); else _AuthError that says what the user must do: a login has started."""
+        status = response.status
+        challenge = _www_authenticate(response.header("WWW-Authenticate"))
+        if status == 403 and challenge.get("error") != "insufficient_scope":
+            return False  # not about scopes: the caller reports the 403 (and reads its body)
+        response.close()  # neither a retry nor an _AuthError needs the body
+        if status == 403:
+            if self.stepped_up:
+                raise _AuthError(f"{self.name} refuses the call even after a login with more scopes "
+                                 f"({challenge.get('scope', 'none named')}); ask its operator for access")
+            self.stepped_up = True
+            raise self._start(challenge, step_up=True)
+        with self.lock:
+            _, entry = self._saved()
+            tokens = entry.get("tokens") or {}
+            token = tokens.get("access_token")
+            if token and token != self.sent:  # refreshed (or logged in) meanwhile: try that one
+                return True
+            if token and token != self.fresh and tokens.get("refresh_token") and self._refresh():
+                _, entry = self._saved()
+                self.fresh = (entry.get("tokens") or {}).get("access_token", "")
+                return True
+        raise self._start(challenge)
+
+    # -- requests to the authorization server
+
+    def _json(self, method: str, url: str, body: Optional[bytes] = None,
+              headers: Optional[Dict[str, str]] = None) -> Tuple[int, Any]:
+        """(status, parsed JSON or None) of one request; _AuthError when the server is not reached."""
+        heads = {"Accept": "application/json", **(headers or {})}
+        try:
+            with http_request(method, url, heads, body, environ=self.environ) as resp:
+                status, raw = resp.status, resp.read(_OAUTH_DOC_MAX)
+        except HttpError as e:
+            if e.status:  # an answer longer than _OAUTH_DOC_MAX: not a document to use
+                return e.status, None
+            raise _AuthError(f"{self.name}: cannot reach {_safe_url(url)} for the login: {e}") from None
+        try:
+            return status, json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return status, None
+
+    def _discover(self, challenge: Dict[str, str]) -> Tuple[str, str, dict, dict]:
+        """(resource, issuer, authorization server metadata, resource metadata)."""
+        for url in _prm_urls(self.url, challenge.get("resource_metadata", "")):
+            status, prm = self._json("GET", url)
+            if status == 200 and isinstance(prm, dict):
+                resource, issuer = _check_prm(prm, self.url, self.name)
+                break
+        else:
+            raise _AuthError(f"{self.name}: the server asks for a login but publishes no protected "
+                             f"resource metadata (RFC 9728), so Abstract cannot tell where to log in")
+        for url in _as_metadata_urls(issuer):
+            status, meta = self._json("GET", url)
+            if status == 200 and meta is not None:
+                return resource, issuer, _check_as_metadata(meta, issuer, self.name), prm
+        raise _AuthError(f"{self.name}: the authorization server {issuer} publishes no metadata "
+                         f"(RFC 8414 or OpenID discovery)")
+
+    def _client(self, meta: dict, entry: dict, redirect_uri: str, scope: str) -> dict:
+        """The client to log in as: the pre-registered one from the settings, the one registered
+        before for this redirect (and scope), else a new dynamic registration (RFC 7591)."""
+        if self.conf.get("client_id"):
+            secret = self.conf.get("client_secret")
+            return {"client_id": self.conf["client_id"], "client_secret": secret,
+                    "token_endpoint_auth_method": "client_secret_post" if secret else "none"}
+        client = entry.get("client") or {}
+        has = client.get("scope")
+        if (client.get("client_id") and redirect_uri in client.get("redirect_uris", [])
+                and (not isinstance(has, str) or set(scope.split()) <= set(has.split()))):
+            return client
+        endpoint = meta.get("registration_endpoint")
+        if not _http_url(endpoint):
+            raise _AuthError(f"{self.name}: its authorization server {meta['issuer']} offers no dynamic "
+                             f"client registration; register a client there (redirect URI "
+                             f"http://127.0.0.1{_OAUTH_PATH}, any port) and set "
+                             f"servers.{self.name}.oauth.client_id in Abstract's settings")
+        body = {"client_name": "Abstract", "redirect_uris": [redirect_uri], "application_type": "native",
+                "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+                "token_endpoint_auth_method": "none", **({"scope": scope} if scope else {})}
+        status, doc = self._json("POST", endpoint, _dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+        if status not in (200, 201) or not isinstance(doc, dict) or not doc.get("client_id"):
+            why = (doc or {}).get("error_description") if isinstance(doc, dict) else None
+            raise _AuthError(f"{self.name}: the client registration at {endpoint} failed (HTTP {status}"
+                             f"{': ' + str(why)[:200] if why else ''})")
+        doc.setdefault("redirect_uris", [redirect_uri])
+        return doc
+
+    def _token(self, entry: dict, client: dict, resource: str, form: Dict[str, str]) -> dict:
+        """POST to the token endpoint; the tokens, with expires_at on this machine's clock."""
+        form = {**form, "client_id": client["client_id"], "resource": resource}
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        secret = client.get("client_secret")
+        if secret and client.get("token_endpoint_auth_method") == "client_secret_basic":
+            import base64
+
+            pair = f"{urllib.parse.quote(client['client_id'])}:{urllib.parse.quote(secret)}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        elif secret:
+            form["client_secret"] = secret
+        now = self._clock()
+        status, doc = self._json("POST", entry["token_endpoint"], urllib.parse.urlencode(form).encode(),
+                                 headers)
+        if status != 200 or not isinstance(doc, dict) or not isinstance(doc.get("access_token"), str):
+            err = doc.get("error", "") if isinstance(doc, dict) else ""
+            why = doc.get("error_description", "") if isinstance(doc, dict) else ""
+            raise _AuthError(f"{self.name}: the token endpoint refused (HTTP {status}"
+                             f"{': ' + str(err)[:100] if err else ''}{': ' + str(why)[:200] if why else ''})",
+                             refused=err == "invalid_grant")
+        life = doc.get("expires_in")
+        life = life if isinstance(life, (int, float)) and not isinstance(life, bool) and 0 < life < 1e9 else None
+        return {"access_token": doc["access_token"], "refresh_token": doc.get("refresh_token"),
+                "scope": doc.get("scope") if isinstance(doc.get("scope"), str) else None,
+                "expires_at": now + life if life else None, "lifetime": life}
+
+    def _refresh(self) -> bool:
+        """Trade the refresh token for new tokens (keeping it unless a new one comes: rotation);
+        False when the server refuses it, and the spent tokens are dropped. The caller holds lock."""
+        doc, entry = self._saved()
+        tokens = entry.get("tokens") or {}
+        if not tokens.get("refresh_token") or not entry.get("client"):
+            return False
+        try:
+            new = self._token(entry, entry["client"], doc.get("resource", self.url),
+                              {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]})
+        except _AuthError as e:
+            if not e.refused:  # the server not reached: the tokens may still be good
+                raise
+            _, now = self._saved()  # another Abstract may have rotated it a moment ago
+            if (now.get("tokens") or {}).get("refresh_token") != tokens["refresh_token"]:
+                return True
+            _log.info("%s: the refresh token was refused; a new login is needed", self.name)
+            self._save(doc["issuer"], doc.get("resource", ""), {**entry, "tokens": {}})
+            return False
+        new["refresh_token"] = new["refresh_token"] or tokens["refresh_token"]
+        new["scope"] = new["scope"] or tokens.get("scope")
+        self._save(doc["issuer"], doc.get("resource", ""), {**entry, "tokens": new})
+        _log.info("%s: access token refreshed", self.name)
+        return True
+
+    # -- the login
+
+    def _scope(self, challenge: Dict[str, str], prm: dict, entry: dict, step_up: bool) -> str:
+        """The scope to ask for: the settings' if given; else the challenge's, else the resource's
+        scopes_supported (the spec's order); a step-up adds the challenge's to what was granted."""
+        if self.conf.get("scope"):
+            base = str(self.conf["scope"])
+        elif challenge.get("scope"):
+            base = challenge["scope"]
+        else:
+            supported = prm.get("scopes_supported")
+            base = " ".join(s for s in supported if isinstance(s, str)) if isinstance(supported, list) else ""
+        if step_up:
+            before = (entry.get("tokens") or {}).get("scope") or entry.get("scope") or ""
+            words = before.split() + base.split() + challenge.get("scope", "").split()
+            base = " ".join(dict.fromkeys(words))
+        return base
+
+    def _begin(self, challenge: Dict[str, str], step_up: bool = False) -> _Attempt:
+        """Everything up to the browser: discovery, the client, the loopback, PKCE, the URL."""
+        import secrets
+
+        resource, issuer, meta, prm = self._discover(challenge)
+        doc, _ = self._saved()
+        entry = doc.get("issuers", {}).get(issuer, {}) if doc else {}
+        redirect = (entry.get("client") or {}).get("redirect_uris") or [""]
+        port = urllib.parse.urlsplit(redirect[0]).port or int(self.conf.get("redirect_port") or 0)
+        try:
+            loopback = _Loopback(port)
+        except OSError:  # that port is taken now: another one (and, if dynamic, a new registration)
+            loopback = _Loopback(0)
+        scope = self._scope(challenge, prm, entry, step_up)
+        try:
+            client = self._client(meta, entry, loopback.redirect_uri, scope)
+        except BaseException:
+            loopback.close()
+            raise
+        state = secrets.token_urlsafe(32)
+        verifier, challenge_s256 = _pkce()
+        query = {"response_type": "code", "client_id": client["client_id"],
+                 "redirect_uri": loopback.redirect_uri, "code_challenge": challenge_s256,
+                 "code_challenge_method": "S256", "state": state, "resource": resource}
+        if scope:
+            query["scope"] = scope
+        endpoint = meta["authorization_endpoint"]
+        url = endpoint + ("&" if "?" in endpoint else "?") + urllib.parse.urlencode(query)
+        entry = {**entry, "client": client, "token_endpoint": meta["token_endpoint"],
+                 "iss_supported": meta.get("authorization_response_iss_parameter_supported") is True}
+        return _Attempt(url, state, verifier, issuer, resource, entry, client, loopback, scope)
+
+    def _finish(self, attempt: _Attempt, answer: str) -> None:
+        """Check the browser's answer and trade its code for tokens, which are saved."""
+        code = _callback_params(answer, attempt.state, attempt.issuer, attempt.entry["iss_supported"])
+        tokens = self._token(attempt.entry, attempt.client, attempt.resource, {
+            "grant_type": "authorization_code", "code": code,
+            "redirect_uri": attempt.loopback.redirect_uri, "code_verifier": attempt.verifier})
+        tokens["scope"] = tokens["scope"] or attempt.scope or None
+        self._save(attempt.issuer, attempt.resource, {**attempt.entry, "tokens": tokens})
+
+    def _start(self, challenge: Dict[str, str], step_up: bool = False) -> _AuthError:
+        """Start a login in the background (browser opened, answer awaited on a thread) unless
+        one is under way; the error the call answers with, saying what to do."""
+        running = self.login is not None and self.login.is_alive()
+        if not running:
+            attempt = self._begin(challenge, step_up)
+            self.login_url = attempt.url
+
+            def wait() -> None:
+                try:
+                    answer = attempt.loopback.wait(_OAUTH_LOGIN_WAIT_S)
+                    if answer is None:
+                        _log.warning("%s: the login was not finished within %d minutes", self.name,
+                                     _OAUTH_LOGIN_WAIT_S // 60)
+                        return
+                    self._finish(attempt, answer)
+                    _log.info("%s: logged in", self.name)
+                except _AuthError as e:
+                    _log.warning("%s: login failed: %s", self.name, e)
+                finally:
+                    attempt.loopback.close()
+
+            self.login = threading.Thread(target=wait, name=f"abstract-login-{self.name}", daemon=True)
+            self.login.start()
+            opened = _open_browser(attempt.url, interactive=False)
+        else:
+            opened = True
+        how = ("A browser window was opened for it" if opened else "No browser could be opened here")
+        what = "more permissions (a step-up login)" if step_up else "a login"
+        return _AuthError(f"{self.name} needs {what}. {how}: finish the login there (or open "
+                          f"{self.login_url} yourself), then call again. On a machine without a "
+                          f"browser, run `python abstract.py --login {self.name}` in a terminal.")
+
+    def login_cli(self, out: Any, lines: "queue.Queue[str]") -> None:
+        """`--login`: the whole flow from a terminal. The URL is printed as well as opened; a
+        redirect URL pasted into `lines` (the terminal's input) counts as the browser's answer,
+        for a machine whose browser runs elsewhere (SSH). _AuthError when it fails."""
+        status, www = 0, ""
+        try:
+            probe = _dumps({"jsonrpc": "2.0", "id": "abstract-login", "method": "ping"}).encode()
+            with http_request("POST", self.url, {"Content-Type": "application/json",
+                                                 "Accept": "application/json, text/event-stream"},
+                              probe) as resp:
+                status, www = resp.status, resp.header("WWW-Authenticate")
+        except HttpError as e:
+            raise _AuthError(f"{self.name}: cannot reach {_safe_url(self.url)}: {e}") from None
+        if status != 401 and not self._saved()[0]:
+            _log.info("%s answers HTTP %d without a login; looking for its login anyway", self.name, status)
+        attempt = self._begin(_www_authenticate(www) if status == 401 else {})
+        try:
+            opened = _open_browser(attempt.url, interactive=True)
+            how = ("in the browser window just opened; if none opened, open this URL yourself"
+                   if opened else "open this URL in a browser")
+            out.write(f"Log in to {self.name} {how}:\n\n"
+                      f"  {attempt.url}\n\nWaiting up to {int(_OAUTH_LOGIN_WAIT_S // 60)} minutes. "
+                      f"If the browser runs on another machine (SSH), it ends on a page at "
+                      f"{attempt.loopback.redirect_uri} that does not load: paste that page's whole "
+                      f"address here and press Enter.\n")
+            out.flush()
+
+            def relay() -> None:  # the pasted line, if any, goes to the same place as the browser's
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        line = lines.get(timeout=_OAUTH_LOGIN_WAIT_S)
+                        if "code=" in line or "error=" in line:
+                            attempt.loopback.offer(line.strip())
+                            return
+
+            threading.Thread(target=relay, name="abstract-login-paste", daemon=True).start()
+            answer = attempt.loopback.wait(_OAUTH_LOGIN_WAIT_S)
+            if answer is None:
+                raise _AuthError(f"{self.name}: the login was not finished within "
+                                 f"{int(_OAUTH_LOGIN_WAIT_S // 60)} minutes")
+            self._finish(attempt, answer)
+        finally:
+            attempt.loopback.close()
+
 # ==== 9. Config and settings ======================================================
 # The MCP client's own config file (APP_CONFIG_PATH) names the upstreams; Abstract's optional
 # settings file (ABSTRACT_CONFIG) holds Abstract's own knobs.
@@ -3490,9 +4177,22 @@ _TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
 }
 
 
+# servers.<name>.oauth, for a remote server that asks for an OAuth login (section 8c): a client
+# registered there beforehand (else Abstract registers itself dynamically), the scope to ask for
+# (else the server's), a fixed port for the loopback redirect (else a free one).
+_OAUTH_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "client_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a client id (a string)", None),
+    "client_secret": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a string", None),
+    "scope": (lambda v: isinstance(v, str) and len(v) <= 2000, "space-separated scopes", None),
+    "redirect_port": (lambda v: _count(v) and 0 < v < 65536, "a port number from 1 to 65535", None),
+}
+
+
 def _check_server(name: str, conf: Any) -> None:
     where = f"servers.{name}"
-    _check_keys(conf, _SERVER_SETTINGS, where, extra=("cache_outputs", "tools"))
+    _check_keys(conf, _SERVER_SETTINGS, where, extra=("cache_outputs", "tools", "oauth"))
+    if "oauth" in conf:
+        _check_keys(conf["oauth"], _OAUTH_SETTINGS, f"{where}.oauth")
     if "cache_outputs" in conf:
         _check_policy(conf["cache_outputs"], f"{where}.cache_outputs")
     tools = conf.get("tools", {})
@@ -3666,11 +4366,22 @@ class Settings:
             policy.update({k: v for k, v in level.items() if k in _CACHE_POLICY})
         return policy
 
+    def oauth(self, server: str) -> dict:
+        """A remote server's OAuth settings (servers.<name>.oauth), {} when none."""
+        return dict(self.servers.get(server, {}).get("oauth", {}))
+
     def startup_timeout(self, server: str) -> float:
         own = self.servers.get(server, {}).get("startup_timeout_seconds")
         return float(own if own is not None else self.get("startup_timeout_seconds"))
 
 # ==== 10. Upstreams ===============================================================
+
+
+def _auth_provider(name: str, url: str, settings: Settings,
+                   environ: Optional[Dict[str, str]] = None) -> _OAuth:
+    """The OAuth hook for a remote upstream (http_request's `auth`), one per Upstream: it keeps
+    that server's refresh and login state; the tokens live in the per-user login folder."""
+    return _OAuth(name, url, settings.oauth(name), _TokenStore(environ=environ), environ)
 # One long-lived process and session per upstream server, started on first need, shared by
 # every call, restarted (with back-off after quick crashes) when it dies.
 
@@ -9071,6 +9782,9 @@ def _parser() -> argparse.ArgumentParser:
                "Docs: docs/reference.md")
     ap.add_argument("dirs", nargs="*", metavar="DIR", help=f"allowed storage directories (created if missing); default: {_user_dir('outputs')}")
     ap.add_argument("--check", action="store_true", help="start every selected upstream once, report, and exit")
+    ap.add_argument("--login", metavar="NAME", help="log in to the remote server NAME (OAuth, in a browser; "
+                    "the URL is printed too, for a machine without one) and exit")
+    ap.add_argument("--logout", metavar="NAME", help="forget the saved login of the remote server NAME and exit")
     ap.add_argument("--expose", choices=("meta", "direct", "both"), default="meta",
                     help="meta: Abstract's own tools (default); direct: every upstream tool as <server>__<tool>; both")
     ap.add_argument("--http", metavar="[HOST:]PORT", help="serve signed download links for cached outputs "
@@ -9252,6 +9966,64 @@ def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
         out.writelines(lines)
 
 
+def _remote_urls(config: ClientConfig, env: Dict[str, str]) -> Dict[str, str]:
+    """name -> URL of each selected remote (http or sse) server of the client config."""
+    urls = {n: getattr(s, "url", "") for n, s in config.specs.items()}
+    if config.path and not config.error and not any(urls.values()):
+        # Until ServerSpec carries the URL (the transport's config work), read it from the entry.
+        entries = _config_entries(_read_json_file(config.path, "client config"), config.path)
+        known = _known_vars(config.path, env, config._inputs)
+        for name in config.specs:
+            entry = entries.get(name) or {}
+            raw = entry.get("url") or entry.get("serverUrl") if isinstance(entry, dict) else None
+            missing: List[str] = []
+            urls[name] = _expand(raw, env, missing, known) if isinstance(raw, str) and not missing else ""
+    return {n: u for n, u in urls.items() if u}
+
+
+def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str], stdin: Any,
+               out: Any) -> int:
+    """--login NAME / --logout NAME."""
+    name = args.login or args.logout
+    config = ClientConfig(env.get("APP_CONFIG_PATH"), None, env, settings.data.get("inputs"))
+    if config.error:
+        raise ConfigError(config.error)
+    urls = _remote_urls(config, env)
+    if name not in urls:
+        remote = ", ".join(sorted(urls)) or "none"
+        raise ConfigError(f"{name!r} is not a remote (http or sse) server in {config.path}; remote "
+                          f"servers there: {remote}")
+    auth = _auth_provider(name, urls[name], settings, env)
+    if args.logout:
+        gone = auth.store.forget(name)
+        out.write(f"{name}: {'the saved login is forgotten' if gone else 'no saved login'}\n")
+        return 0
+    lines: "queue.Queue[str]" = queue.Queue()
+    rfile = stdin if stdin is not None else sys.stdin.buffer
+
+    def read() -> None:  # the terminal, for a pasted redirect URL
+        with contextlib.suppress(OSError, ValueError):
+            for line in iter(rfile.readline, b""):
+                lines.put(line.decode("utf-8", "replace"))
+
+    threading.Thread(target=read, name="abstract-login-stdin", daemon=True).start()
+    try:
+        auth.login_cli(out, lines)
+    except _AuthError as e:
+        raise ConfigError(f"login failed: {e}") from None
+    out.write(f"{name}: {auth.status()}. The login is kept in {auth.store.dir}\n")
+    return 0
+
+
+def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], out: Any) -> None:
+    """--check: the login state of each remote server (expiry shown; tokens never)."""
+    urls = _remote_urls(config, env)
+    if urls:
+        out.write("logins (remote servers):\n")
+    for name, url in urls.items():
+        out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
+
+
 def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None, stderr: Any = None,
          environ: Optional[Dict[str, str]] = None) -> int:
     """Run Abstract: serve MCP on stdin/stdout (binary streams), or --check. Returns the exit code."""
@@ -9309,6 +10081,8 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                           f"ABSTRACT_PROXY_SERVERS; it is not started, to avoid endless recursion.")
     _UMASK = _read_umask()
     settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
+    if args.login or args.logout:
+        return _to_text(stdout, lambda out: _login_cli(args, settings, env, stdin, out))
     dirs = _prepare_dirs(args.dirs, lambda m: err.write(f"abstract: {m}\n"))
     sandbox = Sandbox(dirs)
     config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env,
@@ -9321,7 +10095,12 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             return _to_text(stdout, lambda out: _reindex_report(catalog, sandbox, config,  # type: ignore[arg-type]
                                                                 _open_cache(settings, env, sandbox.roots), out))
         if args.check:
-            return _to_text(stdout, lambda out: _check(config, upstreams, out, catalog.describe() if catalog else why))
+            def check(out: Any) -> int:
+                code = _check(config, upstreams, out, catalog.describe() if catalog else why)
+                _auth_report(config, settings, env, out)
+                return code
+
+            return _to_text(stdout, check)
         if config.error:
             _log.warning("%s; tools that need upstream servers will say so", config.error)
         rfile = stdin if stdin is not None else sys.stdin.buffer

@@ -1,0 +1,331 @@
+"""OAuth 2.1 logins to a remote MCP server (issue 15, Auth), against a real authorization and
+resource server built from the official Python SDK's auth support (tests/remote/oauth_server.py,
+run by the SDK's venv). The browser is tests/remote/fake_browser.py, opened through $BROWSER as
+webbrowser opens any browser: it follows the authorization URL and its redirect back to Abstract
+with urllib, as a headless user would. Requests with the tokens go through Abstract's own HTTP
+client (http_request with the login as its auth hook) to the SDK's MCP endpoint.
+
+Without the SDK venv the module is skipped with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import ABSTRACT, wait_for
+
+VENV_PY = Path(os.environ.get("ABSTRACT_INTEROP_VENV", "/tmp/abstract-interop/venv")) / "bin" / "python"
+HERE = Path(__file__).resolve().parent
+if not VENV_PY.exists():
+    pytest.skip(f"the official MCP SDK venv is not installed ({VENV_PY}); see tests/realservers",
+                allow_module_level=True)
+
+import abstract  # noqa: E402  (after the skip: conftest put the repository on sys.path)
+
+WAIT = 60.0  # the SDK server and a login start slowly on a loaded machine
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "pytest", "version": "0"}}}
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class OAuthServer:
+    """The SDK-based server as a subprocess; `base` is its http://127.0.0.1:PORT."""
+
+    def __init__(self, *flags: str) -> None:
+        self.proc = subprocess.Popen([str(VENV_PY), str(HERE / "oauth_server.py"), *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line: List[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(WAIT)
+        if not line or not line[0].startswith("READY "):
+            self.stop()
+            raise AssertionError(f"the OAuth test server did not start: {line!r}")
+        self.base = line[0].split()[1]
+        self.url = self.base + "/mcp"
+
+    def stats(self) -> dict:
+        with NO_PROXY_OPENER.open(self.base + "/test/stats", timeout=WAIT) as r:
+            return json.loads(r.read())
+
+    def revoke_all(self) -> None:
+        NO_PROXY_OPENER.open(urllib.request.Request(self.base + "/test/revoke-all", data=b"",
+                                                    method="POST"), timeout=WAIT).close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def start(tmp_path: Path):
+    servers: List[OAuthServer] = []
+
+    def go(*flags: str) -> OAuthServer:
+        servers.append(OAuthServer(*flags))
+        return servers[-1]
+
+    yield go
+    for s in servers:
+        s.stop()
+
+
+class World:
+    """A client config naming the server `remote`, a config folder of its own, the fake browser."""
+
+    def __init__(self, tmp: Path, server: OAuthServer, settings: dict = None,
+                 browser: str = "follow") -> None:
+        self.tmp, self.server = tmp, server
+        (tmp / "client.json").write_text(json.dumps(
+            {"mcpServers": {"remote": {"type": "http", "url": server.url}}}))
+        self.log = tmp / "browser.log"
+        env = {k: v for k, v in os.environ.items()
+               if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "display", "wayland_display")
+               and not k.startswith("ABSTRACT_")}
+        cmd = f"{sys.executable} {HERE / 'fake_browser.py'} %s" if browser == "follow" else \
+            f"{sys.executable} -c pass"
+        env.update({"APP_CONFIG_PATH": str(tmp / "client.json"), "XDG_CONFIG_HOME": str(tmp / "config"),
+                    "BROWSER": cmd, "FAKE_BROWSER_LOG": str(self.log)})
+        if settings is not None:
+            (tmp / "settings.json").write_text(json.dumps(settings))
+            env["ABSTRACT_CONFIG"] = str(tmp / "settings.json")
+        self.env = env
+        self.folder = tmp / "config" / "abstract" / "oauth"
+
+    def run(self, *args: str, input: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ABSTRACT), *args], env=self.env, input=input,
+                              capture_output=True, text=True, timeout=WAIT * 2)
+
+    def files(self) -> List[Path]:
+        return sorted(self.folder.glob("*.json")) if self.folder.exists() else []
+
+    def saved(self) -> dict:
+        (path,) = self.files()
+        doc = json.loads(path.read_text())
+        return doc["issuers"][doc["issuer"]]
+
+    def auth(self, clock=time.time, monkeypatch=None):
+        """The login as a running Abstract holds it; with `monkeypatch`, this process gets the
+        world's browser (webbrowser reads $BROWSER from os.environ)."""
+        if monkeypatch is not None:
+            for key in ("BROWSER", "FAKE_BROWSER_LOG"):
+                monkeypatch.setenv(key, self.env[key])
+            for key in ("DISPLAY", "WAYLAND_DISPLAY"):
+                monkeypatch.delenv(key, raising=False)
+        settings = abstract.Settings.load(self.env.get("ABSTRACT_CONFIG"), self.env)
+        provider = abstract._auth_provider("remote", self.server.url, settings, self.env)
+        provider._clock = clock
+        return provider
+
+    def post(self, auth, body: dict = INIT):
+        with abstract.http_request("POST", self.server.url, MCP_HEADERS, json.dumps(body).encode(),
+                                   auth=auth, environ=self.env) as resp:
+            return resp.status, resp.read()
+
+
+def login(world: World) -> subprocess.CompletedProcess:
+    done = world.run("--login", "remote")
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_login_then_calls_with_the_token(start, tmp_path):
+    server = start()
+    world = World(tmp_path, server)
+    done = login(world)
+    assert "remote: logged in (token expires in" in done.stdout
+    assert server.base + "/authorize?" in done.stdout  # the URL is printed for a headless machine
+    stats = server.stats()
+    assert stats["registrations"] == 1  # dynamic client registration
+    assert stats["authorize_resources"] == [server.url]  # RFC 8707 on the authorization request
+    assert stats["grants"] == [{"grant_type": "authorization_code", "resource": server.url}]
+    saved = world.saved()
+    token = saved["tokens"]["access_token"]
+    for text in (done.stdout, done.stderr):
+        assert token not in text and saved["tokens"]["refresh_token"] not in text
+    # the folder and the file are the user's alone
+    assert stat.S_IMODE(world.folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(world.files()[0].stat().st_mode) == 0o600
+    status, body = world.post(world.auth())
+    assert status == 200 and b"oauth-test" in body  # the SDK server's initialize result
+    check = world.run("--check")
+    assert "remote: logged in (token expires in" in check.stdout
+    assert token not in check.stdout and token not in check.stderr
+    out = world.run("--logout", "remote")
+    assert out.returncode == 0 and "forgotten" in out.stdout and world.files() == []
+    assert "remote: login needed: run python abstract.py --login remote" in world.run("--check").stdout
+
+
+def test_refresh_before_expiry_rotates_the_refresh_token(start, tmp_path):
+    server = start()
+    world = World(tmp_path, server)
+    login(world)
+    before = world.saved()["tokens"]
+    challenged = server.stats()["unauthorized"]  # the --login probe's 401
+    later = world.auth(clock=lambda: time.time() + 3600)  # the saved token looks expired
+    status, _ = world.post(later)
+    assert status == 200
+    after = world.saved()["tokens"]
+    assert after["access_token"] != before["access_token"]
+    assert after["refresh_token"] != before["refresh_token"]  # rotated, and the new one kept
+    assert server.stats()["grants"][-1] == {"grant_type": "refresh_token", "resource": server.url}
+    assert server.stats()["unauthorized"] == challenged  # refreshed before the request, not after a 401
+
+
+def test_expired_token_is_refreshed_on_401(start, tmp_path):
+    server = start("--token-ttl", "3")
+    world = World(tmp_path, server)
+    login(world)
+    old = world.saved()["tokens"]["access_token"]
+
+    def rejected() -> bool:
+        req = urllib.request.Request(server.url, data=json.dumps(INIT).encode(),
+                                     headers={**MCP_HEADERS, "Authorization": f"Bearer {old}"})
+        try:
+            NO_PROXY_OPENER.open(req, timeout=WAIT).close()
+        except urllib.error.HTTPError as e:
+            return e.code == 401
+        return False
+
+    wait_for(rejected, timeout=WAIT, what="the server to let the token expire")
+    unaware = world.auth(clock=lambda: time.time() - 3600)  # Abstract thinks the token is fresh
+    status, _ = world.post(unaware)
+    assert status == 200
+    assert world.saved()["tokens"]["access_token"] != old
+    assert [g["grant_type"] for g in server.stats()["grants"]] == ["authorization_code", "refresh_token"]
+
+
+def test_revoked_tokens_start_a_new_login_in_the_browser(start, tmp_path, monkeypatch):
+    server = start()
+    world = World(tmp_path, server)
+    login(world)
+    server.revoke_all()  # access and refresh tokens both gone
+    auth = world.auth(monkeypatch=monkeypatch)
+    with pytest.raises(abstract.HttpError) as e:
+        world.post(auth)
+    msg = str(e.value)
+    assert "remote needs a login. A browser window was opened" in msg
+    assert "--login remote" in msg
+    auth.login.join(WAIT)  # the fake browser finishes the login Abstract started by itself
+    assert not auth.login.is_alive()
+    assert server.stats()["authorizations"] == 2
+    status, _ = world.post(auth)
+    assert status == 200
+
+
+def failed_login(start, tmp_path, *flags: str, words: str):
+    """--login against a server started with `flags`: exit 2 and `words` on stderr."""
+    server = start(*flags)
+    world = World(tmp_path, server)
+    done = world.run("--login", "remote")
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    return server, world
+
+
+def test_tampered_state_is_refused(start, tmp_path):
+    server, world = failed_login(start, tmp_path, "--tamper-state",
+                                 words="another state than the one Abstract sent")
+    assert server.stats()["grants"] == []  # the code was never traded
+    assert not world.files() or "tokens" not in world.saved()
+
+
+def test_server_without_s256_is_refused(start, tmp_path):
+    server, world = failed_login(start, tmp_path, "--no-s256", words="does not list PKCE S256")
+    assert server.stats()["authorizations"] == 0 and not world.log.exists()  # no browser opened
+
+
+def test_wrong_issuer_in_the_redirect_is_refused(start, tmp_path):
+    server, _ = failed_login(start, tmp_path, "--wrong-iss", words="RFC 9207")
+    assert server.stats()["grants"] == []
+
+
+def test_discovery_fallbacks_and_a_preregistered_client(start, tmp_path):
+    # no resource_metadata in the 401: the well-known URL; no RFC 8414 document: OpenID discovery;
+    # no dynamic registration: the client_id from Abstract's settings
+    server = start("--oidc-only", "--no-resource-metadata", "--no-registration", "--client-id", "pre-1",
+                   "--iss")
+    world = World(tmp_path, server, settings={"servers": {"remote": {"oauth": {"client_id": "pre-1"}}}})
+    login(world)
+    assert server.stats()["registrations"] == 0
+    status, _ = world.post(world.auth())
+    assert status == 200
+
+
+def test_no_registration_and_no_client_id_says_what_to_set(start, tmp_path):
+    failed_login(start, tmp_path, "--no-registration", words="servers.remote.oauth.client_id")
+
+
+def test_headless_login_by_pasting_the_redirect(start, tmp_path):
+    server = start()
+    world = World(tmp_path, server, browser="none")  # a browser that does nothing
+    proc = subprocess.Popen([sys.executable, str(ABSTRACT), "--login", "remote"], env=world.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url: List[str] = []
+
+        def read_url() -> None:
+            for line in proc.stdout:
+                if "/authorize?" in line:
+                    url.append(line.strip())
+                    return
+
+        reader = threading.Thread(target=read_url, daemon=True)
+        reader.start()
+        reader.join(WAIT)
+        assert url, "no authorization URL printed"
+
+        class Stop(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None  # the user's browser elsewhere ends on a page that does not load
+
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), Stop)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            opener.open(url[0], timeout=WAIT)
+        location = e.value.headers["Location"]
+        e.value.close()
+        assert location.startswith("http://127.0.0.1:") and "code=" in location
+        proc.stdin.write(location + "\n")
+        proc.stdin.flush()
+        assert proc.wait(WAIT) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+    assert world.saved()["tokens"]["access_token"]
+
+
+def test_step_up_on_insufficient_scope_is_tried_once(start, tmp_path, monkeypatch):
+    server = start("--step-up")
+    world = World(tmp_path, server)
+    login(world)
+    auth = world.auth(monkeypatch=monkeypatch)
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "admin_echo", "arguments": {"text": "x"}}}
+    with pytest.raises(abstract.HttpError) as e:
+        world.post(auth, call)
+    assert "remote needs more permissions (a step-up login)" in str(e.value)
+    auth.login.join(WAIT)
+    assert server.stats()["authorize_scopes"][-1] == ["mcp", "admin"]  # the union of scopes
+    status, _ = world.post(auth, call)
+    assert status != 403  # the new token carries scope admin
