@@ -46,9 +46,9 @@ ABSTRACT = os.environ.get("ABSTRACT_PY") or os.path.join(HERE, "..", "..", "abst
 SERVER = "conf"  # the upstream's name in the config: its tools are conf__<tool>
 PROTOCOL = "2025-11-25"
 # Abstract's answer when a call needs an OAuth login it has just started in the background
-# ("conf needs a login. A browser window was opened for it: ... then call again."), and the
-# stderr lines that say the login ended.
-LOGIN_NEEDED = re.compile(r"needs (a login|more permissions)")
+# ("A login is needed. A browser window was opened for it: ... then call again."; a step-up says
+# "More permissions are needed (a step-up login)"), and the stderr lines that say it ended.
+LOGIN_NEEDED = re.compile(r"login is needed|needs a login|step-up login|then call again")
 LOGIN_ENDED = re.compile(r"\b(logged in|login failed|login was not finished)\b")
 LOGIN_ROUNDS = 3  # asks per call while a login is under way: login, step-up, the answer
 
