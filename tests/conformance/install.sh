@@ -33,7 +33,10 @@ cp "$HERE/package.json" "$HERE/package-lock.json" "$ROOT/"
 # Scripts stay on: the `node` package's preinstall is what puts node 22 in place (package.json's
 # allowScripts names it for npm 11's install-script approval); no other package has one.
 # Few fetch retries: offline, npm gives up in about 20 s instead of a minute or more.
-if ! (cd "$ROOT" && timeout 600 npm ci --no-audit --no-fund --fetch-retries=1 \
+bounded() {  # `timeout SECONDS CMD...` where there is one (GNU coreutils; not on stock macOS)
+  if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi
+}
+if ! (cd "$ROOT" && bounded 600 npm ci --no-audit --no-fund --fetch-retries=1 \
     --fetch-retry-maxtimeout=10000 >"$ROOT/npm.log" 2>&1); then
   say "warning: npm ci failed (offline? log: $ROOT/npm.log); the conformance suite is skipped"
   exit 0

@@ -33,8 +33,9 @@ for a in "$@"; do
 done
 # `conformance list` prints "  - <name> [<spec versions>]" under "Client scenarios"; draft and
 # extension scenarios are informational (the suite does not score them either).
-mapfile -t LISTED < <("$NODE" "$CLI" list | awk '/^Client scenarios/ {on=1; next}
-  /^[^ ]/ {on=0} on && /^  - / {print $2, $3}')
+LISTED=()
+while IFS= read -r line; do LISTED+=("$line"); done < <("$NODE" "$CLI" list |
+  awk '/^Client scenarios/ {on=1; next} /^[^ ]/ {on=0} on && /^  - / {print $2, $3}')
 SCENARIOS=()
 for line in "${LISTED[@]}"; do
   name=${line%% *}; tags=${line#* }
@@ -51,11 +52,14 @@ OUT="$ROOT/last-run"
 rm -rf "$OUT"; mkdir -p "$OUT"
 # ABSTRACT_PY: the abstract.py to test (default: this checkout's), e.g. another branch's copy.
 ABSTRACT_PY="${ABSTRACT_PY:-$(cd "$HERE/../.." && pwd)/abstract.py}"
+bounded() {  # `timeout SECONDS CMD...` where there is one (GNU coreutils; not on stock macOS)
+  if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi
+}
 one() {  # one scenario into $2; its exit code in $2/exit
   rm -rf "$2"; mkdir -p "$2"
   # The suite gives the client 60 s; client.py bounds itself at 50 s; timeout bounds the suite.
   (cd "$2" && ABSTRACT_PY="$ABSTRACT_PY" CONFORMANCE_CLIENT_TIMEOUT=50 \
-    timeout 150 "$NODE" "$CLI" client --command "$PYTHON $HERE/client.py" --scenario "$1" \
+    bounded 150 "$NODE" "$CLI" client --command "$PYTHON $HERE/client.py" --scenario "$1" \
     --timeout 60000 -o "$2" >"$2/log.txt" 2>&1)
   echo $? > "$2/exit"
   echo "$1" > "$2/name"
