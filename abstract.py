@@ -8,6 +8,7 @@ Usage (from an MCP client's config, or a shell):
 
     python abstract.py [DIR ...]          serve MCP on stdin/stdout; DIRs are the allowed folders
     python abstract.py --check            start every configured upstream once and report
+    python abstract.py --login NAME       log in to a remote server (OAuth); --logout NAME forgets
     python abstract.py --help | --version
 
 Abstract reads the MCP client's own config file (env APP_CONFIG_PATH), starts the upstream
@@ -22,7 +23,7 @@ Sections (grep -n '^# ==' abstract.py):
     1. Imports            2. Version and exports   3. Constants
     4. Errors             5. Helpers               6. Formats (csv, json, yaml, xml, md, html)
     7. Sandbox and atomic writer                   8. JSON-RPC (framing, Connection)
-    8b. HTTP client (requests, proxies, TLS, SSE)
+    8b. HTTP client (requests, proxies, TLS, SSE)  8c. Remote auth (OAuth 2.1 logins)
     9. Config and settings                         10. Upstreams (client, supervisor)
     11. Results: extraction and storing            12. Output cache and signed links
     13. Catalog (sqlite3)                          14. Queries (sqlite3)
@@ -3195,7 +3196,9 @@ def _www_authenticate(value: str) -> Dict[str, str]:
         if between:  # another scheme's name: its parameters are not the Bearer challenge's
             break
         raw = p.group(2)
-        out.setdefault(p.group(1).lower(), re.sub(r"\\(.)", r"\1", raw[1:-1]) if raw.startswith('"') else raw)
+        if raw.startswith('"'):
+            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+        out.setdefault(p.group(1).lower(), raw)
         pos = p.end()
     return out
 
@@ -3209,7 +3212,8 @@ def _canonical_resource(url: str) -> str:
     """The server's canonical URI for `resource` (RFC 8707 section 2): lowercase scheme and host,
     no fragment, no trailing slash."""
     p = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit((p.scheme.lower(), p.netloc.lower(), p.path.rstrip("/"), p.query, ""))
+    parts = (p.scheme.lower(), p.netloc.lower(), p.path.rstrip("/"), p.query, "")
+    return urllib.parse.urlunsplit(parts)
 
 
 def _prm_urls(server_url: str, hinted: str = "") -> List[str]:
@@ -3255,9 +3259,10 @@ def _check_as_metadata(doc: Any, issuer: str, name: str) -> dict:
             raise _AuthError(f"{name}: the authorization server {issuer} gives no usable {key}")
     methods = doc.get("code_challenge_methods_supported")
     if not isinstance(methods, list) or "S256" not in methods:
-        raise _AuthError(f"{name}: the authorization server {issuer} does not list PKCE S256 in its "
-                         f"metadata (code_challenge_methods_supported: {_dumps(methods)}); Abstract "
-                         f"logs in only where S256 is supported. Ask the server's operator to enable it")
+        raise _AuthError(f"{name}: the authorization server {issuer} does not list PKCE S256 in "
+                         f"its metadata (code_challenge_methods_supported: {_dumps(methods)}); "
+                         f"Abstract logs in only where S256 is supported. Ask the server's "
+                         f"operator to enable it")
     return doc
 
 
@@ -3268,10 +3273,12 @@ def _check_prm(doc: Any, server_url: str, name: str) -> Tuple[str, str]:
     prefix of it, as for metadata found at the root)."""
     servers = doc.get("authorization_servers") if isinstance(doc, dict) else None
     if not isinstance(servers, list) or not servers or not _http_url(servers[0]):
-        raise _AuthError(f"{name}: the server's protected resource metadata names no authorization server")
+        raise _AuthError(f"{name}: the server's protected resource metadata names no "
+                         f"authorization server")
     resource = doc.get("resource")
     own = _canonical_resource(server_url)
-    if not isinstance(resource, str) or not (own + "/").startswith(_canonical_resource(resource) + "/"):
+    if not isinstance(resource, str) or not (own + "/").startswith(
+            _canonical_resource(resource) + "/"):
         raise _AuthError(f"{name}: the server's protected resource metadata is for {resource!r}, "
                          f"not for {own}; Abstract does not log in there")
     return _canonical_resource(resource), servers[0]
@@ -3318,7 +3325,8 @@ class _TokenStore:
     can enter (0700), written whole by the atomic writer. A file holds, per authorization server
     (issuer), the client registration and the tokens, plus the resource they are for."""
 
-    def __init__(self, directory: Optional[str] = None, environ: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, directory: Optional[str] = None,
+                 environ: Optional[Dict[str, str]] = None) -> None:
         self.dir = Path(directory) if directory else _config_home(environ) / "oauth"
         self.lock = threading.Lock()
 
@@ -3336,11 +3344,13 @@ class _TokenStore:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             st = os.lstat(self.dir)
             if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
-                raise ConfigError(f"{self.dir} is not a folder of your own; remove it or move it away")
+                raise ConfigError(f"{self.dir} is not a folder of your own; remove it or move "
+                                  f"it away")
             if not _WINDOWS:  # Windows: the profile folder's ACL already keeps others out
                 os.chmod(self.dir, 0o700)
         except OSError as e:
-            raise ConfigError(f"cannot use the login folder {self.dir}: {e.strerror or e}") from None
+            why = e.strerror or e
+            raise ConfigError(f"cannot use the login folder {self.dir}: {why}") from None
         return str(self.dir)
 
     def load(self, name: str) -> dict:
@@ -3403,8 +3413,8 @@ class _Loopback:
         self.httpd.timeout = 1.0
         self.port = self.httpd.server_address[1]
         self.redirect_uri = f"http://127.0.0.1:{self.port}{_OAUTH_PATH}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="abstract-oauth-callback",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       name="abstract-oauth-callback", daemon=True)
         self.thread.start()
 
     def offer(self, url: str) -> None:
@@ -3422,21 +3432,34 @@ class _Loopback:
         self.httpd.server_close()
 
 
-def _open_browser(url: str, interactive: bool) -> bool:
-    """Open `url` in the user's browser (webbrowser honours $BROWSER), without blocking the
-    caller; False when none can be opened. Serving (not `interactive`) on Linux without a display
-    and without $BROWSER, no browser is tried: webbrowser would fall back to a text browser that
-    takes over the terminal Abstract's client reads from."""
+def _open_browser(url: str) -> bool:
+    """Open `url` in the user's browser (webbrowser's choice; $BROWSER first), without blocking
+    the caller; False when none can be opened. On Linux without a display and without $BROWSER
+    none is tried: webbrowser would fall back to a text browser, which takes over the terminal
+    (or, serving, the MCP client's pipes). A browser command is run here rather than by
+    webbrowser, with its stdin and stdout not Abstract's: serving, those are the MCP stream."""
     import webbrowser
 
-    headless = not (_WINDOWS or _MACOS or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    if not interactive and headless and not os.environ.get("BROWSER"):
+    display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    headless = not (_WINDOWS or _MACOS or display)
+    if headless and not os.environ.get("BROWSER"):
         return False
     try:
         browser = webbrowser.get()
     except webbrowser.Error:
         return False
-    threading.Thread(target=browser.open, args=(url,), name="abstract-browser", daemon=True).start()
+    if not isinstance(browser, webbrowser.GenericBrowser):  # macOS, Windows, known browsers
+        threading.Thread(target=browser.open, args=(url,), name="abstract-browser",
+                         daemon=True).start()
+        return True
+    argv = [browser.name] + [arg.replace("%s", url) for arg in browser.args]
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, close_fds=True,
+                                start_new_session=not _WINDOWS)
+    except OSError:
+        return False
+    threading.Thread(target=proc.wait, name="abstract-browser", daemon=True).start()  # reaped
     return True
 
 
@@ -3464,15 +3487,17 @@ class _OAuth:
     at once."""
 
     def __init__(self, name: str, url: str, conf: Optional[dict], store: _TokenStore,
-                 environ: Optional[Dict[str, str]] = None, clock: Callable[[], float] = time.time) -> None:
+                 environ: Optional[Dict[str, str]] = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.name, self.url, self.conf = name, url, dict(conf or {})
         self.store, self.environ, self._clock = store, environ, clock
         self.lock = threading.Lock()  # one refresh or login start at a time
         self.login: Optional[threading.Thread] = None
         self.login_url = ""
-        self.stepped_up = False  # one step-up attempt (403 insufficient_scope) per run
+        self.stepped_up: set = set()  # the challenges' scopes a step-up was tried for (once each)
         self.sent = ""  # the access token last sent, to tell a stale 401 from a fresh one
         self.fresh = ""  # the access token the last 401 refreshed to: a 401 on it means log in
+        self.start_logins = True  # False (--check): a needed login is reported, not started
 
     # -- the saved login
 
@@ -3492,8 +3517,8 @@ class _OAuth:
                 doc = {}
             issuers = doc.get("issuers") if isinstance(doc.get("issuers"), dict) else {}
             issuers[issuer] = entry
-            self.store.save(self.name, {"server_url": self.url, "issuer": issuer, "resource": resource,
-                                        "issuers": issuers})
+            self.store.save(self.name, {"server_url": self.url, "issuer": issuer,
+                                        "resource": resource, "issuers": issuers})
 
     def status(self) -> str:
         """One line for --check, with the token's expiry but never the token."""
@@ -3540,12 +3565,14 @@ class _OAuth:
             return False  # not about scopes: the caller reports the 403 (and reads its body)
         response.close()  # neither a retry nor an _AuthError needs the body
         if status == 403:
-            if self.stepped_up:
-                raise _AuthError(f"{self.name} refuses the call even after a login with more scopes "
-                                 f"({challenge.get('scope', 'none named')}); ask its operator for access")
-            self.stepped_up = True
-            raise self._start(challenge, step_up=True)
-        with self.lock:
+            wanted = challenge.get("scope", "")
+            if wanted in self.stepped_up:
+                raise _AuthError(f"{self.name} refuses the call even after a login with more "
+                                 f"scopes ({wanted or 'none named'}); ask its operator for access")
+            self.stepped_up.add(wanted)
+            with self.lock:
+                raise self._start(challenge, step_up=True)
+        with self.lock:  # also around _start: concurrent calls open one login, not one each
             _, entry = self._saved()
             tokens = entry.get("tokens") or {}
             token = tokens.get("access_token")
@@ -3555,13 +3582,14 @@ class _OAuth:
                 _, entry = self._saved()
                 self.fresh = (entry.get("tokens") or {}).get("access_token", "")
                 return True
-        raise self._start(challenge)
+            raise self._start(challenge)
 
     # -- requests to the authorization server
 
     def _json(self, method: str, url: str, body: Optional[bytes] = None,
               headers: Optional[Dict[str, str]] = None) -> Tuple[int, Any]:
-        """(status, parsed JSON or None) of one request; _AuthError when the server is not reached."""
+        """(status, parsed JSON or None) of one request; _AuthError when the server is not
+        reached."""
         heads = {"Accept": "application/json", **(headers or {})}
         try:
             with http_request(method, url, heads, body, environ=self.environ) as resp:
@@ -3569,7 +3597,8 @@ class _OAuth:
         except HttpError as e:
             if e.status:  # an answer longer than _OAUTH_DOC_MAX: not a document to use
                 return e.status, None
-            raise _AuthError(f"{self.name}: cannot reach {_safe_url(url)} for the login: {e}") from None
+            raise _AuthError(f"{self.name}: cannot reach {_safe_url(url)} for the login: "
+                             f"{e}") from None
         try:
             return status, json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -3583,8 +3612,9 @@ class _OAuth:
                 resource, issuer = _check_prm(prm, self.url, self.name)
                 break
         else:
-            raise _AuthError(f"{self.name}: the server asks for a login but publishes no protected "
-                             f"resource metadata (RFC 9728), so Abstract cannot tell where to log in")
+            raise _AuthError(f"{self.name}: the server asks for a login but publishes no "
+                             f"protected resource metadata (RFC 9728), so Abstract cannot tell "
+                             f"where to log in")
         for url in _as_metadata_urls(issuer):
             status, meta = self._json("GET", url)
             if status == 200 and meta is not None:
@@ -3606,19 +3636,20 @@ class _OAuth:
             return client
         endpoint = meta.get("registration_endpoint")
         if not _http_url(endpoint):
-            raise _AuthError(f"{self.name}: its authorization server {meta['issuer']} offers no dynamic "
-                             f"client registration; register a client there (redirect URI "
+            raise _AuthError(f"{self.name}: its authorization server {meta['issuer']} offers no "
+                             f"dynamic client registration; register a client there (redirect URI "
                              f"http://127.0.0.1{_OAUTH_PATH}, any port) and set "
                              f"servers.{self.name}.oauth.client_id in Abstract's settings")
-        body = {"client_name": "Abstract", "redirect_uris": [redirect_uri], "application_type": "native",
+        body = {"client_name": "Abstract", "redirect_uris": [redirect_uri],
+                "application_type": "native",
                 "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
                 "token_endpoint_auth_method": "none", **({"scope": scope} if scope else {})}
         status, doc = self._json("POST", endpoint, _dumps(body).encode(),
                                  {"Content-Type": "application/json"})
         if status not in (200, 201) or not isinstance(doc, dict) or not doc.get("client_id"):
             why = (doc or {}).get("error_description") if isinstance(doc, dict) else None
-            raise _AuthError(f"{self.name}: the client registration at {endpoint} failed (HTTP {status}"
-                             f"{': ' + str(why)[:200] if why else ''})")
+            raise _AuthError(f"{self.name}: the client registration at {endpoint} failed "
+                             f"(HTTP {status}{': ' + str(why)[:200] if why else ''})")
         doc.setdefault("redirect_uris", [redirect_uri])
         return doc
 
@@ -3635,30 +3666,32 @@ class _OAuth:
         elif secret:
             form["client_secret"] = secret
         now = self._clock()
-        status, doc = self._json("POST", entry["token_endpoint"], urllib.parse.urlencode(form).encode(),
-                                 headers)
-        if status != 200 or not isinstance(doc, dict) or not isinstance(doc.get("access_token"), str):
-            err = doc.get("error", "") if isinstance(doc, dict) else ""
-            why = doc.get("error_description", "") if isinstance(doc, dict) else ""
+        status, doc = self._json("POST", entry["token_endpoint"],
+                                 urllib.parse.urlencode(form).encode(), headers)
+        doc = doc if isinstance(doc, dict) else {}
+        if status != 200 or not isinstance(doc.get("access_token"), str):
+            err, why = str(doc.get("error", ""))[:100], str(doc.get("error_description", ""))[:200]
             raise _AuthError(f"{self.name}: the token endpoint refused (HTTP {status}"
-                             f"{': ' + str(err)[:100] if err else ''}{': ' + str(why)[:200] if why else ''})",
+                             f"{': ' + err if err else ''}{': ' + why if why else ''})",
                              refused=err == "invalid_grant")
         life = doc.get("expires_in")
-        life = life if isinstance(life, (int, float)) and not isinstance(life, bool) and 0 < life < 1e9 else None
+        if not (isinstance(life, (int, float)) and not isinstance(life, bool) and 0 < life < 1e9):
+            life = None
         return {"access_token": doc["access_token"], "refresh_token": doc.get("refresh_token"),
                 "scope": doc.get("scope") if isinstance(doc.get("scope"), str) else None,
                 "expires_at": now + life if life else None, "lifetime": life}
 
     def _refresh(self) -> bool:
         """Trade the refresh token for new tokens (keeping it unless a new one comes: rotation);
-        False when the server refuses it, and the spent tokens are dropped. The caller holds lock."""
+        False when the server refuses it, and the spent tokens are dropped. The caller holds
+        the lock."""
         doc, entry = self._saved()
         tokens = entry.get("tokens") or {}
         if not tokens.get("refresh_token") or not entry.get("client"):
             return False
         try:
-            new = self._token(entry, entry["client"], doc.get("resource", self.url),
-                              {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]})
+            grant = {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]}
+            new = self._token(entry, entry["client"], doc.get("resource", self.url), grant)
         except _AuthError as e:
             if not e.refused:  # the server not reached: the tokens may still be good
                 raise
@@ -3685,7 +3718,8 @@ class _OAuth:
             base = challenge["scope"]
         else:
             supported = prm.get("scopes_supported")
-            base = " ".join(s for s in supported if isinstance(s, str)) if isinstance(supported, list) else ""
+            supported = supported if isinstance(supported, list) else []
+            base = " ".join(s for s in supported if isinstance(s, str))
         if step_up:
             before = (entry.get("tokens") or {}).get("scope") or entry.get("scope") or ""
             words = before.split() + base.split() + challenge.get("scope", "").split()
@@ -3721,12 +3755,14 @@ class _OAuth:
         endpoint = meta["authorization_endpoint"]
         url = endpoint + ("&" if "?" in endpoint else "?") + urllib.parse.urlencode(query)
         entry = {**entry, "client": client, "token_endpoint": meta["token_endpoint"],
-                 "iss_supported": meta.get("authorization_response_iss_parameter_supported") is True}
+                 "iss_supported":
+                     meta.get("authorization_response_iss_parameter_supported") is True}
         return _Attempt(url, state, verifier, issuer, resource, entry, client, loopback, scope)
 
     def _finish(self, attempt: _Attempt, answer: str) -> None:
         """Check the browser's answer and trade its code for tokens, which are saved."""
-        code = _callback_params(answer, attempt.state, attempt.issuer, attempt.entry["iss_supported"])
+        code = _callback_params(answer, attempt.state, attempt.issuer,
+                                attempt.entry["iss_supported"])
         tokens = self._token(attempt.entry, attempt.client, attempt.resource, {
             "grant_type": "authorization_code", "code": code,
             "redirect_uri": attempt.loopback.redirect_uri, "code_verifier": attempt.verifier})
@@ -3736,6 +3772,8 @@ class _OAuth:
     def _start(self, challenge: Dict[str, str], step_up: bool = False) -> _AuthError:
         """Start a login in the background (browser opened, answer awaited on a thread) unless
         one is under way; the error the call answers with, saying what to do."""
+        if not self.start_logins:
+            return _AuthError(f"login needed: run python abstract.py --login {self.name}")
         running = self.login is not None and self.login.is_alive()
         if not running:
             attempt = self._begin(challenge, step_up)
@@ -3755,16 +3793,17 @@ class _OAuth:
                 finally:
                     attempt.loopback.close()
 
-            self.login = threading.Thread(target=wait, name=f"abstract-login-{self.name}", daemon=True)
+            self.login = threading.Thread(target=wait, name=f"abstract-login-{self.name}",
+                                          daemon=True)
             self.login.start()
-            opened = _open_browser(attempt.url, interactive=False)
+            opened = _open_browser(attempt.url)
         else:
             opened = True
-        how = ("A browser window was opened for it" if opened else "No browser could be opened here")
-        what = "more permissions (a step-up login)" if step_up else "a login"
-        return _AuthError(f"{self.name} needs {what}. {how}: finish the login there (or open "
-                          f"{self.login_url} yourself), then call again. On a machine without a "
-                          f"browser, run `python abstract.py --login {self.name}` in a terminal.")
+        how = "A browser window was opened for it" if opened else "No browser could be opened here"
+        what = "More permissions are needed (a step-up login)" if step_up else "A login is needed"
+        return _AuthError(f"{what}. {how}: finish the login there (or open {self.login_url} "
+                          f"yourself), then call again. On a machine without a browser, run "
+                          f"`python abstract.py --login {self.name}` in a terminal.")
 
     def login_cli(self, out: Any, lines: "queue.Queue[str]") -> None:
         """`--login`: the whole flow from a terminal. The URL is printed as well as opened; a
@@ -3780,17 +3819,18 @@ class _OAuth:
         except HttpError as e:
             raise _AuthError(f"{self.name}: cannot reach {_safe_url(self.url)}: {e}") from None
         if status != 401 and not self._saved()[0]:
-            _log.info("%s answers HTTP %d without a login; looking for its login anyway", self.name, status)
+            _log.info("%s answers HTTP %d without a login; looking for its login anyway",
+                      self.name, status)
         attempt = self._begin(_www_authenticate(www) if status == 401 else {})
         try:
-            opened = _open_browser(attempt.url, interactive=True)
+            opened = _open_browser(attempt.url)
             how = ("in the browser window just opened; if none opened, open this URL yourself"
                    if opened else "open this URL in a browser")
             out.write(f"Log in to {self.name} {how}:\n\n"
                       f"  {attempt.url}\n\nWaiting up to {int(_OAUTH_LOGIN_WAIT_S // 60)} minutes. "
                       f"If the browser runs on another machine (SSH), it ends on a page at "
-                      f"{attempt.loopback.redirect_uri} that does not load: paste that page's whole "
-                      f"address here and press Enter.\n")
+                      f"{attempt.loopback.redirect_uri} that does not load: paste that page's "
+                      f"whole address here and press Enter.\n")
             out.flush()
 
             def relay() -> None:  # the pasted line, if any, goes to the same place as the browser's
@@ -4181,7 +4221,8 @@ _TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
 # registered there beforehand (else Abstract registers itself dynamically), the scope to ask for
 # (else the server's), a fixed port for the loopback redirect (else a free one).
 _OAUTH_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "client_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a client id (a string)", None),
+    "client_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a client id (a string)",
+                  None),
     "client_secret": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a string", None),
     "scope": (lambda v: isinstance(v, str) and len(v) <= 2000, "space-separated scopes", None),
     "redirect_port": (lambda v: _count(v) and 0 < v < 65536, "a port number from 1 to 65535", None),
@@ -5195,8 +5236,11 @@ class Upstream:
         self.on_log: Optional[Callable[[str, dict], None]] = None
         self._tokens = itertools.count(1)
         # a remote server's auth provider (headers(url), on_unauthorized(response); HTTP client
-        # section): given to every HTTP request of its sessions
+        # section): given to every HTTP request of its sessions. An OAuth login (section 8c)
+        # unless the entry sends its own Authorization header.
         self.auth: Any = None
+        if spec.remote and spec.url and not any(k.lower() == "authorization" for k in spec.headers):
+            self.auth = _auth_provider(spec.name, spec.url, settings, self._environ)
 
     @property
     def name(self) -> str:
@@ -9782,9 +9826,10 @@ def _parser() -> argparse.ArgumentParser:
                "Docs: docs/reference.md")
     ap.add_argument("dirs", nargs="*", metavar="DIR", help=f"allowed storage directories (created if missing); default: {_user_dir('outputs')}")
     ap.add_argument("--check", action="store_true", help="start every selected upstream once, report, and exit")
-    ap.add_argument("--login", metavar="NAME", help="log in to the remote server NAME (OAuth, in a browser; "
-                    "the URL is printed too, for a machine without one) and exit")
-    ap.add_argument("--logout", metavar="NAME", help="forget the saved login of the remote server NAME and exit")
+    ap.add_argument("--login", metavar="NAME", help="log in to the remote server NAME (OAuth, in a "
+                    "browser; the URL is printed too, for a machine without one) and exit")
+    ap.add_argument("--logout", metavar="NAME",
+                    help="forget the saved login of the remote server NAME and exit")
     ap.add_argument("--expose", choices=("meta", "direct", "both"), default="meta",
                     help="meta: Abstract's own tools (default); direct: every upstream tool as <server>__<tool>; both")
     ap.add_argument("--http", metavar="[HOST:]PORT", help="serve signed download links for cached outputs "
@@ -9966,19 +10011,9 @@ def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
         out.writelines(lines)
 
 
-def _remote_urls(config: ClientConfig, env: Dict[str, str]) -> Dict[str, str]:
+def _remote_urls(config: ClientConfig) -> Dict[str, str]:
     """name -> URL of each selected remote (http or sse) server of the client config."""
-    urls = {n: getattr(s, "url", "") for n, s in config.specs.items()}
-    if config.path and not config.error and not any(urls.values()):
-        # Until ServerSpec carries the URL (the transport's config work), read it from the entry.
-        entries = _config_entries(_read_json_file(config.path, "client config"), config.path)
-        known = _known_vars(config.path, env, config._inputs)
-        for name in config.specs:
-            entry = entries.get(name) or {}
-            raw = entry.get("url") or entry.get("serverUrl") if isinstance(entry, dict) else None
-            missing: List[str] = []
-            urls[name] = _expand(raw, env, missing, known) if isinstance(raw, str) and not missing else ""
-    return {n: u for n, u in urls.items() if u}
+    return {n: s.url for n, s in config.specs.items() if s.remote and s.url and not s.problem}
 
 
 def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str], stdin: Any,
@@ -9988,7 +10023,7 @@ def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str]
     config = ClientConfig(env.get("APP_CONFIG_PATH"), None, env, settings.data.get("inputs"))
     if config.error:
         raise ConfigError(config.error)
-    urls = _remote_urls(config, env)
+    urls = _remote_urls(config)
     if name not in urls:
         remote = ", ".join(sorted(urls)) or "none"
         raise ConfigError(f"{name!r} is not a remote (http or sse) server in {config.path}; remote "
@@ -10017,7 +10052,7 @@ def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str]
 
 def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], out: Any) -> None:
     """--check: the login state of each remote server (expiry shown; tokens never)."""
-    urls = _remote_urls(config, env)
+    urls = _remote_urls(config)
     if urls:
         out.write("logins (remote servers):\n")
     for name, url in urls.items():
@@ -10096,6 +10131,10 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                                                                 _open_cache(settings, env, sandbox.roots), out))
         if args.check:
             def check(out: Any) -> int:
+                for name in upstreams.names():  # --check reports a login as needed, starts none
+                    auth = upstreams.get(name).auth
+                    if isinstance(auth, _OAuth):
+                        auth.start_logins = False
                 code = _check(config, upstreams, out, catalog.describe() if catalog else why)
                 _auth_report(config, settings, env, out)
                 return code

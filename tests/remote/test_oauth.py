@@ -223,7 +223,7 @@ def test_revoked_tokens_start_a_new_login_in_the_browser(start, tmp_path, monkey
     with pytest.raises(abstract.HttpError) as e:
         world.post(auth)
     msg = str(e.value)
-    assert "remote needs a login. A browser window was opened" in msg
+    assert "A login is needed. A browser window was opened" in msg
     assert "--login remote" in msg
     auth.login.join(WAIT)  # the fake browser finishes the login Abstract started by itself
     assert not auth.login.is_alive()
@@ -315,7 +315,7 @@ def test_headless_login_by_pasting_the_redirect(start, tmp_path):
     assert world.saved()["tokens"]["access_token"]
 
 
-def test_step_up_on_insufficient_scope_is_tried_once(start, tmp_path, monkeypatch):
+def test_step_up_on_insufficient_scope(start, tmp_path, monkeypatch):
     server = start("--step-up")
     world = World(tmp_path, server)
     login(world)
@@ -324,8 +324,39 @@ def test_step_up_on_insufficient_scope_is_tried_once(start, tmp_path, monkeypatc
             "params": {"name": "admin_echo", "arguments": {"text": "x"}}}
     with pytest.raises(abstract.HttpError) as e:
         world.post(auth, call)
-    assert "remote needs more permissions (a step-up login)" in str(e.value)
+    assert "More permissions are needed (a step-up login)" in str(e.value)
     auth.login.join(WAIT)
     assert server.stats()["authorize_scopes"][-1] == ["mcp", "admin"]  # the union of scopes
     status, _ = world.post(auth, call)
     assert status != 403  # the new token carries scope admin
+
+
+def test_a_call_through_abstract_starts_the_login_then_works(start, world, tmp_path):
+    """Abstract serving (a subprocess, as under an MCP client): the first call to the remote
+    server answers what is happening and what to do, the browser finishes the login, the next
+    call goes through; --check then shows the token's expiry."""
+    server = start()
+    world.servers["remote"] = {"type": "http", "url": server.url}
+    folder = tmp_path / "xdg" / "abstract" / "oauth"
+    log = tmp_path / "opened.log"
+    env = world.env(XDG_CONFIG_HOME=str(tmp_path / "xdg"), FAKE_BROWSER_LOG=str(log),
+                    BROWSER=f"{sys.executable} {HERE / 'fake_browser.py'} %s")
+    proxy = world.start(env=env)
+    first = proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)
+    text = first["content"][0]["text"]
+    assert first.get("isError") and "A login is needed. A browser window was opened" in text, text
+    assert "--login remote" in text
+
+    def logged_in() -> bool:
+        files = list(folder.glob("*.json")) if folder.exists() else []
+        return bool(files) and "access_token" in files[0].read_text()
+
+    wait_for(logged_in, timeout=WAIT, what="the login the browser finishes")
+    again = proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)
+    assert not again.get("isError") and again["content"][0]["text"] == "hi", again
+    saved = json.loads(next(folder.glob("*.json")).read_text())
+    token = saved["issuers"][saved["issuer"]]["tokens"]["access_token"]
+    check = world.check(env=env)
+    out = check.stdout.decode() + check.stderr.decode()
+    assert "remote: logged in (token expires in" in out, out
+    assert token not in out
