@@ -3754,7 +3754,9 @@ class _OAuth:
             query["scope"] = scope
         endpoint = meta["authorization_endpoint"]
         url = endpoint + ("&" if "?" in endpoint else "?") + urllib.parse.urlencode(query)
+        revoke = meta.get("revocation_endpoint")
         entry = {**entry, "client": client, "token_endpoint": meta["token_endpoint"],
+                 "revocation_endpoint": revoke if _http_url(revoke) else None,
                  "iss_supported":
                      meta.get("authorization_response_iss_parameter_supported") is True}
         return _Attempt(url, state, verifier, issuer, resource, entry, client, loopback, scope)
@@ -3768,6 +3770,33 @@ class _OAuth:
             "redirect_uri": attempt.loopback.redirect_uri, "code_verifier": attempt.verifier})
         tokens["scope"] = tokens["scope"] or attempt.scope or None
         self._save(attempt.issuer, attempt.resource, {**attempt.entry, "tokens": tokens})
+
+    def logout(self) -> str:
+        """Forget the saved login; its tokens are first revoked at the authorization server
+        (RFC 7009) where it offers that. What happened, in words."""
+        doc, entry = self._saved()
+        tokens, client = entry.get("tokens") or {}, entry.get("client") or {}
+        endpoint, told = entry.get("revocation_endpoint"), ""
+        if endpoint and client.get("client_id"):
+            told = " and revoked at the server"
+            for kind in ("refresh_token", "access_token"):
+                if not tokens.get(kind):
+                    continue
+                # client_secret even when empty (RFC 6749 2.3.1 allows either): the SDK's
+                # revocation endpoint refuses a request without the parameter
+                form = {"token": tokens[kind], "token_type_hint": kind,
+                        "client_id": client["client_id"],
+                        "client_secret": client.get("client_secret") or ""}
+                try:
+                    status, _ = self._json("POST", endpoint, urllib.parse.urlencode(form).encode(),
+                                           {"Content-Type": "application/x-www-form-urlencoded"})
+                except _AuthError as e:
+                    status, told = 0, f" (the server could not be told: {e})"
+                if status != 200 and status:
+                    told = f" (the server refused to revoke it: HTTP {status})"
+        if not self.store.forget(self.name) and not doc:
+            return "no saved login"
+        return "the saved login is forgotten" + told
 
     def _start(self, challenge: Dict[str, str], step_up: bool = False) -> _AuthError:
         """Start a login in the background (browser opened, answer awaited on a thread) unless
@@ -10030,8 +10059,7 @@ def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str]
                           f"servers there: {remote}")
     auth = _auth_provider(name, urls[name], settings, env)
     if args.logout:
-        gone = auth.store.forget(name)
-        out.write(f"{name}: {'the saved login is forgotten' if gone else 'no saved login'}\n")
+        out.write(f"{name}: {auth.logout()}\n")
         return 0
     lines: "queue.Queue[str]" = queue.Queue()
     rfile = stdin if stdin is not None else sys.stdin.buffer
@@ -10056,7 +10084,10 @@ def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], 
     if urls:
         out.write("logins (remote servers):\n")
     for name, url in urls.items():
-        out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
+        if any(k.lower() == "authorization" for k in config.specs[name].headers):
+            out.write(f"  {name}: the entry's own Authorization header (no OAuth login)\n")
+        else:
+            out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
 
 
 def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None, stderr: Any = None,

@@ -77,7 +77,7 @@ class Provider:
         self.refresh: Dict[str, RefreshToken] = {}
         self.stats: Dict[str, Any] = {"registrations": 0, "authorizations": 0, "grants": [],
                                       "authorize_resources": [], "authorize_scopes": [],
-                                      "mcp_requests": 0, "unauthorized": 0}
+                                      "mcp_requests": 0, "unauthorized": 0, "revocations": 0}
         if opts.client_id:
             self.clients[opts.client_id] = LoopbackClient(
                 client_id=opts.client_id, redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
@@ -147,6 +147,7 @@ class Provider:
         return found
 
     async def revoke_token(self, token: Any) -> None:
+        self.stats["revocations"] += 1
         self.access.pop(getattr(token, "token", ""), None)
         self.refresh.pop(getattr(token, "token", ""), None)
 

@@ -136,8 +136,9 @@ class World:
         provider._clock = clock
         return provider
 
-    def post(self, auth, body: dict = INIT):
-        with abstract.http_request("POST", self.server.url, MCP_HEADERS, json.dumps(body).encode(),
+    def post(self, auth, body: dict = INIT, token: str = ""):
+        headers = {**MCP_HEADERS, **({"Authorization": f"Bearer {token}"} if token else {})}
+        with abstract.http_request("POST", self.server.url, headers, json.dumps(body).encode(),
                                    auth=auth, environ=self.env) as resp:
             return resp.status, resp.read()
 
@@ -170,8 +171,12 @@ def test_login_then_calls_with_the_token(start, tmp_path):
     check = world.run("--check")
     assert "remote: logged in (token expires in" in check.stdout
     assert token not in check.stdout and token not in check.stderr
+    assert world.post(None, token=token)[0] == 200  # (the token works, sent by hand)
     out = world.run("--logout", "remote")
-    assert out.returncode == 0 and "forgotten" in out.stdout and world.files() == []
+    assert out.returncode == 0 and "forgotten and revoked at the server" in out.stdout, out.stdout
+    assert world.files() == [] and server.stats()["revocations"] == 2  # refresh and access token
+    assert world.post(None, token=token)[0] == 401  # dead at the server too
+    assert "remote: no saved login" in world.run("--logout", "remote").stdout
     assert "remote: login needed: run python abstract.py --login remote" in world.run("--check").stdout
 
 
