@@ -47,8 +47,9 @@ TOOLS = [
     ("rpc_error", "Answer with a JSON-RPC error.", {}),
     ("ask_client", "Send the client a request and return its answer.",
      {"method": _S, "params": {"type": "object"}, "wait": _N}),
-    ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests until the retry "
-             "brings inputResponses; then those and the requestState back.", {"inputRequests": {"type": "object"}}),
+    ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests and requestState "
+             "state-<n> until the retry brings inputResponses and the last state, for `rounds` rounds (1); "
+             "then those and the requestState back.", {"inputRequests": {"type": "object"}, "rounds": _N}),
     ("notify_client", "Send the client a notification.", {"method": _S, "params": {"type": "object"}}),
     ("cancel_asks", "Send notifications/cancelled for every ask_client request still pending.", {}),
     ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
@@ -76,6 +77,11 @@ EXTRA_TOOLS = [
 ]
 ADDED_LATER = {"name": "added_later", "description": "Listed after change_tools.",
                "inputSchema": {"type": "object", "properties": {}}}
+# with --modern-only, the prompt "ask" and the resource fake://ask answer input_required (see mrtr)
+ASK_NAME = {"method": "elicitation/create", "params": {
+    "mode": "form", "message": "Your name?", "requestedSchema": {"type": "object", "properties": {"name": _S}}}}
+ASKING_RESOURCE = {"uri": "fake://ask", "name": "asking", "mimeType": "application/json"}
+ASKING_PROMPT = {"name": "ask", "description": "Asks your name first (2026-07-28 input_required)."}
 RESOURCES = [{"uri": "fake://doc/1", "name": "doc1", "mimeType": "text/plain"}]
 TEMPLATES = [{"uriTemplate": "fake://doc/{n}", "name": "doc"}]
 PROMPTS = [{"name": "greet", "description": "Say hello.", "arguments": [{"name": "who", "required": True}]}]
@@ -374,17 +380,25 @@ class Fake:
             return dict(_result_text(f"no answer to {method}"), isError=True)
         self.answers.pop(rid, None)
         answer = {k: v for k, v in slot[1].items() if k in ("result", "error")}
+        self.state(event="answered", id=rid, answer=answer)
         return _result_text(json.dumps(answer))
 
     def tool_mrtr(self, mid, args: dict, meta: dict) -> dict:
         params = self.params_of.get(mid, {})
-        self.state(event="mrtr", capabilities=meta.get("io.modelcontextprotocol/clientCapabilities"),
-                   inputResponses=params.get("inputResponses"), requestState=params.get("requestState"))
-        if "inputResponses" not in params:
-            return {"resultType": "input_required", "inputRequests": args.get("inputRequests") or {},
-                    "requestState": "state-1"}
-        got = {"inputResponses": params["inputResponses"], "requestState": params.get("requestState")}
-        return _result_text(json.dumps(got))
+        return self.mrtr(params, args.get("inputRequests") or {}, int(args.get("rounds", 1)), "tools/call",
+                         lambda got: _result_text(json.dumps(got)))
+
+    def mrtr(self, params: dict, asks: dict, rounds: int, method: str, done) -> dict:
+        """A 2026-07-28 server's multi round-trip request: input_required with `asks` and
+        requestState state-<n>, until round `rounds` is answered with the state it gave."""
+        meta = params.get("_meta") or {}
+        state = params.get("requestState")
+        self.state(event="mrtr", method=method, capabilities=meta.get("io.modelcontextprotocol/clientCapabilities"),
+                   inputResponses=params.get("inputResponses"), requestState=state)
+        n = int(state.split("-")[1]) if isinstance(state, str) and state.startswith("state-") else 0
+        if "inputResponses" not in params or n < rounds:
+            return {"resultType": "input_required", "inputRequests": asks, "requestState": f"state-{n + 1}"}
+        return done({"inputResponses": params["inputResponses"], "requestState": state})
 
     def tool_notify_client(self, mid, args: dict, meta: dict) -> dict:
         self.send({"jsonrpc": "2.0", "method": str(args.get("method")), "params": args.get("params") or {}})
@@ -446,18 +460,24 @@ class Fake:
 
     def resources_read(self, params: dict) -> dict:
         uri = params.get("uri")
+        if uri == ASKING_RESOURCE["uri"]:  # a 2026-07-28 multi round-trip read
+            return self.mrtr(params, {"who": ASK_NAME}, 1, "resources/read", lambda got: {"contents": [
+                {"uri": uri, "mimeType": "application/json", "text": json.dumps(got)}]})
         return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"content of {uri}"}]}
 
     def prompts_get(self, params: dict) -> dict:
         who = (params.get("arguments") or {}).get("who", "nobody")
+        if params.get("name") == "ask":  # a 2026-07-28 multi round-trip prompt
+            return self.mrtr(params, {"who": ASK_NAME}, 1, "prompts/get", lambda got: {"messages": [
+                {"role": "user", "content": {"type": "text", "text": json.dumps(got)}}]})
         text = f"hello {who} from {params.get('name')}"
         return {"description": "A greeting.", "messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
 
     EXTRA_METHODS = {
-        "resources/list": lambda self, p: {"resources": RESOURCES},
+        "resources/list": lambda self, p: {"resources": RESOURCES + [ASKING_RESOURCE] * self.opts.modern_only},
         "resources/read": resources_read,
         "resources/templates/list": lambda self, p: {"resourceTemplates": TEMPLATES},
-        "prompts/list": lambda self, p: {"prompts": PROMPTS},
+        "prompts/list": lambda self, p: {"prompts": PROMPTS + [ASKING_PROMPT] * self.opts.modern_only},
         "prompts/get": prompts_get,
     }
 

@@ -6,10 +6,14 @@ user; logging/setLevel applied to every upstream that declares logging."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import text_of, wait_for
+from conftest import ABSTRACT, MODERN_VERSION, ROOT, text_of, wait_for
 
 ELICIT = {"mode": "form", "message": "Your name?",
           "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}
@@ -210,3 +214,198 @@ def test_url_elicitation_complete_reaches_a_client_with_url_mode(world, caps, re
     proxy.upstream("asker", "echo", {"text": "after"})  # (the notification came before this answer)
     got = [n["params"] for n in proxy.notifications if n["method"] == "notifications/elicitation/complete"]
     assert got == ([done] if relayed else [])
+
+
+# -- 2026-07-28 clients: input_required passed through, and a handshake-era upstream's questions
+#    turned into input_required
+
+
+def _meta(caps: dict) -> dict:
+    return {"io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": caps,
+            "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"}}
+
+
+def _modern_call(proxy, tool: str, args: dict, caps: dict = BOTH, server: str = "", **follow) -> dict:
+    """A 2026-07-28 tools/call (through call_tool when `server` is given); its result."""
+    if server:
+        tool, args = "call_tool", {"server": server, "tool_name": tool, "tool_args": args}
+    return proxy.result("tools/call", {"name": tool, "arguments": args, "_meta": _meta(caps), **follow})
+
+
+def _modern_world(world, *args: str):
+    world.fake("modern", "--modern-only", "--extras")
+    return world.start(*args, str(world.dir), initialize=False)
+
+
+@pytest.mark.parametrize("mode", ["meta", "direct"])
+def test_a_modern_upstreams_input_required_reaches_a_modern_client_and_its_follow_ups_come_back(world, mode):
+    proxy = _modern_world(world, "--expose", "both")
+    asks = {"who": {"method": "elicitation/create", "params": ELICIT},
+            "joke": {"method": "sampling/createMessage", "params": SAMPLE}}
+    args = {"inputRequests": asks, "rounds": 2}
+    call = (lambda **f: _modern_call(proxy, "mrtr", args, server="modern", **f)) if mode == "meta" else (
+        lambda **f: _modern_call(proxy, "modern__mrtr", args, **f))
+    first = call()
+    assert first["resultType"] == "input_required" and first["inputRequests"] == asks
+    state = first["requestState"]
+    answers = {"who": {"action": "accept", "content": {"name": "Ada"}},
+               "joke": {"role": "assistant", "content": {"type": "text", "text": "ha"}, "model": "m"}}
+    second = call(inputResponses=answers, requestState=state)
+    assert second["resultType"] == "input_required" and second["requestState"] != state
+    last = call(inputResponses=answers, requestState=second["requestState"])
+    assert last["resultType"] == "complete" and not last.get("isError"), last
+    assert json.loads(text_of(last)) == {"inputResponses": answers, "requestState": "state-2"}
+    seen = world.events("modern", "mrtr")
+    assert [e["requestState"] for e in seen] == [None, "state-1", "state-2"]  # the upstream's, echoed exactly
+    assert all(e["capabilities"] == BOTH for e in seen)  # the modern client's own capabilities
+    assert not proxy.server_requests  # nothing sent to a client that has no session
+
+
+def test_a_changed_or_borrowed_request_state_is_refused_and_reaches_no_upstream(world):
+    world.fake("other", "--modern-only")
+    proxy = _modern_world(world)
+    asks = {"who": {"method": "elicitation/create", "params": ELICIT}}
+    state = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="modern")["requestState"]
+    answers = {"inputResponses": {"who": {"action": "decline"}}}
+    body, sig = state.split(".")
+    for bad in [body + "." + sig[::-1], body[:-4] + "AAAA." + sig, "state-1", state + "x"]:
+        res = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="modern", requestState=bad, **answers)
+        assert res["isError"] and "requestState is not one Abstract gave for this request" in text_of(res), res
+    res = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="other", requestState=state, **answers)
+    assert res["isError"] and "requestState is not one Abstract gave" in text_of(res)
+    assert [e["requestState"] for e in world.events("modern", "mrtr")] == [None]
+    assert not world.events("other", "mrtr")
+    ok = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="modern", requestState=state, **answers)
+    assert json.loads(text_of(ok))["requestState"] == "state-1"
+
+
+def test_a_modern_client_gets_at_most_ten_rounds(world):
+    proxy = _modern_world(world)
+    args = {"inputRequests": {"who": {"method": "elicitation/create", "params": ELICIT}}, "rounds": 50}
+    res = _modern_call(proxy, "mrtr", args, server="modern")
+    for _ in range(9):
+        res = _modern_call(proxy, "mrtr", args, server="modern", requestState=res["requestState"],
+                           inputResponses={"who": {"action": "decline"}})
+        assert res["resultType"] == "input_required"
+    res = _modern_call(proxy, "mrtr", args, server="modern", requestState=res["requestState"],
+                       inputResponses={"who": {"action": "decline"}})
+    assert res["isError"] and "still asked for input after 10 rounds" in text_of(res)
+
+
+@pytest.mark.parametrize("method,params,expose", [
+    ("prompts/get", {"name": "modern__ask"}, "direct"),
+    ("resources/read", {"uri": "fake://ask"}, "direct"),
+])
+def test_input_required_of_prompts_and_resources_passes_through_to_a_modern_client(world, method, params, expose):
+    proxy = _modern_world(world, "--expose", expose)
+    proxy.result("prompts/list" if method == "prompts/get" else "resources/list", {"_meta": _meta(BOTH)})
+    first = proxy.result(method, {**params, "_meta": _meta(BOTH)})
+    assert first["resultType"] == "input_required" and first["inputRequests"]["who"]["method"] == "elicitation/create"
+    answer = {"who": {"action": "accept", "content": {"name": "Ada"}}}
+    last = proxy.result(method, {**params, "_meta": _meta(BOTH), "inputResponses": answer,
+                                 "requestState": first["requestState"]})
+    assert last["resultType"] == "complete"
+    text = last["messages"][0]["content"]["text"] if method == "prompts/get" else last["contents"][0]["text"]
+    assert json.loads(text) == {"inputResponses": answer, "requestState": "state-1"}
+    assert [e["method"] for e in world.events("modern", "mrtr")] == [method, method]
+
+
+@pytest.mark.parametrize("method,params", [("prompts/get", {"name": "modern__ask"}),
+                                           ("resources/read", {"uri": "fake://ask"})])
+def test_input_required_of_prompts_and_resources_is_asked_of_a_legacy_client(world, method, params):
+    proxy = _modern_world(world, "--expose", "direct")
+    proxy.initialize(capabilities=BOTH)
+    proxy.result("prompts/list" if method == "prompts/get" else "resources/list")
+    rid = proxy.send_request(method, params)
+    q = _question(proxy, "elicitation/create")
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "accept", "content": {"name": "Ada"}}})
+    res = proxy.wait_response(rid)["result"]
+    text = res["messages"][0]["content"]["text"] if method == "prompts/get" else res["contents"][0]["text"]
+    assert json.loads(text)["inputResponses"] == {"who": {"action": "accept", "content": {"name": "Ada"}}}
+
+
+@pytest.mark.parametrize("mode", ["meta", "direct"])
+def test_a_handshake_era_upstreams_question_becomes_input_required_for_a_modern_client(world, mode):
+    world.fake("asker")
+    proxy = world.start("--expose", "both", str(world.dir), initialize=False)
+    args = {"method": "elicitation/create", "params": ELICIT, "wait": 60}
+    call = (lambda **f: _modern_call(proxy, "ask_client", args, server="asker", **f)) if mode == "meta" else (
+        lambda **f: _modern_call(proxy, "asker__ask_client", args, **f))
+    first = call()
+    assert first["resultType"] == "input_required", first
+    [(key, ask)] = first["inputRequests"].items()
+    assert ask == {"method": "elicitation/create", "params": ELICIT}
+    assert world.events("asker", "initialize")[0]["capabilities"] == BOTH  # offered what the client declared
+    again = call(inputResponses={}, requestState=first["requestState"])  # no answer: asked again
+    assert again["inputRequests"] == first["inputRequests"]
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    last = call(inputResponses={key: answer}, requestState=again["requestState"])
+    assert last["resultType"] == "complete" and json.loads(text_of(last)) == {"result": answer}
+    late = call(inputResponses={key: answer}, requestState=again["requestState"])  # the call is over
+    assert late["isError"] and "no longer held by Abstract" in text_of(late)
+    assert not proxy.server_requests
+
+
+def test_a_modern_client_without_the_capability_means_method_not_found_for_the_upstream(world):
+    world.fake("asker")
+    proxy = world.start(str(world.dir), initialize=False)
+    res = _modern_call(proxy, "ask_client", {"method": "sampling/createMessage", "params": SAMPLE},
+                       caps={"elicitation": {}}, server="asker")
+    err = json.loads(text_of(res))["error"]
+    assert err["code"] == -32601 and "did not declare the sampling capability" in err["message"]
+    assert world.events("asker", "initialize")[0]["capabilities"] == {"elicitation": {}}
+
+
+def test_a_held_call_the_client_never_follows_up_is_cancelled_and_its_question_answered(tmp_path, monkeypatch):
+    """In-process: the hold's time bound shortened to 1 s."""
+    import sys
+
+    import abstract
+    from conftest import FAKE
+
+    monkeypatch.setattr(abstract, "_HOLD_S", 1.0)
+    link = abstract._ClientLink("none", [])
+    link.modern_declared(BOTH)
+    state = tmp_path / "state"
+    spec = abstract.ServerSpec("asker", sys.executable, [str(FAKE), "--state-file", str(state)])
+    up = abstract.Upstream(spec, abstract.Settings({}), link)
+    req = abstract._Request(1, "tools/call", {"name": "ask_client", "_meta": _meta(BOTH)})
+    try:
+        with pytest.raises(abstract._InputRequired) as held:
+            up.call_tool("ask_client", {"method": "elicitation/create", "params": ELICIT, "wait": 30}, req)
+        assert held.value.result["resultType"] == "input_required" and len(up._holds) == 1
+        answered = wait_for(lambda: [e for e in _events(state) if e["event"] == "answered"], what="the answer")
+        assert "did not follow up" in answered[0]["answer"]["error"]["message"]
+        assert up._holds == {} and up._calls == 0
+    finally:
+        up.close()
+
+
+def _events(path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+SDK_PY = Path(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop") / "venv" / "bin" / "python"
+
+
+@pytest.mark.parametrize("mode,tool", [("meta", "call_tool"), ("direct", "modern__mrtr")])
+def test_official_python_sdk_2026_client_drives_a_modern_upstreams_rounds(world, mode, tool):
+    """mcp 2.3.0's mcp.Client (2026-07-28, its own multi round-trip driver) through Abstract to
+    a 2026-07-28 upstream that asks twice."""
+    if not SDK_PY.exists():
+        pytest.skip(f"the MCP Python SDK venv is not at {SDK_PY} (run ../shared/interop/setup.sh)")
+    world.fake("modern", "--modern-only")
+    world.dir.mkdir()
+    args = {"inputRequests": {"who": {"method": "elicitation/create", "params": ELICIT}}, "rounds": 2}
+    if mode == "meta":
+        args = {"server": "modern", "tool_name": "mrtr", "tool_args": args}
+    cmd = [str(SDK_PY), str(ROOT / "tests" / "realservers" / "sdk_modern_client.py"), tool, json.dumps(args), "--",
+           sys.executable, str(ABSTRACT), "--expose", mode, str(world.dir)]
+    done = subprocess.run(cmd, env=world.env(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["version"] == "2026-07-28" and not out["isError"] and len(out["asked"]) == 2, out
+    assert json.loads(out["texts"][0]) == {"inputResponses": {"who": {"action": "accept", "content": {
+        "name": "Ada", "check": True}}}, "requestState": "state-2"}
+    assert [e["requestState"] for e in world.events("modern", "mrtr")] == [None, "state-1", "state-2"]
