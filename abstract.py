@@ -3695,11 +3695,14 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
 class _Pending:
     """A tools/call sent upstream and not yet answered."""
 
-    __slots__ = ("run", "conn", "mid", "fut", "token", "modern")
+    __slots__ = ("run", "conn", "mid", "fut", "token", "modern", "task", "task_id")
 
-    def __init__(self, run: _Run, mid: int, fut: Future, token: str, modern: bool) -> None:
+    def __init__(self, run: _Run, mid: int, fut: Future, token: str, modern: bool,
+                 task: bool) -> None:
         self.run, self.conn, self.mid, self.fut, self.token = run, run.conn, mid, fut, token
         self.modern = modern  # a 2026-07-28 client's call of a handshake-era upstream
+        self.task = task  # sent as a task of Abstract's own, to be awaited (Upstream._task_result)
+        self.task_id = ""  # ... once the upstream made it
 
 
 class Upstream:
@@ -4104,12 +4107,13 @@ class Upstream:
             method, self._params({**params, **retry}, follow), timeout=limit))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
-                  progress: Optional[Callable[[dict], None]] = None) -> dict:
+                  progress: Optional[Callable[[dict], None]] = None, task: Any = None) -> dict:
         """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled. For
-        input_required, see _rounds."""
+        input_required, see _rounds. `task`: the client's own task request (transparent mode),
+        passed on; its CreateTaskResult is the answer."""
         key = _dumps(["tools/call", self.name, tool])
         return self._rounds(req, key, f"'{self.name}' tool '{tool}'", lambda retry, follow:
-                            self._call_once(tool, args, req, progress, retry, follow))
+                            self._call_once(tool, args, req, progress, retry, follow, task))
 
     def _rounds(self, req: Optional[_Request], key: str, what: str,
                 once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
@@ -4133,21 +4137,25 @@ class Upstream:
 
     def _call_once(self, tool: str, args: dict, req: Optional[_Request],
                    progress: Optional[Callable[[dict], None]], retry: dict,
-                   follow: Optional[_Follow] = None) -> dict:
+                   follow: Optional[_Follow] = None, task: Any = None) -> dict:
         if follow is not None and follow.hold:
             p = self._resume(follow, progress)
         else:
-            p = self._send_call(tool, args, progress, retry, follow)
+            p = self._send_call(tool, args, progress, retry, follow, task)
         if req is not None:
-            req.on_cancel(lambda: self._cancel_call(p.conn, p.mid))
+            req.on_cancel(lambda: self._cancel_call(p.conn, p.mid, p.task_id))
         limit = self.settings.timeout(self.name)
-        conn, mid, run, held = p.conn, p.mid, p.run, False
+        conn, run, held = p.conn, p.run, False
         try:
-            got = self._await(p.fut, limit, follow if p.modern else None)
-            if isinstance(got, _Question):
-                held = True
-                return self._hold(p, got, follow)  # type: ignore[arg-type]
-            return got
+            while True:
+                got = self._await(p.fut, limit, follow if p.modern else None)
+                if isinstance(got, _Question):
+                    held = True
+                    return self._hold(p, got, follow)  # type: ignore[arg-type]
+                if not (p.task and not p.task_id and isinstance(got, dict) and "content" not in got
+                        and isinstance(got.get("task"), dict)):
+                    return got
+                self._task_result(p, got["task"], tool)
         except UpstreamError as e:  # the session died with the call in flight: never replayed
             raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: {e.message}\nThe call was not "
                                 f"retried, because the server may have done part of the work; call it again if "
@@ -4161,7 +4169,7 @@ class Upstream:
                 raise UpstreamError(f"'{self.name}' stopped reading its input: the request to tool '{tool}' could not "
                                     f"be delivered within {limit:g} s. The server was stopped; the next call starts "
                                     f"it again.{run.hint()}", REQUEST_TIMEOUT) from None
-            conn.notify("notifications/cancelled", {"requestId": mid, "reason": f"timed out after {limit:g} s"})
+            self._cancel_call(conn, p.mid, p.task_id, f"timed out after {limit:g} s")
             raise UpstreamError(f"'{self.name}' tool '{tool}' did not answer within {limit:g} s, so the call was "
                                 f"cancelled. Raise timeout_seconds for this server in Abstract's settings, "
                                 f"or ABSTRACT_TIMEOUT, if it needs longer.", REQUEST_TIMEOUT) from None
@@ -4170,11 +4178,14 @@ class Upstream:
                 self._done(p)
 
     def _send_call(self, tool: str, args: dict, progress: Optional[Callable[[dict], None]],
-                   retry: dict, follow: Optional[_Follow]) -> "_Pending":
+                   retry: dict, follow: Optional[_Follow], task: Any) -> "_Pending":
         run = self._current()
         conn: Connection = run.conn  # type: ignore[assignment]
         own = self.settings.upstream_tool(self.name, tool)  # a renamed tool: the upstream's name
         params: dict = {"name": own, "arguments": args, **retry}
+        awaited = task is None and self._task_required(tool)
+        if task is not None or awaited:
+            params["task"] = {} if awaited else task
         token = ""
         if progress is not None:
             token = f"abstract-{next(self._tokens)}"
@@ -4185,7 +4196,34 @@ class Upstream:
         with self._qlock:
             self._calls += 1
             self._modern_calls += modern
-        return _Pending(run, mid, fut, token, modern)
+        return _Pending(run, mid, fut, token, modern, awaited)
+
+    def tasks_offered(self) -> bool:
+        """Whether the upstream takes task-augmented tools/call (2025-11-25 tasks capability)."""
+        tasks = self.capabilities.get("tasks")
+        asks = tasks.get("requests") if isinstance(tasks, dict) else None
+        tools = asks.get("tools") if isinstance(asks, dict) else None
+        return isinstance(tools, dict) and "call" in tools
+
+    def _task_required(self, tool: str) -> bool:
+        """A tool the upstream runs only as a task (execution.taskSupport "required"): Abstract
+        makes the call a task of its own and awaits its result, as any call."""
+        if not self.tasks_offered():
+            return False
+        found = next((t for t in self.tools() if t["name"] == tool), {})
+        execution = found.get("execution")
+        return isinstance(execution, dict) and execution.get("taskSupport") == "required"
+
+    def _task_result(self, p: "_Pending", task: dict, tool: str) -> None:
+        """The upstream made Abstract's call a task: wait for it with tasks/result (which
+        answers when the task ends) in place of the call."""
+        task_id = task.get("taskId")
+        if not isinstance(task_id, str):
+            raise UpstreamError(f"'{self.name}' tool '{tool}' answered a task-augmented call "
+                                f"without a taskId: {_dumps(task)[:200]}")
+        p.conn.forget(p.mid)
+        p.task_id = task_id
+        p.mid, p.fut = p.conn.request("tasks/result", self._params({"taskId": task_id}))
 
     def _done(self, p: "_Pending") -> None:
         with self._qlock:
@@ -4227,11 +4265,18 @@ class Upstream:
             self._progress[p.token] = progress
         return p
 
-    def _cancel_call(self, conn: Connection, mid: int) -> None:
-        """The client cancelled a tools/call: tell the upstream, and withdraw the questions it
-        has pending at the client when this was its only call in flight (with several, which
-        call a question belongs to is not known: those are left for the upstream to cancel)."""
-        conn.notify("notifications/cancelled", {"requestId": mid, "reason": "cancelled by the client"})
+    def _cancel_call(self, conn: Connection, mid: int, task_id: str = "",
+                     reason: str = "") -> None:
+        """The client cancelled a tools/call (or its time is up, `reason`): tell the upstream
+        (tasks/cancel too for a task of Abstract's), and withdraw the questions it has pending at
+        the client when this was its only call in flight (with several, which call a question
+        belongs to is not known: those are left for the upstream to cancel)."""
+        conn.notify("notifications/cancelled",
+                    {"requestId": mid, "reason": reason or "cancelled by the client"})
+        if task_id:
+            conn.forget(conn.request("tasks/cancel", self._params({"taskId": task_id}))[0])
+        if reason:
+            return
         conn.forget(mid, _Cancelled())
         with self._qlock:
             questions = list(self._questions.values()) if self._calls <= 1 else []
@@ -6928,12 +6973,13 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
                         + (f" (data: {_dumps(e.data)[:500]})" if e.data is not None else "")) from None
 
 
-def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
+def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict, task: Any = None) -> dict:
     """tools/call upstream with progress relayed and cancellation forwarded; the result with the
     era envelope removed (it is ours to set). Abstract's own failures (timeout, crash) become
-    ToolError; the upstream's JSON-RPC errors are raised as RpcError for the caller to shape."""
+    ToolError; the upstream's JSON-RPC errors are raised as RpcError for the caller to shape.
+    `task`: a transparent-mode client's task request, passed on (see Upstream.call_tool)."""
     try:
-        res = up.call_tool(tool, args, call.req, _progress_relay(call))
+        res = up.call_tool(tool, args, call.req, _progress_relay(call), task)
     except UpstreamError as e:
         raise ToolError(e.message) from None
     if isinstance(res, dict) and res.get("resultType") == "input_required":
@@ -7905,6 +7951,7 @@ _DIRECT_INSTRUCTIONS = (
     "comes back as a preview and a token: read more of it with retrieve_cached_output."
 )
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_TASKS_MAX = 10000  # transparent mode's tasks remembered for routing tasks/* (oldest forgotten)
 _FOLLOW_UP_PARAMS = ("inputResponses", "requestState")  # a 2026-07-28 follow-up's: Abstract routes
 _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
               "resources/read"}
@@ -8002,6 +8049,8 @@ class _Direct:
         self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
         self._prompts: Dict[str, Tuple[str, str]] = {}
         self._uris: Dict[str, str] = {}  # upstream resource URI -> server
+        # a transparent-mode client's tasks: taskId -> server, for its tasks/* requests
+        self._tasks: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._lock = threading.Lock()
         for up in server.upstreams._all.values():
             up.on_tools_changed = server.tools_changed
@@ -8055,7 +8104,16 @@ class _Direct:
         """Call the upstream tool `target` (from lookup): its result as it is (cached when large),
         its JSON-RPC errors passed on with their codes, Abstract's own failures as isError results."""
         server, tool = target
-        res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args)
+        task = (call.req.params or {}).get("task")  # the client's task request: it polls itself
+        task = task if isinstance(task, dict) else None
+        res = _relayed_call(call, self.server.upstreams.get(server), tool["name"], call.args, task)
+        made = res.get("task") if task is not None and "content" not in res else None
+        if isinstance(made, dict) and isinstance(made.get("taskId"), str):
+            with self._lock:
+                self._tasks[made["taskId"]] = server  # tasks/* for it go to this server
+                while len(self._tasks) > _TASKS_MAX:
+                    self._tasks.popitem(last=False)
+            return res
         if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
         return _maybe_cache(call, server, tool["name"], res, structured=False)
@@ -8098,6 +8156,16 @@ class _Direct:
         if uri not in self._uris and not uri.startswith(("file:", _CACHE_URI)):
             self.resources()
         return uri in self._uris
+
+    def task(self, req: _Request) -> dict:
+        """tasks/get, tasks/result or tasks/cancel, for a task a <server>__<tool> call made:
+        forwarded to that server as it is."""
+        params = {k: v for k, v in (req.params or {}).items() if k != "_meta"}
+        server = self._tasks.get(params.get("taskId"))  # type: ignore[arg-type]
+        if server is None:
+            raise RpcError(INVALID_PARAMS, f"Unknown task {_dumps(params.get('taskId'))[:100]}: "
+                                           f"not one a <server>__<tool> call made through Abstract")
+        return self.server.upstreams.get(server).rpc(req.method, params)
 
     def read(self, uri: str, req: _Request) -> dict:
         return self.server.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri}, req)
@@ -8183,6 +8251,7 @@ class Server:
             "resources/templates/list": self._templates_list,
             "prompts/list": self._prompts_list,
             "prompts/get": self._prompts_get,
+            "tasks/get": self._task, "tasks/result": self._task, "tasks/cancel": self._task,
         }
         # queued: handlers and upstream reader threads (progress, log, list_changed relays) only
         # queue their messages, so a slow client never holds up an upstream's reader
@@ -8274,6 +8343,7 @@ class Server:
                       "resources": {"listChanged": False, "subscribe": False}, "logging": {}}
         if self.direct is not None:
             caps["prompts"] = {"listChanged": False}
+            caps["tasks"] = {"cancel": {}, "requests": {"tools": {"call": {}}}}  # passed through
         return caps
 
     # -- methods
@@ -8358,6 +8428,12 @@ class Server:
         if self.direct is None:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers prompts with --expose direct)")
         return self.direct.get_prompt(req)
+
+    def _task(self, req: _Request) -> dict:
+        if self.direct is None:
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract passes "
+                                             f"tasks on with --expose direct)")
+        return self.direct.task(req)
 
     def _templates_list(self, req: _Request) -> dict:
         items = self.direct.templates() if self.direct is not None else []

@@ -14,7 +14,12 @@ Positional arguments are accepted and ignored (a test uses one to look like abst
 
 With --extras (see EXTRA_TOOLS): lines(n), structured(n) (declares outputSchema, title and
 annotations), change_tools() (adds tool added_later and sends notifications/tools/list_changed),
-plus resources/list, resources/read, resources/templates/list, prompts/list and prompts/get.
+plus resources/list, resources/read, resources/templates/list, prompts/list and prompts/get
+(with --modern-only also the prompt "ask" and the resource fake://ask, which answer input_required
+first, as mrtr does).
+
+With --tasks (2025-11-25 tasks): the tasks capability, tool job(seconds, text) that runs only as a
+task, and tasks/get, tasks/result, tasks/cancel.
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ EXTRA_TOOLS = [
     {"name": "change_tools", "description": "Add tool added_later and send notifications/tools/list_changed.",
      "inputSchema": {"type": "object", "properties": {}}},
 ]
+JOB_TOOL = {"name": "job", "description": "Runs only as a task: answers after `seconds`.",
+            "inputSchema": {"type": "object", "properties": {"seconds": _N, "text": _S}},
+            "execution": {"taskSupport": "required"}}
 ADDED_LATER = {"name": "added_later", "description": "Listed after change_tools.",
                "inputSchema": {"type": "object", "properties": {}}}
 # with --modern-only, the prompt "ask" and the resource fake://ask answer input_required (see mrtr)
@@ -127,6 +135,8 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
     ap.add_argument("--state-file", default=None, help="append events as JSON lines")
     ap.add_argument("--logging", action="store_true", help="declare logging; record logging/setLevel")
+    ap.add_argument("--tasks", action="store_true",
+                    help="2025-11-25 tasks: declare them; tool job(seconds, text) runs only as a task")
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
@@ -170,6 +180,7 @@ class Fake:
         self.unknown_id_pending = opts.unknown_id
         self.tools_changed = False  # change_tools was called
         self.params_of: dict = {}  # tools/call id -> its params, while the tool runs
+        self.tasks: dict = {}  # --tasks: taskId -> {"done": Event, "result": ..., "status": ...}
 
     # -- output
     def send(self, msg: dict) -> None:
@@ -255,6 +266,8 @@ class Fake:
         elif method == "tools/call":
             self.cancels[mid] = threading.Event()
             threading.Thread(target=self.tools_call, args=(mid, params), daemon=True).start()
+        elif self.opts.tasks and method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            threading.Thread(target=self.task_method, args=(mid, method, params), daemon=True).start()
         elif self.opts.extras and method in self.EXTRA_METHODS:
             self.reply(mid, self.EXTRA_METHODS[method](self, params))
         else:
@@ -281,6 +294,8 @@ class Fake:
             caps["logging"] = {}
         if self.opts.extras:
             caps.update(prompts={}, resources={})
+        if self.opts.tasks:
+            caps["tasks"] = {"cancel": {}, "requests": {"tools": {"call": {}}}}
         return caps
 
     def discover(self, mid, params: dict) -> None:
@@ -298,6 +313,8 @@ class Fake:
         for t in tools:
             if t["name"] in REQUIRED:
                 t["inputSchema"]["required"] = REQUIRED[t["name"]]
+        if self.opts.tasks:
+            tools.append(dict(JOB_TOOL))
         if self.opts.extras:
             tools += json.loads(json.dumps(EXTRA_TOOLS + ([ADDED_LATER] if self.tools_changed else [])))
         if self.opts.stale_list_once:  # the list is made, then the tools change before it is sent
@@ -321,6 +338,9 @@ class Fake:
         if once and not os.path.exists(once):
             _append(once, "crashed")
             self.crash(3)
+        if self.opts.tasks and name == "job":
+            self.job(mid, args, params)
+            return
         handler = self.tool_echo_args if name in self.opts.extra_tool else getattr(self, f"tool_{name}", None)
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
@@ -444,6 +464,48 @@ class Fake:
     def tool_deep(self, mid, args: dict, meta: dict) -> None:
         n = int(args.get("n", 5000))
         self.send_raw(b'{"jsonrpc":"2.0","id":%s,"result":%s%s}\n' % (json.dumps(mid).encode(), b"[" * n, b"]" * n))
+
+    # -- --tasks (2025-11-25)
+    def job(self, mid, args: dict, params: dict) -> None:
+        if not isinstance(params.get("task"), dict):
+            self.error(mid, -32601, "tool job runs only as a task (execution.taskSupport required)")
+            return
+        tid = f"task-{next(self.ids)}"
+        task = {"done": threading.Event(), "status": "working", "result": None}
+        self.tasks[tid] = task
+        self.state(event="task", taskId=tid, task=params["task"])
+
+        def run() -> None:
+            if not task["done"].wait(float(args.get("seconds", 0))):
+                task["status"], task["result"] = "completed", _result_text(f"job done: {args.get('text', '')}")
+                task["done"].set()
+
+        threading.Thread(target=run, daemon=True).start()
+        self.reply(mid, {"task": self.task_info(tid)})
+
+    def task_info(self, tid: str) -> dict:
+        return {"taskId": tid, "status": self.tasks[tid]["status"], "createdAt": "2026-01-01T00:00:00Z",
+                "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 60000, "pollInterval": 100}
+
+    def task_method(self, mid, method: str, params: dict) -> None:
+        tid = params.get("taskId")
+        task = self.tasks.get(tid)
+        self.state(event=method, taskId=tid)
+        if task is None:
+            self.error(mid, -32602, f"no task {tid}")
+        elif method == "tasks/get":
+            self.reply(mid, self.task_info(tid))
+        elif method == "tasks/cancel":
+            task["status"] = "cancelled"
+            task["done"].set()
+            self.reply(mid, self.task_info(tid))
+        else:  # tasks/result: when the task ends
+            task["done"].wait(60)
+            if task["status"] == "cancelled":
+                self.error(mid, -32603, "task cancelled")
+            else:
+                meta = {"io.modelcontextprotocol/related-task": {"taskId": tid}}
+                self.reply(mid, dict(task["result"], _meta=meta))
 
     # -- --extras
     def tool_lines(self, mid, args: dict, meta: dict) -> dict:

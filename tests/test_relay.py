@@ -1,7 +1,10 @@
 """What upstreams ask of the client (issue 17): the client's capabilities passed on in each
 upstream's initialize; sampling/createMessage and elicitation/create relayed to the client as
 Abstract's own requests, with cancellation both ways and the call's deadline waiting for the
-user; logging/setLevel applied to every upstream that declares logging."""
+user; logging/setLevel applied to every upstream that declares logging. 2026-07-28:
+input_required bridged to a legacy client, passed through to a modern one (with Abstract's own
+signed requestState), a handshake-era upstream's questions held and put to a modern client as
+input_required; tasks awaited in meta mode and passed through in transparent mode."""
 
 from __future__ import annotations
 
@@ -409,3 +412,54 @@ def test_official_python_sdk_2026_client_drives_a_modern_upstreams_rounds(world,
     assert json.loads(out["texts"][0]) == {"inputResponses": {"who": {"action": "accept", "content": {
         "name": "Ada", "check": True}}}, "requestState": "state-2"}
     assert [e["requestState"] for e in world.events("modern", "mrtr")] == [None, "state-1", "state-2"]
+
+
+# -- tasks (2025-11-25): awaited like any call, or passed through in transparent mode
+
+
+@pytest.mark.parametrize("tool", ["call_tool", "tasker__job"])
+def test_a_tool_that_runs_only_as_a_task_is_awaited_like_any_call(world, tool):
+    world.fake("tasker", "--tasks")
+    proxy = world.start("--expose", "both")
+    args = {"seconds": 0.2, "text": "hi"}
+    if tool == "call_tool":
+        args = {"server": "tasker", "tool_name": "job", "tool_args": args}
+    res = proxy.call_tool(tool, args)
+    assert not res.get("isError") and text_of(res) == "job done: hi", res
+    [made] = world.events("tasker", "task")
+    assert made["task"] == {}
+    assert [e["taskId"] for e in world.events("tasker", "tasks/result")] == [made["taskId"]]
+
+
+def test_cancelling_an_awaited_task_cancels_the_task(world):
+    world.fake("tasker", "--tasks")
+    proxy = world.start()
+    rid = proxy.send_request("tools/call", {"name": "call_tool", "arguments": {
+        "server": "tasker", "tool_name": "job", "tool_args": {"seconds": 60}}})
+    made = wait_for(lambda: world.events("tasker", "tasks/result"), what="tasks/result")[0]
+    proxy.notify("notifications/cancelled", {"requestId": rid})
+    cancelled = wait_for(lambda: world.events("tasker", "tasks/cancel"), what="tasks/cancel")
+    assert cancelled[0]["taskId"] == made["taskId"]
+    assert proxy.upstream("tasker", "echo", {"text": "after"})["content"][0]["text"] == "after"
+    assert json.dumps(rid) not in proxy.responses
+
+
+def test_a_transparent_mode_clients_task_and_its_tasks_methods_pass_through(world):
+    world.fake("tasker", "--tasks")
+    proxy = world.start("--expose", "direct", initialize=False)
+    caps = proxy.initialize()["capabilities"]
+    assert caps["tasks"] == {"cancel": {}, "requests": {"tools": {"call": {}}}}
+    job = next(t for t in proxy.result("tools/list")["tools"] if t["name"] == "tasker__job")
+    assert job["execution"] == {"taskSupport": "required"}
+    made = proxy.result("tools/call", {"name": "tasker__job", "arguments": {"seconds": 0.2, "text": "x"},
+                                       "task": {"ttl": 60000}})
+    tid = made["task"]["taskId"]
+    assert world.events("tasker", "task")[0]["task"] == {"ttl": 60000}
+    assert proxy.result("tasks/get", {"taskId": tid})["taskId"] == tid
+    done = proxy.result("tasks/result", {"taskId": tid})
+    assert text_of(done) == "job done: x" and done["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": tid}
+    other = proxy.result("tools/call", {"name": "tasker__job", "arguments": {"seconds": 60}, "task": {}})
+    assert proxy.result("tasks/cancel", {"taskId": other["task"]["taskId"]})["status"] == "cancelled"
+    err = proxy.request("tasks/get", {"taskId": "nope"})["error"]
+    assert err["code"] == -32602 and "Unknown task" in err["message"]
+    assert not world.events("tasker", "tasks/result")[1:]  # only the client's own tasks/result

@@ -705,3 +705,37 @@ def test_official_python_sdk_2026_client_gets_everythings_questions_as_input_req
     out = sdk_client(real, "sdk_modern_client.py", mode, tool, args)
     assert out["version"] == "2026-07-28" and not out["isError"] and len(out["asked"]) == 1, out
     assert expect in "\n".join(out["texts"]), out
+
+
+@pytest.mark.parametrize("tool", ["call_tool", "everything__simulate-research-query"])
+def test_everythings_task_only_tool_is_awaited_like_any_call(real, tool):
+    """simulate-research-query declares execution.taskSupport "required" (2025-11-25 tasks):
+    Abstract makes the call a task and waits with tasks/result; its elicitation on the way
+    (ambiguous: true) reaches the client as any other."""
+    real.add("everything")
+    proxy = real.start("--expose", "both", capabilities=ASKS)
+    args = {"topic": "python", "ambiguous": True}
+    if tool == "call_tool":
+        args = {"server": "everything", "tool_name": "simulate-research-query", "tool_args": args}
+    else:
+        proxy.result("tools/list", {}, timeout=WAIT)
+    rid = proxy.send_request("tools/call", {"name": tool, "arguments": args})
+    q = asked(proxy, "elicitation/create")
+    assert "python" in q["params"]["message"]
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "accept", "content": {
+        "interpretation": "the programming language"}}})
+    res = proxy.wait_response(rid, WAIT)["result"]
+    text = "\n".join(i.get("text", "") for i in res["content"])
+    assert not res.get("isError") and "Research Report" in text and "the programming language" in text, text
+
+
+def test_a_clients_task_on_everything_passes_through_in_direct_mode(real):
+    real.add("everything")
+    proxy = real.start("--expose", "direct")
+    proxy.result("tools/list", {}, timeout=WAIT)
+    made = proxy.result("tools/call", {"name": "everything__simulate-research-query",
+                                       "arguments": {"topic": "rust"}, "task": {"ttl": 60000}}, timeout=WAIT)
+    tid = made["task"]["taskId"]
+    assert proxy.result("tasks/get", {"taskId": tid}, timeout=WAIT)["status"] in ("working", "completed")
+    done = proxy.result("tasks/result", {"taskId": tid}, timeout=WAIT)
+    assert "Research Report" in "\n".join(i.get("text", "") for i in done["content"])
