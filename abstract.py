@@ -3904,11 +3904,17 @@ class Upstream:
     def _expire(self, q: _Question) -> None:
         """A question's client never followed up: the call held for it is cancelled."""
         with self._qlock:
-            key = next((k for k, (_, held) in self._holds.items() if held is q), None)
-            p = self._holds.pop(key)[0] if key is not None else None
-        if p is not None:
-            p.conn.notify("notifications/cancelled", {"requestId": p.mid,
-                                                      "reason": "the client did not follow up"})
+            key = next((k for k, (_, held) in self._holds.items() if held is q), "")
+        self._release(key, "the client did not follow up")
+
+    def _release(self, key: str, reason: str) -> None:
+        """Give up a held call: its question is answered with an error, the call cancelled."""
+        with self._qlock:
+            got = self._holds.pop(key, None)
+        if got is not None:
+            p, q = got
+            _settle(q.answer, exc=RpcError(INTERNAL_ERROR, reason))
+            p.conn.notify("notifications/cancelled", {"requestId": p.mid, "reason": reason})
             self._done(p)
 
     def _await(self, fut: Future, limit: float, follow: Optional[_Follow] = None) -> Any:
@@ -4129,7 +4135,11 @@ class Upstream:
             if not (isinstance(res, dict) and res.get("resultType") == "input_required"):
                 return res
             if follow is not None and (self.modern or follow.held):
-                raise _InputRequired(self._client.seal(follow, res, what))
+                try:
+                    raise _InputRequired(self._client.seal(follow, res, what))
+                except UpstreamError as e:  # (too many rounds)
+                    self._release(follow.held, e.message)
+                    raise
             if not self.modern:
                 return res  # (the caller says why a handshake-era upstream's cannot be relayed)
             retry = self._client.fulfil(res, req, what)
