@@ -463,3 +463,28 @@ def test_a_transparent_mode_clients_task_and_its_tasks_methods_pass_through(worl
     err = proxy.request("tasks/get", {"taskId": "nope"})["error"]
     assert err["code"] == -32602 and "Unknown task" in err["message"]
     assert not world.events("tasker", "tasks/result")[1:]  # only the client's own tasks/result
+
+
+@pytest.mark.parametrize("client,mode,tool", [
+    ("sdk_modern_client.py", "meta", "call_tool"),
+    ("sdk_modern_client.py", "direct", "sdk__signup"),
+    ("sdk_asking_client.py", "meta", "call_tool"),
+])
+def test_official_python_sdk_server_asking_the_2026_way_through_abstract(world, client, mode, tool):
+    """mcp 2.3.0's MCPServer speaking 2026-07-28 (its requestState sealed with its own HMAC, so
+    it must come back byte for byte) behind Abstract, asked by the SDK's 2026-07-28 client
+    (passed through) and by its handshake-era ClientSession (bridged to elicitation/create)."""
+    if not SDK_PY.exists():
+        pytest.skip(f"the MCP Python SDK venv is not at {SDK_PY} (run ../shared/interop/setup.sh)")
+    here = ROOT / "tests" / "realservers"
+    world.servers["sdk"] = {"command": str(SDK_PY), "args": [
+        str(here / "modern_only.py"), str(SDK_PY), str(here / "sdk_modern_server.py")]}
+    world.dir.mkdir()
+    args = {"server": "sdk", "tool_name": "signup"} if mode == "meta" else {}
+    cmd = [str(SDK_PY), str(here / client), tool, json.dumps(args), "--",
+           sys.executable, str(ABSTRACT), "--expose", mode, str(world.dir)]
+    done = subprocess.run(cmd, env=world.env(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["texts"] == ["hello Ada state=round-1"] and out["asked"] == [
+        {"elicitation": "form", "message": "Your name?"}], out
