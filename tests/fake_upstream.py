@@ -50,8 +50,8 @@ TOOLS = [
     ("progress", "Send progress notifications, then answer.", {"steps": _N}),
     ("big", "One text item of this many megabytes.", {"mb": _N}),
     ("rpc_error", "Answer with a JSON-RPC error.", {}),
-    ("ask_client", "Send the client a request and return its answer.",
-     {"method": _S, "params": {"type": "object"}, "wait": _N}),
+    ("ask_client", "Send the client a request and return its answer (after then_wait seconds, unless "
+                   "the call is cancelled).", {"method": _S, "params": {"type": "object"}, "wait": _N, "then_wait": _N}),
     ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests and requestState "
              "state-<n> until the retry brings inputResponses and the last state, for `rounds` rounds (1); "
              "then those and the requestState back.", {"inputRequests": {"type": "object"}, "rounds": _N}),
@@ -401,6 +401,9 @@ class Fake:
         self.answers.pop(rid, None)
         answer = {k: v for k, v in slot[1].items() if k in ("result", "error")}
         self.state(event="answered", id=rid, answer=answer)
+        if self.cancels[mid].wait(float(args.get("then_wait", 0))):  # then work on, cancellable
+            self.state(event="cancelled", id=mid)
+            return None
         return _result_text(json.dumps(answer))
 
     def tool_mrtr(self, mid, args: dict, meta: dict) -> dict:

@@ -488,3 +488,20 @@ def test_official_python_sdk_server_asking_the_2026_way_through_abstract(world, 
     out = json.loads(done.stdout.splitlines()[-1])
     assert out["texts"] == ["hello Ada state=round-1"] and out["asked"] == [
         {"elicitation": "form", "message": "Your name?"}], out
+
+
+def test_a_modern_clients_cancelled_follow_up_cancels_the_held_call(world):
+    world.fake("asker")
+    proxy = world.start(str(world.dir), initialize=False)
+    args = {"method": "elicitation/create", "params": ELICIT, "wait": 60, "then_wait": 60}
+    first = _modern_call(proxy, "ask_client", args, server="asker")
+    [key] = first["inputRequests"]
+    rid = proxy.send_request("tools/call", {"name": "call_tool", "_meta": _meta(BOTH), "arguments": {
+        "server": "asker", "tool_name": "ask_client", "tool_args": args},
+        "inputResponses": {key: {"action": "decline"}}, "requestState": first["requestState"]})
+    answered = wait_for(lambda: world.events("asker", "answered"), what="the upstream to get the answer")
+    assert answered[0]["answer"] == {"result": {"action": "decline"}}
+    proxy.notify("notifications/cancelled", {"requestId": rid})
+    wait_for(lambda: world.events("asker", "cancelled"), what="the upstream call to be cancelled")
+    assert _modern_call(proxy, "echo", {"text": "after"}, server="asker")["content"][0]["text"] == "after"
+    assert json.dumps(rid) not in proxy.responses
