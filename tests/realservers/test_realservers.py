@@ -696,6 +696,8 @@ def test_official_python_sdk_client_answers_everythings_questions(real, mode, to
                            "tool_args": {"prompt": "tell a joke"}}, "sampled: Resource trigger-sampling"),
     ("direct", "everything__trigger-elicitation-request", {}, "Name: Ada"),
     ("direct", "everything__trigger-sampling-request", {"prompt": "p"}, "sampled: Resource"),
+    ("direct", "everything__trigger-url-elicitation", {"url": "https://example.com/x"},
+     "completed the URL elicitation"),
 ])
 def test_official_python_sdk_2026_client_gets_everythings_questions_as_input_required(real, mode, tool,
                                                                                     args, expect):
