@@ -141,6 +141,9 @@ _ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a pers
 # a 2026-07-28 upstream's input_required rounds for one call before it is given up
 _INPUT_ROUNDS = 10
 _INPUT_REQUESTS_MAX = 16  # inputRequests in one input_required result
+_STATE_TTL_S = 3600.0  # a requestState Abstract gives a 2026-07-28 client is good this long
+_STATE_MAX = 1 << 20  # the longest requestState of an upstream's that Abstract carries for a client
+_HOLD_S = 600.0  # a handshake-era upstream's call held for a 2026-07-28 client's follow-up
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
 _MAX_WORKERS = 256
@@ -218,6 +221,15 @@ class UpstreamError(RpcError):
 
 class _Cancelled(Error):
     """The client cancelled the request; nothing is sent back."""
+
+
+class _InputRequired(Error):
+    """A 2026-07-28 client must answer an upstream's questions first: `result` is the
+    input_required result it gets instead of the answer (see _ClientLink.seal)."""
+
+    def __init__(self, result: dict) -> None:
+        super().__init__("input required")
+        self.result = result
 
 
 # ==== 5. Helpers ==================================================================
@@ -4641,6 +4653,52 @@ def _exit_text(code: Optional[int]) -> str:
     return f"exited with code {code}"
 
 
+class _LinkSigner:
+    """HMAC-SHA256 signatures over "{token}:{expires}": cache download links, and the requestState
+    Abstract gives a 2026-07-28 client (_ClientLink.seal)."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def sign(self, token: str, expires: int) -> str:
+        import hashlib
+        import hmac
+
+        return hmac.new(self._secret, f"{token}:{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def check(self, token: str, expires: int, sig: str) -> bool:
+        import hmac
+
+        # bytes: compare_digest raises TypeError for str with non-ASCII characters (%C3%A9 decoded)
+        return hmac.compare_digest(self.sign(token, expires).encode(),
+                                   sig.encode("utf-8", "replace"))
+
+
+class _Follow:
+    """A 2026-07-28 client's request as the upstream call behind it sees it: the client's own
+    capabilities (passed on in a modern upstream's _meta), what its follow-up brings for the
+    upstream (inputResponses, the upstream's requestState), the held call it continues (a
+    handshake-era upstream's, see Upstream._hold), and the round it is."""
+
+    __slots__ = ("key", "caps", "retry", "hold", "round", "held", "asked")
+
+    def __init__(self, key: str, caps: dict, retry: dict, hold: str = "", rnd: int = 0) -> None:
+        self.key, self.caps, self.retry, self.hold, self.round = key, caps, retry, hold, rnd
+        self.held = ""  # a call held for this request's client: the hold it is kept under
+        self.asked: Future = Future()  # a handshake-era upstream's question handed to this call
+
+
+class _Question:
+    """A handshake-era upstream's sampling/createMessage or elicitation/create put to a
+    2026-07-28 client as an input_required result: its key there, and the client's answer."""
+
+    __slots__ = ("key", "method", "params", "answer")
+
+    def __init__(self, key: str, method: str, params: Any) -> None:
+        self.key, self.method, self.params = key, method, params
+        self.answer: Future = Future()
+
+
 class _ClientLink:
     """Abstract's own client as the upstreams see it (docs/reference/protocol.md): the client
     capabilities it declared in initialize, passed on to each upstream, and the requests an
@@ -4658,6 +4716,7 @@ class _ClientLink:
         # the client capabilities Abstract relays (roots, sampling, elicitation)
         self.caps: dict = {}
         self._asking = threading.BoundedSemaphore(4)  # an upstream's flood of roots/list: bounded
+        self._states = _LinkSigner(os.urandom(32))  # the requestStates given to 2026-07-28 clients
 
     def client_declared(self, caps: Any, conn: Connection) -> None:
         """The client's initialize: its capabilities, and the session to ask it through."""
@@ -4665,6 +4724,90 @@ class _ClientLink:
         self.caps = {k: caps[k] for k in ("roots", "sampling", "elicitation")
                      if isinstance(caps.get(k), dict)}
         self._conn = conn
+
+    def modern_declared(self, caps: Any) -> None:
+        """A 2026-07-28 client's request: its sampling and elicitation, offered to upstreams
+        started from now on (their questions reach it as input_required results during a call;
+        it has no session, so not roots). A handshake-era client's initialize wins."""
+        if self._conn is None and isinstance(caps, dict):
+            self.caps = {k: caps[k] for k in ("sampling", "elicitation")
+                         if isinstance(caps.get(k), dict)}
+
+    def follow(self, req: Optional[_Request], key: str) -> Optional[_Follow]:
+        """For a 2026-07-28 client's request (None for any other), keyed by what it asks
+        (method, server, name): its capabilities, and what a follow-up brings. A requestState
+        that Abstract did not give for this same request, or that expired, is refused."""
+        meta = req.meta if req is not None else {}
+        if _META_VERSION not in meta:
+            return None
+        got = meta.get(_META_CAPS) if isinstance(meta.get(_META_CAPS), dict) else {}
+        caps = {k: got[k] for k in ("sampling", "elicitation", "roots")
+                if isinstance(got.get(k), dict)}
+        params: dict = req.params  # type: ignore[union-attr, assignment]  (modern: always params)
+        retry: dict = {}
+        if "inputResponses" in params:
+            if not isinstance(params["inputResponses"], dict):
+                raise UpstreamError("inputResponses must be an object of answers by the "
+                                    "inputRequests' keys", INVALID_PARAMS)
+            retry["inputResponses"] = params["inputResponses"]
+        if params.get("requestState") is None:
+            return _Follow(key, caps, retry)
+        state = self._open(params["requestState"], key)
+        if isinstance(state.get("u"), str):
+            retry["requestState"] = state["u"]  # the upstream's own, exactly as it gave it
+        return _Follow(key, caps, retry, str(state.get("h") or ""), int(state.get("r") or 0))
+
+    def _open(self, state: Any, key: str) -> dict:
+        import base64
+
+        bad = UpstreamError("requestState is not one Abstract gave for this request (changed, for "
+                            "another server, tool, prompt or resource, or from an earlier run of "
+                            "Abstract); send the request again without inputResponses and "
+                            "requestState", INVALID_PARAMS)
+        if not isinstance(state, str) or len(state) > 2 * _STATE_MAX or state.count(".") != 1:
+            raise bad
+        body, sig = state.split(".")
+        if not self._states.check(body, 0, sig):
+            raise bad
+        got = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
+        if got.get("k") != key:
+            raise bad
+        if got.get("x", 0) < time.time():
+            raise UpstreamError(f"requestState expired (Abstract's are good for "
+                                f"{_STATE_TTL_S:g} s); send the request again without "
+                                f"inputResponses and requestState", INVALID_PARAMS)
+        return got
+
+    def seal(self, follow: _Follow, res: dict, what: str) -> dict:
+        """The input_required result for a 2026-07-28 client: the upstream's inputRequests as
+        they are, and a requestState of Abstract's own naming the request (follow.key) and
+        carrying the upstream's requestState or the held call. Signed, so a client cannot change
+        it to reach another server, tool, prompt or resource; no state is kept for it."""
+        import base64
+
+        asks = res.get("inputRequests")
+        if asks is not None and (not isinstance(asks, dict) or len(asks) > _INPUT_REQUESTS_MAX):
+            raise UpstreamError(f"{what} answered input_required with inputRequests that are not "
+                                f"an object of at most {_INPUT_REQUESTS_MAX} requests")
+        if follow.round + 1 > _INPUT_ROUNDS:
+            raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so "
+                                f"the call was given up")
+        state: dict = {"k": follow.key, "x": int(time.time() + _STATE_TTL_S), "r": follow.round + 1}
+        theirs = res.get("requestState")
+        if isinstance(theirs, str):
+            if len(theirs) > _STATE_MAX:
+                raise UpstreamError(f"{what} answered input_required with a requestState of "
+                                    f"{len(theirs):,} characters; Abstract carries up to "
+                                    f"{_STATE_MAX:,}")
+            state["u"] = theirs
+        if follow.held:
+            state["h"] = follow.held
+        body = base64.urlsafe_b64encode(_dumps(state).encode()).decode("ascii")
+        out: dict = {"resultType": "input_required",
+                     "requestState": f"{body}.{self._states.sign(body, 0)}"}
+        if asks:
+            out["inputRequests"] = asks
+        return out
 
     def roots_offered(self) -> bool:
         """Whether upstreams are told, in initialize, that Abstract has roots."""
@@ -4704,6 +4847,10 @@ class _ClientLink:
         request of Abstract's own (a fresh id); -32601 at once if the client cannot take it."""
         cap = self.QUESTIONS[method]
         conn = self._conn
+        if conn is None and cap in self.caps:
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client "
+                                             f"speaks 2026-07-28, and is asked only during a call "
+                                             f"to this server)")
         if conn is None or cap not in self.caps:
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client did "
                                              f"not declare the {cap} capability)")
@@ -5416,6 +5563,19 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
             _hard_kill(run.proc)  # children it left in its process group go too (ESRCH if none)
 
 
+class _Pending:
+    """A tools/call sent upstream and not yet answered."""
+
+    __slots__ = ("run", "conn", "mid", "fut", "token", "modern", "task", "task_id")
+
+    def __init__(self, run: _Run, mid: int, fut: Future, token: str, modern: bool,
+                 task: bool) -> None:
+        self.run, self.conn, self.mid, self.fut, self.token = run, run.conn, mid, fut, token
+        self.modern = modern  # a 2026-07-28 client's call of a handshake-era upstream
+        self.task = task  # sent as a task of Abstract's own, to be awaited (Upstream._task_result)
+        self.task_id = ""  # ... once the upstream made it
+
+
 class Upstream:
     """A supervised upstream MCP server: the long-lived policy (restart and back-off, the tool
     list, the calls) over a succession of runs (_Run), one at a time."""
@@ -5432,6 +5592,13 @@ class Upstream:
         self._answered_at = 0.0
         self._calls = 0  # tools/call requests in flight
         self._qlock = threading.Lock()
+        # a 2026-07-28 client's calls of a handshake-era upstream: the upstream's questions are
+        # handed to one waiting (_waiters) as input_required, or kept until one waits (_unclaimed);
+        # the calls held for the client's follow-up (_holds), by hold key
+        self._modern_calls = 0
+        self._waiters: List[_Follow] = []
+        self._unclaimed: List[_Question] = []
+        self._holds: Dict[str, Tuple["_Pending", _Question]] = {}
         # the client's logging/setLevel, applied to each run that declares logging
         self.log_level = ""
         self._spawn, self._clock = spawn, clock
@@ -5598,6 +5765,10 @@ class Upstream:
         cancels it at the client."""
         if req.cancelled.is_set():  # cancelled before a worker took it: nothing to relay
             raise _Cancelled()
+        with self._qlock:
+            park = 0 < self._modern_calls == self._calls  # every call in flight: a modern client's
+        if park:
+            return self._park(req)
         conn, mid, fut = self._client.send(req.method, req.params)
         key = next(self._tokens)
 
@@ -5614,15 +5785,78 @@ class Upstream:
                 self._questions.pop(key, None)
                 self._answered_at = time.monotonic()
 
-    def _await(self, fut: Future, limit: float) -> Any:
+    def _park(self, req: _Request) -> Any:
+        """An upstream's question while only 2026-07-28 clients' calls are in flight: handed to
+        one of them, which answers its client with input_required (Upstream._hold); the
+        client's follow-up brings the answer. -32601 at once if the client cannot take it; an
+        error when it does not follow up within _HOLD_S (the call is then cancelled)."""
+        cap = _ClientLink.QUESTIONS[req.method]
+        if cap not in self._client.caps:
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract's client "
+                                             f"did not declare the {cap} capability)")
+        q = _Question(f"{self.name}-{next(self._tokens)}", req.method, req.params)
+
+        def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
+            _settle(q.answer, exc=exc or RpcError(INTERNAL_ERROR, reason))
+
+        with self._qlock:
+            self._questions[id(q)] = withdraw
+            waiter = next((w for w in self._waiters if not w.asked.done()), None)
+            if waiter is None:
+                self._unclaimed.append(q)
+            else:
+                waiter.asked.set_result(q)
+        req.on_cancel(lambda: withdraw(f"cancelled by server '{self.name}'", _Cancelled()))
+        try:
+            return q.answer.result(_HOLD_S)
+        except FutureTimeout:
+            self._expire(q)
+            raise RpcError(REQUEST_TIMEOUT, f"Abstract's 2026-07-28 client did not follow up with "
+                                            f"an answer within {_HOLD_S:g} s") from None
+        finally:
+            with self._qlock:
+                self._questions.pop(id(q), None)
+                self._answered_at = time.monotonic()
+                if q in self._unclaimed:
+                    self._unclaimed.remove(q)
+
+    def _expire(self, q: _Question) -> None:
+        """A question's client never followed up: the call held for it is cancelled."""
+        with self._qlock:
+            key = next((k for k, (_, held) in self._holds.items() if held is q), "")
+        self._release(key, "the client did not follow up")
+
+    def _release(self, key: str, reason: str) -> None:
+        """Give up a held call: its question is answered with an error, the call cancelled."""
+        with self._qlock:
+            got = self._holds.pop(key, None)
+        if got is not None:
+            p, q = got
+            _settle(q.answer, exc=RpcError(INTERNAL_ERROR, reason))
+            p.conn.notify("notifications/cancelled", {"requestId": p.mid, "reason": reason})
+            self._done(p)
+
+    def _await(self, fut: Future, limit: float, follow: Optional[_Follow] = None) -> Any:
         """fut's result within `limit` seconds, not counting the wait for the user: while a
         question to the client is pending the deadline does not pass, and once one is answered
-        the call gets `limit` seconds again, counted from the answer."""
+        the call gets `limit` seconds again, counted from the answer. For a 2026-07-28 client's
+        call (`follow`), the upstream's question handed to it instead (a _Question), if one
+        comes first."""
+        import concurrent.futures
+
+        asked = self._wait_for_questions(follow) if follow is not None else None
         deadline = time.monotonic() + limit
-        while True:
-            try:
-                return fut.result(max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
+        took = False
+        try:
+            while True:
+                concurrent.futures.wait([fut] if asked is None else [fut, asked],
+                                        max(0.0, deadline - time.monotonic()),
+                                        concurrent.futures.FIRST_COMPLETED)
+                if asked is not None and asked.done():
+                    took = True
+                    return asked.result()
+                if fut.done():
+                    return fut.result()
                 with self._qlock:
                     pending, answered = bool(self._questions), self._answered_at
                 now = time.monotonic()
@@ -5631,7 +5865,30 @@ class Upstream:
                 elif answered + limit > now:
                     deadline = answered + limit
                 else:
-                    raise
+                    raise FutureTimeout()
+        finally:
+            if asked is not None:
+                self._stop_waiting(follow, took)  # type: ignore[arg-type]
+
+    def _wait_for_questions(self, follow: _Follow) -> Future:
+        """Let this call take the upstream's next question (one kept for nobody, at once)."""
+        follow.asked = Future()
+        with self._qlock:
+            if self._unclaimed:
+                follow.asked.set_result(self._unclaimed.pop(0))
+            else:
+                self._waiters.append(follow)
+        return follow.asked
+
+    def _stop_waiting(self, follow: _Follow, took: bool) -> None:
+        """The call stops waiting: when it got its result (or failed), a question handed to it
+        meanwhile goes to the next call that waits."""
+        with self._qlock:
+            if follow in self._waiters:
+                self._waiters.remove(follow)
+            q = follow.asked.result() if follow.asked.done() and not took else None
+            if q is not None and not q.answer.done():
+                self._unclaimed.insert(0, q)
 
     def _popen(self, argv: List[str], env: Dict[str, str]) -> Any:
         kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
@@ -5688,20 +5945,23 @@ class Upstream:
         self.protocol_version, self.modern = MODERN_VERSIONS[0], True
         return True
 
-    def _modern_meta(self) -> dict:
-        # the client's capabilities, as in a legacy initialize: sampling and elicitation asked
-        # for in an input_required result are asked of the client (Upstream.call_tool)
-        meta = {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: self._client.offered(),
+    def _modern_meta(self, caps: Optional[dict] = None) -> dict:
+        # the client's capabilities, as in a legacy initialize (sampling and elicitation asked
+        # for in an input_required result are asked of the client: Upstream._rounds), or a
+        # 2026-07-28 client's own, which answers the upstream's questions itself
+        caps = self._client.offered() if caps is None else caps
+        meta = {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: caps,
                 _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
         # (the modern era has no logging/setLevel: the level rides on each request)
         if self.log_level:
             meta[_META_LOG_LEVEL] = self.log_level
         return meta
 
-    def _params(self, params: dict) -> dict:
+    def _params(self, params: dict, follow: Optional[_Follow] = None) -> dict:
         if self.modern:
             params = dict(params)
-            params["_meta"] = {**params.get("_meta", {}), **self._modern_meta()}
+            meta = self._modern_meta(follow.caps if follow else None)
+            params["_meta"] = {**params.get("_meta", {}), **meta}
         return params
 
     # -- notifications, death
@@ -5781,56 +6041,83 @@ class Upstream:
                 break
         return [t for t in items if key != "tools" or isinstance(t.get("name"), str)]
 
-    def rpc(self, method: str, params: dict) -> Any:
-        """Any other request (resources/read, prompts/get), with the call deadline."""
-        return self.session().call(method, self._params(params),
-                                   timeout=self.settings.timeout(self.name))
+    def rpc(self, method: str, params: dict, req: Optional[_Request] = None) -> Any:
+        """Any other request (resources/read, prompts/get, for the upstream's own `params["uri"]`
+        or `params["name"]`), with the call deadline; input_required as for tools/call."""
+        key = _dumps([method, self.name, params.get("uri", params.get("name"))])
+        what = f"'{self.name}' {method} of {_dumps(params.get('uri', params.get('name')))[:200]}"
+        limit = self.settings.timeout(self.name)
+        return self._rounds(req, key, what, lambda retry, follow: self.session().call(
+            method, self._params({**params, **retry}, follow), timeout=limit))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
-                  progress: Optional[Callable[[dict], None]] = None) -> dict:
-        """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled. A
-        2026-07-28 upstream's input_required result is answered by asking the client (the
-        handshake-era requests it understands) and the call retried with the answers."""
-        retry: dict = {}
-        what = f"'{self.name}' tool '{tool}'"
+                  progress: Optional[Callable[[dict], None]] = None, task: Any = None) -> dict:
+        """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled. For
+        input_required, see _rounds. `task`: the client's own task request (transparent mode),
+        passed on; its CreateTaskResult is the answer."""
+        key = _dumps(["tools/call", self.name, tool])
+        return self._rounds(req, key, f"'{self.name}' tool '{tool}'", lambda retry, follow:
+                            self._call_once(tool, args, req, progress, retry, follow, task))
+
+    def _rounds(self, req: Optional[_Request], key: str, what: str,
+                once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
+        """once(retry, follow) until it completes. A 2026-07-28 upstream's input_required result
+        is answered by asking a handshake-era client (the requests it understands) and the
+        request retried with the answers; a 2026-07-28 client (`follow`) gets it instead, as
+        _InputRequired with Abstract's requestState, and so does a handshake-era upstream's
+        question during such a client's call (Upstream._hold)."""
+        follow = self._client.follow(req, key)
+        retry = follow.retry if follow is not None else {}
         for _ in range(_INPUT_ROUNDS):
-            res = self._call_once(tool, args, req, progress, retry)
-            if not (self.modern and isinstance(res, dict)
-                    and res.get("resultType") == "input_required"):
+            res = once(retry, follow)
+            if not (isinstance(res, dict) and res.get("resultType") == "input_required"):
                 return res
+            if follow is not None and (self.modern or follow.held):
+                try:
+                    raise _InputRequired(self._client.seal(follow, res, what))
+                except UpstreamError as e:  # (too many rounds)
+                    self._release(follow.held, e.message)
+                    raise
+            if not self.modern:
+                return res  # (the caller says why a handshake-era upstream's cannot be relayed)
             retry = self._client.fulfil(res, req, what)
         raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so the "
                             f"call was given up")
 
     def _call_once(self, tool: str, args: dict, req: Optional[_Request],
-                   progress: Optional[Callable[[dict], None]], retry: dict) -> dict:
+                   progress: Optional[Callable[[dict], None]], retry: dict,
+                   follow: Optional[_Follow] = None, task: Any = None) -> dict:
         """One tools/call on the current run, by the upstream's own name of the tool.
 
-        1. Progress comes back under a token of Abstract's own, mapped to the client's relay.
-        2. The client's cancellation of its request is forwarded as notifications/cancelled.
-        3. A session that dies with the call in flight fails it, and it is never replayed: the
+        1. Sent (_send_call), or, for a 2026-07-28 client's follow-up of a held call, resumed
+           (_resume): progress comes back under a token of Abstract's own.
+        2. The client's cancellation of its request is forwarded as notifications/cancelled
+           (tasks/cancel for a task).
+        3. A handshake-era upstream's question during a 2026-07-28 client's call holds the call
+           and goes to the client as input_required (_hold); a task is awaited to its result.
+        4. A session that dies with the call in flight fails it, and it is never replayed: the
            server may have done part of the work.
-        4. At the timeout the call is cancelled upstream, unless the upstream stopped reading
+        5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """
-        run = self._current()
-        conn: Connection = run.conn  # type: ignore[assignment]
-        # a renamed tool: the upstream's own name
-        own = self.settings.upstream_tool(self.name, tool)
-        params: dict = {"name": own, "arguments": args, **retry}
-        token = ""
-        if progress is not None:
-            token = f"abstract-{next(self._tokens)}"
-            self._progress[token] = progress
-            params["_meta"] = {"progressToken": token}
-        mid, fut = conn.request("tools/call", self._params(params))
-        with self._qlock:
-            self._calls += 1
+        if follow is not None and follow.hold:
+            p = self._resume(follow, progress)
+        else:
+            p = self._send_call(tool, args, progress, retry, follow, task)
         if req is not None:
-            req.on_cancel(lambda: self._cancel_call(conn, mid))
+            req.on_cancel(lambda: self._cancel_call(p.conn, p.mid, p.task_id))
         limit = self.settings.timeout(self.name)
+        conn, run, held = p.conn, p.run, False
         try:
-            return self._await(fut, limit)
+            while True:
+                got = self._await(p.fut, limit, follow if p.modern else None)
+                if isinstance(got, _Question):
+                    held = True
+                    return self._hold(p, got, follow)  # type: ignore[arg-type]
+                if not (p.task and not p.task_id and isinstance(got, dict) and "content" not in got
+                        and isinstance(got.get("task"), dict)):
+                    return got
+                self._task_result(p, got["task"], tool)
         except UpstreamError as e:  # the session died with the call in flight: never replayed
             raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: "
                                 f"{e.message}\nThe call was not retried, because the server may "
@@ -5845,26 +6132,116 @@ class Upstream:
                 raise UpstreamError(f"'{self.name}' stopped reading its input: the request to tool "
                                     f"'{tool}' could not be delivered within {limit:g} s. The "
                                     f"server was stopped; the next call starts it "
-                                    f"again.{run.hint()}",
-                                    REQUEST_TIMEOUT) from None
-            conn.notify("notifications/cancelled", {"requestId": mid,
-                                                    "reason": f"timed out after {limit:g} s"})
+                                    f"again.{run.hint()}", REQUEST_TIMEOUT) from None
+            self._cancel_call(conn, p.mid, p.task_id, f"timed out after {limit:g} s")
             raise UpstreamError(f"'{self.name}' tool '{tool}' did not answer within {limit:g} s, "
                                 f"so the call was cancelled. Raise timeout_seconds for this server "
                                 f"in Abstract's settings, or ABSTRACT_TIMEOUT, if it needs longer.",
                                 REQUEST_TIMEOUT) from None
         finally:
-            with self._qlock:
-                self._calls -= 1
-            conn.forget(mid)
-            self._progress.pop(token, None)
+            if not held:
+                self._done(p)
 
-    def _cancel_call(self, conn: Connection, mid: int) -> None:
-        """The client cancelled a tools/call: tell the upstream, and withdraw the questions it
-        has pending at the client when this was its only call in flight (with several, which
-        call a question belongs to is not known: those are left for the upstream to cancel)."""
-        conn.notify("notifications/cancelled", {"requestId": mid,
-                                                "reason": "cancelled by the client"})
+    def _send_call(self, tool: str, args: dict, progress: Optional[Callable[[dict], None]],
+                   retry: dict, follow: Optional[_Follow], task: Any) -> "_Pending":
+        run = self._current()
+        conn: Connection = run.conn  # type: ignore[assignment]
+        own = self.settings.upstream_tool(self.name, tool)  # a renamed tool: the upstream's name
+        params: dict = {"name": own, "arguments": args, **retry}
+        awaited = task is None and self._task_required(tool)
+        if task is not None or awaited:
+            params["task"] = {} if awaited else task
+        token = ""
+        if progress is not None:
+            token = f"abstract-{next(self._tokens)}"
+            self._progress[token] = progress
+            params["_meta"] = {"progressToken": token}
+        mid, fut = conn.request("tools/call", self._params(params, follow))
+        modern = follow is not None and not self.modern  # its questions: input_required results
+        with self._qlock:
+            self._calls += 1
+            self._modern_calls += modern
+        return _Pending(run, mid, fut, token, modern, awaited)
+
+    def tasks_offered(self) -> bool:
+        """Whether the upstream takes task-augmented tools/call (2025-11-25 tasks capability)."""
+        tasks = self.capabilities.get("tasks")
+        asks = tasks.get("requests") if isinstance(tasks, dict) else None
+        tools = asks.get("tools") if isinstance(asks, dict) else None
+        return isinstance(tools, dict) and "call" in tools
+
+    def _task_required(self, tool: str) -> bool:
+        """A tool the upstream runs only as a task (execution.taskSupport "required"): Abstract
+        makes the call a task of its own and awaits its result, as any call."""
+        if not self.tasks_offered():
+            return False
+        found = next((t for t in self.tools() if t["name"] == tool), {})
+        execution = found.get("execution")
+        return isinstance(execution, dict) and execution.get("taskSupport") == "required"
+
+    def _task_result(self, p: "_Pending", task: dict, tool: str) -> None:
+        """The upstream made Abstract's call a task: wait for it with tasks/result (which
+        answers when the task ends) in place of the call."""
+        task_id = task.get("taskId")
+        if not isinstance(task_id, str):
+            raise UpstreamError(f"'{self.name}' tool '{tool}' answered a task-augmented call "
+                                f"without a taskId: {_dumps(task)[:200]}")
+        p.conn.forget(p.mid)
+        p.task_id = task_id
+        p.mid, p.fut = p.conn.request("tasks/result", self._params({"taskId": task_id}))
+
+    def _done(self, p: "_Pending") -> None:
+        with self._qlock:
+            self._calls -= 1
+            self._modern_calls -= p.modern
+        p.conn.forget(p.mid)
+        self._progress.pop(p.token, None)
+
+    def _hold(self, p: "_Pending", q: _Question, follow: _Follow) -> dict:
+        """A handshake-era upstream asked during a 2026-07-28 client's call: the call is held
+        (still open upstream, its question waiting in _park) and the client gets the question
+        as an input_required result; its follow-up continues the call (_resume)."""
+        key = f"{next(self._tokens)}"
+        with self._qlock:
+            self._holds[key] = (p, q)
+        self._progress.pop(p.token, None)  # (the client's request it reported to is answered)
+        follow.held = key
+        ask = {"method": q.method, "params": q.params}
+        return {"resultType": "input_required", "inputRequests": {q.key: ask}}
+
+    def _resume(self, follow: _Follow, progress: Optional[Callable[[dict], None]]) -> "_Pending":
+        """A 2026-07-28 client's follow-up to a held call: its answer goes to the upstream's
+        question (a follow-up without it is asked the same question again)."""
+        with self._qlock:
+            got = self._holds.pop(follow.hold, None)
+        if got is None:
+            raise UpstreamError(f"the call this requestState continues is no longer held by "
+                                f"Abstract (no follow-up within {_HOLD_S:g} s, already continued, "
+                                f"or server '{self.name}' restarted); send the request again "
+                                f"without inputResponses and requestState", INVALID_PARAMS)
+        p, q = got
+        answers = follow.retry.get("inputResponses") or {}
+        if q.key in answers:
+            _settle(q.answer, answers[q.key])
+        else:
+            with self._qlock:
+                self._unclaimed.insert(0, q)  # asked again at once (_wait_for_questions)
+        if progress is not None and p.token:
+            self._progress[p.token] = progress
+        return p
+
+    def _cancel_call(self, conn: Connection, mid: int, task_id: str = "",
+                     reason: str = "") -> None:
+        """The client cancelled a tools/call (or its time is up, `reason`): tell the upstream
+        (tasks/cancel too for a task of Abstract's), and withdraw the questions it has pending at
+        the client when this was its only call in flight (with several, which call a question
+        belongs to is not known: those are left for the upstream to cancel)."""
+        conn.notify("notifications/cancelled",
+                    {"requestId": mid, "reason": reason or "cancelled by the client"})
+        if task_id:
+            conn.forget(conn.request("tasks/cancel", self._params({"taskId": task_id}))[0])
+        if reason:
+            return
         conn.forget(mid, _Cancelled())
         with self._qlock:
             questions = list(self._questions.values()) if self._calls <= 1 else []
@@ -6736,25 +7113,6 @@ class OutputCache:
             self._drop(e.token)
 
 
-class _LinkSigner:
-    """HMAC-SHA256 signatures over "{token}:{expires}" for cache download links."""
-
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
-
-    def sign(self, token: str, expires: int) -> str:
-        import hashlib  # lazy: see Imports
-        import hmac  # lazy: see Imports
-
-        return hmac.new(self._secret, f"{token}:{expires}".encode(), hashlib.sha256).hexdigest()
-
-    def check(self, token: str, expires: int, sig: str) -> bool:
-        import hmac  # lazy: see Imports
-
-        # bytes: compare_digest raises TypeError for str with non-ASCII characters (a decoded
-        # %C3%A9)
-        return hmac.compare_digest(self.sign(token, expires).encode(),
-                                   sig.encode("utf-8", "replace"))
 
 
 def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
@@ -8810,12 +9168,13 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
                            else "")) from None
 
 
-def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict) -> dict:
+def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict, task: Any = None) -> dict:
     """tools/call upstream with progress relayed and cancellation forwarded; the result with the
     era envelope removed (it is ours to set). Abstract's own failures (timeout, crash) become
-    ToolError; the upstream's JSON-RPC errors are raised as RpcError for the caller to shape."""
+    ToolError; the upstream's JSON-RPC errors are raised as RpcError for the caller to shape.
+    `task`: a transparent-mode client's task request, passed on (see Upstream.call_tool)."""
     try:
-        res = up.call_tool(tool, args, call.req, _progress_relay(call))
+        res = up.call_tool(tool, args, call.req, _progress_relay(call), task)
     except UpstreamError as e:
         raise ToolError(e.message) from None
     if isinstance(res, dict) and res.get("resultType") == "input_required":
@@ -9943,6 +10302,9 @@ _TRANSPARENT_INSTRUCTIONS = (
     "large result comes back as a preview and a token: read more of it with retrieve_cached_output."
 )
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_TASKS_MAX = 10000  # transparent mode's tasks remembered for routing tasks/* (oldest forgotten)
+# a 2026-07-28 follow-up's: Abstract routes it
+_FOLLOW_UP_PARAMS = ("inputResponses", "requestState")
 _CACHEABLE = {"server/discover", "tools/list", "prompts/list", "resources/list",
               "resources/templates/list",
               "resources/read"}
@@ -10055,6 +10417,8 @@ class _Transparent:
         self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
         self._prompts: Dict[str, Tuple[str, str]] = {}
         self._uris: Dict[str, str] = {}  # upstream resource URI -> server
+        # a transparent-mode client's tasks: taskId -> server, for its tasks/* requests
+        self._tasks: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def _gather(self, fn: Callable[[Upstream], List[dict]],
@@ -10111,7 +10475,16 @@ class _Transparent:
         its JSON-RPC errors passed on with their codes, Abstract's own failures as isError
         results."""
         server, tool = target
-        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args)
+        task = (call.req.params or {}).get("task")  # the client's task request: it polls itself
+        task = task if isinstance(task, dict) else None
+        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args, task)
+        made = res.get("task") if task is not None and "content" not in res else None
+        if isinstance(made, dict) and isinstance(made.get("taskId"), str):
+            with self._lock:
+                self._tasks[made["taskId"]] = server  # tasks/* for it go to this server
+                while len(self._tasks) > _TASKS_MAX:
+                    self._tasks.popitem(last=False)
+            return res
         if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
         return _maybe_cache(call, server, tool["name"], res, structured=False)
@@ -10128,7 +10501,8 @@ class _Transparent:
         self._prompts = mapping
         return out
 
-    def get_prompt(self, params: dict) -> dict:
+    def get_prompt(self, req: _Request) -> dict:
+        params = {k: v for k, v in (req.params or {}).items() if k not in _FOLLOW_UP_PARAMS}
         name = params.get("name")
         if name not in self._prompts:
             self.prompts()
@@ -10136,7 +10510,7 @@ class _Transparent:
             raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: "
                                            f"{_names_list(list(self._prompts))}")
         server, real = self._prompts[name]
-        return self.ctx.upstreams.get(server).rpc("prompts/get", {**params, "name": real})
+        return self.ctx.upstreams.get(server).rpc("prompts/get", {**params, "name": real}, req)
 
     def resources(self) -> List[dict]:
         out = []
@@ -10158,8 +10532,18 @@ class _Transparent:
             self.resources()
         return uri in self._uris
 
-    def read(self, uri: str) -> dict:
-        return self.ctx.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri})
+    def task(self, req: _Request) -> dict:
+        """tasks/get, tasks/result or tasks/cancel, for a task a <server>__<tool> call made:
+        forwarded to that server as it is."""
+        params = {k: v for k, v in (req.params or {}).items() if k != "_meta"}
+        server = self._tasks.get(params.get("taskId"))  # type: ignore[arg-type]
+        if server is None:
+            raise RpcError(INVALID_PARAMS, f"Unknown task {_dumps(params.get('taskId'))[:100]}: "
+                                           f"not one a <server>__<tool> call made through Abstract")
+        return self.ctx.upstreams.get(server).rpc(req.method, params)
+
+    def read(self, uri: str, req: _Request) -> dict:
+        return self.ctx.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri}, req)
 
 
 def _recent_files(roots: List[str], limit: int = 500,
@@ -10228,6 +10612,7 @@ class Server:
             "resources/templates/list": self._templates_list,
             "prompts/list": self._prompts_list,
             "prompts/get": self._prompts_get,
+            "tasks/get": self._task, "tasks/result": self._task, "tasks/cancel": self._task,
         }
         # queued: handlers and upstream reader threads (progress, log, list_changed relays) only
         # queue their messages, so a slow client never holds up an upstream's reader
@@ -10296,7 +10681,12 @@ class Server:
     def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
         def handle(req: _Request) -> dict:
             modern = self._is_modern(req)
-            result = fn(req)
+            if modern:  # its sampling and elicitation: offered to upstreams that start from now on
+                self.upstreams.client.modern_declared(req.meta.get(_META_CAPS))
+            try:
+                result = fn(req)
+            except _InputRequired as e:  # (only for a modern request: see _ClientLink.follow)
+                return e.result
             if modern:
                 result = dict(result)
                 result["resultType"] = "complete"
@@ -10337,6 +10727,7 @@ class Server:
                       "resources": {"listChanged": False, "subscribe": False}, "logging": {}}
         if self.transparent is not None:
             caps["prompts"] = {"listChanged": False}
+            caps["tasks"] = {"cancel": {}, "requests": {"tools": {"call": {}}}}  # passed through
         return caps
 
     # -- methods
@@ -10442,7 +10833,13 @@ class Server:
         if self.transparent is None:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers "
                                              "prompts with --expose direct)")
-        return self.transparent.get_prompt(req.params or {})
+        return self.transparent.get_prompt(req)
+
+    def _task(self, req: _Request) -> dict:
+        if self.transparent is None:
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract passes "
+                                             f"tasks on with --expose direct)")
+        return self.transparent.task(req)
 
     def _templates_list(self, req: _Request) -> dict:
         items = self.transparent.templates() if self.transparent is not None else []
@@ -10474,7 +10871,7 @@ class Server:
             raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
         missing = INVALID_PARAMS if _META_VERSION in req.meta else RESOURCE_NOT_FOUND
         if self.transparent is not None and self.transparent.owns(uri):
-            return self.transparent.read(uri)
+            return self.transparent.read(uri, req)
         if uri.startswith(_CACHE_URI) and self.cache is not None:
             return self._read_cached(uri, missing)
         try:

@@ -14,7 +14,12 @@ Positional arguments are accepted and ignored (a test uses one to look like abst
 
 With --extras (see EXTRA_TOOLS): lines(n), structured(n) (declares outputSchema, title and
 annotations), change_tools() (adds tool added_later and sends notifications/tools/list_changed),
-plus resources/list, resources/read, resources/templates/list, prompts/list and prompts/get.
+plus resources/list, resources/read, resources/templates/list, prompts/list and prompts/get
+(with --modern-only also the prompt "ask" and the resource fake://ask, which answer input_required
+first, as mrtr does).
+
+With --tasks (2025-11-25 tasks): the tasks capability, tool job(seconds, text) that runs only as a
+task, and tasks/get, tasks/result, tasks/cancel.
 """
 
 from __future__ import annotations
@@ -45,10 +50,11 @@ TOOLS = [
     ("progress", "Send progress notifications, then answer.", {"steps": _N}),
     ("big", "One text item of this many megabytes.", {"mb": _N}),
     ("rpc_error", "Answer with a JSON-RPC error.", {}),
-    ("ask_client", "Send the client a request and return its answer.",
-     {"method": _S, "params": {"type": "object"}, "wait": _N}),
-    ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests until the retry "
-             "brings inputResponses; then those and the requestState back.", {"inputRequests": {"type": "object"}}),
+    ("ask_client", "Send the client a request and return its answer (after then_wait seconds, unless "
+                   "the call is cancelled).", {"method": _S, "params": {"type": "object"}, "wait": _N, "then_wait": _N}),
+    ("mrtr", "2026-07-28 multi round-trip: input_required with these inputRequests and requestState "
+             "state-<n> until the retry brings inputResponses and the last state, for `rounds` rounds (1); "
+             "then those and the requestState back.", {"inputRequests": {"type": "object"}, "rounds": _N}),
     ("notify_client", "Send the client a notification.", {"method": _S, "params": {"type": "object"}}),
     ("cancel_asks", "Send notifications/cancelled for every ask_client request still pending.", {}),
     ("record_cancel", "Wait for notifications/cancelled for this call; never answer.", {}),
@@ -74,8 +80,16 @@ EXTRA_TOOLS = [
     {"name": "change_tools", "description": "Add tool added_later and send notifications/tools/list_changed.",
      "inputSchema": {"type": "object", "properties": {}}},
 ]
+JOB_TOOL = {"name": "job", "description": "Runs only as a task: answers after `seconds`.",
+            "inputSchema": {"type": "object", "properties": {"seconds": _N, "text": _S}},
+            "execution": {"taskSupport": "required"}}
 ADDED_LATER = {"name": "added_later", "description": "Listed after change_tools.",
                "inputSchema": {"type": "object", "properties": {}}}
+# with --modern-only, the prompt "ask" and the resource fake://ask answer input_required (see mrtr)
+ASK_NAME = {"method": "elicitation/create", "params": {
+    "mode": "form", "message": "Your name?", "requestedSchema": {"type": "object", "properties": {"name": _S}}}}
+ASKING_RESOURCE = {"uri": "fake://ask", "name": "asking", "mimeType": "application/json"}
+ASKING_PROMPT = {"name": "ask", "description": "Asks your name first (2026-07-28 input_required)."}
 RESOURCES = [{"uri": "fake://doc/1", "name": "doc1", "mimeType": "text/plain"}]
 TEMPLATES = [{"uriTemplate": "fake://doc/{n}", "name": "doc"}]
 PROMPTS = [{"name": "greet", "description": "Say hello.", "arguments": [{"name": "who", "required": True}]}]
@@ -121,6 +135,8 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
     ap.add_argument("--state-file", default=None, help="append events as JSON lines")
     ap.add_argument("--logging", action="store_true", help="declare logging; record logging/setLevel")
+    ap.add_argument("--tasks", action="store_true",
+                    help="2025-11-25 tasks: declare them; tool job(seconds, text) runs only as a task")
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
@@ -164,6 +180,7 @@ class Fake:
         self.unknown_id_pending = opts.unknown_id
         self.tools_changed = False  # change_tools was called
         self.params_of: dict = {}  # tools/call id -> its params, while the tool runs
+        self.tasks: dict = {}  # --tasks: taskId -> {"done": Event, "result": ..., "status": ...}
 
     # -- output
     def send(self, msg: dict) -> None:
@@ -249,6 +266,8 @@ class Fake:
         elif method == "tools/call":
             self.cancels[mid] = threading.Event()
             threading.Thread(target=self.tools_call, args=(mid, params), daemon=True).start()
+        elif self.opts.tasks and method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            threading.Thread(target=self.task_method, args=(mid, method, params), daemon=True).start()
         elif self.opts.extras and method in self.EXTRA_METHODS:
             self.reply(mid, self.EXTRA_METHODS[method](self, params))
         else:
@@ -275,6 +294,8 @@ class Fake:
             caps["logging"] = {}
         if self.opts.extras:
             caps.update(prompts={}, resources={})
+        if self.opts.tasks:
+            caps["tasks"] = {"cancel": {}, "requests": {"tools": {"call": {}}}}
         return caps
 
     def discover(self, mid, params: dict) -> None:
@@ -292,6 +313,8 @@ class Fake:
         for t in tools:
             if t["name"] in REQUIRED:
                 t["inputSchema"]["required"] = REQUIRED[t["name"]]
+        if self.opts.tasks:
+            tools.append(dict(JOB_TOOL))
         if self.opts.extras:
             tools += json.loads(json.dumps(EXTRA_TOOLS + ([ADDED_LATER] if self.tools_changed else [])))
         if self.opts.stale_list_once:  # the list is made, then the tools change before it is sent
@@ -315,6 +338,9 @@ class Fake:
         if once and not os.path.exists(once):
             _append(once, "crashed")
             self.crash(3)
+        if self.opts.tasks and name == "job":
+            self.job(mid, args, params)
+            return
         handler = self.tool_echo_args if name in self.opts.extra_tool else getattr(self, f"tool_{name}", None)
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
@@ -374,17 +400,28 @@ class Fake:
             return dict(_result_text(f"no answer to {method}"), isError=True)
         self.answers.pop(rid, None)
         answer = {k: v for k, v in slot[1].items() if k in ("result", "error")}
+        self.state(event="answered", id=rid, answer=answer)
+        if self.cancels[mid].wait(float(args.get("then_wait", 0))):  # then work on, cancellable
+            self.state(event="cancelled", id=mid)
+            return None
         return _result_text(json.dumps(answer))
 
     def tool_mrtr(self, mid, args: dict, meta: dict) -> dict:
         params = self.params_of.get(mid, {})
-        self.state(event="mrtr", capabilities=meta.get("io.modelcontextprotocol/clientCapabilities"),
-                   inputResponses=params.get("inputResponses"), requestState=params.get("requestState"))
-        if "inputResponses" not in params:
-            return {"resultType": "input_required", "inputRequests": args.get("inputRequests") or {},
-                    "requestState": "state-1"}
-        got = {"inputResponses": params["inputResponses"], "requestState": params.get("requestState")}
-        return _result_text(json.dumps(got))
+        return self.mrtr(params, args.get("inputRequests") or {}, int(args.get("rounds", 1)), "tools/call",
+                         lambda got: _result_text(json.dumps(got)))
+
+    def mrtr(self, params: dict, asks: dict, rounds: int, method: str, done) -> dict:
+        """A 2026-07-28 server's multi round-trip request: input_required with `asks` and
+        requestState state-<n>, until round `rounds` is answered with the state it gave."""
+        meta = params.get("_meta") or {}
+        state = params.get("requestState")
+        self.state(event="mrtr", method=method, capabilities=meta.get("io.modelcontextprotocol/clientCapabilities"),
+                   inputResponses=params.get("inputResponses"), requestState=state)
+        n = int(state.split("-")[1]) if isinstance(state, str) and state.startswith("state-") else 0
+        if "inputResponses" not in params or n < rounds:
+            return {"resultType": "input_required", "inputRequests": asks, "requestState": f"state-{n + 1}"}
+        return done({"inputResponses": params["inputResponses"], "requestState": state})
 
     def tool_notify_client(self, mid, args: dict, meta: dict) -> dict:
         self.send({"jsonrpc": "2.0", "method": str(args.get("method")), "params": args.get("params") or {}})
@@ -431,6 +468,48 @@ class Fake:
         n = int(args.get("n", 5000))
         self.send_raw(b'{"jsonrpc":"2.0","id":%s,"result":%s%s}\n' % (json.dumps(mid).encode(), b"[" * n, b"]" * n))
 
+    # -- --tasks (2025-11-25)
+    def job(self, mid, args: dict, params: dict) -> None:
+        if not isinstance(params.get("task"), dict):
+            self.error(mid, -32601, "tool job runs only as a task (execution.taskSupport required)")
+            return
+        tid = f"task-{next(self.ids)}"
+        task = {"done": threading.Event(), "status": "working", "result": None}
+        self.tasks[tid] = task
+        self.state(event="task", taskId=tid, task=params["task"])
+
+        def run() -> None:
+            if not task["done"].wait(float(args.get("seconds", 0))):
+                task["status"], task["result"] = "completed", _result_text(f"job done: {args.get('text', '')}")
+                task["done"].set()
+
+        threading.Thread(target=run, daemon=True).start()
+        self.reply(mid, {"task": self.task_info(tid)})
+
+    def task_info(self, tid: str) -> dict:
+        return {"taskId": tid, "status": self.tasks[tid]["status"], "createdAt": "2026-01-01T00:00:00Z",
+                "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 60000, "pollInterval": 100}
+
+    def task_method(self, mid, method: str, params: dict) -> None:
+        tid = params.get("taskId")
+        task = self.tasks.get(tid)
+        self.state(event=method, taskId=tid)
+        if task is None:
+            self.error(mid, -32602, f"no task {tid}")
+        elif method == "tasks/get":
+            self.reply(mid, self.task_info(tid))
+        elif method == "tasks/cancel":
+            task["status"] = "cancelled"
+            task["done"].set()
+            self.reply(mid, self.task_info(tid))
+        else:  # tasks/result: when the task ends
+            task["done"].wait(60)
+            if task["status"] == "cancelled":
+                self.error(mid, -32603, "task cancelled")
+            else:
+                meta = {"io.modelcontextprotocol/related-task": {"taskId": tid}}
+                self.reply(mid, dict(task["result"], _meta=meta))
+
     # -- --extras
     def tool_lines(self, mid, args: dict, meta: dict) -> dict:
         return _result_text(make_lines(int(args.get("n", 3))))
@@ -446,18 +525,24 @@ class Fake:
 
     def resources_read(self, params: dict) -> dict:
         uri = params.get("uri")
+        if uri == ASKING_RESOURCE["uri"]:  # a 2026-07-28 multi round-trip read
+            return self.mrtr(params, {"who": ASK_NAME}, 1, "resources/read", lambda got: {"contents": [
+                {"uri": uri, "mimeType": "application/json", "text": json.dumps(got)}]})
         return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"content of {uri}"}]}
 
     def prompts_get(self, params: dict) -> dict:
         who = (params.get("arguments") or {}).get("who", "nobody")
+        if params.get("name") == "ask":  # a 2026-07-28 multi round-trip prompt
+            return self.mrtr(params, {"who": ASK_NAME}, 1, "prompts/get", lambda got: {"messages": [
+                {"role": "user", "content": {"type": "text", "text": json.dumps(got)}}]})
         text = f"hello {who} from {params.get('name')}"
         return {"description": "A greeting.", "messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
 
     EXTRA_METHODS = {
-        "resources/list": lambda self, p: {"resources": RESOURCES},
+        "resources/list": lambda self, p: {"resources": RESOURCES + [ASKING_RESOURCE] * self.opts.modern_only},
         "resources/read": resources_read,
         "resources/templates/list": lambda self, p: {"resourceTemplates": TEMPLATES},
-        "prompts/list": lambda self, p: {"prompts": PROMPTS},
+        "prompts/list": lambda self, p: {"prompts": PROMPTS + [ASKING_PROMPT] * self.opts.modern_only},
         "prompts/get": prompts_get,
     }
 

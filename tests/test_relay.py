@@ -1,15 +1,22 @@
 """What upstreams ask of the client (issue 17): the client's capabilities passed on in each
 upstream's initialize; sampling/createMessage and elicitation/create relayed to the client as
 Abstract's own requests, with cancellation both ways and the call's deadline waiting for the
-user; logging/setLevel applied to every upstream that declares logging."""
+user; logging/setLevel applied to every upstream that declares logging. 2026-07-28:
+input_required bridged to a legacy client, passed through to a modern one (with Abstract's own
+signed requestState), a handshake-era upstream's questions held and put to a modern client as
+input_required; tasks awaited in meta mode and passed through in transparent mode."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import text_of, wait_for
+from conftest import ABSTRACT, MODERN_VERSION, ROOT, text_of, wait_for
 
 ELICIT = {"mode": "form", "message": "Your name?",
           "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}
@@ -210,3 +217,291 @@ def test_url_elicitation_complete_reaches_a_client_with_url_mode(world, caps, re
     proxy.upstream("asker", "echo", {"text": "after"})  # (the notification came before this answer)
     got = [n["params"] for n in proxy.notifications if n["method"] == "notifications/elicitation/complete"]
     assert got == ([done] if relayed else [])
+
+
+# -- 2026-07-28 clients: input_required passed through, and a handshake-era upstream's questions
+#    turned into input_required
+
+
+def _meta(caps: dict) -> dict:
+    return {"io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": caps,
+            "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"}}
+
+
+def _modern_call(proxy, tool: str, args: dict, caps: dict = BOTH, server: str = "", **follow) -> dict:
+    """A 2026-07-28 tools/call (through call_tool when `server` is given); its result."""
+    if server:
+        tool, args = "call_tool", {"server": server, "tool_name": tool, "tool_args": args}
+    return proxy.result("tools/call", {"name": tool, "arguments": args, "_meta": _meta(caps), **follow})
+
+
+def _modern_world(world, *args: str):
+    world.fake("modern", "--modern-only", "--extras")
+    return world.start(*args, str(world.dir), initialize=False)
+
+
+@pytest.mark.parametrize("mode", ["meta", "direct"])
+def test_a_modern_upstreams_input_required_reaches_a_modern_client_and_its_follow_ups_come_back(world, mode):
+    proxy = _modern_world(world, "--expose", "both")
+    asks = {"who": {"method": "elicitation/create", "params": ELICIT},
+            "joke": {"method": "sampling/createMessage", "params": SAMPLE}}
+    args = {"inputRequests": asks, "rounds": 2}
+    call = (lambda **f: _modern_call(proxy, "mrtr", args, server="modern", **f)) if mode == "meta" else (
+        lambda **f: _modern_call(proxy, "modern__mrtr", args, **f))
+    first = call()
+    assert first["resultType"] == "input_required" and first["inputRequests"] == asks
+    state = first["requestState"]
+    answers = {"who": {"action": "accept", "content": {"name": "Ada"}},
+               "joke": {"role": "assistant", "content": {"type": "text", "text": "ha"}, "model": "m"}}
+    second = call(inputResponses=answers, requestState=state)
+    assert second["resultType"] == "input_required" and second["requestState"] != state
+    last = call(inputResponses=answers, requestState=second["requestState"])
+    assert last["resultType"] == "complete" and not last.get("isError"), last
+    assert json.loads(text_of(last)) == {"inputResponses": answers, "requestState": "state-2"}
+    seen = world.events("modern", "mrtr")
+    assert [e["requestState"] for e in seen] == [None, "state-1", "state-2"]  # the upstream's, echoed exactly
+    assert all(e["capabilities"] == BOTH for e in seen)  # the modern client's own capabilities
+    assert not proxy.server_requests  # nothing sent to a client that has no session
+
+
+def test_a_changed_or_borrowed_request_state_is_refused_and_reaches_no_upstream(world):
+    world.fake("other", "--modern-only")
+    proxy = _modern_world(world)
+    asks = {"who": {"method": "elicitation/create", "params": ELICIT}}
+    state = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="modern")["requestState"]
+    answers = {"inputResponses": {"who": {"action": "decline"}}}
+    body, sig = state.split(".")
+    for bad in [body + "." + sig[::-1], body[:-4] + "AAAA." + sig, "state-1", state + "x"]:
+        res = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="modern", requestState=bad, **answers)
+        assert res["isError"] and "requestState is not one Abstract gave for this request" in text_of(res), res
+    res = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="other", requestState=state, **answers)
+    assert res["isError"] and "requestState is not one Abstract gave" in text_of(res)
+    assert [e["requestState"] for e in world.events("modern", "mrtr")] == [None]
+    assert not world.events("other", "mrtr")
+    ok = _modern_call(proxy, "mrtr", {"inputRequests": asks}, server="modern", requestState=state, **answers)
+    assert json.loads(text_of(ok))["requestState"] == "state-1"
+
+
+def test_a_modern_client_gets_at_most_ten_rounds(world):
+    proxy = _modern_world(world)
+    args = {"inputRequests": {"who": {"method": "elicitation/create", "params": ELICIT}}, "rounds": 50}
+    res = _modern_call(proxy, "mrtr", args, server="modern")
+    for _ in range(9):
+        res = _modern_call(proxy, "mrtr", args, server="modern", requestState=res["requestState"],
+                           inputResponses={"who": {"action": "decline"}})
+        assert res["resultType"] == "input_required"
+    res = _modern_call(proxy, "mrtr", args, server="modern", requestState=res["requestState"],
+                       inputResponses={"who": {"action": "decline"}})
+    assert res["isError"] and "still asked for input after 10 rounds" in text_of(res)
+
+
+@pytest.mark.parametrize("method,params,expose", [
+    ("prompts/get", {"name": "modern__ask"}, "direct"),
+    ("resources/read", {"uri": "fake://ask"}, "direct"),
+])
+def test_input_required_of_prompts_and_resources_passes_through_to_a_modern_client(world, method, params, expose):
+    proxy = _modern_world(world, "--expose", expose)
+    proxy.result("prompts/list" if method == "prompts/get" else "resources/list", {"_meta": _meta(BOTH)})
+    first = proxy.result(method, {**params, "_meta": _meta(BOTH)})
+    assert first["resultType"] == "input_required" and first["inputRequests"]["who"]["method"] == "elicitation/create"
+    answer = {"who": {"action": "accept", "content": {"name": "Ada"}}}
+    last = proxy.result(method, {**params, "_meta": _meta(BOTH), "inputResponses": answer,
+                                 "requestState": first["requestState"]})
+    assert last["resultType"] == "complete"
+    text = last["messages"][0]["content"]["text"] if method == "prompts/get" else last["contents"][0]["text"]
+    assert json.loads(text) == {"inputResponses": answer, "requestState": "state-1"}
+    assert [e["method"] for e in world.events("modern", "mrtr")] == [method, method]
+
+
+@pytest.mark.parametrize("method,params", [("prompts/get", {"name": "modern__ask"}),
+                                           ("resources/read", {"uri": "fake://ask"})])
+def test_input_required_of_prompts_and_resources_is_asked_of_a_legacy_client(world, method, params):
+    proxy = _modern_world(world, "--expose", "direct")
+    proxy.initialize(capabilities=BOTH)
+    proxy.result("prompts/list" if method == "prompts/get" else "resources/list")
+    rid = proxy.send_request(method, params)
+    q = _question(proxy, "elicitation/create")
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "accept", "content": {"name": "Ada"}}})
+    res = proxy.wait_response(rid)["result"]
+    text = res["messages"][0]["content"]["text"] if method == "prompts/get" else res["contents"][0]["text"]
+    assert json.loads(text)["inputResponses"] == {"who": {"action": "accept", "content": {"name": "Ada"}}}
+
+
+@pytest.mark.parametrize("mode", ["meta", "direct"])
+def test_a_handshake_era_upstreams_question_becomes_input_required_for_a_modern_client(world, mode):
+    world.fake("asker")
+    proxy = world.start("--expose", "both", str(world.dir), initialize=False)
+    args = {"method": "elicitation/create", "params": ELICIT, "wait": 60}
+    call = (lambda **f: _modern_call(proxy, "ask_client", args, server="asker", **f)) if mode == "meta" else (
+        lambda **f: _modern_call(proxy, "asker__ask_client", args, **f))
+    first = call()
+    assert first["resultType"] == "input_required", first
+    [(key, ask)] = first["inputRequests"].items()
+    assert ask == {"method": "elicitation/create", "params": ELICIT}
+    assert world.events("asker", "initialize")[0]["capabilities"] == BOTH  # offered what the client declared
+    again = call(inputResponses={}, requestState=first["requestState"])  # no answer: asked again
+    assert again["inputRequests"] == first["inputRequests"]
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    last = call(inputResponses={key: answer}, requestState=again["requestState"])
+    assert last["resultType"] == "complete" and json.loads(text_of(last)) == {"result": answer}
+    late = call(inputResponses={key: answer}, requestState=again["requestState"])  # the call is over
+    assert late["isError"] and "no longer held by Abstract" in text_of(late)
+    assert not proxy.server_requests
+
+
+def test_a_modern_client_without_the_capability_means_method_not_found_for_the_upstream(world):
+    world.fake("asker")
+    proxy = world.start(str(world.dir), initialize=False)
+    res = _modern_call(proxy, "ask_client", {"method": "sampling/createMessage", "params": SAMPLE},
+                       caps={"elicitation": {}}, server="asker")
+    err = json.loads(text_of(res))["error"]
+    assert err["code"] == -32601 and "did not declare the sampling capability" in err["message"]
+    assert world.events("asker", "initialize")[0]["capabilities"] == {"elicitation": {}}
+
+
+def test_a_held_call_the_client_never_follows_up_is_cancelled_and_its_question_answered(tmp_path, monkeypatch):
+    """In-process: the hold's time bound shortened to 1 s."""
+    import sys
+
+    import abstract
+    from conftest import FAKE
+
+    monkeypatch.setattr(abstract, "_HOLD_S", 1.0)
+    link = abstract._ClientLink("none", [])
+    link.modern_declared(BOTH)
+    state = tmp_path / "state"
+    spec = abstract.ServerSpec("asker", sys.executable, [str(FAKE), "--state-file", str(state)])
+    up = abstract.Upstream(spec, abstract.Settings({}), link)
+    req = abstract._Request(1, "tools/call", {"name": "ask_client", "_meta": _meta(BOTH)})
+    try:
+        with pytest.raises(abstract._InputRequired) as held:
+            up.call_tool("ask_client", {"method": "elicitation/create", "params": ELICIT, "wait": 30}, req)
+        assert held.value.result["resultType"] == "input_required" and len(up._holds) == 1
+        answered = wait_for(lambda: [e for e in _events(state) if e["event"] == "answered"], what="the answer")
+        assert "did not follow up" in answered[0]["answer"]["error"]["message"]
+        assert up._holds == {} and up._calls == 0
+    finally:
+        up.close()
+
+
+def _events(path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+SDK_PY = Path(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop") / "venv" / "bin" / "python"
+
+
+@pytest.mark.parametrize("mode,tool", [("meta", "call_tool"), ("direct", "modern__mrtr")])
+def test_official_python_sdk_2026_client_drives_a_modern_upstreams_rounds(world, mode, tool):
+    """mcp 2.3.0's mcp.Client (2026-07-28, its own multi round-trip driver) through Abstract to
+    a 2026-07-28 upstream that asks twice."""
+    if not SDK_PY.exists():
+        pytest.skip(f"the MCP Python SDK venv is not at {SDK_PY} (run ../shared/interop/setup.sh)")
+    world.fake("modern", "--modern-only")
+    world.dir.mkdir()
+    args = {"inputRequests": {"who": {"method": "elicitation/create", "params": ELICIT}}, "rounds": 2}
+    if mode == "meta":
+        args = {"server": "modern", "tool_name": "mrtr", "tool_args": args}
+    cmd = [str(SDK_PY), str(ROOT / "tests" / "realservers" / "sdk_modern_client.py"), tool, json.dumps(args), "--",
+           sys.executable, str(ABSTRACT), "--expose", mode, str(world.dir)]
+    done = subprocess.run(cmd, env=world.env(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["version"] == "2026-07-28" and not out["isError"] and len(out["asked"]) == 2, out
+    assert json.loads(out["texts"][0]) == {"inputResponses": {"who": {"action": "accept", "content": {
+        "name": "Ada", "check": True}}}, "requestState": "state-2"}
+    assert [e["requestState"] for e in world.events("modern", "mrtr")] == [None, "state-1", "state-2"]
+
+
+# -- tasks (2025-11-25): awaited like any call, or passed through in transparent mode
+
+
+@pytest.mark.parametrize("tool", ["call_tool", "tasker__job"])
+def test_a_tool_that_runs_only_as_a_task_is_awaited_like_any_call(world, tool):
+    world.fake("tasker", "--tasks")
+    proxy = world.start("--expose", "both")
+    args = {"seconds": 0.2, "text": "hi"}
+    if tool == "call_tool":
+        args = {"server": "tasker", "tool_name": "job", "tool_args": args}
+    res = proxy.call_tool(tool, args)
+    assert not res.get("isError") and text_of(res) == "job done: hi", res
+    [made] = world.events("tasker", "task")
+    assert made["task"] == {}
+    assert [e["taskId"] for e in world.events("tasker", "tasks/result")] == [made["taskId"]]
+
+
+def test_cancelling_an_awaited_task_cancels_the_task(world):
+    world.fake("tasker", "--tasks")
+    proxy = world.start()
+    rid = proxy.send_request("tools/call", {"name": "call_tool", "arguments": {
+        "server": "tasker", "tool_name": "job", "tool_args": {"seconds": 60}}})
+    made = wait_for(lambda: world.events("tasker", "tasks/result"), what="tasks/result")[0]
+    proxy.notify("notifications/cancelled", {"requestId": rid})
+    cancelled = wait_for(lambda: world.events("tasker", "tasks/cancel"), what="tasks/cancel")
+    assert cancelled[0]["taskId"] == made["taskId"]
+    assert proxy.upstream("tasker", "echo", {"text": "after"})["content"][0]["text"] == "after"
+    assert json.dumps(rid) not in proxy.responses
+
+
+def test_a_transparent_mode_clients_task_and_its_tasks_methods_pass_through(world):
+    world.fake("tasker", "--tasks")
+    proxy = world.start("--expose", "direct", initialize=False)
+    caps = proxy.initialize()["capabilities"]
+    assert caps["tasks"] == {"cancel": {}, "requests": {"tools": {"call": {}}}}
+    job = next(t for t in proxy.result("tools/list")["tools"] if t["name"] == "tasker__job")
+    assert job["execution"] == {"taskSupport": "required"}
+    made = proxy.result("tools/call", {"name": "tasker__job", "arguments": {"seconds": 0.2, "text": "x"},
+                                       "task": {"ttl": 60000}})
+    tid = made["task"]["taskId"]
+    assert world.events("tasker", "task")[0]["task"] == {"ttl": 60000}
+    assert proxy.result("tasks/get", {"taskId": tid})["taskId"] == tid
+    done = proxy.result("tasks/result", {"taskId": tid})
+    assert text_of(done) == "job done: x" and done["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": tid}
+    other = proxy.result("tools/call", {"name": "tasker__job", "arguments": {"seconds": 60}, "task": {}})
+    assert proxy.result("tasks/cancel", {"taskId": other["task"]["taskId"]})["status"] == "cancelled"
+    err = proxy.request("tasks/get", {"taskId": "nope"})["error"]
+    assert err["code"] == -32602 and "Unknown task" in err["message"]
+    assert not world.events("tasker", "tasks/result")[1:]  # only the client's own tasks/result
+
+
+@pytest.mark.parametrize("client,mode,tool", [
+    ("sdk_modern_client.py", "meta", "call_tool"),
+    ("sdk_modern_client.py", "direct", "sdk__signup"),
+    ("sdk_asking_client.py", "meta", "call_tool"),
+])
+def test_official_python_sdk_server_asking_the_2026_way_through_abstract(world, client, mode, tool):
+    """mcp 2.3.0's MCPServer speaking 2026-07-28 (its requestState sealed with its own HMAC, so
+    it must come back byte for byte) behind Abstract, asked by the SDK's 2026-07-28 client
+    (passed through) and by its handshake-era ClientSession (bridged to elicitation/create)."""
+    if not SDK_PY.exists():
+        pytest.skip(f"the MCP Python SDK venv is not at {SDK_PY} (run ../shared/interop/setup.sh)")
+    here = ROOT / "tests" / "realservers"
+    world.servers["sdk"] = {"command": str(SDK_PY), "args": [
+        str(here / "modern_only.py"), str(SDK_PY), str(here / "sdk_modern_server.py")]}
+    world.dir.mkdir()
+    args = {"server": "sdk", "tool_name": "signup"} if mode == "meta" else {}
+    cmd = [str(SDK_PY), str(here / client), tool, json.dumps(args), "--",
+           sys.executable, str(ABSTRACT), "--expose", mode, str(world.dir)]
+    done = subprocess.run(cmd, env=world.env(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["texts"] == ["hello Ada state=round-1"] and out["asked"] == [
+        {"elicitation": "form", "message": "Your name?"}], out
+
+
+def test_a_modern_clients_cancelled_follow_up_cancels_the_held_call(world):
+    world.fake("asker")
+    proxy = world.start(str(world.dir), initialize=False)
+    args = {"method": "elicitation/create", "params": ELICIT, "wait": 60, "then_wait": 60}
+    first = _modern_call(proxy, "ask_client", args, server="asker")
+    [key] = first["inputRequests"]
+    rid = proxy.send_request("tools/call", {"name": "call_tool", "_meta": _meta(BOTH), "arguments": {
+        "server": "asker", "tool_name": "ask_client", "tool_args": args},
+        "inputResponses": {key: {"action": "decline"}}, "requestState": first["requestState"]})
+    answered = wait_for(lambda: world.events("asker", "answered"), what="the upstream to get the answer")
+    assert answered[0]["answer"] == {"result": {"action": "decline"}}
+    proxy.notify("notifications/cancelled", {"requestId": rid})
+    wait_for(lambda: world.events("asker", "cancelled"), what="the upstream call to be cancelled")
+    assert _modern_call(proxy, "echo", {"text": "after"}, server="asker")["content"][0]["text"] == "after"
+    assert json.dumps(rid) not in proxy.responses

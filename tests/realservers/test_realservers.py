@@ -662,6 +662,19 @@ def test_cancelling_a_call_while_everything_waits_for_the_user(real):
 SDK_PY = Path(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop") / "venv" / "bin" / "python"
 
 
+def sdk_client(real, script: str, mode: str, tool: str, args: dict) -> dict:
+    """Run an official-SDK client script of this folder against Abstract (--expose mode) with
+    server-everything; what it printed."""
+    if not SDK_PY.exists():
+        pytest.skip(f"the MCP Python SDK venv is not at {SDK_PY} (run ../shared/interop/setup.sh)")
+    real.add("everything")
+    cmd = [str(SDK_PY), str(Path(__file__).with_name(script)), tool, json.dumps(args), "--",
+           sys.executable, str(ABSTRACT), "--expose", mode, str(real.world.dir)]
+    done = subprocess.run(cmd, env=real.world.env(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 @pytest.mark.parametrize("mode,tool,args,expect", [
     ("meta", "call_tool", {"server": "everything", "tool_name": "trigger-sampling-request",
                            "tool_args": {"prompt": "tell a joke"}}, "sampled: Resource trigger-sampling-request context: tell a joke"),
@@ -671,13 +684,60 @@ SDK_PY = Path(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop"
 ])
 def test_official_python_sdk_client_answers_everythings_questions(real, mode, tool, args, expect):
     """mcp 2.3.0's ClientSession with sampling and elicitation callbacks, through Abstract."""
-    if not SDK_PY.exists():
-        pytest.skip(f"the MCP Python SDK venv is not at {SDK_PY} (run ../shared/interop/setup.sh)")
-    real.add("everything")
-    cmd = [str(SDK_PY), str(Path(__file__).with_name("sdk_asking_client.py")), tool, json.dumps(args), "--",
-           sys.executable, str(ABSTRACT), "--expose", mode, str(real.world.dir)]
-    done = subprocess.run(cmd, env=real.world.env(), capture_output=True, timeout=120)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    out = json.loads(done.stdout.splitlines()[-1])
+    out = sdk_client(real, "sdk_asking_client.py", mode, tool, args)
     assert not out["isError"] and out["asked"], out
     assert expect in "\n".join(out["texts"]), out
+
+
+@pytest.mark.parametrize("mode,tool,args,expect", [
+    ("meta", "call_tool", {"server": "everything", "tool_name": "trigger-elicitation-request"},
+     "Name: Ada"),
+    ("meta", "call_tool", {"server": "everything", "tool_name": "trigger-sampling-request",
+                           "tool_args": {"prompt": "tell a joke"}}, "sampled: Resource trigger-sampling"),
+    ("direct", "everything__trigger-elicitation-request", {}, "Name: Ada"),
+    ("direct", "everything__trigger-sampling-request", {"prompt": "p"}, "sampled: Resource"),
+    ("direct", "everything__trigger-url-elicitation", {"url": "https://example.com/x"},
+     "completed the URL elicitation"),
+])
+def test_official_python_sdk_2026_client_gets_everythings_questions_as_input_required(real, mode, tool,
+                                                                                    args, expect):
+    """mcp 2.3.0's mcp.Client speaking 2026-07-28 (no session, so no requests to it): the
+    handshake-era server-everything's elicitation/create and sampling/createMessage reach it as
+    input_required results, and its retries bring the answers back."""
+    out = sdk_client(real, "sdk_modern_client.py", mode, tool, args)
+    assert out["version"] == "2026-07-28" and not out["isError"] and len(out["asked"]) == 1, out
+    assert expect in "\n".join(out["texts"]), out
+
+
+@pytest.mark.parametrize("tool", ["call_tool", "everything__simulate-research-query"])
+def test_everythings_task_only_tool_is_awaited_like_any_call(real, tool):
+    """simulate-research-query declares execution.taskSupport "required" (2025-11-25 tasks):
+    Abstract makes the call a task and waits with tasks/result; its elicitation on the way
+    (ambiguous: true) reaches the client as any other."""
+    real.add("everything")
+    proxy = real.start("--expose", "both", capabilities=ASKS)
+    args = {"topic": "python", "ambiguous": True}
+    if tool == "call_tool":
+        args = {"server": "everything", "tool_name": "simulate-research-query", "tool_args": args}
+    else:
+        proxy.result("tools/list", {}, timeout=WAIT)
+    rid = proxy.send_request("tools/call", {"name": tool, "arguments": args})
+    q = asked(proxy, "elicitation/create")
+    assert "python" in q["params"]["message"]
+    proxy.send({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "accept", "content": {
+        "interpretation": "the programming language"}}})
+    res = proxy.wait_response(rid, WAIT)["result"]
+    text = "\n".join(i.get("text", "") for i in res["content"])
+    assert not res.get("isError") and "Research Report" in text and "the programming language" in text, text
+
+
+def test_a_clients_task_on_everything_passes_through_in_direct_mode(real):
+    real.add("everything")
+    proxy = real.start("--expose", "direct")
+    proxy.result("tools/list", {}, timeout=WAIT)
+    made = proxy.result("tools/call", {"name": "everything__simulate-research-query",
+                                       "arguments": {"topic": "rust"}, "task": {"ttl": 60000}}, timeout=WAIT)
+    tid = made["task"]["taskId"]
+    assert proxy.result("tasks/get", {"taskId": tid}, timeout=WAIT)["status"] in ("working", "completed")
+    done = proxy.result("tasks/result", {"taskId": tid}, timeout=WAIT)
+    assert "Research Report" in "\n".join(i.get("text", "") for i in done["content"])
