@@ -6053,6 +6053,10 @@ _QUERY_VTABS = ("json_each", "json_tree")  # table-valued functions a query may 
 _QUERY_DENIED_FUNCTIONS = frozenset(("load_extension",))
 _QUERY_MAX_VALUE = 16 * 1024 * 1024  # longest text or blob one expression may make (setlimit, 3.11+)
 _QUERY_CELL = 200  # characters of a cell in the answer's table
+# Columns named as ids (id, user_id, orderId, ID) get an index when loaded: joins and lookups on
+# them are the common case, and SQLite would otherwise build an automatic index at every query.
+_ID_COLUMN = re.compile(r"(?:(?i:id)|.*_(?i:id)|.*[a-z0-9]Id)\Z")
+_QUERY_CACHE_KB = 16384  # SQLite page cache per table: sorts (GROUP BY, ORDER BY) stay in memory
 # SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
 _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CREATE TEMP TABLE",
                 5: "CREATE TEMP TRIGGER", 6: "CREATE TEMP VIEW", 7: "CREATE TRIGGER", 8: "CREATE VIEW",
@@ -6133,6 +6137,7 @@ def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
     line): a key first seen in a later batch adds a column, null in the rows before, so the
     columns are the union of the keys in first-seen order however the rows come."""
     db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    db.execute(f"PRAGMA cache_size = -{_QUERY_CACHE_KB}")
     keys: List[str] = []
     names: List[str] = []
     notes: List[str] = []
@@ -6169,6 +6174,8 @@ def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
             db.execute(f"CREATE TABLE {_QUERY_TABLE} (value)")
             db.executemany(f"INSERT INTO {_QUERY_TABLE} VALUES (NULL)",
                            itertools.repeat((), keyless))
+        for i, name in enumerate(n for n in names if _ID_COLUMN.match(n)):
+            db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
         db.execute("COMMIT")
         table = _Table(db, names or ["value"], count, notes)
         _lock_down(table)

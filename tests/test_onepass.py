@@ -201,3 +201,22 @@ def test_compact_parts_write_what_dumps_writes():
                   [], {}, "x", 1.5, None):
         assert "".join(abstract._compact_parts(value)) == abstract._dumps(value)
 
+
+
+# ==== query speed: id columns indexed, sorts kept in memory ==========================
+
+
+def test_id_columns_are_indexed_when_loaded_and_joins_use_them():
+    rows = [{"id": i, "user_id": i % 7, "userId": i, "ID2": i, "paid": i % 2, "guid": str(i)} for i in range(300)]
+    table = abstract._load_table(rows)
+    table.db.set_authorizer(None)  # (the test reads the schema; queries cannot)
+    indexed = {r[0] for r in table.db.execute("SELECT sql FROM sqlite_master WHERE type = 'index'")}
+    assert indexed == {'CREATE INDEX data_id_0 ON data ("id")', 'CREATE INDEX data_id_1 ON data ("user_id")',
+                       'CREATE INDEX data_id_2 ON data ("userId")'}
+    table.deadline = time.monotonic() + 600
+    plan = " ".join(r[-1] for r in table.db.execute(
+        "EXPLAIN QUERY PLAN SELECT a.id, b.id FROM data a JOIN data b ON b.id = a.id + 1"))
+    assert "SEARCH b USING COVERING INDEX data_id_0 (id=?)" in plan and "AUTOMATIC" not in plan
+    assert table.db.execute("PRAGMA cache_size").fetchone()[0] == -abstract._QUERY_CACHE_KB
+    res = abstract._run_query(table, "SELECT count(*) FROM data a JOIN data b ON b.id = a.id + 1", 10, 5, 1 << 20)
+    assert res.rows == [(299,)]
