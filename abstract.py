@@ -506,10 +506,53 @@ def _as_records(data: Any) -> Tuple[Optional[List[Dict[str, Any]]], str]:
 
 # ---- emitters: json, txt, csv ----
 
+_VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is written indented by two spaces
+
+
+def _json_lines(data: Any, records_key: Optional[str] = None) -> Iterator[str]:
+    """A non-empty list or object as JSON laid out a line per item: a list's items, or an
+    object's members, one to a line, and the records of its `records_key` member one to a line
+    too; each line by json's C encoder (_view_json): the pure-Python encoder that indenting
+    needs before 3.14 takes twice as long and more."""
+    encode = _view_json
+    if isinstance(data, list):
+        last = len(data) - 1
+        yield "["
+        for i, item in enumerate(data):
+            yield ("\n" if i == 0 else ",\n") + encode(item) + ("\n]" if i == last else "")
+        return
+    last = len(data) - 1
+    yield "{"
+    for i, (key, value) in enumerate(data.items()):
+        yield ("\n" if i == 0 else ",\n") + encode(key) + ": "
+        if key == records_key:
+            yield from _json_lines(value)
+        else:
+            yield encode(value)
+        if i == last:
+            yield "\n}"
+
+
+def _json_longer(data: Any, limit: int) -> bool:
+    """Whether a list's items (an object's members) take more than `limit` characters of JSON,
+    encoding no more of them than it takes to know."""
+    used = 0
+    for item in data.items() if isinstance(data, dict) else data:
+        used += len(_view_json(item)) + 2
+        if used > limit:
+            return True
+    return False
+
+
 def _dump_json_parts(data: Any, batch: int = 4096) -> Iterator[str]:
-    """Pretty JSON (indent 2, UTF-8 kept as is) ending with a newline, in parts of about
-    `batch` encoder chunks, so a large value is never one huge string."""
-    chunks = json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(data)
+    """Pretty JSON (UTF-8 kept as is) ending with a newline, in parts of about `batch` encoder
+    chunks, so a large value is never one huge string: indented by two spaces up to about
+    _VIEW_INDENT_MAX characters; a larger list or object laid out a line per item, records one
+    to a line (_json_lines), as a cached output's text is."""
+    if isinstance(data, (list, dict)) and data and _json_longer(data, _VIEW_INDENT_MAX):
+        chunks = _json_lines(data, _records_key(data)[0] if isinstance(data, dict) else None)
+    else:
+        chunks = json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(data)
     while True:
         text = "".join(itertools.islice(chunks, batch))
         if not text:
@@ -4247,32 +4290,20 @@ def _utc_stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-_VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is viewed indented by two spaces
-
-
 def _json_view(data: Any) -> str:
     """The text view of JSON data (a cached output, a value a pointer picks), valid JSON that
     pages well by line: records one compact record per line (a list of objects, or the one
     list of records in an object, whose other members get a line each); other JSON up to
     _VIEW_INDENT_MAX characters indented by two spaces, larger a list's items or an object's
-    members one to a line. Every line is written by the C encoder: json's pure-Python one,
-    which indent needs before 3.14, takes ten times as long over a large value."""
-    encode = _view_json
-
-    def lines(open_: str, parts: List[str], close: str) -> str:
-        return open_ + "\n" + ",\n".join(parts) + "\n" + close
-
+    members one to a line (_json_lines)."""
     if isinstance(data, list) and data:
-        parts, records = [encode(x) for x in data], all(isinstance(x, dict) for x in data)
-        layout = lines("[", parts, "]")
+        key, records = None, all(isinstance(x, dict) for x in data)
     elif isinstance(data, dict) and data:
         key = _records_key(data)[0]
-        parts = [encode(k) + ": " + (lines("[", [encode(r) for r in v], "]") if k == key else encode(v))
-                 for k, v in data.items()]
-        records, layout = key is not None, lines("{", parts, "}")
+        records = key is not None
     else:  # a scalar, [] or {}
-        return encode(data)
-    del parts
+        return _view_json(data)
+    layout = "".join(_json_lines(data, key))
     if not records and len(layout) <= _VIEW_INDENT_MAX:
         return json.dumps(data, indent=2, ensure_ascii=False)
     return layout

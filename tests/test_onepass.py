@@ -220,3 +220,10 @@ def test_id_columns_are_indexed_when_loaded_and_joins_use_them():
     assert table.db.execute("PRAGMA cache_size").fetchone()[0] == -abstract._QUERY_CACHE_KB
     res = abstract._run_query(table, "SELECT count(*) FROM data a JOIN data b ON b.id = a.id + 1", 10, 5, 1 << 20)
     assert res.rows == [(299,)]
+
+
+def test_large_json_files_escape_lone_surrogates_like_small_ones():
+    rows = [{"id": i, "s": "\ud800 lone" if i == 7 else "x" * 40} for i in range(4000)]
+    text = abstract._dump_json(rows)
+    assert text.startswith("[\n{") and "\\ud800 lone" in text and json.loads(text) == rows
+    text.encode("utf-8")  # no raw surrogate left
