@@ -2709,18 +2709,19 @@ class Connection:
             self.forget(mid)
 
     # -- incoming
-    def _on_line_safely(self, box: List[bytes]) -> None:
+    def _on_line_safely(self, line: Any) -> None:
         """_on_line, but no message, however malformed, can end the session."""
         try:
-            self._on_line(box)
+            self._on_line(line)
         except Exception:
             _log.error("%s: a message could not be handled:\n%s", self.name, traceback.format_exc())
 
-    def _on_line(self, box: List[bytes]) -> None:
-        """One incoming line, taken out of `box` so that its bytes are freed once decoded and its
-        text once parsed: of a message of many megabytes, bytes, text and the parsed message
-        are never all held at once (the caller keeps no reference)."""
-        line = box.pop()
+    def _on_line(self, line: Any) -> None:
+        """One incoming message: its bytes, or a list holding them, which they are taken out of
+        so that they are freed once decoded, and the text once parsed: of a message of many
+        megabytes, bytes, text and the parsed message are never all held at once."""
+        if isinstance(line, list):  # (the reader's: it keeps no other reference)
+            line = line.pop()
         head = line[:1000]  # what errors show, and where the id of an unreadable answer is found
         try:
             text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads(bytes)
