@@ -494,21 +494,24 @@ _READABLE = ("json", "jsonl", "csv", "tsv", "yaml", "xml", "txt")
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-def _make_compact_encoder() -> Any:
-    """A fast compact-JSON function, or the public encoder's when unsure."""
+def _make_compact_encoder(public: json.JSONEncoder = _COMPACT_JSON) -> Any:
+    """A fast function for what `public` (one line, non-ASCII kept) encodes, or its own encode
+    when unsure: json's C encoder made once, not once a call as JSONEncoder.encode does."""
     make = getattr(json.encoder, "c_make_encoder", None)
     probe = [1, 2.5, float("inf"), "é\n\"", None, True, {"k": []}]
     try:
-        encode = make(None, _COMPACT_JSON.default, json.encoder.encode_basestring, None,
-                      ":", ",", False, False, True)
-        if "".join(encode(probe, 0)) == _COMPACT_JSON.encode(probe):
+        encode = make(None, public.default, json.encoder.encode_basestring, None,
+                      public.key_separator, public.item_separator, False, False, True)
+        if "".join(encode(probe, 0)) == public.encode(probe):
             return lambda value: "".join(encode(value, 0))
     except Exception:  # any mismatch in the private API: use the public one
         pass
-    return _COMPACT_JSON.encode
+    return public.encode
 
 
 _compact_json = _make_compact_encoder()
+# ", " and ": " between members: the lines of a cached output's text view (_json_view)
+_view_json = _make_compact_encoder(json.JSONEncoder(ensure_ascii=False))
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -585,10 +588,53 @@ def _as_records(data: Any) -> Tuple[Optional[List[Dict[str, Any]]], str]:
 
 # -- emitters: json, txt, csv
 
+_VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is written indented by two spaces
+
+
+def _json_lines(data: Any, records_key: Optional[str] = None) -> Iterator[str]:
+    """A non-empty list or object as JSON laid out a line per item: a list's items, or an
+    object's members, one to a line, and the records of its `records_key` member one to a line
+    too; each line by json's C encoder (_view_json): the pure-Python encoder that indenting
+    needs before 3.14 takes twice as long and more."""
+    encode = _view_json
+    if isinstance(data, list):
+        last = len(data) - 1
+        yield "["
+        for i, item in enumerate(data):
+            yield ("\n" if i == 0 else ",\n") + encode(item) + ("\n]" if i == last else "")
+        return
+    last = len(data) - 1
+    yield "{"
+    for i, (key, value) in enumerate(data.items()):
+        yield ("\n" if i == 0 else ",\n") + encode(key) + ": "
+        if key == records_key:
+            yield from _json_lines(value)
+        else:
+            yield encode(value)
+        if i == last:
+            yield "\n}"
+
+
+def _json_longer(data: Any, limit: int) -> bool:
+    """Whether a list's items (an object's members) take more than `limit` characters of JSON,
+    encoding no more of them than it takes to know."""
+    used = 0
+    for item in data.items() if isinstance(data, dict) else data:
+        used += len(_view_json(item)) + 2
+        if used > limit:
+            return True
+    return False
+
+
 def _dump_json_parts(data: Any, batch: int = 4096) -> Iterator[str]:
-    """Pretty JSON (indent 2, UTF-8 kept as is) ending with a newline, in parts of about
-    `batch` encoder chunks, so a large value is never one huge string."""
-    chunks = json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(data)
+    """Pretty JSON (UTF-8 kept as is) ending with a newline, in parts of about `batch` encoder
+    chunks, so a large value is never one huge string: indented by two spaces up to about
+    _VIEW_INDENT_MAX characters; a larger list or object laid out a line per item, records one
+    to a line (_json_lines), as a cached output's text is."""
+    if isinstance(data, (list, dict)) and data and _json_longer(data, _VIEW_INDENT_MAX):
+        chunks = _json_lines(data, _records_key(data)[0] if isinstance(data, dict) else None)
+    else:
+        chunks = json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(data)
     while True:
         text = "".join(itertools.islice(chunks, batch))
         if not text:
@@ -605,6 +651,40 @@ def _dump_json_parts(data: Any, batch: int = 4096) -> Iterator[str]:
 def _dump_json(data: Any) -> str:
     """Pretty JSON (indent 2, UTF-8 kept as is) ending with a newline."""
     return "".join(_dump_json_parts(data))
+
+
+_PART_CHARS = 1 << 20  # characters of a long string encoded or written at a time
+
+
+def _slices(text: str, size: int = _PART_CHARS) -> Iterator[str]:
+    """A long text in slices of `size` characters (so its UTF-8 is never made whole at once)."""
+    for start in range(0, len(text), size):
+        yield text[start:start + size]
+
+
+def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
+    """Compact JSON, as _dumps writes it, in parts: small objects and arrays (up to 100 members)
+    of the first `depth` levels member by member, and a long string a slice at a time (escaping
+    works character by character), so a tool result holding one huge text ({"result": {"content":
+    [{"text": ...}]}} is four levels) is never copied whole."""
+    if type(value) is str and len(value) > _PART_CHARS:
+        yield '"'
+        for part in _slices(value):
+            yield json.encoder.encode_basestring(part)[1:-1]  # type: ignore[attr-defined]
+        yield '"'
+    elif (depth and type(value) is dict and 0 < len(value) <= 100
+          and all(type(k) is str for k in value)):
+        for i, (key, item) in enumerate(value.items()):
+            yield ("{" if i == 0 else ",") + _dumps(key) + ":"
+            yield from _compact_parts(item, depth - 1)
+        yield "}"
+    elif depth and type(value) is list and 0 < len(value) <= 100:
+        for i, item in enumerate(value):
+            yield "[" if i == 0 else ","
+            yield from _compact_parts(item, depth - 1)
+        yield "]"
+    else:
+        yield _dumps(value)
 
 
 def _dump_txt(data: Any) -> str:
@@ -2420,7 +2500,8 @@ def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
         if not line:
             return
         if len(line) <= limit or line.endswith(b"\n"):
-            yield line, True
+            held, line = [line], b""  # handed over, not kept: the reader frees it once decoded
+            yield held.pop(), True
             continue
         head, line = line[:200], b""
         yield head, False
@@ -2592,7 +2673,8 @@ class Connection:
                     if self._too_long(line):
                         return
                 elif not line.isspace():  # (strip() would copy a message of many megabytes)
-                    self._on_line_safely(line)
+                    box, line = [line], b""
+                    self._on_line_safely(box)
                 line = b""  # drop the bytes now, not when the next line arrives
         except (OSError, ValueError) as e:  # a closed or broken pipe ends the session like EOF
             _log.debug("%s: read failed: %s", self.name, e)
@@ -2741,20 +2823,29 @@ class Connection:
             self.forget(mid)
 
     # -- incoming
-    def _on_line_safely(self, line: bytes) -> None:
+    def _on_line_safely(self, line: Any) -> None:
         """_on_line, but no message, however malformed, can end the session."""
         try:
             self._on_line(line)
         except Exception:
             _log.error("%s: a message could not be handled:\n%s", self.name, traceback.format_exc())
 
-    def _on_line(self, line: bytes) -> None:
+    def _on_line(self, line: Any) -> None:
+        """One incoming message: its bytes, or a list holding them, which they are taken out of
+        so that they are freed once decoded, and the text once parsed: of a message of many
+        megabytes, bytes, text and the parsed message are never all held at once."""
+        if isinstance(line, list):  # (the reader's: it keeps no other reference)
+            line = line.pop()
+        head = line[:1000]  # what errors show, and where the id of an unreadable answer is found
         try:
-            msg = json.loads(line, parse_constant=_no_nan)
+            text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads(bytes)
+            line = b""
+            msg = json.loads(text, parse_constant=_no_nan)
         except (ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nested past the limit
-            self._bad(line, PARSE_ERROR, f"Parse error: {str(e)[:200]}")
+            self._bad(head, PARSE_ERROR, f"Parse error: {str(e)[:200]}")
             return
-        self._on_message(msg, line)
+        text = ""
+        self._on_message(msg, head)
 
     def deliver(self, msg: Any) -> None:
         """Handle one message that arrived by another way than the input stream (a remote
@@ -6508,7 +6599,7 @@ def _natural_format(data: Any) -> str:
 
 def _suggested_format(data: Any) -> str:
     """The file format to suggest to the model for data: csv for records, else the natural one."""
-    if not isinstance(data, str) and _as_records(data)[0] is not None:
+    if isinstance(data, _Records) or not isinstance(data, str) and _as_records(data)[0] is not None:
         return "csv"
     return _natural_format(data)
 
@@ -6549,7 +6640,6 @@ def _error_text(result: dict) -> str:
     return "\n".join(texts)[:2000] or "(no message)"
 
 
-_VIEW_INDENT_MAX = 100_000  # JSON up to this many characters is viewed indented by two spaces
 
 
 def _json_view(data: Any) -> str:
@@ -6557,25 +6647,15 @@ def _json_view(data: Any) -> str:
     pages well by line: records one compact record per line (a list of objects, or the one
     list of records in an object, whose other members get a line each); other JSON up to
     _VIEW_INDENT_MAX characters indented by two spaces, larger a list's items or an object's
-    members one to a line. Every line is written by the C encoder: json's pure-Python one,
-    which indent needs before 3.14, takes ten times as long over a large value."""
-    encode = json.JSONEncoder(ensure_ascii=False).encode
-
-    def lines(open_: str, parts: List[str], close: str) -> str:
-        return open_ + "\n" + ",\n".join(parts) + "\n" + close
-
+    members one to a line (_json_lines)."""
     if isinstance(data, list) and data:
-        parts, records = [encode(x) for x in data], all(isinstance(x, dict) for x in data)
-        layout = lines("[", parts, "]")
+        key, records = None, all(isinstance(x, dict) for x in data)
     elif isinstance(data, dict) and data:
         key = _records_key(data)[0]
-        parts = [encode(k) + ": " + (lines("[", [encode(r) for r in v], "]") if k == key
-                                     else encode(v))
-                 for k, v in data.items()]
-        records, layout = key is not None, lines("{", parts, "}")
+        records = key is not None
     else:  # a scalar, [] or {}
-        return encode(data)
-    del parts
+        return _view_json(data)
+    layout = "".join(_json_lines(data, key))
     if not records and len(layout) <= _VIEW_INDENT_MAX:
         return json.dumps(data, indent=2, ensure_ascii=False)
     return layout
@@ -6588,7 +6668,7 @@ def _text_view(data: Any) -> str:
 
 def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
     """(text, records shown, total records) showing the first records whole, or None."""
-    rows, _ = _as_records(data)
+    rows, _ = (data.head, "") if isinstance(data, _Records) else _as_records(data)
     # scalars wrapped as {"value": x} are no records
     if not rows or (isinstance(data, list) and rows is not data):
         return None
@@ -6600,7 +6680,7 @@ def _records_preview(data: Any, limit: int) -> Optional[Tuple[str, int, int]]:
         out.append(line if len(line) <= max(limit, 200) * 2 else line[:max(limit, 200) * 2]
                    + " [...]")
         used += len(line)
-    return "\n".join(out), len(out), len(rows)
+    return "\n".join(out), len(out), data.count if isinstance(data, _Records) else len(rows)
 
 
 _SHAPE_SCAN = 20000  # records a shape's types and counts are taken from
@@ -6616,26 +6696,185 @@ def _json_kind(value: Any) -> str:
     return "text" if isinstance(value, str) else "array" if isinstance(value, list) else "object"
 
 
+# The kind _json_kind names for each type json.loads makes (other types, from YAML or CSV, are
+# looked up by _kind_of_type once each).
+_TYPE_KINDS: Dict[type, str] = {type(None): "null", bool: "boolean", int: "integer",
+                                float: "number", str: "text", list: "array", dict: "object"}
+
+
+def _kind_of_type(kind: type) -> str:
+    if kind not in _TYPE_KINDS:
+        bases = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "text"),
+                 (list, "array"))
+        _TYPE_KINDS[kind] = next((name for base, name in bases if issubclass(kind, base)), "object")
+    return _TYPE_KINDS[kind]
+
+
+class _Columns:
+    """The columns of the records seen so far (at most _SHAPE_SCAN): how often each key has each
+    type of value, counted a row at a time in C (Counter over (key, type) pairs)."""
+
+    __slots__ = ("pairs", "rows")
+
+    def __init__(self) -> None:
+        self.pairs: "collections.Counter[Tuple[Any, type]]" = collections.Counter()
+        self.rows = 0
+
+    def add(self, row: Dict[str, Any]) -> None:
+        self.pairs.update(zip(row, map(type, row.values())))
+        self.rows += 1
+
+    def keys(self) -> List[Any]:
+        """The keys in first-seen order."""
+        return list(dict.fromkeys(key for key, _ in self.pairs))
+
+    def describe(self, total: int) -> str:
+        """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
+        (most common first) and how many rows have it null or lack it; `total` rows in all."""
+        kinds: Dict[Any, Dict[str, int]] = {}
+        for (key, kind), n in self.pairs.items():
+            seen = kinds.setdefault(key, {})
+            name = _kind_of_type(kind)
+            seen[name] = seen.get(name, 0) + n
+        parts = []
+        for key, seen in kinds.items():
+            nulls = seen.pop("null", 0)
+            missing = self.rows - nulls - sum(seen.values())
+            counts = ([f"{nulls:,} null"] * bool(nulls and seen)
+                      + [f"{missing:,} missing"] * bool(missing))
+            parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
+                         + (f" ({', '.join(counts)})" if counts else ""))
+        of = f" (types from the first {_SHAPE_SCAN:,})" if total > _SHAPE_SCAN else ""
+        return ", ".join(parts) + of
+
+
+def _columns_of(rows: List[Dict[str, Any]]) -> _Columns:
+    columns = _Columns()
+    for row in rows[:_SHAPE_SCAN]:
+        columns.add(row)
+    return columns
+
+
 def _columns_shape(rows: List[Dict[str, Any]]) -> str:
     """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
     (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
-    scan = rows[:_SHAPE_SCAN]
-    kinds: Dict[str, Dict[str, int]] = {}
-    for row in scan:
-        for key, value in row.items():
-            seen = kinds.setdefault(key, {})
-            kind = _json_kind(value)
-            seen[kind] = seen.get(kind, 0) + 1
-    parts = []
-    for key, seen in kinds.items():
-        nulls = seen.pop("null", 0)
-        missing = len(scan) - nulls - sum(seen.values())
-        counts = [f"{nulls:,} null"] * bool(nulls and seen) + [f"{missing:,} "
-                                                               f"missing"] * bool(missing)
-        parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
-                     + (f" ({', '.join(counts)})" if counts else ""))
-    of = f" (types from the first {_SHAPE_SCAN:,})" if len(rows) > _SHAPE_SCAN else ""
-    return ", ".join(parts) + of
+    return _columns_of(rows).describe(len(rows))
+
+
+class _NotRecords(Exception):
+    """A text read in one pass (_scan_records) proved not to be a JSON array of objects: it is
+    read the ordinary way instead (_extract)."""
+
+
+class _Records:
+    """A JSON array of records as one pass over its text found it (_scan_records), never held
+    whole as Python objects: how many, their columns (of the first _SHAPE_SCAN), the first few
+    (as many as a preview of `head_chars` characters can show)."""
+
+    __slots__ = ("count", "columns", "head", "head_chars", "_head_used")
+
+    def __init__(self, head_chars: int) -> None:
+        self.count, self.columns, self.head, self.head_chars = 0, _Columns(), [], head_chars
+        self._head_used = 0
+
+    def add(self, row: Dict[str, Any]) -> None:
+        if self.count < _SHAPE_SCAN:
+            self.columns.add(row)
+        if self._head_used <= self.head_chars:  # (_records_preview measures compact JSON)
+            self.head.append(row)
+            self._head_used += len(_dumps(row))
+        self.count += 1
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")  # what json.loads skips between values
+
+
+def _records_text(result: dict, min_chars: int = 0) -> Optional[str]:
+    """The text of a result that is one text item and nothing else, longer than `min_chars`,
+    when it may be a JSON array (it starts with "["): its data is then that array, which the
+    cache reads in one pass (_scan_records) rather than as a whole."""
+    items = result.get("content")
+    if "structuredContent" in result or not isinstance(items, list) or len(items) != 1:
+        return None
+    item = items[0]
+    text = item.get("text") if isinstance(item, dict) and item.get("type") == "text" else None
+    if not isinstance(text, str) or len(text) <= min_chars:
+        return None
+    start = _JSON_SPACE.match(text).end()  # type: ignore[union-attr]
+    return text if text[start:start + 1] == "[" else None
+
+
+def _scan_records(text: str, records: _Records, batch: int = 1000) -> Iterator[str]:
+    """The text view of `text`, a JSON array of objects, in parts: what _json_view gives for the
+    array json.loads would make of it (one record a line), found one element at a time by json's
+    C scanner, so no more than a batch of records is ever held; `records` is filled on the way.
+    _NotRecords as soon as the text proves to be anything else (not JSON, an element that is no
+    object, an empty array, more after the array): the caller reads it the ordinary way."""
+    # json's C scanner, as _json_or_text parses (raw_decode without its wrapper)
+    decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    scan = json.scanner.make_scanner(decoder)  # type: ignore[attr-defined]
+    encode = _view_json  # as _json_view writes
+    space = _JSON_SPACE.match
+    pos = space(text).end() + 1  # past the "[" (_records_text)
+    pos = space(text, pos).end()
+    parts = ["[\n"]
+    while True:
+        try:
+            value, pos = scan(text, pos)
+        except (StopIteration, ValueError, RecursionError):  # StopIteration: no value at pos
+            raise _NotRecords() from None
+        if type(value) is not dict:
+            raise _NotRecords()
+        line = encode(value)
+        records.add(value)
+        pos = space(text, pos).end()
+        more = text[pos:pos + 1]
+        if more == "]":
+            if space(text, pos + 1).end() != len(text):
+                raise _NotRecords()
+            parts.append(line + "\n]")
+            yield "".join(parts)
+            return
+        if more != ",":
+            raise _NotRecords()
+        pos = space(text, pos + 1).end()
+        parts.append(line + ",\n")
+        if len(parts) >= batch:
+            yield "".join(parts)
+            parts = []
+
+
+def _view_records(f: Any, block: int = 1 << 20) -> Iterator[Dict[str, Any]]:
+    """The records of a text view that lays them out one a line (_json_view, _scan_records),
+    read from its binary file `f` about `block` bytes of whole lines at a time (UTF-8, lone
+    surrogates kept), each record found by json's C scanner; _NotRecords at the first line
+    that shows the view is laid out otherwise (indented, a list of other values, ...)."""
+    if f.readline() != b"[\n":
+        raise _NotRecords()
+    scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+    while True:
+        text = b"".join(f.readlines(block)).decode("utf-8", "surrogatepass")
+        if not text:
+            raise _NotRecords()  # no "]": not a view this cache wrote
+        pos, end = 0, len(text)
+        while pos < end:
+            if text[pos] == "]":  # the end: nothing may follow
+                if pos + 1 != end or f.read(1):
+                    raise _NotRecords()
+                return
+            try:
+                row, pos = scan(text, pos)
+            except (StopIteration, ValueError, RecursionError):  # StopIteration: no value here
+                raise _NotRecords() from None
+            if type(row) is not dict:
+                raise _NotRecords()
+            yield row
+            if text.startswith(",\n", pos):
+                pos += 2
+            elif text.startswith("\n", pos) and (pos + 1 == end or text[pos + 1] == "]"):
+                pos += 1  # the last record (its "]" may start the next block)
+            else:
+                raise _NotRecords()
 
 
 def _list_kind(items: List[Any]) -> str:
@@ -6670,6 +6909,9 @@ def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
 def _shape(data: Any, limit: int) -> str:
     """What the data is, for a preview: records with their columns' types, or the tree of an
     object's keys (the size of each list); "" for text and scalars."""
+    if isinstance(data, _Records):
+        return (f"Shape: {_plural(data.count, 'record')}; columns: "
+                f"{data.columns.describe(data.count)}")[:max(limit, 200)]
     rows, _ = _as_records(data)
     if rows is not None and (not isinstance(data, list) or rows is data):
         where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
@@ -6691,7 +6933,7 @@ def _query_hint(source: str, data: Any) -> str:
         data = _tabular_text(head, "csv")
         if isinstance(data, str):
             return ""
-    rows, _ = _as_records(data)
+    rows, _ = ([], "") if isinstance(data, _Records) else _as_records(data)
     pointer = ""
     if rows is None and isinstance(data, dict):
         lists = [k for k, v in data.items() if isinstance(v, list) and v
@@ -6700,9 +6942,12 @@ def _query_hint(source: str, data: Any) -> str:
             return ""
         pointer = ', "records_pointer": "/%s"' % lists[0].replace("~", "~0").replace("/", "~1")
         rows = data[lists[0]]
-    if not rows or (isinstance(data, list) and rows is not data):
+    if isinstance(data, _Records):
+        columns = data.columns.keys()  # (the keys of the records the shape scanned)
+    elif not rows or (isinstance(data, list) and rows is not data):
         return ""
-    columns = list(dict.fromkeys(itertools.chain.from_iterable(rows[:_SHAPE_SCAN])))
+    else:
+        columns = list(dict.fromkeys(itertools.chain.from_iterable(rows[:_SHAPE_SCAN])))
     names = ", ".join(columns[:30]) + (", ..." if len(columns) > 30 else "")
     return (f'Ask it in SQL instead of reading it: query_output {{"source": '
             f'{_dumps(source)}{pointer}, "sql": "SELECT count(*) FROM data"}} (table data; '
@@ -6845,6 +7090,35 @@ def _json_pointer(data: Any, pointer: str) -> Any:
     return node
 
 
+class _Written(NamedTuple):
+    """What _write_parts wrote: characters, bytes, the SHA-256 of the bytes, the first part."""
+    chars: int
+    bytes: int
+    sha256: str
+    head: str
+
+
+def _write_parts(d: _Dir, stem: str, ext: str, parts: Iterable[str]) -> _Written:
+    """Write text given in parts (UTF-8, lone surrogates kept) as a new cache file, measuring
+    and hashing it on the way, so no part is held longer than its write."""
+    import hashlib
+
+    digest, count, head = hashlib.sha256(), [0, 0], []
+
+    def encoded() -> Iterator[bytes]:
+        for part in parts:
+            data = part.encode("utf-8", "surrogatepass")
+            count[0] += len(part)
+            count[1] += len(data)
+            digest.update(data)
+            if not head:
+                head.append(part)
+            yield data
+
+    _write_new(d, stem, ext, encoded(), 0o600, False)
+    return _Written(count[0], count[1], digest.hexdigest(), head[0] if head else "")
+
+
 class _CacheEntry:
     """One cached result: metadata in memory, the result and its text view on disk."""
 
@@ -6960,8 +7234,14 @@ class OutputCache:
                 and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files)
                 and isinstance(entry.sha256 or "", str))
 
-    def put(self, res: dict, server: str, tool: str) -> Tuple[_CacheEntry, _Extracted, str]:
+    def put(self, res: dict, server: str, tool: str, head_chars: int = 500
+            ) -> Tuple[_CacheEntry, _Extracted, str]:
         """Cache a result; returns the entry, its extracted data and its text view.
+
+        A result that is one large JSON array of objects is read in one pass (_scan_records),
+        never whole: its data is then a _Records (the count, the columns, as many first records
+        as a preview of `head_chars` characters shows), and the text returned only the view's
+        first part (the rest is on disk).
 
         A directory removed meanwhile (by a temp-dir cleaner, say) is made again. A write that
         fails (OSError: a full disk) or a directory that cannot be made again (ConfigError) is
@@ -6969,11 +7249,10 @@ class OutputCache:
         """
         import secrets  # lazy: see Imports
 
-        ex = _extract(res)
         token = secrets.token_urlsafe(18)
         try:
             with self._held(recheck=True) as d:  # made again if removed, claimed again if replaced
-                entry, text = self._write(d, token, res, ex, server, tool)
+                entry, ex, text = self._write(d, token, res, server, tool, head_chars)
         except (OSError, ConfigError):
             with contextlib.suppress(OSError):  # the directory itself may be gone
                 self._drop(token, [n for n in self._names() if n.startswith(token)])
@@ -6983,37 +7262,40 @@ class OutputCache:
         self._evict()
         return entry, ex, text
 
-    def _write(self, d: _Dir, token: str, res: dict, ex: _Extracted, server: str, tool: str
-               ) -> Tuple[_CacheEntry, str]:
-        """Write one entry's files into `d`: binary items, the result, its text view, then the
-        metadata."""
-        import hashlib  # lazy: see Imports
-
-        # No fsync: the cache's files are disposable (swept anyway); one torn by a power loss
-        # reads as broken and is reported, and the tool is called again.
-        files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600, False)
-                 for i, b in enumerate(ex.blobs, 1)]
-        if ex.has_data or not ex.blobs:
-            text = _text_view(ex.data)
-        else:  # binary items only: the text view says what they are and where their files are
-            text = _json_view([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data), "path": f}
-                               for b, f in zip(ex.blobs, files)])
+    def _write(self, d: _Dir, token: str, res: dict, server: str, tool: str, head_chars: int
+               ) -> Tuple[_CacheEntry, _Extracted, str]:
+        """Write one entry's files into `d`: binary items, its text view, the result, then the
+        metadata. No fsync: the cache's files are disposable (swept anyway); one torn by a
+        power loss reads as broken and is reported, and the tool is called again."""
+        ex, files, view = None, [], None
+        big = _records_text(res, _VIEW_INDENT_MAX)  # (a smaller array may be viewed indented)
+        if big is not None:
+            records = _Records(head_chars)
+            try:
+                view = _write_parts(d, token, ".txt", _scan_records(big, records))
+                ex = _Extracted(records, [], True)
+            except _NotRecords:  # (its temporary file is gone): read the ordinary way
+                pass
+        if ex is None:
+            ex = _extract(res)
+            files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600, False)
+                     for i, b in enumerate(ex.blobs, 1)]
+            if ex.has_data or not ex.blobs:
+                text = _text_view(ex.data)
+            else:  # binary items only: the text view says what they are and where their files are
+                text = _json_view([{"type": b.kind, "mimeType": b.mime, "bytes": len(b.data),
+                                    "path": f} for b, f in zip(ex.blobs, files)])
+            view = _write_parts(d, token, ".txt", _slices(text))._replace(head=text)
         now = self.clock()
+        body = _write_parts(d, token, ".json", _compact_parts({"result": res}))
         entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
                             expires=now + float(self.settings.cache("ttl_seconds")),
-                            chars=len(text),
+                            chars=view.chars, files=files,
                             ctype="text/plain" if isinstance(ex.data, str) else "application/json",
-                            bytes=0, files=files)
-        body = _dumps({"result": res}).encode("utf-8", "surrogatepass")
-        _write_new(d, token, ".json", body, 0o600, False)
-        size, body = len(body), b""  # released before the view is encoded: one copy at a time
-        view = text.encode("utf-8", "surrogatepass")
-        _write_new(d, token, ".txt", view, 0o600, False)
-        entry.sha256 = hashlib.sha256(view).hexdigest()  # for the catalog: no reading the file back
-        entry.bytes = size + len(view) + sum(len(b.data) for b in ex.blobs)
-        del view
+                            bytes=body.bytes + view.bytes + sum(len(b.data) for b in ex.blobs),
+                            sha256=view.sha256)  # for the catalog: no reading the file back
         _write_new(d, token, ".meta.json", _dumps(entry.info()).encode("utf-8"), 0o600, False)
-        return entry, text
+        return entry, ex, view.head
 
     def get(self, token: Any) -> _CacheEntry:
         if not isinstance(token, str) or not _TOKEN_RE.match(token):
@@ -7051,9 +7333,13 @@ class OutputCache:
         return entry if self._sound(entry, name) else None
 
     def _read(self, entry: _CacheEntry, suffix: str) -> str:
+        with self.opened(entry, suffix) as f:
+            return f.read().decode("utf-8", "surrogatepass")
+
+    def opened(self, entry: _CacheEntry, suffix: str = ".txt") -> Any:
+        """One of an entry's files, open for reading in binary; ToolError when it is gone."""
         try:
-            with self._open(entry.token + suffix)[0] as f:
-                return f.read().decode("utf-8", "surrogatepass")
+            return self._open(entry.token + suffix)[0]
         except FileNotFoundError:  # removed meanwhile, e.g. by another process's sweep
             with self._lock:
                 self._entries.pop(entry.token, None)
@@ -8045,9 +8331,9 @@ def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: A
     path = os.path.join(cache.dir, entry.token + ".txt")
     fmt = "json" if entry.ctype == "application/json" else "txt"
     return {"kind": "cached", "server": entry.server, "tool": entry.tool, "token": entry.token,
-            "path": path,
-            "format": fmt, "created": entry.created, "rows": len(data) if isinstance(data, list)
-            else None,
+            "path": path, "format": fmt, "created": entry.created,
+            "rows": (data.count if isinstance(data, _Records) else
+                     len(data) if isinstance(data, list) else None),
             **_file_facts(cache.open_text(entry), path, fmt, max_text, entry.sha256 or "")}
 
 
@@ -8228,6 +8514,10 @@ _QUERY_DENIED_FUNCTIONS = frozenset(("load_extension",))
 # longest text or blob one expression may make (setlimit, 3.11+)
 _QUERY_MAX_VALUE = 16 * 1024 * 1024
 _QUERY_CELL = 200  # characters of a cell in the answer's table
+# Columns named as ids (id, user_id, orderId, ID) get an index when loaded: joins and lookups on
+# them are the common case, and SQLite would otherwise build an automatic index at every query.
+_ID_COLUMN = re.compile(r"(?:(?i:id)|.*_(?i:id)|.*[a-z0-9]Id)\Z")
+_QUERY_CACHE_KB = 16384  # SQLite page cache per table: sorts (GROUP BY, ORDER BY) stay in memory
 # SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
 _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
                 4: "CREATE TEMP TABLE",
@@ -8263,11 +8553,11 @@ def _sql_value(value: Any) -> Any:
     return _compact_json(value)
 
 
-def _sql_columns(rows: List[Dict[str, Any]]) -> Tuple[List[str], List[str], List[str]]:
-    """(keys in first-seen order, their column names, notes). SQLite folds the case of column
-    names, so keys that differ only in case (or are empty) get a numbered name."""
-    keys = [k for k in dict.fromkeys(itertools.chain.from_iterable(rows)) if isinstance(k, str)]
-    names, seen, notes = [], set(), []
+def _sql_columns(keys: Iterable[str], seen: set) -> Tuple[List[str], List[str]]:
+    """(column names for new keys, notes): SQLite folds the case of column names, so a key that
+    differs from one before only in case (or is empty) gets a numbered name. `seen`: the names
+    taken so far, casefolded (added to)."""
+    names, notes = [], []
     for key in keys:
         name, n = key or "column", 1
         while name.casefold() in seen:
@@ -8277,7 +8567,7 @@ def _sql_columns(rows: List[Dict[str, Any]]) -> Tuple[List[str], List[str], List
         names.append(name)
         if name != key:
             notes.append(f"key {key!r} is column {name}")
-    return keys, names, notes
+    return names, notes
 
 
 class _Table:
@@ -8308,29 +8598,71 @@ def _clean_text(value: Any) -> Any:
     return _LONE_SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
 
 
-def _load_table(rows: List[Dict[str, Any]]) -> _Table:
-    """The records as table `data` in a new in-memory database, then locked down for queries."""
-    keys, names, notes = _sql_columns(rows)
+def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
+    """The records as table `data` in a new in-memory database, then locked down for queries.
+
+    The rows are read once, a batch at a time (a cached output's view is streamed in line by
+    line): a key first seen in a later batch adds a column, null in the rows before, so the
+    columns are the union of the keys in first-seen order however the rows come."""
     db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    db.execute(f"PRAGMA cache_size = -{_QUERY_CACHE_KB}")
+    keys: List[str] = []
+    names: List[str] = []
+    notes: List[str] = []
+    seen: set = set()  # column names taken, casefolded
+    known: set = set()  # keys that have a column
+    count = keyless = 0  # rows in all; rows before the first key (all null, whatever the columns)
     try:
-        db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, names)) or 'value'})")
-        insert = f"INSERT INTO {_QUERY_TABLE} VALUES ({', '.join('?' * max(len(names), 1))})"
-        fill = (lambda: (tuple(_sql_value(r.get(k)) for k in keys) for r in rows)) if keys else \
-            (lambda: ((None,) for _ in rows))
         db.execute("BEGIN")
-        try:
-            db.executemany(insert, fill())
-        except UnicodeEncodeError:  # a lone surrogate somewhere: load again with them replaced
-            db.execute("ROLLBACK")
-            db.execute("BEGIN")
-            db.executemany(insert, (tuple(map(_clean_text, t)) for t in fill()))
+        it = iter(rows)
+        while True:
+            chunk = list(itertools.islice(it, batch))
+            new = [k for k in dict.fromkeys(itertools.chain.from_iterable(chunk))
+                   if isinstance(k, str) and k not in known]
+            if new:
+                added, said = _sql_columns(new, seen)
+                if not keys:
+                    db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, added))})")
+                else:
+                    for name in added:
+                        db.execute(f"ALTER TABLE {_QUERY_TABLE} ADD COLUMN {_sql_name(name)}")
+                keys, names, notes = keys + new, names + added, notes + said
+                known.update(new)
+                if keyless:
+                    _insert(db, len(keys), [{}] * keyless, keys)
+                    keyless = 0
+            count += len(chunk)
+            if not keys:
+                keyless += len(chunk)
+            elif chunk:
+                _insert(db, len(keys), chunk, keys)
+            if len(chunk) < batch:
+                break
+        if not keys:  # no row has a key: one column, "value", null in every row
+            db.execute(f"CREATE TABLE {_QUERY_TABLE} (value)")
+            db.executemany(f"INSERT INTO {_QUERY_TABLE} VALUES (NULL)",
+                           itertools.repeat((), keyless))
+        for i, name in enumerate(n for n in names if _ID_COLUMN.match(n)):
+            db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
         db.execute("COMMIT")
-        table = _Table(db, names or ["value"], len(rows), notes)
+        table = _Table(db, names or ["value"], count, notes)
         _lock_down(table)
     except BaseException:
         db.close()
         raise
     return table
+
+
+def _insert(db: Any, width: int, rows: List[Dict[str, Any]], keys: List[str]) -> None:
+    """Insert rows, their values for `keys` as _sql_value stores them."""
+    insert = f"INSERT INTO {_QUERY_TABLE} VALUES ({', '.join('?' * width)})"
+    values = [tuple(map(_sql_value, map(row.get, keys))) for row in rows]
+    before = db.total_changes
+    try:
+        db.executemany(insert, values)
+    except UnicodeEncodeError:  # a lone surrogate: the rows from there on with them replaced
+        done = db.total_changes - before  # (the row that failed was not inserted)
+        db.executemany(insert, [tuple(map(_clean_text, t)) for t in values[done:]])
 
 
 def _lock_down(table: _Table) -> None:
@@ -9264,7 +9596,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
     try:
-        entry, ex, text = cache.put(res, server, tool)
+        entry, ex, text = cache.put(res, server, tool, int(policy["preview_chars"]))
     except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
         return _uncached_answer(call, cache, server, tool, size, e)
     _catalog_cached(call, cache, entry, ex)
@@ -9664,6 +9996,19 @@ def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[s
     return rows
 
 
+def _cached_table(cache: OutputCache, entry: _CacheEntry, pointer: Optional[str], label: str
+                  ) -> _Table:
+    """The table of a cached output's records: a view laid out one record a line is read a line
+    at a time, never parsed whole; any other view (or a records_pointer into it) is."""
+    if entry.ctype == "application/json" and not pointer:
+        with cache.opened(entry) as f:
+            try:
+                return _load_table(_view_records(f))
+            except _NotRecords:
+                pass
+    return _load_table(_query_records(_cached_data(cache, entry), pointer, label))
+
+
 def _cached_data(cache: OutputCache, entry: _CacheEntry) -> Any:
     """A cached output's data, as its text view shows it (JSON parsed)."""
     text = cache.text(entry)
@@ -9686,7 +10031,7 @@ def _query_table(call: _Call) -> Tuple[_Table, str]:
         table = tables.get(key)
         if table is None:
             start = time.monotonic()
-            table = _load_table(_query_records(_cached_data(ctx.cache, entry), pointer, label))
+            table = _cached_table(ctx.cache, entry, pointer, label)
             table.load_s = time.monotonic() - start
             tables.put(key, table, budget)
         return table, label

@@ -115,16 +115,25 @@ class Peer:
     def call(self, tool: str, args: dict, timeout: float = 300) -> dict:
         return self.conn.call("tools/call", {"name": tool, "arguments": args}, timeout=timeout)
 
-    def peak_kb(self) -> Optional[int]:
-        """VmHWM of the process (Linux only)."""
+    def peak_kb(self, field: str = "VmHWM") -> Optional[int]:
+        """VmHWM of the process (Linux only); or another field of its status (VmRSS: now)."""
         try:
             with open(f"/proc/{self.proc.pid}/status") as f:
                 for line in f:
-                    if line.startswith("VmHWM:"):
+                    if line.startswith(field + ":"):
                         return int(line.split()[1])
         except OSError:
             return None
         return None
+
+    def reset_peak(self) -> bool:
+        """Start VmHWM again from the current RSS (Linux 4.0+: clear_refs 5); False if not possible."""
+        try:
+            with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
 
     def close(self) -> None:
         try:
@@ -334,6 +343,11 @@ def query_bench(abstract_env: Dict[str, str], store_dir: str, n: int, runs: int)
         cache_s = time.perf_counter() - t0
         token = cached["structuredContent"]["token"]
         out: Dict[str, Any] = {"records": n, "payload_mb": payload / 1e6, "cache_s": cache_s, "queries": {}}
+        cache_peak = peer.peak_kb()
+        out["cache_peak_rss_mb"] = cache_peak / 1024 if cache_peak else None
+        rss = peer.peak_kb("VmRSS")
+        out["rss_before_queries_mb"] = rss / 1024 if rss else None
+        reset = peer.reset_peak()  # so the peak read after the queries is theirs alone
         for i, (name, sql) in enumerate(QUERIES.items()):
             times = []
             for _ in range(runs + (1 if i == 0 else 0)):
@@ -345,8 +359,29 @@ def query_bench(abstract_env: Dict[str, str], store_dir: str, n: int, runs: int)
                 out["first_query_s"] = times.pop(0)
             out["queries"][name] = {"p50_ms": statistics.median(times) * 1000, "rows": res["structuredContent"]["row_count"]}
         peak = peer.peak_kb()
+        if reset and peak:
+            out["query_peak_rss_mb"] = peak / 1024
+            out["query_rss_vs_payload"] = peak * 1024 / payload
+            peak = max(peak, cache_peak or 0)
         out["peak_rss_mb"] = peak / 1024 if peak else None
         out["rss_vs_payload"] = peak * 1024 / payload if peak else None
+    finally:
+        peer.close()
+    # The query phase alone in a fresh process: a second Abstract sharing the cache directory
+    # loads the table from the cached view (its start-up RSS, then its peak after the queries).
+    peer = Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], abstract_env)
+    try:
+        idle = peer.peak_kb("VmRSS")
+        t0 = time.perf_counter()
+        res = peer.call("query_output", {"source": token, "sql": QUERIES["filter"], "limit": 20})
+        out["fresh_first_query_s"] = time.perf_counter() - t0
+        assert not res.get("isError"), res
+        for sql in QUERIES.values():
+            peer.call("query_output", {"source": token, "sql": sql, "limit": 20})
+        peak = peer.peak_kb()
+        out["fresh_idle_rss_mb"] = idle / 1024 if idle else None
+        out["fresh_peak_rss_mb"] = peak / 1024 if peak else None
+        out["fresh_rss_vs_payload"] = peak * 1024 / payload if peak else None
     finally:
         peer.close()
     return out
@@ -451,9 +486,15 @@ _TABLES: Dict[str, Callable[[Any], tuple]] = {
                           [[x["result"], x["cache_on_s"], x["cache_off_s"], x["cache_on_s"] / x["cache_off_s"],
                             x["cache_on_bytes"], x["cache_off_bytes"]] for x in r]),
     "query": lambda r: ("query_output over %s records (%.1f MB) cached by call_tool (call_tool %.2f s; first query, load "
-                        "included, %.2f s; Abstract's peak RSS %.0f MB = %.1fx the payload)"
+                        "included, %.2f s; Abstract's peak RSS %.0f MB = %.1fx the payload; caching's %.0f MB, "
+                        "the queries' alone %.0f MB = %.1fx, from %.0f MB before them; in a fresh process, "
+                        "idle %.0f MB, after loading (%.2f s) and querying %.0f MB = %.1fx)"
                         % (f"{r['records']:,}", r["payload_mb"], r["cache_s"], r["first_query_s"],
-                           r["peak_rss_mb"] or 0, r["rss_vs_payload"] or 0),
+                           r["peak_rss_mb"] or 0, r["rss_vs_payload"] or 0, r.get("cache_peak_rss_mb") or 0,
+                           r.get("query_peak_rss_mb") or 0, r.get("query_rss_vs_payload") or 0,
+                           r.get("rss_before_queries_mb") or 0, r.get("fresh_idle_rss_mb") or 0,
+                           r.get("fresh_first_query_s") or 0, r.get("fresh_peak_rss_mb") or 0,
+                           r.get("fresh_rss_vs_payload") or 0),
                         ["query", "result rows", "later p50 ms"],
                         [[k, v["rows"], v["p50_ms"]] for k, v in r["queries"].items()]),
     "catalog": lambda r: ("Catalog search (Catalog.search, 10 results with snippets, ~1 KB of text per output)",

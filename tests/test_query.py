@@ -389,6 +389,24 @@ def test_a_cached_answer_shows_the_shape_and_how_to_ask(px):
     assert ok(follow_hint(px, text))["rows"] == [{"count(*)": 100}]
 
 
+def test_a_large_records_text_read_in_one_pass_answers_as_the_whole_parse_did(px):
+    """Over 100,000 characters an array of records is cached in one pass over its text (never
+    parsed whole): the same shape, preview, cached text and table, through a real Abstract."""
+    rows = [{"id": i, "name": f"n{i}", "tags": ["x"] * (i % 3), **({"city": None} if i % 4 == 0 else {}),
+             **({"city": "Oslo"} if i % 4 == 1 else {})} for i in range(3000)]
+    text = json.dumps(rows, indent=1)  # records over several lines, odd whitespace: still one pass
+    assert len(text) > 100_000
+    answer = text_of(px.upstream("up", "result", {"result": {"content": [{"type": "text", "text": text}]}}))
+    assert "Shape: 3,000 records; columns: id integer, name text, tags array, city text (750 null, 1,500 missing)" \
+        in answer and '\n{"id":0,"name":"n0","tags":[],"city":null}\n' in answer
+    token = TOKEN_RE.search(answer).group(1)
+    got = ok(query(px, source=token, sql="SELECT count(*) AS n, count(city) AS c, sum(json_array_length(tags)) AS t "
+                                         "FROM data"))
+    assert got["rows"] == [{"n": 3000, "c": 750, "t": 3000}]
+    window = px.call_tool("retrieve_cached_output", {"token": token, "start_line": 2, "end_line": 3})
+    assert text_of(window).startswith('{"id": 0, "name": "n0", "tags": [], "city": null},\n{"id": 1, ')
+
+
 def test_a_cached_object_shows_its_tree_and_the_records_pointer(px):
     doc = {"meta": {"total": 2, "page": {"next": None, "size": 50}},
            "users": [{"id": i, "name": "x" * 30} for i in range(40)], "teams": [{"t": 1}], "ids": list(range(7))}

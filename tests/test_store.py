@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import running_world, MODERN_VERSION, ROOT, World, files_under, same_json, text_of, wait_for
-from fake_upstream import big_text
+from fake_upstream import big_text, make_rows
 
 import abstract
 
@@ -587,3 +587,21 @@ def test_resources_read_errors(px, shared):
     assert "mcpServers" not in json.dumps(resp)
     resp = px.request("resources/read", {})
     assert resp["error"]["code"] == -32602 and "uri" in resp["error"]["message"]
+
+
+def test_large_json_is_stored_a_record_a_line_small_json_indented(px):
+    """Up to about 100,000 characters a JSON file is indented by two spaces; larger, records go one
+    to a line (json's C encoder writes them: the indenting encoder is pure Python)."""
+    rows = make_rows(3000)  # about 190 KB
+    big = stored(store(px, "result", json_text(rows), file_format="json", storage_path="json-layout"))
+    text = big.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    assert lines[0] == "[" and lines[-2:] == ["]", ""] and len(lines) == len(rows) + 3
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-2]] == rows and json.loads(text) == rows
+    wrapped = {"total": 3000, "items": rows, "next": None}
+    text = stored(store(px, "result", json_text(wrapped), file_format="json", storage_path="json-layout")).read_text()
+    assert text.startswith('{\n"total": 3000,\n"items": [\n{"id": 0, ') and text.endswith('],\n"next": null\n}\n')
+    assert json.loads(text) == wrapped
+    small = rows[:20]
+    text = stored(store(px, "result", json_text(small), file_format="json", storage_path="json-layout")).read_text()
+    assert text == json.dumps(small, indent=2, ensure_ascii=False) + "\n"
