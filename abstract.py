@@ -3565,7 +3565,9 @@ class _Loopback:
             return None
 
     def close(self) -> None:
-        self.httpd.shutdown()
+        """Stop serving (idempotent); it waits for the server's loop, up to half a second."""
+        if self.thread.is_alive():
+            self.httpd.shutdown()
         self.httpd.server_close()
 
 
@@ -3630,6 +3632,10 @@ class _OAuth:
         self.store, self.environ, self._clock = store, environ, clock
         self.lock = threading.Lock()  # one refresh or login start at a time
         self.login: Optional[threading.Thread] = None
+        # set when the login under way has ended (tokens saved, or failed): "a login is running"
+        # means this is not set, not that its thread lives (it may still be closing the loopback)
+        self.login_done = threading.Event()
+        self.login_done.set()
         self.login_url = ""
         self.stepped_up: set = set()  # the challenges' scopes a step-up was tried for (once each)
         self.sent = ""  # the access token last sent, to tell a stale 401 from a fresh one
@@ -3703,11 +3709,14 @@ class _OAuth:
         response.close()  # neither a retry nor an _AuthError needs the body
         if status == 403:
             wanted = challenge.get("scope", "")
-            if wanted in self.stepped_up:
-                raise _AuthError(f"{self.name} refuses the call even after a login with more "
-                                 f"scopes ({wanted or 'none named'}); ask its operator for access")
-            self.stepped_up.add(wanted)
             with self.lock:
+                if not self.login_done.is_set():  # a login is under way: its answer says so
+                    raise self._start(challenge, step_up=True)
+                if wanted in self.stepped_up:
+                    raise _AuthError(f"{self.name} refuses the call even after a login with more "
+                                     f"scopes ({wanted or 'none named'}); ask its operator for "
+                                     f"access")
+                self.stepped_up.add(wanted)  # a step-up login starts now: once per scope
                 raise self._start(challenge, step_up=True)
         with self.lock:  # also around _start: concurrent calls open one login, not one each
             _, entry = self._saved()
@@ -3939,23 +3948,28 @@ class _OAuth:
         one is under way; the error the call answers with, saying what to do."""
         if not self.start_logins:
             return _AuthError(f"login needed: run python abstract.py --login {self.name}")
-        running = self.login is not None and self.login.is_alive()
-        if not running:
+        if self.login_done.is_set():
             attempt = self._begin(challenge, step_up)
             self.login_url = attempt.url
+            done = self.login_done = threading.Event()
 
             def wait() -> None:
                 try:
                     answer = attempt.loopback.wait(_OAUTH_LOGIN_WAIT_S)
+                    attempt.loopback.close()  # before the tokens: a next login may want its port
                     if answer is None:
+                        done.set()
                         _log.warning("%s: the login was not finished within %d minutes", self.name,
                                      _OAUTH_LOGIN_WAIT_S // 60)
                         return
                     self._finish(attempt, answer)
+                    done.set()  # before the log line: whoever reads it may call again at once
                     _log.info("%s: logged in", self.name)
                 except _AuthError as e:
+                    done.set()
                     _log.warning("%s: login failed: %s", self.name, e)
                 finally:
+                    done.set()
                     attempt.loopback.close()
 
             self.login = threading.Thread(target=wait, name=f"abstract-login-{self.name}",

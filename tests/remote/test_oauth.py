@@ -11,6 +11,7 @@ Without the SDK venv the module is skipped with one line.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -332,6 +333,47 @@ def test_step_up_on_insufficient_scope(start, tmp_path, monkeypatch):
     assert "More permissions are needed (a step-up login)" in str(e.value)
     auth.login.join(WAIT)
     assert server.stats()["authorize_scopes"][-1] == ["mcp", "admin"]  # the union of scopes
+    status, _ = world.post(auth, call)
+    assert status != 403  # the new token carries scope admin
+
+
+def test_step_up_right_after_a_login_abstract_started(start, tmp_path, monkeypatch, caplog):
+    """The call made again as soon as "logged in" is logged gets its step-up login, though the
+    first login's thread has not ended yet (here: held in its log line)."""
+    server = start("--step-up")
+    world = World(tmp_path, server)
+    auth = world.auth(monkeypatch=monkeypatch)
+    reached, release = threading.Event(), threading.Event()
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().endswith("logged in") and not reached.is_set():
+                reached.set()
+                release.wait(WAIT)
+
+    caplog.set_level(logging.INFO, logger="abstract")
+    hold = Hold()
+    logging.getLogger("abstract").addHandler(hold)
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "admin_echo", "arguments": {"text": "x"}}}
+    try:
+        with pytest.raises(abstract.HttpError) as e:
+            world.post(auth, call)
+        assert "A login is needed" in str(e.value)
+        first = auth.login
+        assert reached.wait(WAIT), "the first login did not finish"
+        assert first.is_alive()  # its thread is still on its way out
+        with pytest.raises(abstract.HttpError) as e:
+            world.post(auth, call)
+        assert "More permissions are needed (a step-up login)" in str(e.value)
+        assert auth.login is not first  # a second login started
+    finally:
+        release.set()
+        logging.getLogger("abstract").removeHandler(hold)
+    auth.login.join(WAIT)
+    first.join(WAIT)
+    assert server.stats()["authorize_scopes"][-1] == ["mcp", "admin"]
+    assert server.stats()["authorizations"] == 2
     status, _ = world.post(auth, call)
     assert status != 403  # the new token carries scope admin
 
