@@ -3422,6 +3422,37 @@ def _check_prm(doc: Any, server_url: str, name: str) -> Tuple[str, str]:
     return _canonical_resource(resource), servers[0]
 
 
+def _token_auth_method(meta: dict, secret: Any, given: Any = None) -> str:
+    """How a client authenticates at the token endpoint: the method its registration names
+    (`given`), else, with a secret, the one the authorization server lists: client_secret_basic
+    when listed or when the list is absent (RFC 8414 section 2's default; RFC 6749 section 2.3.1
+    says servers must support it), else client_secret_post; without a secret, none."""
+    if given in ("client_secret_basic", "client_secret_post", "none"):
+        return given
+    listed = meta.get("token_endpoint_auth_methods_supported")
+    if not secret or (isinstance(listed, list) and listed == ["none"]):
+        return "none"
+    if isinstance(listed, list) and "client_secret_basic" not in listed and (
+            "client_secret_post" in listed):
+        return "client_secret_post"
+    return "client_secret_basic"
+
+
+def _client_auth(client: dict, form: Dict[str, str], headers: Dict[str, str]) -> None:
+    """Put the client's credentials in a token or revocation request, by its method: an HTTP
+    Basic header (RFC 6749 section 2.3.1: id and secret form-encoded first), the form, or only
+    client_id (a public client)."""
+    secret = client.get("client_secret")
+    form["client_id"] = client["client_id"]
+    method = client.get("token_endpoint_auth_method")
+    if secret and method == "client_secret_basic":
+        pair = f"{urllib.parse.quote(client['client_id'], safe='')}:" \
+               f"{urllib.parse.quote(secret, safe='')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    elif secret and method != "none":
+        form["client_secret"] = secret
+
+
 def _callback_params(url: str, state: str, issuer: str, iss_required: bool) -> str:
     """The authorization code from the redirect back to Abstract (the full URL or its query);
     _AuthError when it is not the answer to this login: another state (a forged or stale
@@ -3774,7 +3805,7 @@ class _OAuth:
         if self.conf.get("client_id"):
             secret = self.conf.get("client_secret")
             return {"client_id": self.conf["client_id"], "client_secret": secret,
-                    "token_endpoint_auth_method": "client_secret_post" if secret else "none"}
+                    "token_endpoint_auth_method": _token_auth_method(meta, secret)}
         client = entry.get("client") or {}
         has = client.get("scope")
         if (client.get("client_id") and redirect_uri in client.get("redirect_uris", [])
@@ -3797,19 +3828,16 @@ class _OAuth:
             raise _AuthError(f"{self.name}: the client registration at {endpoint} failed "
                              f"(HTTP {status}{': ' + str(why)[:200] if why else ''})")
         doc.setdefault("redirect_uris", [redirect_uri])
+        # a confidential client after all (the server gave a secret): by the method it names
+        doc["token_endpoint_auth_method"] = _token_auth_method(
+            meta, doc.get("client_secret"), doc.get("token_endpoint_auth_method"))
         return doc
 
     def _token(self, entry: dict, client: dict, resource: str, form: Dict[str, str]) -> dict:
         """POST to the token endpoint; the tokens, with expires_at on this machine's clock."""
-        form = {**form, "client_id": client["client_id"], "resource": resource}
+        form = {**form, "resource": resource}
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        secret = client.get("client_secret")
-        if secret and client.get("token_endpoint_auth_method") == "client_secret_basic":
-
-            pair = f"{urllib.parse.quote(client['client_id'])}:{urllib.parse.quote(secret)}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        elif secret:
-            form["client_secret"] = secret
+        _client_auth(client, form, headers)
         now = self._clock()
         status, doc = self._json("POST", entry["token_endpoint"],
                                  urllib.parse.urlencode(form).encode(), headers)
@@ -3927,14 +3955,15 @@ class _OAuth:
             for kind in ("refresh_token", "access_token"):
                 if not tokens.get(kind):
                     continue
-                # client_secret even when empty (RFC 6749 2.3.1 allows either): the SDK's
-                # revocation endpoint refuses a request without the parameter
-                form = {"token": tokens[kind], "token_type_hint": kind,
-                        "client_id": client["client_id"],
-                        "client_secret": client.get("client_secret") or ""}
+                form = {"token": tokens[kind], "token_type_hint": kind}
+                headers = {"Content-Type": "application/x-www-form-urlencoded"}
+                _client_auth(client, form, headers)
+                # client_secret even when empty (RFC 6749 2.3.1 allows an empty one): the SDK's
+                # revocation endpoint refuses a request without the parameter, Basic or not
+                form.setdefault("client_secret", "")
                 try:
                     status, _ = self._json("POST", endpoint, urllib.parse.urlencode(form).encode(),
-                                           {"Content-Type": "application/x-www-form-urlencoded"})
+                                           headers)
                 except _AuthError as e:
                     status, told = 0, f" (the server could not be told: {e})"
                 if status != 200 and status:

@@ -124,3 +124,19 @@ def test_oauth_settings_are_checked():
         abstract.Settings({"servers": {"s": {"oauth": {"clientid": "x"}}}})
     with pytest.raises(abstract.ConfigError, match="redirect_port' must be a port number"):
         abstract.Settings({"servers": {"s": {"oauth": {"redirect_port": 70000}}}})
+
+
+def test_token_endpoint_auth_method_follows_the_server():
+    pick = abstract._token_auth_method
+    assert pick({}, "s") == "client_secret_basic"  # nothing listed: RFC 8414's default
+    assert pick({"token_endpoint_auth_methods_supported": ["client_secret_post"]}, "s") == \
+        "client_secret_post"
+    both = {"token_endpoint_auth_methods_supported": ["client_secret_post", "client_secret_basic"]}
+    assert pick(both, "s") == "client_secret_basic"
+    assert pick({"token_endpoint_auth_methods_supported": ["none"]}, "s") == "none"
+    assert pick(both, None) == "none"  # a public client
+    assert pick(both, "s", "client_secret_post") == "client_secret_post"  # as registered
+    form, headers = {}, {}
+    abstract._client_auth({"client_id": "a b", "client_secret": "c:d",
+                           "token_endpoint_auth_method": "client_secret_basic"}, form, headers)
+    assert form == {"client_id": "a b"} and headers["Authorization"] == "Basic YSUyMGI6YyUzQWQ="

@@ -81,7 +81,8 @@ class Provider:
         if opts.client_id:
             self.clients[opts.client_id] = LoopbackClient(
                 client_id=opts.client_id, redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
-                token_endpoint_auth_method="none", grant_types=["authorization_code", "refresh_token"],
+                token_endpoint_auth_method=opts.client_auth if opts.client_secret else "none",
+                client_secret=opts.client_secret or None, grant_types=["authorization_code", "refresh_token"],
                 response_types=["code"], scope=f"{SCOPE} admin")
 
     async def get_client(self, client_id: str) -> Optional[OAuthClientInformationFull]:
@@ -248,9 +249,12 @@ class Wrapper:
                 if message.get("more_body"):
                     return
                 body = state["body"]
-                if self.opts.no_s256 and state["start"]["status"] == 200:
+                if (self.opts.no_s256 or self.opts.client_secret) and state["start"]["status"] == 200:
                     doc = json.loads(body)
-                    doc.pop("code_challenge_methods_supported", None)
+                    if self.opts.no_s256:
+                        doc.pop("code_challenge_methods_supported", None)
+                    if self.opts.client_secret:  # the pre-registered client's method only
+                        doc["token_endpoint_auth_methods_supported"] = [self.opts.client_auth]
                     body = json.dumps(doc).encode()
                 headers = [(k, v) for k, v in state["start"]["headers"] if k.lower() != b"content-length"]
                 headers.append((b"content-length", str(len(body)).encode()))
@@ -313,6 +317,8 @@ def main() -> None:
                  "no-registration", "step-up"):
         parser.add_argument(f"--{flag}", action="store_true")
     parser.add_argument("--client-id", default="")
+    parser.add_argument("--client-secret", default="")  # the pre-registered client's, if any
+    parser.add_argument("--client-auth", default="client_secret_basic")  # its token auth method
     opts = parser.parse_args()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

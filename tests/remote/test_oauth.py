@@ -276,6 +276,24 @@ def test_discovery_fallbacks_and_a_preregistered_client(start, tmp_path):
     assert status == 200
 
 
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_a_preregistered_secret_goes_as_the_server_lists(start, tmp_path, method):
+    # the authorization server lists one token endpoint auth method: the secret goes that way,
+    # to the token endpoint (login, refresh) and to the revocation endpoint (logout)
+    server = start("--no-registration", "--client-id", "pre-2", "--client-secret", "s/3+cr:t",
+                   "--client-auth", method)
+    world = World(tmp_path, server, settings={"servers": {"remote": {"oauth": {
+        "client_id": "pre-2", "client_secret": "s/3+cr:t"}}}})
+    login(world)
+    assert world.saved()["client"]["token_endpoint_auth_method"] == method
+    later = world.auth(clock=lambda: time.time() + 3600)  # refreshed before the request
+    assert world.post(later)[0] == 200
+    assert [g["grant_type"] for g in server.stats()["grants"]] == ["authorization_code",
+                                                                   "refresh_token"]
+    out = world.run("--logout", "remote")
+    assert "revoked at the server" in out.stdout and server.stats()["revocations"] == 2, out.stdout
+
+
 def test_no_registration_and_no_client_id_says_what_to_set(start, tmp_path):
     failed_login(start, tmp_path, "--no-registration", words="servers.remote.oauth.client_id")
 
