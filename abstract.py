@@ -3382,14 +3382,18 @@ def _http_url(v: Any) -> bool:
     return isinstance(v, str) and v.startswith(("https://", "http://")) and len(v) < 4096
 
 
-def _check_as_metadata(doc: Any, issuer: str, name: str) -> dict:
+def _check_as_metadata(doc: Any, issuer: str, name: str, legacy: bool = False) -> dict:
     """The authorization server's metadata, if Abstract can use it; else _AuthError saying why.
 
-    The issuer in it must be the one its URL was built from (RFC 8414 section 3.3), and it must
-    list S256 among code_challenge_methods_supported: without that PKCE cannot be relied on,
-    and the spec says a client must refuse to go on."""
-    if not isinstance(doc, dict) or doc.get("issuer") != issuer:
-        got = doc.get("issuer") if isinstance(doc, dict) else None
+    The issuer in it must be the one its URL was built from (RFC 8414 section 3.3; `legacy`,
+    metadata at the server's origin as the 2025-03-26 revision has it: any issuer on that
+    origin, as that revision puts the metadata at the root whatever the issuer's path), and it
+    must list S256 among code_challenge_methods_supported: without that PKCE cannot be relied
+    on, and the spec says a client must refuse to go on."""
+    got = doc.get("issuer") if isinstance(doc, dict) else None
+    if legacy and _http_url(got) and _url_base(got) == issuer:
+        issuer = got
+    if not isinstance(doc, dict) or got != issuer:
         raise _AuthError(f"{name}: the authorization server's metadata names issuer {got!r}, "
                          f"not {issuer!r}; Abstract does not use it")
     for key in ("authorization_endpoint", "token_endpoint"):
@@ -3782,22 +3786,35 @@ class _OAuth:
             return status, None
 
     def _discover(self, challenge: Dict[str, str]) -> Tuple[str, str, dict, dict]:
-        """(resource, issuer, authorization server metadata, resource metadata)."""
+        """(resource, issuer, authorization server metadata, resource metadata).
+
+        A server without protected resource metadata is one of the 2025-03-26 revision
+        (https://modelcontextprotocol.io/specification/2025-03-26/basic/authorization): its
+        origin is its authorization server, and without metadata there the default endpoints
+        /authorize, /token and /register at the origin are used, as that revision says."""
+        legacy = False
         for url in _prm_urls(self.url, challenge.get("resource_metadata", "")):
             status, prm = self._json("GET", url)
             if status == 200 and isinstance(prm, dict):
                 resource, issuer = _check_prm(prm, self.url, self.name)
                 break
         else:
-            raise _AuthError(f"{self.name}: the server asks for a login but publishes no "
-                             f"protected resource metadata (RFC 9728), so Abstract cannot tell "
-                             f"where to log in")
+            legacy, prm = True, {}
+            resource, issuer = _canonical_resource(self.url), _url_base(self.url)
         for url in _as_metadata_urls(issuer):
             status, meta = self._json("GET", url)
             if status == 200 and meta is not None:
-                return resource, issuer, _check_as_metadata(meta, issuer, self.name), prm
-        raise _AuthError(f"{self.name}: the authorization server {issuer} publishes no metadata "
-                         f"(RFC 8414 or OpenID discovery)")
+                meta = _check_as_metadata(meta, issuer, self.name, legacy)
+                return resource, meta["issuer"], meta, prm
+        if not legacy:
+            raise _AuthError(f"{self.name}: the authorization server {issuer} publishes no "
+                             f"metadata (RFC 8414 or OpenID discovery)")
+        # S256 is assumed: that revision makes PKCE a must, and OAuth 2.1 makes S256 the method
+        # every server supports; with no metadata nothing could list it
+        return resource, issuer, {
+            "issuer": issuer, "authorization_endpoint": issuer + "/authorize",
+            "token_endpoint": issuer + "/token", "registration_endpoint": issuer + "/register",
+            "code_challenge_methods_supported": ["S256"], "defaults": True}, prm
 
     def _client(self, meta: dict, entry: dict, redirect_uri: str, scope: str) -> dict:
         """The client to log in as: the pre-registered one from the settings, the one registered
@@ -3825,8 +3842,11 @@ class _OAuth:
                                  {"Content-Type": "application/json"})
         if status not in (200, 201) or not isinstance(doc, dict) or not doc.get("client_id"):
             why = (doc or {}).get("error_description") if isinstance(doc, dict) else None
+            guess = (" (the server publishes no OAuth metadata, so this is the 2025-03-26 "
+                     "revision's default endpoint; if the server takes a static token, give it "
+                     "in the entry's \"headers\")") if meta.get("defaults") else ""
             raise _AuthError(f"{self.name}: the client registration at {endpoint} failed "
-                             f"(HTTP {status}{': ' + str(why)[:200] if why else ''})")
+                             f"(HTTP {status}{': ' + str(why)[:200] if why else ''}){guess}")
         doc.setdefault("redirect_uris", [redirect_uri])
         # a confidential client after all (the server gave a secret): by the method it names
         doc["token_endpoint_auth_method"] = _token_auth_method(

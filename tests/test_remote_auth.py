@@ -69,6 +69,20 @@ def test_metadata_without_s256_or_with_another_issuer_is_refused():
             abstract._check_as_metadata(bad, "https://a.example", "s")
 
 
+def test_a_2025_03_26_servers_metadata_may_name_an_issuer_on_its_origin():
+    # no resource metadata: the metadata at the origin's root may name an issuer with a path there
+    meta = {"issuer": "https://a.example/oauth", "code_challenge_methods_supported": ["S256"],
+            "authorization_endpoint": "https://a.example/oauth/authorize",
+            "token_endpoint": "https://a.example/oauth/token"}
+    assert abstract._check_as_metadata(meta, "https://a.example", "s", legacy=True) is meta
+    with pytest.raises(abstract.HttpError, match="names issuer"):
+        abstract._check_as_metadata(meta, "https://a.example", "s")  # not without legacy
+    for other in ("https://evil.example/oauth", "http://a.example", "https://a.example:8443"):
+        with pytest.raises(abstract.HttpError, match="names issuer"):
+            abstract._check_as_metadata(dict(meta, issuer=other), "https://a.example", "s",
+                                        legacy=True)
+
+
 def test_resource_metadata_must_be_for_this_server():
     prm = {"resource": "https://mcp.example.com/mcp", "authorization_servers": ["https://auth.example"]}
     assert abstract._check_prm(prm, "https://mcp.example.com/mcp", "s") == (

@@ -198,6 +198,10 @@ class Wrapper:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path, method = scope["path"], scope["method"]
+        if path.startswith("/.well-known/oauth-protected-resource") and self.opts.no_prm:
+            return await self._json(send, 404, {"error": "not found"})  # a 2025-03-26 server
+        if path.startswith("/.well-known/") and self.opts.no_as_metadata:
+            return await self._json(send, 404, {"error": "not found"})
         if path == "/.well-known/oauth-authorization-server" and self.opts.oidc_only:
             return await self._json(send, 404, {"error": "not found"})
         if path == "/.well-known/openid-configuration" and self.opts.oidc_only:
@@ -314,7 +318,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--token-ttl", type=float, default=3600)
     for flag in ("no-s256", "tamper-state", "iss", "wrong-iss", "oidc-only", "no-resource-metadata",
-                 "no-registration", "step-up"):
+                 "no-registration", "step-up", "no-prm", "no-as-metadata"):
         parser.add_argument(f"--{flag}", action="store_true")
     parser.add_argument("--client-id", default="")
     parser.add_argument("--client-secret", default="")  # the pre-registered client's, if any

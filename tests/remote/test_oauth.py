@@ -294,6 +294,19 @@ def test_a_preregistered_secret_goes_as_the_server_lists(start, tmp_path, method
     assert "revoked at the server" in out.stdout and server.stats()["revocations"] == 2, out.stdout
 
 
+@pytest.mark.parametrize("flags", [["--no-prm"], ["--no-prm", "--no-as-metadata"]])
+def test_a_2025_03_26_server_logs_in_at_its_origin(start, tmp_path, flags):
+    # no protected resource metadata: the server's origin is the authorization server, its
+    # metadata at the root well-known URL; with none there either, /authorize, /token, /register
+    server = start("--no-resource-metadata", *flags)
+    world = World(tmp_path, server)
+    login(world)
+    stats = server.stats()
+    assert stats["registrations"] == 1 and stats["authorizations"] == 1
+    assert stats["grants"] == [{"grant_type": "authorization_code", "resource": server.url}]
+    assert world.post(world.auth())[0] == 200
+
+
 def test_no_registration_and_no_client_id_says_what_to_set(start, tmp_path):
     failed_login(start, tmp_path, "--no-registration", words="servers.remote.oauth.client_id")
 
