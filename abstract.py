@@ -4984,6 +4984,16 @@ class _HttpTransport:
                 hdrs["Mcp-Name"] = _header_value(params[key])
         return hdrs
 
+    def _get_headers(self, last_id: str = "") -> Dict[str, str]:
+        """A GET for an SSE stream: the server's own, or an answer's resumed after `last_id`;
+        MCP-Protocol-Version on it too, as on every request after initialize."""
+        hdrs = {"Accept": "text/event-stream"}
+        if self.version:
+            hdrs["MCP-Protocol-Version"] = self.version
+        if last_id:
+            hdrs["Last-Event-ID"] = last_id
+        return hdrs
+
     def _post_one_way(self, msg: dict, data: bytes) -> None:
         """A notification or a response: POSTed in order, answered with 202."""
         try:
@@ -5154,8 +5164,7 @@ class _HttpTransport:
             if self._closed.wait(delay / 1000):
                 return
             try:
-                resp = self._send("GET", self.url, None, {"Accept": "text/event-stream",
-                                                          "Last-Event-ID": seen})
+                resp = self._send("GET", self.url, None, self._get_headers(seen))
             except HttpError as e:
                 why = str(e)
                 continue
@@ -5176,13 +5185,9 @@ class _HttpTransport:
         the server has none), reopened after `retry` while the session lasts."""
         parser, failures = SseParser(self.max_message), 0
         while not self._closed.is_set() and failures < 5:
-            hdrs = {"Accept": "text/event-stream"}
-            if self.version:
-                hdrs["MCP-Protocol-Version"] = self.version
-            if parser.last_id:
-                hdrs["Last-Event-ID"] = parser.last_id
             try:
-                with self._send("GET", self.url, None, hdrs, _HTTP_LISTEN_S) as resp:
+                with self._send("GET", self.url, None, self._get_headers(parser.last_id or ""),
+                                _HTTP_LISTEN_S) as resp:
                     if resp.status == 404 and self.session_id:
                         self._end("ended its session (HTTP 404); a new one starts on the next call")
                         return
