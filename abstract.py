@@ -3288,9 +3288,15 @@ class _AuthError(HttpError):
     An HttpError, so the transport reports it as it reports any failed request. `refused`: the
     authorization server turned a grant down (invalid_grant), as opposed to not being reached."""
 
-    def __init__(self, message: str, refused: bool = False) -> None:
+    def __init__(self, message: str, refused: bool = False, login: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
+        self.login = login  # a login is needed (and has started, unless --check): no fault
+
+
+class _LoginNeeded(UpstreamError):
+    """A request to a remote server that waits for a login: the message says what to do. Not a
+    fault of the server's: a handshake that fails with it does not count as a crash."""
 
 
 def _span(seconds: float) -> str:
@@ -3996,7 +4002,8 @@ class _OAuth:
         """Start a login in the background (browser opened, answer awaited on a thread) unless
         one is under way; the error the call answers with, saying what to do."""
         if not self.start_logins:
-            return _AuthError(f"login needed: run python abstract.py --login {self.name}")
+            return _AuthError(f"login needed: run python abstract.py --login {self.name}",
+                              login=True)
         if self.login_done.is_set():
             attempt = self._begin(challenge, step_up)
             self.login_url = attempt.url
@@ -4031,7 +4038,7 @@ class _OAuth:
         what = "More permissions are needed (a step-up login)" if step_up else "A login is needed"
         return _AuthError(f"{what}. {how}: finish the login there (or open {self.login_url} "
                           f"yourself), then call again. On a machine without a browser, run "
-                          f"`python abstract.py --login {self.name}` in a terminal.")
+                          f"`python abstract.py --login {self.name}` in a terminal.", login=True)
 
     def login_cli(self, out: Any, lines: "queue.Queue[str]") -> None:
         """`--login`: the whole flow from a terminal. The URL is printed as well as opened; a
@@ -4967,6 +4974,8 @@ class _HttpTransport:
         try:
             return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
                                 read_timeout=read_timeout or self._read_s)
+        except _AuthError as e:  # of its own kind still: whether a login is needed matters
+            raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
         except HttpError as e:
             raise HttpError(self.mask(str(e)), e.url, e.status) from None
 
@@ -5016,6 +5025,10 @@ class _HttpTransport:
         mid = msg["id"]
         try:
             self._exchange(msg, data.rstrip(b"\n"), mid)
+        except _AuthError as e:  # its text names the server too (for --login): once is enough
+            text = str(e)
+            text = text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
+            self._fail(mid, f"server '{self.name}': {text}", _LoginNeeded if e.login else None)
         except HttpError as e:
             self._fail(mid, f"server '{self.name}': {e}")
         except Exception as e:  # a bug must fail the call, not leave it to its deadline
@@ -5101,9 +5114,9 @@ class _HttpTransport:
                         + (f": {self.mask(line[:200])}" if line else "") + hint)
 
     # -- receiving
-    def _fail(self, mid: Any, message: str) -> None:
+    def _fail(self, mid: Any, message: str, kind: Optional[type] = None) -> None:
         if self._conn is not None:
-            self._conn.forget(mid, UpstreamError(self.mask(message)))
+            self._conn.forget(mid, (kind or UpstreamError)(self.mask(message)))
 
     def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
         """One JSON-RPC message from the server; True if it is the answer to `mid`."""
@@ -5600,6 +5613,10 @@ class Upstream:
             if closing:  # close() began while this run was being spawned
                 raise UpstreamError(self._shutting_down())
             self._handshake(conn)  # 5.
+        except _LoginNeeded as e:  # no fault: said as it is, and the next call starts afresh
+            self._stop(run, f"server '{self.name}' waits for a login")
+            self.last_error = e.message
+            raise _LoginNeeded(e.message) from None
         except RpcError as e:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
