@@ -5056,9 +5056,10 @@ class _HttpTransport:
                     return self._exchange(msg, body, mid)
                 return self._refused(resp, raw, mid)
             if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
+                # ended before the call is answered: the next call must not come to this session
+                self._end("ended its session (HTTP 404); a new one starts on the next call")
                 self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from "
                                 f"{self.where()}); a new session starts on the next call")
-                self._end("ended its session (HTTP 404); a new one starts on the next call")
                 return
             if resp.status >= 300:
                 return self._refused(resp, self._small_body(resp), mid)
@@ -5431,6 +5432,11 @@ class _HttpRun(_Run):
         self.conn = None
         self.tail = _Tail()
         self.ready = self.ending = False
+
+    def usable(self) -> bool:
+        # the session's end is known here before its Connection has read the EOF: a call made
+        # in between (right after the answer that ended it) starts a new session
+        return super().usable() and not self.transport._closed.is_set()
 
     def streams(self) -> Tuple[Any, Any]:
         return self.transport, self.transport
