@@ -3823,12 +3823,18 @@ class _OAuth:
             "code_challenge_methods_supported": ["S256"], "defaults": True}, prm
 
     def _client(self, meta: dict, entry: dict, redirect_uri: str, scope: str) -> dict:
-        """The client to log in as: the pre-registered one from the settings, the one registered
-        before for this redirect (and scope), else a new dynamic registration (RFC 7591)."""
+        """The client to log in as: the pre-registered one from the settings, the settings'
+        client metadata document where the server takes those, the one registered before for
+        this redirect (and scope), else a new dynamic registration (RFC 7591)."""
         if self.conf.get("client_id"):
             secret = self.conf.get("client_secret")
             return {"client_id": self.conf["client_id"], "client_secret": secret,
                     "token_endpoint_auth_method": _token_auth_method(meta, secret)}
+        document = self.conf.get("client_metadata_url")
+        if document and meta.get("client_id_metadata_document_supported") is True:
+            # a client ID metadata document (SEP-991, draft-ietf-oauth-client-id-metadata-
+            # document): the URL the user published it at is the client_id; no registration
+            return {"client_id": document, "token_endpoint_auth_method": "none"}
         client = entry.get("client") or {}
         has = client.get("scope")
         if (client.get("client_id") and redirect_uri in client.get("redirect_uris", [])
@@ -4471,12 +4477,18 @@ _TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
 
 
 # servers.<name>.oauth, for a remote server that asks for an OAuth login (section 8c): a client
-# registered there beforehand (else Abstract registers itself dynamically), the scope to ask for
+# registered there beforehand, or the URL of a client metadata document the user published (else
+# Abstract registers itself dynamically), the scope to ask for
 # (else the server's), a fixed port for the loopback redirect (else a free one).
 _OAUTH_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "client_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a client id (a string)",
                   None),
     "client_secret": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a string", None),
+    # a client ID metadata document: an https URL with a path (the draft's rule for client_id)
+    "client_metadata_url": (lambda v: isinstance(v, str) and len(v) <= 2000
+                            and v.startswith("https://")
+                            and len(urllib.parse.urlsplit(v).path) > 1,
+                            "the https URL (with a path) of your client metadata document", None),
     "scope": (lambda v: isinstance(v, str) and len(v) <= 2000, "space-separated scopes", None),
     "redirect_port": (lambda v: _count(v) and 0 < v < 65536, "a port number from 1 to 65535", None),
 }

@@ -134,6 +134,10 @@ def test_token_store_files_are_the_users_alone(tmp_path):
 
 def test_oauth_settings_are_checked():
     abstract.Settings({"servers": {"s": {"oauth": {"client_id": "x", "scope": "a b", "redirect_port": 8976}}}})
+    abstract.Settings({"servers": {"s": {"oauth": {"client_metadata_url": "https://me.example/c.json"}}}})
+    for bad in ("http://me.example/c.json", "https://me.example", "https://me.example/", 7):
+        with pytest.raises(abstract.ConfigError, match="client_metadata_url' must be the https URL"):
+            abstract.Settings({"servers": {"s": {"oauth": {"client_metadata_url": bad}}}})
     with pytest.raises(abstract.ConfigError, match="unknown key 'servers.s.oauth.clientid'"):
         abstract.Settings({"servers": {"s": {"oauth": {"clientid": "x"}}}})
     with pytest.raises(abstract.ConfigError, match="redirect_port' must be a port number"):

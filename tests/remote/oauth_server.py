@@ -77,7 +77,8 @@ class Provider:
         self.refresh: Dict[str, RefreshToken] = {}
         self.stats: Dict[str, Any] = {"registrations": 0, "authorizations": 0, "grants": [],
                                       "authorize_resources": [], "authorize_scopes": [],
-                                      "mcp_requests": 0, "unauthorized": 0, "revocations": 0}
+                                      "mcp_requests": 0, "unauthorized": 0, "revocations": 0,
+                                      "authorize_clients": [], "metadata_documents": []}
         if opts.client_id:
             self.clients[opts.client_id] = LoopbackClient(
                 client_id=opts.client_id, redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
@@ -86,6 +87,13 @@ class Provider:
                 response_types=["code"], scope=f"{SCOPE} admin")
 
     async def get_client(self, client_id: str) -> Optional[OAuthClientInformationFull]:
+        if self.opts.cimd and client_id.startswith("https://") and client_id not in self.clients:
+            # a client ID metadata document, as if fetched from that URL (the test is offline)
+            self.stats["metadata_documents"].append(client_id)
+            self.clients[client_id] = LoopbackClient(
+                client_id=client_id, redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
+                token_endpoint_auth_method="none", grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"], scope=f"{SCOPE} admin")
         return self.clients.get(client_id)
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
@@ -96,6 +104,7 @@ class Provider:
         self.stats["authorizations"] += 1
         self.stats["authorize_resources"].append(params.resource)
         self.stats["authorize_scopes"].append(params.scopes)
+        self.stats["authorize_clients"].append(client.client_id)
         code = secrets.token_urlsafe(24)
         self.codes[code] = AuthorizationCode(
             code=code, scopes=params.scopes or [SCOPE], expires_at=time.time() + 300,
@@ -253,8 +262,11 @@ class Wrapper:
                 if message.get("more_body"):
                     return
                 body = state["body"]
-                if (self.opts.no_s256 or self.opts.client_secret) and state["start"]["status"] == 200:
+                if (self.opts.no_s256 or self.opts.client_secret or self.opts.cimd) and \
+                        state["start"]["status"] == 200:
                     doc = json.loads(body)
+                    if self.opts.cimd:
+                        doc["client_id_metadata_document_supported"] = True
                     if self.opts.no_s256:
                         doc.pop("code_challenge_methods_supported", None)
                     if self.opts.client_secret:  # the pre-registered client's method only
@@ -318,7 +330,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--token-ttl", type=float, default=3600)
     for flag in ("no-s256", "tamper-state", "iss", "wrong-iss", "oidc-only", "no-resource-metadata",
-                 "no-registration", "step-up", "no-prm", "no-as-metadata"):
+                 "no-registration", "step-up", "no-prm", "no-as-metadata", "cimd"):
         parser.add_argument(f"--{flag}", action="store_true")
     parser.add_argument("--client-id", default="")
     parser.add_argument("--client-secret", default="")  # the pre-registered client's, if any

@@ -313,6 +313,21 @@ def test_a_2025_03_26_server_logs_in_at_its_origin(start, tmp_path, flags):
     assert world.post(world.auth())[0] == 200
 
 
+@pytest.mark.parametrize("cimd", [True, False], ids=["server-takes-them", "server-does-not"])
+def test_a_client_metadata_document_url_is_the_client_id(start, tmp_path, cimd):
+    # the server lists client_id_metadata_document_supported: the settings' URL is the client_id,
+    # with no registration; a server that does not: dynamic registration, as without the setting
+    server = start(*(["--cimd"] if cimd else []))
+    doc = "https://client.example/abstract/client.json"
+    world = World(tmp_path, server, settings={"servers": {"remote": {"oauth": {
+        "client_metadata_url": doc}}}})
+    login(world)
+    stats = server.stats()
+    assert stats["registrations"] == (0 if cimd else 1)
+    assert (stats["authorize_clients"] == [doc]) == cimd, stats["authorize_clients"]
+    assert world.post(world.auth())[0] == 200
+
+
 def test_no_registration_and_no_client_id_says_what_to_set(start, tmp_path):
     failed_login(start, tmp_path, "--no-registration", words="servers.remote.oauth.client_id")
 
