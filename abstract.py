@@ -3391,9 +3391,15 @@ class _AuthError(HttpError):
     An HttpError, so the transport reports it as it reports any failed request. `refused`: the
     authorization server turned a grant down (invalid_grant), as opposed to not being reached."""
 
-    def __init__(self, message: str, refused: bool = False) -> None:
+    def __init__(self, message: str, refused: bool = False, login: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
+        self.login = login  # a login is needed (and has started, unless --check): no fault
+
+
+class _LoginNeeded(UpstreamError):
+    """A request to a remote server that waits for a login: the message says what to do. Not a
+    fault of the server's: a handshake that fails with it does not count as a crash."""
 
 
 def _span(seconds: float) -> str:
@@ -3485,14 +3491,18 @@ def _http_url(v: Any) -> bool:
     return isinstance(v, str) and v.startswith(("https://", "http://")) and len(v) < 4096
 
 
-def _check_as_metadata(doc: Any, issuer: str, name: str) -> dict:
+def _check_as_metadata(doc: Any, issuer: str, name: str, legacy: bool = False) -> dict:
     """The authorization server's metadata, if Abstract can use it; else _AuthError saying why.
 
-    The issuer in it must be the one its URL was built from (RFC 8414 section 3.3), and it must
-    list S256 among code_challenge_methods_supported: without that PKCE cannot be relied on,
-    and the spec says a client must refuse to go on."""
-    if not isinstance(doc, dict) or doc.get("issuer") != issuer:
-        got = doc.get("issuer") if isinstance(doc, dict) else None
+    The issuer in it must be the one its URL was built from (RFC 8414 section 3.3; `legacy`,
+    metadata at the server's origin as the 2025-03-26 revision has it: any issuer on that
+    origin, as that revision puts the metadata at the root whatever the issuer's path), and it
+    must list S256 among code_challenge_methods_supported: without that PKCE cannot be relied
+    on, and the spec says a client must refuse to go on."""
+    got = doc.get("issuer") if isinstance(doc, dict) else None
+    if legacy and _http_url(got) and _url_base(got) == issuer:
+        issuer = got
+    if not isinstance(doc, dict) or got != issuer:
         raise _AuthError(f"{name}: the authorization server's metadata names issuer {got!r}, "
                          f"not {issuer!r}; Abstract does not use it")
     for key in ("authorization_endpoint", "token_endpoint"):
@@ -3523,6 +3533,37 @@ def _check_prm(doc: Any, server_url: str, name: str) -> Tuple[str, str]:
         raise _AuthError(f"{name}: the server's protected resource metadata is for {resource!r}, "
                          f"not for {own}; Abstract does not log in there")
     return _canonical_resource(resource), servers[0]
+
+
+def _token_auth_method(meta: dict, secret: Any, given: Any = None) -> str:
+    """How a client authenticates at the token endpoint: the method its registration names
+    (`given`), else, with a secret, the one the authorization server lists: client_secret_basic
+    when listed or when the list is absent (RFC 8414 section 2's default; RFC 6749 section 2.3.1
+    says servers must support it), else client_secret_post; without a secret, none."""
+    if given in ("client_secret_basic", "client_secret_post", "none"):
+        return given
+    listed = meta.get("token_endpoint_auth_methods_supported")
+    if not secret or (isinstance(listed, list) and listed == ["none"]):
+        return "none"
+    if isinstance(listed, list) and "client_secret_basic" not in listed and (
+            "client_secret_post" in listed):
+        return "client_secret_post"
+    return "client_secret_basic"
+
+
+def _client_auth(client: dict, form: Dict[str, str], headers: Dict[str, str]) -> None:
+    """Put the client's credentials in a token or revocation request, by its method: an HTTP
+    Basic header (RFC 6749 section 2.3.1: id and secret form-encoded first), the form, or only
+    client_id (a public client)."""
+    secret = client.get("client_secret")
+    form["client_id"] = client["client_id"]
+    method = client.get("token_endpoint_auth_method")
+    if secret and method == "client_secret_basic":
+        pair = f"{urllib.parse.quote(client['client_id'], safe='')}:" \
+               f"{urllib.parse.quote(secret, safe='')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    elif secret and method != "none":
+        form["client_secret"] = secret
 
 
 def _callback_params(url: str, state: str, issuer: str, iss_required: bool) -> str:
@@ -3668,7 +3709,9 @@ class _Loopback:
             return None
 
     def close(self) -> None:
-        self.httpd.shutdown()
+        """Stop serving (idempotent); it waits for the server's loop, up to half a second."""
+        if self.thread.is_alive():
+            self.httpd.shutdown()
         self.httpd.server_close()
 
 
@@ -3733,6 +3776,10 @@ class _OAuth:
         self.store, self.environ, self._clock = store, environ, clock
         self.lock = threading.Lock()  # one refresh or login start at a time
         self.login: Optional[threading.Thread] = None
+        # set when the login under way has ended (tokens saved, or failed): "a login is running"
+        # means this is not set, not that its thread lives (it may still be closing the loopback)
+        self.login_done = threading.Event()
+        self.login_done.set()
         self.login_url = ""
         self.stepped_up: set = set()  # the challenges' scopes a step-up was tried for (once each)
         self.sent = ""  # the access token last sent, to tell a stale 401 from a fresh one
@@ -3806,11 +3853,14 @@ class _OAuth:
         response.close()  # neither a retry nor an _AuthError needs the body
         if status == 403:
             wanted = challenge.get("scope", "")
-            if wanted in self.stepped_up:
-                raise _AuthError(f"{self.name} refuses the call even after a login with more "
-                                 f"scopes ({wanted or 'none named'}); ask its operator for access")
-            self.stepped_up.add(wanted)
             with self.lock:
+                if not self.login_done.is_set():  # a login is under way: its answer says so
+                    raise self._start(challenge, step_up=True)
+                if wanted in self.stepped_up:
+                    raise _AuthError(f"{self.name} refuses the call even after a login with more "
+                                     f"scopes ({wanted or 'none named'}); ask its operator for "
+                                     f"access")
+                self.stepped_up.add(wanted)  # a step-up login starts now: once per scope
                 raise self._start(challenge, step_up=True)
         with self.lock:  # also around _start: concurrent calls open one login, not one each
             _, entry = self._saved()
@@ -3845,30 +3895,49 @@ class _OAuth:
             return status, None
 
     def _discover(self, challenge: Dict[str, str]) -> Tuple[str, str, dict, dict]:
-        """(resource, issuer, authorization server metadata, resource metadata)."""
+        """(resource, issuer, authorization server metadata, resource metadata).
+
+        A server without protected resource metadata is one of the 2025-03-26 revision
+        (https://modelcontextprotocol.io/specification/2025-03-26/basic/authorization): its
+        origin is its authorization server, and without metadata there the default endpoints
+        /authorize, /token and /register at the origin are used, as that revision says."""
+        legacy = False
         for url in _prm_urls(self.url, challenge.get("resource_metadata", "")):
             status, prm = self._json("GET", url)
             if status == 200 and isinstance(prm, dict):
                 resource, issuer = _check_prm(prm, self.url, self.name)
                 break
         else:
-            raise _AuthError(f"{self.name}: the server asks for a login but publishes no "
-                             f"protected resource metadata (RFC 9728), so Abstract cannot tell "
-                             f"where to log in")
+            legacy, prm = True, {}
+            resource, issuer = _canonical_resource(self.url), _url_base(self.url)
         for url in _as_metadata_urls(issuer):
             status, meta = self._json("GET", url)
             if status == 200 and meta is not None:
-                return resource, issuer, _check_as_metadata(meta, issuer, self.name), prm
-        raise _AuthError(f"{self.name}: the authorization server {issuer} publishes no metadata "
-                         f"(RFC 8414 or OpenID discovery)")
+                meta = _check_as_metadata(meta, issuer, self.name, legacy)
+                return resource, meta["issuer"], meta, prm
+        if not legacy:
+            raise _AuthError(f"{self.name}: the authorization server {issuer} publishes no "
+                             f"metadata (RFC 8414 or OpenID discovery)")
+        # S256 is assumed: that revision makes PKCE a must, and OAuth 2.1 makes S256 the method
+        # every server supports; with no metadata nothing could list it
+        return resource, issuer, {
+            "issuer": issuer, "authorization_endpoint": issuer + "/authorize",
+            "token_endpoint": issuer + "/token", "registration_endpoint": issuer + "/register",
+            "code_challenge_methods_supported": ["S256"], "defaults": True}, prm
 
     def _client(self, meta: dict, entry: dict, redirect_uri: str, scope: str) -> dict:
-        """The client to log in as: the pre-registered one from the settings, the one registered
-        before for this redirect (and scope), else a new dynamic registration (RFC 7591)."""
+        """The client to log in as: the pre-registered one from the settings, the settings'
+        client metadata document where the server takes those, the one registered before for
+        this redirect (and scope), else a new dynamic registration (RFC 7591)."""
         if self.conf.get("client_id"):
             secret = self.conf.get("client_secret")
             return {"client_id": self.conf["client_id"], "client_secret": secret,
-                    "token_endpoint_auth_method": "client_secret_post" if secret else "none"}
+                    "token_endpoint_auth_method": _token_auth_method(meta, secret)}
+        document = self.conf.get("client_metadata_url")
+        if document and meta.get("client_id_metadata_document_supported") is True:
+            # a client ID metadata document (SEP-991, draft-ietf-oauth-client-id-metadata-
+            # document): the URL the user published it at is the client_id; no registration
+            return {"client_id": document, "token_endpoint_auth_method": "none"}
         client = entry.get("client") or {}
         has = client.get("scope")
         if (client.get("client_id") and redirect_uri in client.get("redirect_uris", [])
@@ -3888,22 +3957,22 @@ class _OAuth:
                                  {"Content-Type": "application/json"})
         if status not in (200, 201) or not isinstance(doc, dict) or not doc.get("client_id"):
             why = (doc or {}).get("error_description") if isinstance(doc, dict) else None
+            guess = (" (the server publishes no OAuth metadata, so this is the 2025-03-26 "
+                     "revision's default endpoint; if the server takes a static token, give it "
+                     "in the entry's \"headers\")") if meta.get("defaults") else ""
             raise _AuthError(f"{self.name}: the client registration at {endpoint} failed "
-                             f"(HTTP {status}{': ' + str(why)[:200] if why else ''})")
+                             f"(HTTP {status}{': ' + str(why)[:200] if why else ''}){guess}")
         doc.setdefault("redirect_uris", [redirect_uri])
+        # a confidential client after all (the server gave a secret): by the method it names
+        doc["token_endpoint_auth_method"] = _token_auth_method(
+            meta, doc.get("client_secret"), doc.get("token_endpoint_auth_method"))
         return doc
 
     def _token(self, entry: dict, client: dict, resource: str, form: Dict[str, str]) -> dict:
         """POST to the token endpoint; the tokens, with expires_at on this machine's clock."""
-        form = {**form, "client_id": client["client_id"], "resource": resource}
+        form = {**form, "resource": resource}
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        secret = client.get("client_secret")
-        if secret and client.get("token_endpoint_auth_method") == "client_secret_basic":
-
-            pair = f"{urllib.parse.quote(client['client_id'])}:{urllib.parse.quote(secret)}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        elif secret:
-            form["client_secret"] = secret
+        _client_auth(client, form, headers)
         now = self._clock()
         status, doc = self._json("POST", entry["token_endpoint"],
                                  urllib.parse.urlencode(form).encode(), headers)
@@ -4021,14 +4090,15 @@ class _OAuth:
             for kind in ("refresh_token", "access_token"):
                 if not tokens.get(kind):
                     continue
-                # client_secret even when empty (RFC 6749 2.3.1 allows either): the SDK's
-                # revocation endpoint refuses a request without the parameter
-                form = {"token": tokens[kind], "token_type_hint": kind,
-                        "client_id": client["client_id"],
-                        "client_secret": client.get("client_secret") or ""}
+                form = {"token": tokens[kind], "token_type_hint": kind}
+                headers = {"Content-Type": "application/x-www-form-urlencoded"}
+                _client_auth(client, form, headers)
+                # client_secret even when empty (RFC 6749 2.3.1 allows an empty one): the SDK's
+                # revocation endpoint refuses a request without the parameter, Basic or not
+                form.setdefault("client_secret", "")
                 try:
                     status, _ = self._json("POST", endpoint, urllib.parse.urlencode(form).encode(),
-                                           {"Content-Type": "application/x-www-form-urlencoded"})
+                                           headers)
                 except _AuthError as e:
                     status, told = 0, f" (the server could not be told: {e})"
                 if status != 200 and status:
@@ -4041,24 +4111,30 @@ class _OAuth:
         """Start a login in the background (browser opened, answer awaited on a thread) unless
         one is under way; the error the call answers with, saying what to do."""
         if not self.start_logins:
-            return _AuthError(f"login needed: run python abstract.py --login {self.name}")
-        running = self.login is not None and self.login.is_alive()
-        if not running:
+            return _AuthError(f"login needed: run python abstract.py --login {self.name}",
+                              login=True)
+        if self.login_done.is_set():
             attempt = self._begin(challenge, step_up)
             self.login_url = attempt.url
+            done = self.login_done = threading.Event()
 
             def wait() -> None:
                 try:
                     answer = attempt.loopback.wait(_OAUTH_LOGIN_WAIT_S)
+                    attempt.loopback.close()  # before the tokens: a next login may want its port
                     if answer is None:
+                        done.set()
                         _log.warning("%s: the login was not finished within %d minutes", self.name,
                                      _OAUTH_LOGIN_WAIT_S // 60)
                         return
                     self._finish(attempt, answer)
+                    done.set()  # before the log line: whoever reads it may call again at once
                     _log.info("%s: logged in", self.name)
                 except _AuthError as e:
+                    done.set()
                     _log.warning("%s: login failed: %s", self.name, e)
                 finally:
+                    done.set()
                     attempt.loopback.close()
 
             self.login = threading.Thread(target=wait, name=f"abstract-login-{self.name}",
@@ -4071,7 +4147,7 @@ class _OAuth:
         what = "More permissions are needed (a step-up login)" if step_up else "A login is needed"
         return _AuthError(f"{what}. {how}: finish the login there (or open {self.login_url} "
                           f"yourself), then call again. On a machine without a browser, run "
-                          f"`python abstract.py --login {self.name}` in a terminal.")
+                          f"`python abstract.py --login {self.name}` in a terminal.", login=True)
 
     def login_cli(self, out: Any, lines: "queue.Queue[str]") -> None:
         """`--login`: the whole flow from a terminal. The URL is printed as well as opened; a
@@ -4504,12 +4580,18 @@ _TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
 
 
 # servers.<name>.oauth, for a remote server that asks for an OAuth login (section 8c): a client
-# registered there beforehand (else Abstract registers itself dynamically), the scope to ask for
+# registered there beforehand, or the URL of a client metadata document the user published (else
+# Abstract registers itself dynamically), the scope to ask for
 # (else the server's), a fixed port for the loopback redirect (else a free one).
 _OAUTH_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "client_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a client id (a string)",
                   None),
     "client_secret": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a string", None),
+    # a client ID metadata document: an https URL with a path (the draft's rule for client_id)
+    "client_metadata_url": (lambda v: isinstance(v, str) and len(v) <= 2000
+                            and v.startswith("https://")
+                            and len(urllib.parse.urlsplit(v).path) > 1,
+                            "the https URL (with a path) of your client metadata document", None),
     "scope": (lambda v: isinstance(v, str) and len(v) <= 2000, "space-separated scopes", None),
     "redirect_port": (lambda v: _count(v) and 0 < v < 65536, "a port number from 1 to 65535", None),
 }
@@ -5142,6 +5224,8 @@ class _HttpTransport:
         try:
             return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
                                 read_timeout=read_timeout or self._read_s)
+        except _AuthError as e:  # of its own kind still: whether a login is needed matters
+            raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
         except HttpError as e:
             raise HttpError(self.mask(str(e)), e.url, e.status) from None
 
@@ -5157,6 +5241,16 @@ class _HttpTransport:
             key = _MCP_NAME_METHODS.get(msg["method"])
             if key and isinstance(params.get(key), str):
                 hdrs["Mcp-Name"] = _header_value(params[key])
+        return hdrs
+
+    def _get_headers(self, last_id: str = "") -> Dict[str, str]:
+        """A GET for an SSE stream: the server's own, or an answer's resumed after `last_id`;
+        MCP-Protocol-Version on it too, as on every request after initialize."""
+        hdrs = {"Accept": "text/event-stream"}
+        if self.version:
+            hdrs["MCP-Protocol-Version"] = self.version
+        if last_id:
+            hdrs["Last-Event-ID"] = last_id
         return hdrs
 
     def _post_one_way(self, msg: dict, data: bytes) -> None:
@@ -5181,6 +5275,10 @@ class _HttpTransport:
         mid = msg["id"]
         try:
             self._exchange(msg, data.rstrip(b"\n"), mid)
+        except _AuthError as e:  # its text names the server too (for --login): once is enough
+            text = str(e)
+            text = text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
+            self._fail(mid, f"server '{self.name}': {text}", _LoginNeeded if e.login else None)
         except HttpError as e:
             self._fail(mid, f"server '{self.name}': {e}")
         except Exception as e:  # a bug must fail the call, not leave it to its deadline
@@ -5208,9 +5306,10 @@ class _HttpTransport:
                     return self._exchange(msg, body, mid)
                 return self._refused(resp, raw, mid)
             if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
+                # ended before the call is answered: the next call must not come to this session
+                self._end("ended its session (HTTP 404); a new one starts on the next call")
                 self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from "
                                 f"{self.where()}); a new session starts on the next call")
-                self._end("ended its session (HTTP 404); a new one starts on the next call")
                 return
             if resp.status >= 300:
                 return self._refused(resp, self._small_body(resp), mid)
@@ -5266,9 +5365,9 @@ class _HttpTransport:
                         + (f": {self.mask(line[:200])}" if line else "") + hint)
 
     # -- receiving
-    def _fail(self, mid: Any, message: str) -> None:
+    def _fail(self, mid: Any, message: str, kind: Optional[type] = None) -> None:
         if self._conn is not None:
-            self._conn.forget(mid, UpstreamError(self.mask(message)))
+            self._conn.forget(mid, (kind or UpstreamError)(self.mask(message)))
 
     def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
         """One JSON-RPC message from the server; True if it is the answer to `mid`."""
@@ -5329,8 +5428,7 @@ class _HttpTransport:
             if self._closed.wait(delay / 1000):
                 return
             try:
-                resp = self._send("GET", self.url, None, {"Accept": "text/event-stream",
-                                                          "Last-Event-ID": seen})
+                resp = self._send("GET", self.url, None, self._get_headers(seen))
             except HttpError as e:
                 why = str(e)
                 continue
@@ -5351,13 +5449,9 @@ class _HttpTransport:
         the server has none), reopened after `retry` while the session lasts."""
         parser, failures = SseParser(self.max_message), 0
         while not self._closed.is_set() and failures < 5:
-            hdrs = {"Accept": "text/event-stream"}
-            if self.version:
-                hdrs["MCP-Protocol-Version"] = self.version
-            if parser.last_id:
-                hdrs["Last-Event-ID"] = parser.last_id
             try:
-                with self._send("GET", self.url, None, hdrs, _HTTP_LISTEN_S) as resp:
+                with self._send("GET", self.url, None, self._get_headers(parser.last_id or ""),
+                                _HTTP_LISTEN_S) as resp:
                     if resp.status == 404 and self.session_id:
                         self._end("ended its session (HTTP 404); a new one starts on the next call")
                         return
@@ -5589,6 +5683,11 @@ class _HttpRun(_Run):
         self.tail = _Tail()
         self.ready = self.ending = False
 
+    def usable(self) -> bool:
+        # the session's end is known here before its Connection has read the EOF: a call made
+        # in between (right after the answer that ended it) starts a new session
+        return super().usable() and not self.transport._closed.is_set()
+
     def streams(self) -> Tuple[Any, Any]:
         return self.transport, self.transport
 
@@ -5790,6 +5889,10 @@ class Upstream:
             if closing:  # close() began while this run was being spawned
                 raise UpstreamError(self._shutting_down())
             self._handshake(conn)  # 5.
+        except _LoginNeeded as e:  # no fault: said as it is, and the next call starts afresh
+            self._stop(run, f"server '{self.name}' waits for a login")
+            self.last_error = e.message
+            raise _LoginNeeded(e.message) from None
         except RpcError as e:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()

@@ -232,12 +232,15 @@ def test_server_everything_remote(world, serve, mode, path):
 class FakeMcp:
     """A scripted Streamable HTTP server (stdlib): JSON answers, a session id, 405 to GET;
     tools: ok, boom (HTTP 500), cut (an SSE stream that ends before the answer), hang (never
-    answers until the test ends)."""
+    answers until the test ends), resume (an SSE stream cut after an event with an id: the
+    answer comes on the GET that resumes it with Last-Event-ID)."""
 
-    TOOLS = [{"name": n, "inputSchema": {"type": "object"}} for n in ("ok", "boom", "cut", "hang")]
+    TOOLS = [{"name": n, "inputSchema": {"type": "object"}}
+             for n in ("ok", "boom", "cut", "hang", "resume")]
 
     def __init__(self, tls=None) -> None:
         self.calls = []
+        self.resumable = []  # the id of the call whose answer the resuming GET brings
         self.release = threading.Event()
         self.http = FakeHTTP(self.handle, tls)
         self.url = self.http.url + "/mcp"
@@ -246,7 +249,20 @@ class FakeMcp:
         return [(h, json.loads(b)) for m, _, h, b in self.http.seen
                 if m == "POST" and json.loads(b).get("method") == method]
 
+    def sse(self, r, *events: bytes) -> None:
+        r.send_response(200)
+        r.send_header("Content-Type", "text/event-stream")
+        r.send_header("Connection", "close")
+        r.end_headers()
+        for event in events:
+            r.wfile.write(event)
+        r.close_connection = True
+
     def handle(self, r) -> None:
+        if r.command == "GET" and r.headers.get("Last-Event-ID") == "ev-1" and self.resumable:
+            answer = {"jsonrpc": "2.0", "id": self.resumable.pop(),
+                      "result": {"content": [{"type": "text", "text": "resumed"}]}}
+            return self.sse(r, b"id: ev-2\ndata: " + json.dumps(answer).encode() + b"\n\n")
         if r.command == "GET":
             return reply(r, 405, b"")
         if r.command == "DELETE":
@@ -278,6 +294,9 @@ class FakeMcp:
         if name == "hang":
             self.release.wait(60)
             return
+        if name == "resume":
+            self.resumable.append(mid)
+            return self.sse(r, b"id: ev-1\nretry: 50\ndata: \n\n")  # the priming event
         return answer({"content": [{"type": "text", "text": "fine"}]})
 
     def close(self) -> None:
@@ -322,6 +341,16 @@ def test_faults_are_clear_bounded_and_never_replayed(world, fake_mcp):
     p.stop()
     wait_for(lambda: [h for m, _, h, _ in f.http.seen if m == "DELETE" and h.get("Mcp-Session-Id") == "sess-1"],
              what="the session DELETEd at shutdown")
+
+
+def test_a_resumed_stream_carries_the_protocol_version(world, fake_mcp):
+    f = fake_mcp()
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}})
+    assert text_of(up(p, "fake", "resume")) == "resumed"
+    (resumed,) = [h for m, _, h, _ in f.http.seen if m == "GET" and h.get("Last-Event-ID")]
+    assert resumed.get("MCP-Protocol-Version") == "2025-06-18", resumed
+    assert resumed.get("Mcp-Session-Id") == "sess-1"
+    assert f.calls == ["resume"]  # resumed, not sent again
 
 
 def test_tls_self_signed_refused_then_trusted(world, fake_mcp, tmp_path):

@@ -69,6 +69,20 @@ def test_metadata_without_s256_or_with_another_issuer_is_refused():
             abstract._check_as_metadata(bad, "https://a.example", "s")
 
 
+def test_a_2025_03_26_servers_metadata_may_name_an_issuer_on_its_origin():
+    # no resource metadata: the metadata at the origin's root may name an issuer with a path there
+    meta = {"issuer": "https://a.example/oauth", "code_challenge_methods_supported": ["S256"],
+            "authorization_endpoint": "https://a.example/oauth/authorize",
+            "token_endpoint": "https://a.example/oauth/token"}
+    assert abstract._check_as_metadata(meta, "https://a.example", "s", legacy=True) is meta
+    with pytest.raises(abstract.HttpError, match="names issuer"):
+        abstract._check_as_metadata(meta, "https://a.example", "s")  # not without legacy
+    for other in ("https://evil.example/oauth", "http://a.example", "https://a.example:8443"):
+        with pytest.raises(abstract.HttpError, match="names issuer"):
+            abstract._check_as_metadata(dict(meta, issuer=other), "https://a.example", "s",
+                                        legacy=True)
+
+
 def test_resource_metadata_must_be_for_this_server():
     prm = {"resource": "https://mcp.example.com/mcp", "authorization_servers": ["https://auth.example"]}
     assert abstract._check_prm(prm, "https://mcp.example.com/mcp", "s") == (
@@ -120,7 +134,27 @@ def test_token_store_files_are_the_users_alone(tmp_path):
 
 def test_oauth_settings_are_checked():
     abstract.Settings({"servers": {"s": {"oauth": {"client_id": "x", "scope": "a b", "redirect_port": 8976}}}})
+    abstract.Settings({"servers": {"s": {"oauth": {"client_metadata_url": "https://me.example/c.json"}}}})
+    for bad in ("http://me.example/c.json", "https://me.example", "https://me.example/", 7):
+        with pytest.raises(abstract.ConfigError, match="client_metadata_url' must be the https URL"):
+            abstract.Settings({"servers": {"s": {"oauth": {"client_metadata_url": bad}}}})
     with pytest.raises(abstract.ConfigError, match="unknown key 'servers.s.oauth.clientid'"):
         abstract.Settings({"servers": {"s": {"oauth": {"clientid": "x"}}}})
     with pytest.raises(abstract.ConfigError, match="redirect_port' must be a port number"):
         abstract.Settings({"servers": {"s": {"oauth": {"redirect_port": 70000}}}})
+
+
+def test_token_endpoint_auth_method_follows_the_server():
+    pick = abstract._token_auth_method
+    assert pick({}, "s") == "client_secret_basic"  # nothing listed: RFC 8414's default
+    assert pick({"token_endpoint_auth_methods_supported": ["client_secret_post"]}, "s") == \
+        "client_secret_post"
+    both = {"token_endpoint_auth_methods_supported": ["client_secret_post", "client_secret_basic"]}
+    assert pick(both, "s") == "client_secret_basic"
+    assert pick({"token_endpoint_auth_methods_supported": ["none"]}, "s") == "none"
+    assert pick(both, None) == "none"  # a public client
+    assert pick(both, "s", "client_secret_post") == "client_secret_post"  # as registered
+    form, headers = {}, {}
+    abstract._client_auth({"client_id": "a b", "client_secret": "c:d",
+                           "token_endpoint_auth_method": "client_secret_basic"}, form, headers)
+    assert form == {"client_id": "a b"} and headers["Authorization"] == "Basic YSUyMGI6YyUzQWQ="

@@ -300,12 +300,18 @@ def run_scenario(peer: Peer, scenario: str) -> None:
         raise Failure(f"this driver does not know scenario {scenario!r}")
 
 
+# The client ID metadata document URL the suite's CIMD scenarios expect (auth/basic-cimd);
+# Abstract uses it where the authorization server says client_id_metadata_document_supported.
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+
+
 def settings_for(context: dict) -> dict:
-    """Abstract's settings for a scenario: a pre-registered OAuth client when the context has
-    one (auth/pre-registration and the client-credentials extensions)."""
-    if not context.get("client_id"):
-        return {}
-    client = {"client_id": context["client_id"]}
+    """Abstract's settings for a scenario: the client metadata document URL, as a user who
+    publishes one sets it; a pre-registered OAuth client when the context has one
+    (auth/pre-registration and the client-credentials extensions)."""
+    client = {"client_metadata_url": CIMD_URL}
+    if context.get("client_id"):
+        client["client_id"] = context["client_id"]
     if context.get("client_secret"):
         client["client_secret"] = context["client_secret"]
     return {"servers": {SERVER: {"oauth": client}}}

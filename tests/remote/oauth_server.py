@@ -77,14 +77,23 @@ class Provider:
         self.refresh: Dict[str, RefreshToken] = {}
         self.stats: Dict[str, Any] = {"registrations": 0, "authorizations": 0, "grants": [],
                                       "authorize_resources": [], "authorize_scopes": [],
-                                      "mcp_requests": 0, "unauthorized": 0, "revocations": 0}
+                                      "mcp_requests": 0, "unauthorized": 0, "revocations": 0,
+                                      "authorize_clients": [], "metadata_documents": []}
         if opts.client_id:
             self.clients[opts.client_id] = LoopbackClient(
                 client_id=opts.client_id, redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
-                token_endpoint_auth_method="none", grant_types=["authorization_code", "refresh_token"],
+                token_endpoint_auth_method=opts.client_auth if opts.client_secret else "none",
+                client_secret=opts.client_secret or None, grant_types=["authorization_code", "refresh_token"],
                 response_types=["code"], scope=f"{SCOPE} admin")
 
     async def get_client(self, client_id: str) -> Optional[OAuthClientInformationFull]:
+        if self.opts.cimd and client_id.startswith("https://") and client_id not in self.clients:
+            # a client ID metadata document, as if fetched from that URL (the test is offline)
+            self.stats["metadata_documents"].append(client_id)
+            self.clients[client_id] = LoopbackClient(
+                client_id=client_id, redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
+                token_endpoint_auth_method="none", grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"], scope=f"{SCOPE} admin")
         return self.clients.get(client_id)
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
@@ -95,6 +104,7 @@ class Provider:
         self.stats["authorizations"] += 1
         self.stats["authorize_resources"].append(params.resource)
         self.stats["authorize_scopes"].append(params.scopes)
+        self.stats["authorize_clients"].append(client.client_id)
         code = secrets.token_urlsafe(24)
         self.codes[code] = AuthorizationCode(
             code=code, scopes=params.scopes or [SCOPE], expires_at=time.time() + 300,
@@ -197,6 +207,10 @@ class Wrapper:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path, method = scope["path"], scope["method"]
+        if path.startswith("/.well-known/oauth-protected-resource") and self.opts.no_prm:
+            return await self._json(send, 404, {"error": "not found"})  # a 2025-03-26 server
+        if path.startswith("/.well-known/") and self.opts.no_as_metadata:
+            return await self._json(send, 404, {"error": "not found"})
         if path == "/.well-known/oauth-authorization-server" and self.opts.oidc_only:
             return await self._json(send, 404, {"error": "not found"})
         if path == "/.well-known/openid-configuration" and self.opts.oidc_only:
@@ -248,9 +262,15 @@ class Wrapper:
                 if message.get("more_body"):
                     return
                 body = state["body"]
-                if self.opts.no_s256 and state["start"]["status"] == 200:
+                if (self.opts.no_s256 or self.opts.client_secret or self.opts.cimd) and \
+                        state["start"]["status"] == 200:
                     doc = json.loads(body)
-                    doc.pop("code_challenge_methods_supported", None)
+                    if self.opts.cimd:
+                        doc["client_id_metadata_document_supported"] = True
+                    if self.opts.no_s256:
+                        doc.pop("code_challenge_methods_supported", None)
+                    if self.opts.client_secret:  # the pre-registered client's method only
+                        doc["token_endpoint_auth_methods_supported"] = [self.opts.client_auth]
                     body = json.dumps(doc).encode()
                 headers = [(k, v) for k, v in state["start"]["headers"] if k.lower() != b"content-length"]
                 headers.append((b"content-length", str(len(body)).encode()))
@@ -310,9 +330,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--token-ttl", type=float, default=3600)
     for flag in ("no-s256", "tamper-state", "iss", "wrong-iss", "oidc-only", "no-resource-metadata",
-                 "no-registration", "step-up"):
+                 "no-registration", "step-up", "no-prm", "no-as-metadata", "cimd"):
         parser.add_argument(f"--{flag}", action="store_true")
     parser.add_argument("--client-id", default="")
+    parser.add_argument("--client-secret", default="")  # the pre-registered client's, if any
+    parser.add_argument("--client-auth", default="client_secret_basic")  # its token auth method
     opts = parser.parse_args()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -11,6 +11,7 @@ Without the SDK venv the module is skipped with one line.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -141,6 +142,12 @@ class World:
         with abstract.http_request("POST", self.server.url, headers, json.dumps(body).encode(),
                                    auth=auth, environ=self.env) as resp:
             return resp.status, resp.read()
+
+
+def logged_in(folder: Path) -> bool:
+    """The login Abstract saved in `folder` holds an access token."""
+    files = list(folder.glob("*.json")) if folder.exists() else []
+    return bool(files) and "access_token" in files[0].read_text()
 
 
 def login(world: World) -> subprocess.CompletedProcess:
@@ -275,6 +282,52 @@ def test_discovery_fallbacks_and_a_preregistered_client(start, tmp_path):
     assert status == 200
 
 
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_a_preregistered_secret_goes_as_the_server_lists(start, tmp_path, method):
+    # the authorization server lists one token endpoint auth method: the secret goes that way,
+    # to the token endpoint (login, refresh) and to the revocation endpoint (logout)
+    server = start("--no-registration", "--client-id", "pre-2", "--client-secret", "s/3+cr:t",
+                   "--client-auth", method)
+    world = World(tmp_path, server, settings={"servers": {"remote": {"oauth": {
+        "client_id": "pre-2", "client_secret": "s/3+cr:t"}}}})
+    login(world)
+    assert world.saved()["client"]["token_endpoint_auth_method"] == method
+    later = world.auth(clock=lambda: time.time() + 3600)  # refreshed before the request
+    assert world.post(later)[0] == 200
+    assert [g["grant_type"] for g in server.stats()["grants"]] == ["authorization_code",
+                                                                   "refresh_token"]
+    out = world.run("--logout", "remote")
+    assert "revoked at the server" in out.stdout and server.stats()["revocations"] == 2, out.stdout
+
+
+@pytest.mark.parametrize("flags", [["--no-prm"], ["--no-prm", "--no-as-metadata"]])
+def test_a_2025_03_26_server_logs_in_at_its_origin(start, tmp_path, flags):
+    # no protected resource metadata: the server's origin is the authorization server, its
+    # metadata at the root well-known URL; with none there either, /authorize, /token, /register
+    server = start("--no-resource-metadata", *flags)
+    world = World(tmp_path, server)
+    login(world)
+    stats = server.stats()
+    assert stats["registrations"] == 1 and stats["authorizations"] == 1
+    assert stats["grants"] == [{"grant_type": "authorization_code", "resource": server.url}]
+    assert world.post(world.auth())[0] == 200
+
+
+@pytest.mark.parametrize("cimd", [True, False], ids=["server-takes-them", "server-does-not"])
+def test_a_client_metadata_document_url_is_the_client_id(start, tmp_path, cimd):
+    # the server lists client_id_metadata_document_supported: the settings' URL is the client_id,
+    # with no registration; a server that does not: dynamic registration, as without the setting
+    server = start(*(["--cimd"] if cimd else []))
+    doc = "https://client.example/abstract/client.json"
+    world = World(tmp_path, server, settings={"servers": {"remote": {"oauth": {
+        "client_metadata_url": doc}}}})
+    login(world)
+    stats = server.stats()
+    assert stats["registrations"] == (0 if cimd else 1)
+    assert (stats["authorize_clients"] == [doc]) == cimd, stats["authorize_clients"]
+    assert world.post(world.auth())[0] == 200
+
+
 def test_no_registration_and_no_client_id_says_what_to_set(start, tmp_path):
     failed_login(start, tmp_path, "--no-registration", words="servers.remote.oauth.client_id")
 
@@ -336,6 +389,47 @@ def test_step_up_on_insufficient_scope(start, tmp_path, monkeypatch):
     assert status != 403  # the new token carries scope admin
 
 
+def test_step_up_right_after_a_login_abstract_started(start, tmp_path, monkeypatch, caplog):
+    """The call made again as soon as "logged in" is logged gets its step-up login, though the
+    first login's thread has not ended yet (here: held in its log line)."""
+    server = start("--step-up")
+    world = World(tmp_path, server)
+    auth = world.auth(monkeypatch=monkeypatch)
+    reached, release = threading.Event(), threading.Event()
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().endswith("logged in") and not reached.is_set():
+                reached.set()
+                release.wait(WAIT)
+
+    caplog.set_level(logging.INFO, logger="abstract")
+    hold = Hold()
+    logging.getLogger("abstract").addHandler(hold)
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "admin_echo", "arguments": {"text": "x"}}}
+    try:
+        with pytest.raises(abstract.HttpError) as e:
+            world.post(auth, call)
+        assert "A login is needed" in str(e.value)
+        first = auth.login
+        assert reached.wait(WAIT), "the first login did not finish"
+        assert first.is_alive()  # its thread is still on its way out
+        with pytest.raises(abstract.HttpError) as e:
+            world.post(auth, call)
+        assert "More permissions are needed (a step-up login)" in str(e.value)
+        assert auth.login is not first  # a second login started
+    finally:
+        release.set()
+        logging.getLogger("abstract").removeHandler(hold)
+    auth.login.join(WAIT)
+    first.join(WAIT)
+    assert server.stats()["authorize_scopes"][-1] == ["mcp", "admin"]
+    assert server.stats()["authorizations"] == 2
+    status, _ = world.post(auth, call)
+    assert status != 403  # the new token carries scope admin
+
+
 def test_a_call_through_abstract_starts_the_login_then_works(start, world, tmp_path):
     """Abstract serving (a subprocess, as under an MCP client): the first call to the remote
     server answers what is happening and what to do, the browser finishes the login, the next
@@ -351,12 +445,9 @@ def test_a_call_through_abstract_starts_the_login_then_works(start, world, tmp_p
     text = first["content"][0]["text"]
     assert first.get("isError") and "A login is needed. A browser window was opened" in text, text
     assert "--login remote" in text
-
-    def logged_in() -> bool:
-        files = list(folder.glob("*.json")) if folder.exists() else []
-        return bool(files) and "access_token" in files[0].read_text()
-
-    wait_for(logged_in, timeout=WAIT, what="the login the browser finishes")
+    # said once, cleanly: the server named once, no handshake failure around it
+    assert text.count("server 'remote'") == 1 and "handshake" not in text, text
+    wait_for(lambda: logged_in(folder), timeout=WAIT, what="the login the browser finishes")
     again = proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)
     assert not again.get("isError") and again["content"][0]["text"] == "hi", again
     saved = json.loads(next(folder.glob("*.json")).read_text())
@@ -365,3 +456,24 @@ def test_a_call_through_abstract_starts_the_login_then_works(start, world, tmp_p
     out = check.stdout.decode() + check.stderr.decode()
     assert "remote: logged in (token expires in" in out, out
     assert token not in out
+
+
+def test_calls_while_a_login_waits_do_not_hold_back_the_call_after_it(start, world, tmp_path):
+    """Several calls before the login is finished (each handshake stops at the 401) are not
+    crashes: the call right after the login goes through, with no restart backoff."""
+    server = start()
+    world.servers["remote"] = {"type": "http", "url": server.url}
+    folder = tmp_path / "xdg" / "abstract" / "oauth"
+    env = world.env(XDG_CONFIG_HOME=str(tmp_path / "xdg"), BROWSER=f"{sys.executable} -c pass")
+    proxy = world.start(env=env)
+    texts = [proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)["content"][0]["text"]
+             for _ in range(4)]
+    for text in texts:
+        assert "A login is needed" in text and "not restarted" not in text, text
+    url = texts[-1].split("(or open ", 1)[1].split(" yourself)", 1)[0]
+    assert server.stats()["authorizations"] == 0
+    subprocess.run([sys.executable, str(HERE / "fake_browser.py"), url], timeout=WAIT, check=True)
+    wait_for(lambda: logged_in(folder), timeout=WAIT, what="the login the browser finishes")
+    again = proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)
+    assert not again.get("isError") and again["content"][0]["text"] == "hi", again
+    assert server.stats()["authorizations"] == 1  # one login, not one per call
