@@ -2991,7 +2991,10 @@ _HTTP_READ_S = 60.0  # longest wait for any one read (a stream's keep-alives res
 _HTTP_BODY_MAX = 16 << 20  # a body read whole (errors, metadata documents) is at most this long
 _HTTP_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
-_CREDENTIAL_HEADERS = ("authorization", "cookie", "proxy-authorization")
+# what a request keeps when a redirect takes it to another origin: nothing else of the caller's
+# (static API-key headers, the session id) and nothing of the auth provider goes there
+_PORTABLE_HEADERS = ("accept", "content-type", "last-event-id", "mcp-protocol-version",
+                     "user-agent")
 
 
 class HttpError(Error, OSError):
@@ -3291,8 +3294,9 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
                                 f"the config",
                                 _safe_url(url), resp.status)
             resp.close()
-            if not same:  # credentials of this origin are not for the next one
-                base = {k: v for k, v in base.items() if k.lower() not in _CREDENTIAL_HEADERS}
+            if not same:  # credentials of this origin are not for the next one, nor the login's
+                base = {k: v for k, v in base.items() if k.lower() in _PORTABLE_HEADERS}
+                auth = None
             if resp.status == 303:
                 method, body = "GET", None
             url = target

@@ -133,6 +133,32 @@ def test_redirects(served):
     assert [x[0] for x in other.seen] == ["GET"]
 
 
+def test_a_redirect_to_another_origin_carries_no_header_of_the_entry_or_the_login(served):
+    got = []
+
+    def away(r):
+        got.append({k.lower(): v for k, v in r.headers.items()})
+        reply(r, 200, b"there")
+
+    other = served(away)
+    s = served(lambda r: reply(r, 302, headers={"Location": other.url + "/y"}))
+
+    class Login:
+        def headers(self, url):
+            return {"Authorization": "Bearer ACCESS-TOKEN"}
+
+        def on_unauthorized(self, resp):
+            return False
+
+    sent = {"X-Api-Key": "STATIC-SECRET", "Mcp-Session-Id": "sess", "Last-Event-ID": "7",
+            "MCP-Protocol-Version": "2025-11-25", "Accept": "text/event-stream"}
+    with abstract.http_request("GET", s.url + "/x", sent, auth=Login(), environ={}) as resp:
+        assert resp.read() == b"there"
+    assert "authorization" not in got[0] and "x-api-key" not in got[0]
+    assert "mcp-session-id" not in got[0]
+    assert got[0]["last-event-id"] == "7" and got[0]["mcp-protocol-version"] == "2025-11-25"
+
+
 def test_proxy_absolute_form_and_no_proxy(served):
     proxy = FakeProxy()
     try:
