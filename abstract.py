@@ -3138,13 +3138,28 @@ class HttpResponse:
     def content_type(self) -> str:
         return self.header("Content-Type").split(";")[0].strip().lower()
 
-    def read(self, limit: int = _HTTP_BODY_MAX) -> bytes:
-        """The whole body; HttpError if it is longer than `limit` bytes (nothing more is read)."""
+    def read(self, limit: int = _HTTP_BODY_MAX, within: Optional[float] = None) -> bytes:
+        """The whole body; HttpError if it is longer than `limit` bytes (nothing more is read),
+        or, with `within`, if it takes more than `within` seconds in all (each read's timeout
+        alone lets a server that sends a byte at a time go on for hours)."""
+        deadline = None if within is None else time.monotonic() + within
+        parts, size = [self._head], len(self._head)
         try:
-            data = self._head + self._resp.read(limit + 1 - len(self._head))
+            while size <= limit:
+                if deadline is not None and time.monotonic() > deadline:
+                    self.close()
+                    raise HttpError(f"{_safe_url(self.url)} took more than {within:g} s to send "
+                                    f"its answer", _safe_url(self.url), self.status)
+                part = self._resp.read1(min(1 << 16, limit + 1 - size))
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+        except HttpError:
+            raise
         except Exception as e:
             raise _net_error(e, self.url, 0, self._timeout(), True) from None
-        self._head = b""
+        data, self._head = b"".join(parts), b""
         if len(data) > limit:
             self.close()
             raise HttpError(f"{_safe_url(self.url)} sent a body of more than {limit:,} bytes",
@@ -3387,6 +3402,7 @@ class SseParser:
 _OAUTH_REFRESH_MARGIN_S = 60.0  # refresh an access token this long before it expires
 _OAUTH_LOGIN_WAIT_S = 600.0  # how long a login waits for the browser to come back
 _OAUTH_DOC_MAX = 1024 * 1024  # largest metadata, registration or token answer read
+_OAUTH_DOC_S = 30.0  # the longest such an answer may take to arrive, in all
 _OAUTH_PATH = "/callback"
 
 
@@ -3677,9 +3693,14 @@ class _Loopback:
         self.got = got
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            timeout = 10.0  # a connection that sends nothing (a browser's preconnect) is dropped
+
             def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-                path = urllib.parse.urlsplit(self.path).path
-                ok = path == _OAUTH_PATH
+                parts = urllib.parse.urlsplit(self.path)
+                # a request without a state is no authorization server's answer (a stray page's
+                # <img>): refused, and the login keeps waiting; a wrong state ends it (_finish)
+                ok = (parts.path == _OAUTH_PATH
+                      and "state" in urllib.parse.parse_qs(parts.query))
                 body = (b"<!doctype html><title>Abstract</title><p>Done: you can close this window "
                         b"and go back to your MCP client.</p>" if ok else b"not found")
                 self.send_response(200 if ok else 404)
@@ -3694,7 +3715,10 @@ class _Loopback:
             def log_message(self, *args: Any) -> None:  # the query holds the code: never logged
                 pass
 
-        self.httpd = http.server.HTTPServer(("127.0.0.1", port), Handler)
+        # one thread a connection (daemon threads), so a stalled one neither keeps the browser's
+        # answer waiting nor holds shutdown()
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.daemon_threads, self.httpd.block_on_close = True, False
         self.httpd.timeout = 1.0
         self.port = self.httpd.server_address[1]
         self.redirect_uri = f"http://127.0.0.1:{self.port}{_OAUTH_PATH}"
@@ -3887,9 +3911,9 @@ class _OAuth:
         heads = {"Accept": "application/json", **(headers or {})}
         try:
             with http_request(method, url, heads, body, environ=self.environ) as resp:
-                status, raw = resp.status, resp.read(_OAUTH_DOC_MAX)
+                status, raw = resp.status, resp.read(_OAUTH_DOC_MAX, _OAUTH_DOC_S)
         except HttpError as e:
-            if e.status:  # an answer longer than _OAUTH_DOC_MAX: not a document to use
+            if e.status:  # too long or too slow (_OAUTH_DOC_MAX, _OAUTH_DOC_S): no document
                 return e.status, None
             raise _AuthError(f"{self.name}: cannot reach {_safe_url(url)} for the login: "
                              f"{e}") from None
@@ -5103,6 +5127,7 @@ _HTTP_LISTEN_S = 300.0  # a quiet GET stream is reopened after this long
 _SSE_RESUMES = 5  # reconnections (Last-Event-ID) of one answer's stream without a new event
 _SSE_RETRY_MS = 1000  # wait before resuming when the server set no retry (spec: SHOULD set one)
 _SSE_RETRY_MAX_MS = 60000
+_LISTEN_MIN_MS = 500  # the server's GET stream is reopened no sooner than this
 _MCP_NAME_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 
@@ -5469,7 +5494,9 @@ class _HttpTransport:
                 failures += 1
                 _log.debug("%s: GET stream: %s", self.name, e)
             delay = parser.retry_ms if parser.retry_ms is not None else 2000 * (failures + 1)
-            if self._closed.wait(min(delay, _SSE_RETRY_MAX_MS) / 1000):
+            # (at least _LISTEN_MIN_MS: a server that says retry: 0 and closes is no busy loop)
+            delay = max(_LISTEN_MIN_MS, min(delay, _SSE_RETRY_MAX_MS))
+            if self._closed.wait(delay / 1000):
                 return
 
     # -- HTTP+SSE (2024-11-05)

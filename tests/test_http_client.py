@@ -3,6 +3,7 @@ and faults, against real stdlib peers on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -35,6 +36,28 @@ def test_json_body_and_bound(served):
         with pytest.raises(abstract.HttpError, match="more than 100 bytes"):
             resp.read(100)
     assert s.seen[0][0] == "POST" and s.seen[0][2]["X"] == "1" and s.seen[0][3] == b"{}"
+
+
+def test_a_body_read_whole_has_a_deadline_for_all_of_it(served):
+    stop = threading.Event()
+
+    def drip(r):  # a byte every 0.1 s: each read is quick, the whole body never ends
+        r.send_response(200)
+        r.send_header("Content-Type", "application/json")
+        r.send_header("Content-Length", "100000")
+        r.end_headers()
+        with contextlib.suppress(OSError):
+            while not stop.wait(0.1):
+                r.wfile.write(b" ")
+                r.wfile.flush()
+
+    s = served(drip)
+    try:
+        with abstract.http_request("GET", s.url, environ={}) as resp:
+            with pytest.raises(abstract.HttpError, match="took more than 0.5 s"):
+                resp.read(within=0.5)
+    finally:
+        stop.set()
 
 
 def test_sse_parser_fields():

@@ -242,6 +242,7 @@ class FakeMcp:
         self.calls = []
         self.resumable = []  # the id of the call whose answer the resuming GET brings
         self.release = threading.Event()
+        self.listen_retry0, self.listens = False, []
         self.http = FakeHTTP(self.handle, tls)
         self.url = self.http.url + "/mcp"
 
@@ -263,6 +264,9 @@ class FakeMcp:
             answer = {"jsonrpc": "2.0", "id": self.resumable.pop(),
                       "result": {"content": [{"type": "text", "text": "resumed"}]}}
             return self.sse(r, b"id: ev-2\ndata: " + json.dumps(answer).encode() + b"\n\n")
+        if r.command == "GET" and self.listen_retry0:  # a GET stream that says retry: 0 and ends
+            self.listens.append(time.monotonic())
+            return self.sse(r, b"retry: 0\n\n")
         if r.command == "GET":
             return reply(r, 405, b"")
         if r.command == "DELETE":
@@ -351,6 +355,16 @@ def test_a_resumed_stream_carries_the_protocol_version(world, fake_mcp):
     assert resumed.get("MCP-Protocol-Version") == "2025-06-18", resumed
     assert resumed.get("Mcp-Session-Id") == "sess-1"
     assert f.calls == ["resume"]  # resumed, not sent again
+
+
+def test_a_get_stream_that_says_retry_0_is_reopened_no_sooner_than_half_a_second(world, fake_mcp):
+    f = fake_mcp()
+    f.listen_retry0 = True
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}})
+    assert text_of(up(p, "fake", "ok")) == "fine"
+    wait_for(lambda: len(f.listens) >= 3, what="the GET stream reopened twice")
+    first, _, third = f.listens[:3]
+    assert third - first >= 0.9  # two waits of at least 0.5 s (a busy loop: a few ms)
 
 
 def test_tls_self_signed_refused_then_trusted(world, fake_mcp, tmp_path):

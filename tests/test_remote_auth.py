@@ -158,3 +158,28 @@ def test_token_endpoint_auth_method_follows_the_server():
     abstract._client_auth({"client_id": "a b", "client_secret": "c:d",
                            "token_endpoint_auth_method": "client_secret_basic"}, form, headers)
     assert form == {"client_id": "a b"} and headers["Authorization"] == "Basic YSUyMGI6YyUzQWQ="
+
+
+def test_the_loopback_waits_past_a_stalled_connection_and_a_request_without_state():
+    import socket
+    import threading
+    import urllib.error
+    import urllib.request
+
+    loop = abstract._Loopback(0)
+    stalled = socket.create_connection(("127.0.0.1", loop.port))  # a preconnect: sends nothing
+    try:
+        base = f"http://127.0.0.1:{loop.port}{abstract._OAUTH_PATH}"
+        with pytest.raises(urllib.error.HTTPError) as e:  # a stray page's <img src=/callback>
+            urllib.request.urlopen(base, timeout=30)
+        assert e.value.code == 404
+        e.value.close()
+        with urllib.request.urlopen(base + "?code=C&state=S", timeout=30) as resp:
+            assert resp.status == 200
+        assert loop.wait(30) == abstract._OAUTH_PATH + "?code=C&state=S"
+    finally:
+        closer = threading.Thread(target=loop.close)
+        closer.start()
+        closer.join(30)  # not held by the stalled connection
+        stalled.close()
+    assert not closer.is_alive()
