@@ -3664,7 +3664,12 @@ class _TokenStore:
             _log.warning("%s: the saved login in %s cannot be read (%s); log in again",
                          name, self._path(name), type(e).__name__)
             return {}
-        return doc if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            return {}
+        # a file edited by hand: an issuer's entry that is not an object is left out
+        issuers = doc.get("issuers") if isinstance(doc.get("issuers"), dict) else {}
+        doc["issuers"] = {k: v for k, v in issuers.items() if isinstance(v, dict)}
+        return doc
 
     def save(self, name: str, doc: dict) -> None:
         path = self._path(name)

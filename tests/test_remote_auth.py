@@ -132,6 +132,16 @@ def test_token_store_files_are_the_users_alone(tmp_path):
     assert stat.S_IMODE(os.stat(store.dir).st_mode) == 0o700
 
 
+def test_a_hand_edited_token_file_reads_as_no_login_not_a_crash(tmp_path):
+    store = abstract._TokenStore(environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    auth = abstract._OAuth("s", "https://x.example/mcp", None, store)
+    for issuers in ([], "x", {"https://as.example": 7}, {"https://as.example": {}}):
+        store.save("s", {"server_url": "https://x.example/mcp", "issuer": "https://as.example",
+                         "issuers": issuers})
+        assert auth._saved()[1] == {}
+        assert auth.status().startswith("login needed")
+
+
 def test_oauth_settings_are_checked():
     abstract.Settings({"servers": {"s": {"oauth": {"client_id": "x", "scope": "a b", "redirect_port": 8976}}}})
     abstract.Settings({"servers": {"s": {"oauth": {"client_metadata_url": "https://me.example/c.json"}}}})
