@@ -3280,7 +3280,7 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
                  environ: Optional[Dict[str, str]] = None,
                  connect_timeout: float = _HTTP_CONNECT_S,
                  read_timeout: float = _HTTP_READ_S) -> HttpResponse:
-    """Send one HTTP request and return the answer with its body unread (see HTTP-API.md).
+    """Send one HTTP request and return the answer with its body unread (an HttpResponse).
 
     Any status is returned (the caller decides what is an error; HttpResponse.error words it);
     HttpError means no usable answer. Redirects: followed up to _HTTP_REDIRECTS times for GET,
