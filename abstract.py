@@ -6794,10 +6794,9 @@ def _json_view(data: Any) -> str:
         records = key is not None
     else:  # a scalar, [] or {}
         return _view_json(data)
-    layout = "".join(_json_lines(data, key))
-    if not records and len(layout) <= _VIEW_INDENT_MAX:
-        return json.dumps(data, indent=2, ensure_ascii=False)
-    return layout
+    if records or _json_longer(data, _VIEW_INDENT_MAX):  # (measured without encoding it twice)
+        return "".join(_json_lines(data, key))
+    return json.dumps(data, indent=2, ensure_ascii=False)
 
 
 def _text_view(data: Any) -> str:
