@@ -386,9 +386,9 @@ class ModernFake:
     """A scripted 2026-07-28-only Streamable HTTP server (stdlib): a request without the modern
     _meta and headers gets 400 -32022; tools/call answers with the Mcp-Name header it got.
     `discover_error`: the JSON-RPC error server/discover gets (HTTP 400) instead of its result.
-    `listen`: "ack" (acknowledge, then keep the stream open until the test ends), "drop-once"
-    (the first subscription is acknowledged and its stream closed at once), "noack" (never
-    acknowledged; the stream is kept open until the client closes it, noted in `closed`)."""
+    `listen`: "ack" (acknowledge, then keep the stream open), "drop-once" (the first subscription
+    is acknowledged and its stream closed at once), "noack" (never acknowledged). An open stream
+    is kept until the client closes it, noted in `closed` (by the subscription's id)."""
 
     def __init__(self, listen: str = "ack", discover_error: dict = None) -> None:
         self.listen, self.discover_error = listen, discover_error
@@ -441,8 +441,6 @@ class ModernFake:
             r.wfile.flush()
             if self.listen == "drop-once" and len(self.listens) == 1:
                 return  # the stream ends without an answer: a drop
-            self.release.wait(60)
-            return
         while not self.release.wait(0.2):  # a comment now and then, until the client hangs up
             try:
                 r.wfile.write(b": waiting\n\n")
@@ -465,7 +463,9 @@ def test_modern_only_server_gets_the_envelope_and_headers(world, fake_mcp):
     got = text_of(up(p, "modern", "wëather"))
     assert got == "name header: =?base64?d8OrYXRoZXI=?=", got
     wait_for(lambda: f.listens, what="subscriptions/listen")
+    assert not f.closed
     p.stop()
+    wait_for(lambda: f.closed, what="the subscription's stream closed at shutdown")
     assert f.listens == [{"toolsListChanged": True}]
     assert not f.posted("initialize")
     assert not [x for x in f.http.seen if x[0] != "POST"]  # no GET stream, no DELETE in this era
