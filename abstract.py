@@ -5920,7 +5920,6 @@ class Upstream:
         # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
         # runs (the spec: a property of the server); a start that finds it wrong probes again
         self.era = ""
-        self._watched = False  # a 2026-07-28 run's subscription tells of tool changes
         self._listen_stop = threading.Event()  # shutdown: no subscription is reopened
         # what the upstream said it offers (tools, prompts, resources...)
         self.capabilities: dict = {}
@@ -6029,7 +6028,6 @@ class Upstream:
             self._apply_level(conn)
         self._tools, self._tools_gen = None, self._tools_gen + 1
         if self.modern:  # 6.
-            self._watched = False
             threading.Thread(target=self._subscribe, args=(run,), name=f"listen-{self.name}",
                              daemon=True).start()
         return run
@@ -6366,6 +6364,13 @@ class Upstream:
         sub.ack_id = sid
         sub.acked.set()
 
+    def _watched(self) -> bool:
+        """Whether the current run's subscription is open and tells of tool changes."""
+        run = self._run
+        sub = run.listen if run is not None else None
+        return (sub is not None and sub.tools and sub.ack_id == sub.id and sub.fut is not None
+                and not sub.fut.done())
+
     def _listening(self, run: _Run) -> bool:
         return not self._listen_stop.is_set() and not run.ending and run.usable()
 
@@ -6393,7 +6398,7 @@ class Upstream:
             sub.acked.wait(ack_s)
             acked = sub.ack_id == mid  # (and maybe already ended: then a drop, as below)
             if acked:
-                fails, self._watched = 0, sub.tools
+                fails = 0
                 if not sub.tools:
                     _log.info("%s: its subscription does not tell of tool changes: its tool list "
                               "is asked for each time", self.name)
@@ -6407,7 +6412,6 @@ class Upstream:
                 run.conn.forget(mid)  # type: ignore[union-attr]
             if not self._listening(run):
                 return
-            self._watched = False
             refused = fut.done() and fut.exception() is not None
             if refused and not isinstance(fut.exception(), UpstreamError):
                 _log.info("%s: refused subscriptions/listen (%s): its tool list is asked for each "
@@ -6472,7 +6476,7 @@ class Upstream:
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
         # no list_changed (or new run) meanwhile: the list is current; a 2026-07-28 server's is
         # kept only while a subscription tells of changes (_subscribe)
-        if self._tools_gen == gen and (self._watched or not self.modern):
+        if self._tools_gen == gen and (not self.modern or self._watched()):
             self._tools = tools
         return tools
 
