@@ -129,6 +129,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--no-handshake", action="store_true", help="never answer initialize")
     ap.add_argument("--start-delay", type=float, default=0, metavar="S")
     ap.add_argument("--modern-only", action="store_true", help="refuse initialize; serve 2026-07-28")
+    ap.add_argument("--slow-probe", type=float, default=0, metavar="S",
+                    help="--modern-only, slow to start: the first server/discover is answered after S "
+                         "seconds, and initialize gets -32022 naming 2026-07-28, as the SDK's server does")
     ap.add_argument("--silent-probe", action="store_true",
                     help="a handshake-era server that never answers server/discover (noted in the state file)")
     ap.add_argument("--unknown-id", action="store_true", help="send one response with an unknown id")
@@ -289,6 +292,12 @@ class Fake:
     def initialize(self, mid, params: dict) -> None:
         if self.opts.no_handshake:
             return
+        if self.opts.modern_only and self.opts.slow_probe:
+            self.state(event="initialize", protocolVersion=params.get("protocolVersion"))
+            self.send({"jsonrpc": "2.0", "id": mid, "error": {
+                "code": -32022, "message": "this server serves 2026-07-28 only",
+                "data": {"supported": [MODERN], "requested": params.get("protocolVersion")}}})
+            return
         if self.opts.modern_only:
             self.error(mid, -32601, "Method not found: initialize (this server is stateless)")
             return
@@ -313,6 +322,16 @@ class Fake:
         self.state(event="discover")
         if self.opts.silent_probe:
             return
+        if self.opts.slow_probe:
+            delay, self.opts.slow_probe = self.opts.slow_probe, -1.0  # (-1: still refuse initialize)
+            if delay > 0:
+                timer = threading.Timer(delay, self.discover_answer, args=(mid,))
+                timer.daemon = True
+                timer.start()
+                return
+        self.discover_answer(mid)
+
+    def discover_answer(self, mid) -> None:
         if not self.opts.modern_only:
             self.error(mid, -32601, "Method not found: server/discover")
             return
