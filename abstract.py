@@ -71,6 +71,7 @@ import urllib.parse
 import xml.etree.ElementTree as ET
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
                     Tuple)
@@ -123,6 +124,7 @@ _META_CAPS = "io.modelcontextprotocol/clientCapabilities"
 _META_INFO = "io.modelcontextprotocol/clientInfo"
 _META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+_META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 
 _CALL_TIMEOUT_S = 120.0  # default deadline of an upstream tool call
 _START_TIMEOUT_S = 30.0  # start-up and handshake
@@ -152,6 +154,12 @@ _MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
 _TOOLS_PAGE = 100
 _CRASH_WINDOW_S = 10.0  # an upstream that dies this soon after starting counts as a quick crash
 _BACKOFF_MAX_S = 60.0
+# 2026-07-28 upstreams: how long a stdio server's answer to the server/discover probe is awaited
+# before it is taken for a handshake-era server that stays silent (docs/reference/protocol.md)
+_PROBE_S = 5.0
+_LISTEN_ACK_S = 10.0  # subscriptions/listen: the server's acknowledgment is awaited this long
+_LISTEN_REOPENS = 5  # a dropped subscription is reopened this often in a row, then given up
+_LISTEN_BACKOFF_MAX_S = 30.0  # ... after 2, 4, 8 ... seconds, at most this
 _WINDOWS = sys.platform == "win32"
 _MACOS = sys.platform == "darwin"
 
@@ -3119,13 +3127,32 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
     return HttpError(f"cannot reach {where}: {why}", where)
 
 
+def _close_connection(conn: Any, sock: Any) -> None:
+    """Close an http.client connection and its socket; safe from another thread (it ends a read
+    that is waiting, for the headers or the body), and more than once. The socket is given
+    apart: http.client hands it to the answer (conn.sock is None) when the server said
+    Connection: close."""
+    if sock is not None:
+        try:
+            import socket  # lazy: see Imports
+
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
+        except OSError:
+            pass
+    try:
+        conn.close()
+    except Exception:  # pragma: no cover
+        pass
+
+
 class HttpResponse:
     """An HTTP answer whose body has not been read yet. Read it whole (`read`, bounded), by
     lines (`readline`), or as Server-Sent Events (`events`); close it when done (or use it as
     a context manager). `headers` is case-insensitive (an http.client.HTTPMessage)."""
 
-    def __init__(self, url: str, conn: Any, resp: Any) -> None:
+    def __init__(self, url: str, conn: Any, resp: Any, sock: Any = None) -> None:
         self.url, self._conn, self._resp = url, conn, resp
+        self._sock = sock if sock is not None else getattr(conn, "sock", None)
         self.status: int = resp.status
         self.reason: str = resp.reason or ""
         self.headers = resp.headers
@@ -3205,24 +3232,15 @@ class HttpResponse:
         return HttpError(msg + (f": {line}" if line else ""), where, self.status, line)
 
     def _timeout(self) -> float:
-        sock = getattr(self._conn, "sock", None)
-        return (sock.gettimeout() if sock is not None else None) or 0.0
+        try:
+            return (self._sock.gettimeout() if self._sock is not None else None) or 0.0
+        except OSError:  # (closed)
+            return 0.0
 
     def close(self) -> None:
         """Close the answer and its connection; safe from another thread (it ends a read that
         is waiting), and more than once."""
-        sock = getattr(self._conn, "sock", None)
-        if sock is not None:
-            try:
-                import socket  # lazy: see Imports
-
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
-            except OSError:
-                pass
-        try:
-            self._conn.close()
-        except Exception:  # pragma: no cover
-            pass
+        _close_connection(self._conn, self._sock)
 
     def __enter__(self) -> "HttpResponse":
         return self
@@ -3232,10 +3250,12 @@ class HttpResponse:
 
 
 def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
-               environ: Dict[str, str], connect_timeout: float,
-               read_timeout: float) -> HttpResponse:
+               environ: Dict[str, str], connect_timeout: float, read_timeout: float,
+               on_connect: Optional[Callable[[Callable[[], None]], None]] = None
+               ) -> HttpResponse:
     """One request on a fresh connection (through the proxy if one applies); the answer's
-    headers are read, its body is not."""
+    headers are read, its body is not. on_connect(close) is told, once connected, how to close
+    the connection from another thread while the answer is awaited."""
     import http.client  # lazy: see Imports
 
     p = urllib.parse.urlsplit(url)
@@ -3267,9 +3287,12 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
     try:
         conn.connect()
         connected = True
-        conn.sock.settimeout(read_timeout)
+        sock = conn.sock
+        if on_connect is not None:
+            on_connect(lambda: _close_connection(conn, sock))
+        sock.settimeout(read_timeout)
         conn.request(method, target, body=body, headers=hdrs)
-        return HttpResponse(url, conn, conn.getresponse())
+        return HttpResponse(url, conn, conn.getresponse(), sock)
     except Exception as e:
         conn.close()
         raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
@@ -3279,7 +3302,9 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
                  body: Optional[bytes] = None, *, auth: Any = None,
                  environ: Optional[Dict[str, str]] = None,
                  connect_timeout: float = _HTTP_CONNECT_S,
-                 read_timeout: float = _HTTP_READ_S) -> HttpResponse:
+                 read_timeout: float = _HTTP_READ_S,
+                 on_connect: Optional[Callable[[Callable[[], None]], None]] = None
+                 ) -> HttpResponse:
     """Send one HTTP request and return the answer with its body unread (an HttpResponse).
 
     Any status is returned (the caller decides what is an error; HttpResponse.error words it);
@@ -3288,7 +3313,7 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
     or 308 to the same origin, as anything else could send its body, or the answer, elsewhere.
     `auth` (optional) is an auth provider: `auth.headers(url) -> dict` is added to every
     request, and on a 401 or 403 `auth.on_unauthorized(response) -> bool` is asked once
-    whether to retry with fresh headers.
+    whether to retry with fresh headers. `on_connect`: see _http_once.
     """
     environ = dict(os.environ) if environ is None else environ
     base = dict(headers or {})
@@ -3297,7 +3322,8 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
         hdrs = dict(base)
         if auth is not None:
             hdrs.update(auth.headers(url))
-        resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout)
+        resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout,
+                          on_connect)
         location = resp.header("Location")
         if resp.status in _REDIRECTS and location:
             target = urllib.parse.urljoin(url, location)
@@ -5145,6 +5171,15 @@ def _header_value(value: str) -> str:
     return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
 
 
+class _Closer:
+    """A connection whose answer is awaited, as _HttpTransport._open keeps it: close() ends it."""
+
+    __slots__ = ("close",)
+
+    def __init__(self, close: Callable[[], None]) -> None:
+        self.close = close
+
+
 class _HttpTransport:
     """The wire of one remote upstream session, in the shape the Connection expects: it is the
     Connection's output (write: each message becomes a POST) and its input (readline ends, EOF,
@@ -5177,7 +5212,8 @@ class _HttpTransport:
         self._conn: Optional[Connection] = None
         self._closed = threading.Event()
         self.reason = "ended its session"
-        self._open: Dict[Any, HttpResponse] = {}  # id (or "listen", "events") -> answer being read
+        # id (or "listen", "events") -> answer being read or awaited (_Closer)
+        self._open: Dict[Any, Any] = {}
         self._cancelled: set = set()
         self._olock = threading.Lock()
         self._slots = threading.BoundedSemaphore(_HTTP_POSTS_MAX)
@@ -5250,14 +5286,17 @@ class _HttpTransport:
 
     # -- sending
     def _send(self, method: str, url: str, body: Optional[bytes], extra: Dict[str, str],
-              read_timeout: Optional[float] = None) -> HttpResponse:
+              read_timeout: Optional[float] = None, mid: Any = None) -> HttpResponse:
+        """One HTTP request of the session. With `mid` (a request's POST), a cancel while its
+        answer is awaited closes the connection (2026-07-28: that is the cancellation)."""
         hdrs = dict(self._static)
         hdrs.update(extra)
         if self.session_id and not self.modern:
             hdrs["Mcp-Session-Id"] = self.session_id
+        hook = None if mid is None else lambda close: self._track(mid, _Closer(close))
         try:
             return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
-                                read_timeout=read_timeout or self._read_s)
+                                read_timeout=read_timeout or self._read_s, on_connect=hook)
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
             raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
         except HttpError as e:
@@ -5325,13 +5364,18 @@ class _HttpTransport:
                 self._cancelled.discard(mid)
 
     def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
-        resp = self._send("POST", self.post_url, body, self._post_headers(msg))
+        # (a subscription's stream may be quiet for long: reopened after _HTTP_LISTEN_S)
+        resp = self._send("POST", self.post_url, body, self._post_headers(msg),
+                          _HTTP_LISTEN_S if msg.get("method") == "subscriptions/listen" else None,
+                          mid)
         first, self._first = self._first, False
         with resp:
             if not self._track(mid, resp):
                 return
             if msg.get("method") == "initialize" and resp.header("Mcp-Session-Id"):
                 self.session_id = resp.header("Mcp-Session-Id")
+            if msg.get("method") == "server/discover" and 400 <= resp.status < 500:
+                return self._probe_refused(resp, first, mid)
             if resp.status in (400, 404, 405) and first and self.mode == "auto":
                 raw = self._small_body(resp)
                 if self._rpc_error(raw) is None:  # not an MCP server's JSON-RPC error: try HTTP+SSE
@@ -5357,8 +5401,21 @@ class _HttpTransport:
                             f"Content-Type {resp.content_type or '(none)'!r} from {self.where()}, "
                             f"not JSON or an SSE stream")
 
-    def _track(self, mid: Any, resp: HttpResponse) -> bool:
-        """Register an answer being read, so a cancel can close it; False if already cancelled."""
+    def _probe_refused(self, resp: HttpResponse, first: bool, mid: Any) -> None:
+        """A 4xx to the server/discover probe (2026-07-28 spec, transports/streamable-http#
+        backward-compatibility): a JSON-RPC error in the body is the server's own (-32022 names
+        the versions it speaks); anything else marks a handshake-era server, and initialize
+        follows (and after it, for an entry without a type, HTTP+SSE, as for a first POST)."""
+        raw = self._small_body(resp)
+        if self._rpc_error(raw) is not None or self._conn is None:
+            return self._refused(resp, raw, mid)
+        self._first = first
+        self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} to "
+                                                         f"server/discover"))
+
+    def _track(self, mid: Any, resp: Any) -> bool:
+        """Register an answer being awaited or read (anything with close()), so a cancel can
+        close it; False (and closed) if already cancelled."""
         with self._olock:
             if mid in self._cancelled or self._closed.is_set():
                 resp.close()
@@ -5621,6 +5678,20 @@ def _hard_kill(proc: Any) -> None:
         pass
 
 
+class _Listen:
+    """A 2026-07-28 run's subscriptions/listen (one per run): its request's id and future, and
+    what the server acknowledged (basic/patterns/subscriptions in the 2026-07-28 spec)."""
+
+    __slots__ = ("id", "fut", "acked", "ack_id", "tools")
+
+    def __init__(self) -> None:
+        self.id: Optional[int] = None
+        self.fut: Optional[Future] = None
+        self.acked = threading.Event()  # set by the acknowledgment, or by the request's end
+        self.ack_id: Any = None  # the subscription id the acknowledgment named
+        self.tools = False  # the server agreed to send notifications/tools/list_changed
+
+
 class _Run:
     """One run of an upstream server: its process, session, stderr tail and threads.
 
@@ -5635,6 +5706,7 @@ class _Run:
         self.tail = _Tail()  # this run's stderr only
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
+        self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
                                         daemon=True)
         self._stderr.start()
@@ -5687,9 +5759,15 @@ class _Run:
 
     # -- stopping, in steps
     def end_input(self, reason: str) -> None:
-        """Step 1: close its stdin (a well-behaved server exits), and fail the calls waiting on
-        it at once: nobody is left to read their answers."""
+        """Step 1: end its subscription (stdio: notifications/cancelled, written before the
+        input closes), close its stdin (a well-behaved server exits), and fail the calls waiting
+        on it at once: nobody is left to read their answers."""
         self.ending = True
+        sub = self.listen
+        if sub is not None and sub.id is not None and self.conn is not None:
+            self.conn.notify("notifications/cancelled", {"requestId": sub.id,
+                                                         "reason": "Abstract is shutting down"})
+            self.conn.finish(_STOP_EOF_S / 4)  # the writer flushes it (bounded), then stops
         try:
             self.proc.stdin.close()
         except (OSError, ValueError):
@@ -5718,6 +5796,7 @@ class _HttpRun(_Run):
         self.conn = None
         self.tail = _Tail()
         self.ready = self.ending = False
+        self.listen = None
 
     def usable(self) -> bool:
         # the session's end is known here before its Connection has read the EOF: a call made
@@ -5838,6 +5917,10 @@ class Upstream:
         self._tools_gen = 0  # bumped by list_changed: a listing begun before it is not kept
         self.protocol_version = ""
         self.modern = False
+        # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
+        # runs (the spec: a property of the server); a start that finds it wrong probes again
+        self.era = ""
+        self._listen_stop = threading.Event()  # shutdown: no subscription is reopened
         # what the upstream said it offers (tools, prompts, resources...)
         self.capabilities: dict = {}
         self.start_ms = 0.0
@@ -5897,6 +5980,7 @@ class Upstream:
            close() already begun refuses it.
         5. The handshake; a failure stops the run and is kept as last_error (with the command
            and the stderr tail) for the model's error and for --check.
+        6. A 2026-07-28 run: its subscription to tool changes (_subscribe).
         """
         t0 = self._clock()  # 1.
         run = self._spawn_run(t0)
@@ -5911,7 +5995,10 @@ class Upstream:
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
                           notifications={
                               "notifications/progress": self._on_progress,
-                              "notifications/tools/list_changed": self._on_tools_changed,
+                              "notifications/tools/list_changed":
+                                  lambda p: self._on_tools_changed(p, run),
+                              "notifications/subscriptions/acknowledged":
+                                  lambda p: self._on_acknowledged(p, run),
                               "notifications/message": self._on_log,
                               "notifications/elicitation/complete":
                                   self._client.elicitation_complete})
@@ -5924,7 +6011,7 @@ class Upstream:
         try:
             if closing:  # close() began while this run was being spawned
                 raise UpstreamError(self._shutting_down())
-            self._handshake(conn)  # 5.
+            self._handshake(run)  # 5.
         except _LoginNeeded as e:  # no fault: said as it is, and the next call starts afresh
             self._stop(run, f"server '{self.name}' waits for a login")
             self.last_error = e.message
@@ -5940,6 +6027,9 @@ class Upstream:
         if self.log_level:  # the client set a level before this run started
             self._apply_level(conn)
         self._tools, self._tools_gen = None, self._tools_gen + 1
+        if self.modern:  # 6.
+            threading.Thread(target=self._subscribe, args=(run,), name=f"listen-{self.name}",
+                             daemon=True).start()
         return run
 
     def _spawn_run(self, t0: float) -> _Run:
@@ -6130,18 +6220,33 @@ class Upstream:
             kw["start_new_session"] = True
         return self._spawn(argv, **kw)
 
-    def _handshake(self, conn: Connection) -> None:
-        """The MCP handshake, within startup_timeout_seconds.
+    def _handshake(self, run: _Run) -> None:
+        """Find the server's era and start talking to it, within startup_timeout_seconds
+        (2026-07-28 spec, basic/versioning#backward-compatibility-with-initialization-based-
+        versions).
 
         1. Offer what the client declared (roots, sampling, elicitation: _ClientLink), so that
            an upstream only asks for what the client can answer.
-        2. initialize in the newest handshake-era version; the upstream answers with its own.
-        3. An upstream that refuses initialize may speak only the stateless 2026-07-28 era:
-           that is tried next (_try_modern), and the first error stands if it fails too.
-        4. notifications/initialized completes the legacy handshake.
+        2. Probe with server/discover first (_discover), unless this server was found to be of
+           the handshake era before: a server that lists 2026-07-28 is spoken to in that era.
+           On stdio a silent server is taken for a handshake-era one after _PROBE_S (every
+           real one measured answers at once: docs/reference/protocol.md).
+        3. Otherwise initialize in the newest handshake-era version; the upstream answers with
+           its own, and notifications/initialized completes the handshake.
+        4. An initialize refused by a server not probed (the cached era was wrong), or refused
+           with -32022 (a slow server answered the probe after its wait: it speaks 2026-07-28
+           now), is followed by one probe; the first error stands if that fails too.
         """
+        conn: Connection = run.conn  # type: ignore[assignment]
         limit = self.settings.startup_timeout(self.name)
         self.roots_offered = self._client.roots_offered()
+        # (HTTP+SSE, 2024-11-05, has no 2026-07-28 era: nothing to probe)
+        sse = isinstance(run, _HttpRun) and run.transport.mode == "sse"
+        probed = self.era != "legacy" and not sse
+        if probed:
+            wait = limit if self.spec.remote or self.era else min(limit, _PROBE_S)
+            if self._discover(run, wait):
+                return
         caps = self._client.offered()
         params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": caps,
                   "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
@@ -6150,37 +6255,69 @@ class Upstream:
         except UpstreamError:
             raise
         except RpcError as first:
-            if not self._try_modern(conn, limit):
+            if (sse or (probed and first.code != UNSUPPORTED_VERSION)
+                    or not self._discover(run, limit)):
                 raise first
             return
         if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
             raise RpcError(INVALID_REQUEST, f"initialize result without protocolVersion: "
                                             f"{str(res)[:200]}")
-        self.protocol_version, self.modern = res["protocolVersion"], False
+        self.protocol_version, self.modern, self.era = res["protocolVersion"], False, "legacy"
         caps = res.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
         conn.notify("notifications/initialized")
 
-    def _try_modern(self, conn: Connection, limit: float) -> bool:
-        """An upstream that refused initialize may speak only the stateless 2026-07-28 era."""
-        try:
-            res = conn.call("server/discover", {"_meta": self._modern_meta()}, timeout=limit)
-        except RpcError:
-            return False
-        versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
-        if MODERN_VERSIONS[0] not in versions:
-            return False
-        caps = res.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
-        self.protocol_version, self.modern = MODERN_VERSIONS[0], True
-        return True
+    def _discover(self, run: _Run, wait: float) -> bool:
+        """The server/discover probe: True when the server speaks a 2026-07-28 version Abstract
+        speaks (adopted), False when it is of the handshake era: any error that is not -32022
+        with a `supported` list, a result listing no modern version Abstract speaks, or, on
+        stdio, no answer within `wait`. -32022 naming another modern version of Abstract's is
+        retried once with it; one naming only versions Abstract does not speak is an error."""
+        conn: Connection = run.conn  # type: ignore[assignment]
+        version = MODERN_VERSIONS[0]
+        for attempt in range(2):
+            try:
+                res = conn.call("server/discover", {"_meta": self._modern_meta(version=version)},
+                                timeout=wait)
+            except UpstreamError as e:
+                if e.code == REQUEST_TIMEOUT and not self.spec.remote:
+                    _log.info("%s: no answer to server/discover within %g s: taken for a "
+                              "handshake-era server", self.name, wait)
+                    return False
+                raise
+            except RpcError as e:
+                supported = e.data.get("supported") if isinstance(e.data, dict) else None
+                if e.code != UNSUPPORTED_VERSION or not isinstance(supported, list):
+                    return False
+                mutual = [v for v in MODERN_VERSIONS if v in supported]
+                if mutual and mutual[0] != version and attempt == 0:
+                    version = mutual[0]
+                    continue
+                if any(v in HANDSHAKE_VERSIONS for v in supported):
+                    return False
+                theirs = ", ".join(map(str, supported))[:200]
+                ours = ", ".join(MODERN_VERSIONS + HANDSHAKE_VERSIONS)
+                raise RpcError(UNSUPPORTED_VERSION, f"the server speaks only {theirs}; Abstract "
+                                                    f"speaks {ours}") from None
+            versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
+            mutual = [v for v in MODERN_VERSIONS if isinstance(versions, list) and v in versions]
+            if not mutual:
+                return False
+            caps = res.get("capabilities")
+            self.capabilities = caps if isinstance(caps, dict) else {}
+            self.protocol_version, self.modern, self.era = mutual[0], True, "modern"
+            if isinstance(run, _HttpRun):
+                run.transport.version = mutual[0]  # (its headers; no resumption, no DELETE)
+            return True
+        return False
 
-    def _modern_meta(self, caps: Optional[dict] = None) -> dict:
+    def _modern_meta(self, caps: Optional[dict] = None, version: str = "") -> dict:
         # the client's capabilities, as in a legacy initialize (sampling and elicitation asked
         # for in an input_required result are asked of the client: Upstream._rounds), or a
         # 2026-07-28 client's own, which answers the upstream's questions itself
         caps = self._client.offered() if caps is None else caps
-        meta = {_META_VERSION: MODERN_VERSIONS[0], _META_CAPS: caps,
+        version = version or (self.protocol_version if self.modern else MODERN_VERSIONS[0])
+        meta = {_META_VERSION: version, _META_CAPS: caps,
                 _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
         # (the modern era has no logging/setLevel: the level rides on each request)
         if self.log_level:
@@ -6201,11 +6338,97 @@ class Upstream:
         if relay is not None:
             relay(params)
 
-    def _on_tools_changed(self, params: Any) -> None:
-        self._tools_gen += 1  # (only this reader thread and _start write it)
+    def _on_tools_changed(self, params: Any, run: Optional[_Run] = None) -> None:
+        """notifications/tools/list_changed: the cached list is dropped and the client told. A
+        2026-07-28 run's come only on its subscription, by its id; others are not listened to."""
+        if run is not None and run.listen is not None:
+            meta = params.get("_meta") if isinstance(params, dict) else None
+            sid = meta.get(_META_SUBSCRIPTION) if isinstance(meta, dict) else None
+            if sid != run.listen.id or not run.listen.acked.is_set():
+                _log.debug("%s: tools/list_changed outside its subscription, ignored", self.name)
+                return
+        self._tools_gen += 1  # (only this run's reader thread, _subscribe and _start write it)
         self._tools = None
         if self.on_tools_changed is not None:
             self.on_tools_changed(self.name)
+
+    def _on_acknowledged(self, params: Any, run: _Run) -> None:
+        """notifications/subscriptions/acknowledged: what the server agreed to send."""
+        sub = run.listen
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        sid = meta.get(_META_SUBSCRIPTION) if isinstance(meta, dict) else None
+        if sub is None or sub.acked.is_set() or (sub.id is not None and sid != sub.id):
+            return
+        got = params.get("notifications")  # type: ignore[union-attr]
+        sub.tools = isinstance(got, dict) and got.get("toolsListChanged") is True
+        sub.ack_id = sid
+        sub.acked.set()
+
+    def _watched(self) -> bool:
+        """Whether the current run's subscription is open and tells of tool changes."""
+        run = self._run
+        sub = run.listen if run is not None else None
+        return (sub is not None and sub.tools and sub.ack_id == sub.id and sub.fut is not None
+                and not sub.fut.done())
+
+    def _listening(self, run: _Run) -> bool:
+        return not self._listen_stop.is_set() and not run.ending and run.usable()
+
+    def _subscribe(self, run: _Run) -> None:
+        """A 2026-07-28 run's subscriptions/listen for notifications/tools/list_changed (what
+        Abstract relays to its client), for as long as the run lasts (its own thread).
+
+        1. One subscription at a time; its acknowledgment is awaited up to _LISTEN_ACK_S (or
+           the startup timeout, if shorter). A server that agrees keeps the tool list cached
+           (Upstream.tools) until it tells of a change; without that agreement, or when the
+           server refuses subscriptions/listen with an error, the list is asked for each time.
+        2. It ends with the run (the stream closed on HTTP, notifications/cancelled on stdio:
+           _Run.end_input). Ended otherwise (dropped, or no acknowledgment), it is reopened
+           after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS times in
+           a row; a dropped one may have missed a change, so the list is dropped and the client
+           told, as for a list_changed.
+        """
+        fails, ack_s = 0, min(_LISTEN_ACK_S, self.settings.startup_timeout(self.name))
+        while self._listening(run):
+            sub = run.listen = _Listen()  # 1.
+            mid, fut = run.conn.request(  # type: ignore[union-attr]
+                "subscriptions/listen", self._params({"notifications": {"toolsListChanged": True}}))
+            sub.id, sub.fut = mid, fut
+            fut.add_done_callback(lambda _f, s=sub: s.acked.set())
+            sub.acked.wait(ack_s)
+            acked = sub.ack_id == mid  # (and maybe already ended: then a drop, as below)
+            if acked:
+                fails = 0
+                if not sub.tools:
+                    _log.info("%s: its subscription does not tell of tool changes: its tool list "
+                              "is asked for each time", self.name)
+                while not fut.done() and self._listening(run):  # 2.
+                    futures_wait([fut], 30.0)
+            elif not fut.done():
+                _log.warning("%s: no acknowledgment of subscriptions/listen within %g s; "
+                             "cancelled", self.name, ack_s)
+                run.conn.notify("notifications/cancelled",  # type: ignore[union-attr]
+                                {"requestId": mid, "reason": "no acknowledgment"})
+                run.conn.forget(mid)  # type: ignore[union-attr]
+            if not self._listening(run):
+                return
+            refused = fut.done() and fut.exception() is not None
+            if refused and not isinstance(fut.exception(), UpstreamError):
+                _log.info("%s: refused subscriptions/listen (%s): its tool list is asked for each "
+                          "time", self.name, fut.exception())
+                return
+            if acked:
+                _log.info("%s: its subscription ended (%s); reopening", self.name,
+                          "answered" if fut.exception() is None else fut.exception())
+                self._on_tools_changed(None)
+            fails += 1
+            if fails > _LISTEN_REOPENS:
+                _log.warning("%s: subscriptions/listen failed %d times in a row; tool changes are "
+                             "no longer listened for (its tool list is asked for each time)",
+                             self.name, fails)
+                return
+            if self._listen_stop.wait(min(2.0 ** fails, _LISTEN_BACKOFF_MAX_S)):
+                return
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
@@ -6251,7 +6474,9 @@ class Upstream:
         self._current()  # (a start resets the list: read the generation after it)
         gen = self._tools_gen
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
-        if self._tools_gen == gen:  # no list_changed (or new run) meanwhile: the list is current
+        # no list_changed (or new run) meanwhile: the list is current; a 2026-07-28 server's is
+        # kept only while a subscription tells of changes (_subscribe)
+        if self._tools_gen == gen and (not self.modern or self._watched()):
             self._tools = tools
         return tools
 
@@ -6513,6 +6738,7 @@ class Upstream:
 
     def closing_runs(self) -> List[_Run]:
         """Shutdown: refuse to start or hand out runs from now on; the runs left to stop."""
+        self._listen_stop.set()
         with self._runs_lock:
             self._closing = True
             runs, self._runs = self._runs, []

@@ -18,6 +18,9 @@ plus resources/list, resources/read, resources/templates/list, prompts/list and 
 (with --modern-only also the prompt "ask" and the resource fake://ask, which answer input_required
 first, as mrtr does).
 
+With --modern-only, subscriptions/listen is acknowledged (tool changes only) and kept open, and
+list_changed goes on it; its notifications/cancelled is noted in the state file.
+
 With --tasks (2025-11-25 tasks): the tasks capability, tool job(seconds, text) that runs only as a
 task, and tasks/get, tasks/result, tasks/cancel.
 """
@@ -126,6 +129,11 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--no-handshake", action="store_true", help="never answer initialize")
     ap.add_argument("--start-delay", type=float, default=0, metavar="S")
     ap.add_argument("--modern-only", action="store_true", help="refuse initialize; serve 2026-07-28")
+    ap.add_argument("--slow-probe", type=float, default=0, metavar="S",
+                    help="--modern-only, slow to start: the first server/discover is answered after S "
+                         "seconds, and initialize gets -32022 naming 2026-07-28, as the SDK's server does")
+    ap.add_argument("--silent-probe", action="store_true",
+                    help="a handshake-era server that never answers server/discover (noted in the state file)")
     ap.add_argument("--unknown-id", action="store_true", help="send one response with an unknown id")
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
     ap.add_argument("--spawn-child", action="store_true", help="leave a child that holds stdout open")
@@ -179,6 +187,7 @@ class Fake:
         self.cancels: dict = {}  # request id -> Event set by notifications/cancelled
         self.unknown_id_pending = opts.unknown_id
         self.tools_changed = False  # change_tools was called
+        self.listening = None  # --modern-only: the id of the open subscriptions/listen
         self.params_of: dict = {}  # tools/call id -> its params, while the tool runs
         self.tasks: dict = {}  # --tasks: taskId -> {"done": Event, "result": ..., "status": ...}
 
@@ -244,6 +253,9 @@ class Fake:
             slot[0].set()
 
     def on_notification(self, method: str, params: dict) -> None:
+        if method == "notifications/cancelled" and self.listening is not None and params.get("requestId") == self.listening:
+            self.state(event="listen_cancelled", id=self.listening)
+            self.listening = None
         if method == "notifications/cancelled":
             event = self.cancels.get(params.get("requestId"))
             if event is not None:
@@ -256,6 +268,8 @@ class Fake:
             self.error(mid, -32602, f"{method} without {META_VERSION} in _meta")
         elif method == "server/discover":
             self.discover(mid, params)
+        elif method == "subscriptions/listen" and self.opts.modern_only:
+            self.listen(mid, params)
         elif method == "ping":
             self.reply(mid, {})
         elif method == "logging/setLevel" and self.opts.logging:
@@ -278,6 +292,12 @@ class Fake:
     def initialize(self, mid, params: dict) -> None:
         if self.opts.no_handshake:
             return
+        if self.opts.modern_only and self.opts.slow_probe:
+            self.state(event="initialize", protocolVersion=params.get("protocolVersion"))
+            self.send({"jsonrpc": "2.0", "id": mid, "error": {
+                "code": -32022, "message": "this server serves 2026-07-28 only",
+                "data": {"supported": [MODERN], "requested": params.get("protocolVersion")}}})
+            return
         if self.opts.modern_only:
             self.error(mid, -32601, "Method not found: initialize (this server is stateless)")
             return
@@ -299,13 +319,44 @@ class Fake:
         return caps
 
     def discover(self, mid, params: dict) -> None:
+        self.state(event="discover")
+        if self.opts.silent_probe:
+            return
+        if self.opts.slow_probe:
+            delay, self.opts.slow_probe = self.opts.slow_probe, -1.0  # (-1: still refuse initialize)
+            if delay > 0:
+                timer = threading.Timer(delay, self.discover_answer, args=(mid,))
+                timer.daemon = True
+                timer.start()
+                return
+        self.discover_answer(mid)
+
+    def discover_answer(self, mid) -> None:
         if not self.opts.modern_only:
             self.error(mid, -32601, "Method not found: server/discover")
             return
         self.reply(mid, {"supportedVersions": [MODERN], "capabilities": self.capabilities(), "ttlMs": 0,
                          "cacheScope": "private", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fake"}}})
 
+    def listen(self, mid, params: dict) -> None:
+        """2026-07-28 subscriptions/listen: acknowledged (tool changes only), kept open."""
+        self.state(event="listen", id=mid, notifications=params.get("notifications"))
+        self.listening = mid
+        agreed = {k: v for k, v in (params.get("notifications") or {}).items() if k == "toolsListChanged"}
+        self.send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                   "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": mid}, "notifications": agreed}})
+
+    def tools_changed_notice(self) -> None:
+        """notifications/tools/list_changed: on the subscription (2026-07-28), else as it is."""
+        msg: dict = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        if self.opts.modern_only:
+            if self.listening is None:
+                return
+            msg["params"] = {"_meta": {"io.modelcontextprotocol/subscriptionId": self.listening}}
+        self.send(msg)
+
     def tools_list(self, mid, params: dict) -> None:
+        self.state(event="tools_list")
         tools = [{"name": n, "description": d, "inputSchema": {"type": "object", "properties": p}}
                  for n, d, p in TOOLS]
         tools += [{"name": n, "description": "Like echo_args.", "inputSchema": {"type": "object"}}
@@ -320,7 +371,7 @@ class Fake:
         if self.opts.stale_list_once:  # the list is made, then the tools change before it is sent
             self.opts.stale_list_once = False
             self.tools_changed = True
-            self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            self.tools_changed_notice()
         size = self.opts.page_size or len(tools)
         cursor = params.get("cursor")
         start = int(cursor) if cursor else 0
@@ -520,7 +571,7 @@ class Fake:
 
     def tool_change_tools(self, mid, args: dict, meta: dict) -> dict:
         self.tools_changed = True
-        self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        self.tools_changed_notice()
         return _result_text("changed")
 
     def resources_read(self, params: dict) -> dict:

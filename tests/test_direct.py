@@ -226,6 +226,26 @@ def test_tools_list_changed_is_relayed_to_a_legacy_client(direct):
     assert text_of(direct.call_tool("s__added_later")).startswith("unknown tool")  # routed to the upstream
 
 
+def test_a_2026_upstreams_changes_come_on_its_subscription_which_ends_at_shutdown(world):
+    """A 2026-07-28 upstream (stdio) has no session: Abstract opens one subscriptions/listen for
+    tool changes, relays the list_changed that comes on it (with its subscription id), keeps the
+    tool list cached while subscribed, and sends notifications/cancelled for it at shutdown."""
+    world.fake("m", "--modern-only", "--extras")
+    p = world.start("--expose", "direct", str(world.dir))
+    assert "m__added_later" not in _tools(p)
+    wait_for(lambda: world.events("m", "listen"), what="subscriptions/listen")
+    assert [e["notifications"] for e in world.events("m", "listen")] == [{"toolsListChanged": True}]
+    listed = len(world.events("m", "tools_list"))
+    _tools(p)
+    assert len(world.events("m", "tools_list")) == listed  # cached while subscribed
+    assert text_of(p.call_tool("m__change_tools")) == "changed"
+    wait_for(lambda: [n for n in p.notifications if n["method"] == "notifications/tools/list_changed"],
+             what="the relayed list_changed")
+    assert "m__added_later" in _tools(p)
+    p.stop()
+    assert [e["id"] for e in world.events("m", "listen_cancelled")] == [world.events("m", "listen")[0]["id"]]
+
+
 def test_tools_list_changed_is_not_sent_to_a_modern_client(world):
     world.fake("s", "--extras")
     p = world.start("--expose", "direct", str(world.dir), initialize=False)

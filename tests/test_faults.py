@@ -109,6 +109,33 @@ def test_crash_in_flight_fails_at_once_with_exit_code_and_stderr_and_is_not_repl
     assert first != second
 
 
+def test_a_server_silent_on_the_probe_is_waited_for_once_and_remembered(world, tmp_path):
+    """stdio: server/discover goes first (2026-07-28 spec, stdio backward compatibility). A
+    handshake-era server that never answers it is taken for one after the probe's wait, and the
+    era is remembered: the restart after a crash goes straight to initialize."""
+    world.fake("quiet", "--silent-probe", "--crash-once-file", str(tmp_path / "crashed.flag"))
+    proxy = world.start()
+    t0 = time.monotonic()
+    assert proxy.upstream("quiet", "echo", {"text": "first"})["isError"] is True  # (crashed once)
+    assert time.monotonic() - t0 >= abstract._PROBE_S  # the probe was waited for
+    assert text_of(proxy.upstream("quiet", "echo", {"text": "second"})) == "second"
+    assert len(world.events("quiet", "initialize")) == 2
+    assert len(world.events("quiet", "discover")) == 1  # the second run was not probed
+
+
+def test_a_2026_server_that_answers_the_probe_too_late_is_probed_again(world):
+    """stdio: a dual-era server slow to start answers the probe after Abstract stopped waiting,
+    and, serving 2026-07-28 from then on, refuses initialize with -32022: Abstract probes once
+    more (at once, not after a crash) and speaks 2026-07-28, as the SDK's own client does."""
+    world.fake("slow", "--modern-only", "--slow-probe", "4")
+    world.settings = {"servers": {"slow": {"startup_timeout_seconds": 2}}}
+    proxy = world.start()
+    assert text_of(proxy.upstream("slow", "echo", {"text": "hi"})) == "hi"
+    assert len(world.events("slow", "discover")) == 2
+    assert len(world.events("slow", "initialize")) == 1
+    assert len(world.pids("slow")) == 1  # one run: no restart was needed
+
+
 def test_repeated_quick_crashes_say_when_the_server_is_tried_again(world):
     world.fake("flaky")
     proxy = world.start()

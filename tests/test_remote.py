@@ -99,8 +99,8 @@ def sdk_entry(s, kind="http", **extra) -> dict:
     return {"type": kind, "url": f"http://127.0.0.1:{s.port}{path}", **extra}
 
 
-@pytest.mark.parametrize("flags", [(), ("--json-response",), ("--transport", "sse")],
-                         ids=["sse-answers", "json-answers", "legacy-sse"])
+@pytest.mark.parametrize("flags", [(), ("--json-response",), ("--legacy",), ("--transport", "sse")],
+                         ids=["sse-answers", "json-answers", "handshake-era", "legacy-sse"])
 def test_sdk_server_every_tool(world, serve, flags, tmp_path):
     s = serve("sdk", *flags)
     kind = "sse" if "sse" in flags else "http"
@@ -136,7 +136,7 @@ def test_sdk_server_every_tool(world, serve, flags, tmp_path):
 
 
 def test_sdk_server_progress_resume_and_direct_mode(world, serve):
-    s = serve("sdk")
+    s = serve("sdk", "--legacy")  # (a handshake-era session: its streams resume)
     world.servers["remote"] = sdk_entry(s)
     p = world.start("--expose", "direct", str(world.dir))
     tools = {t["name"] for t in p.result("tools/list", {})["tools"]}
@@ -167,12 +167,12 @@ def test_sdk_server_cancellation_and_timeout(world, serve):
 
 
 def test_session_lost_on_server_restart_is_not_replayed(world, serve):
-    s = serve("sdk")
+    s = serve("sdk", "--legacy")
     p = start_abstract(world, {"remote": sdk_entry(s)})
     assert text_of(up(p, "remote", "count", key="k")) == "1"
     port = s.port
     s.stop()
-    s2 = Served([str(SDK_PY), str(SDK_SERVER), "--port", str(port)], port)
+    s2 = Served([str(SDK_PY), str(SDK_SERVER), "--port", str(port), "--legacy"], port)
     try:
         res = up(p, "remote", "count", key="k")
         assert res.get("isError") and "HTTP 404" in text_of(res) and "not retried" in text_of(res), res
@@ -230,7 +230,8 @@ def test_server_everything_remote(world, serve, mode, path):
 
 
 class FakeMcp:
-    """A scripted Streamable HTTP server (stdlib): JSON answers, a session id, 405 to GET;
+    """A scripted handshake-era Streamable HTTP server (stdlib): JSON answers, a session id, 405
+    to GET, 400 to the 2026-07-28 probe;
     tools: ok, boom (HTTP 500), cut (an SSE stream that ends before the answer), hang (never
     answers until the test ends), resume (an SSE stream cut after an event with an id: the
     answer comes on the GET that resumes it with Last-Event-ID)."""
@@ -277,6 +278,9 @@ class FakeMcp:
             return reply(r, 202, b"")
         answer = lambda result: reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode(),
                                       headers={"Mcp-Session-Id": "sess-1"})
+        if method == "server/discover":  # a handshake-era server, as the TypeScript SDK answers
+            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "Bad Request: Server not initialized"}}).encode())
         if method == "initialize":
             return answer({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                            "serverInfo": {"name": "fake", "version": "1"}})
@@ -310,10 +314,11 @@ class FakeMcp:
 
 @pytest.fixture
 def fake_mcp():
+    """make(**kw) -> a FakeMcp, or make(ModernFake, **kw): closed at the end of the test."""
     made = []
 
-    def make(tls=None):
-        f = FakeMcp(tls)
+    def make(kind=None, **kw):
+        f = (kind or FakeMcp)(**kw)
         made.append(f)
         return f
 
@@ -377,26 +382,43 @@ def test_tls_self_signed_refused_then_trusted(world, fake_mcp, tmp_path):
     assert text_of(up(p2, "tls", "ok")) == "fine"
 
 
-def test_modern_only_server_gets_the_envelope_and_headers(world):
-    """A 2026-07-28-only server (stdlib fake): initialize is refused with a JSON-RPC error, so
-    Abstract sends server/discover, then every request with the _meta envelope and the
-    MCP-Protocol-Version, Mcp-Method and Mcp-Name headers; no session, no GET stream."""
-    def handle(r):
+class ModernFake:
+    """A scripted 2026-07-28-only Streamable HTTP server (stdlib): a request without the modern
+    _meta and headers gets 400 -32022; tools/call answers with the Mcp-Name header it got.
+    `discover_error`: the JSON-RPC error server/discover gets (HTTP 400) instead of its result.
+    `listen`: "ack" (acknowledge, then keep the stream open), "drop-once" (the first subscription
+    is acknowledged and its stream closed at once), "noack" (never acknowledged). An open stream
+    is kept until the client closes it, noted in `closed` (by the subscription's id)."""
+
+    def __init__(self, listen: str = "ack", discover_error: dict = None) -> None:
+        self.listen, self.discover_error = listen, discover_error
+        self.listens, self.closed = [], []
+        self.release = threading.Event()
+        self.http = FakeHTTP(self.handle)
+        self.url = self.http.url + "/mcp"
+
+    def posted(self, method):
+        return [m for m, _, _, b in self.http.seen if m == "POST" and json.loads(b).get("method") == method]
+
+    def handle(self, r) -> None:
         if r.command != "POST":
             return reply(r, 405, b"")
         msg = json.loads(r.body)
         method, mid = msg.get("method"), msg.get("id")
         meta = (msg.get("params") or {}).get("_meta") or {}
+        error = lambda err: reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": mid, "error": err}).encode())
         if method == "initialize" or meta.get("io.modelcontextprotocol/protocolVersion") != "2026-07-28":
-            err = {"code": -32022, "message": "Unsupported protocol version",
-                   "data": {"supported": ["2026-07-28"], "requested": "none"}}
-            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": mid, "error": err}).encode())
+            return error({"code": -32022, "message": "Unsupported protocol version",
+                          "data": {"supported": ["2026-07-28"], "requested": "none"}})
         if r.headers.get("MCP-Protocol-Version") != "2026-07-28" or r.headers.get("Mcp-Method") != method:
-            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
-                "code": -32001, "message": "HeaderMismatch"}}).encode())
+            return error({"code": -32001, "message": "HeaderMismatch"})
+        if method == "server/discover" and self.discover_error:
+            return error(self.discover_error)
+        if method == "subscriptions/listen":
+            return self.subscription(r, mid, msg["params"])
         result = {"resultType": "complete"}
         if method == "server/discover":
-            result.update(supportedVersions=["2026-07-28"], capabilities={"tools": {}}, ttlMs=0,
+            result.update(supportedVersions=["2026-07-28"], capabilities={"tools": {"listChanged": True}}, ttlMs=0,
                           cacheScope="private", _meta={"io.modelcontextprotocol/serverInfo": {"name": "m", "version": "1"}})
         elif method == "tools/list":
             result.update(tools=[{"name": "wëather", "inputSchema": {"type": "object"}}], ttlMs=0, cacheScope="private")
@@ -404,13 +426,131 @@ def test_modern_only_server_gets_the_envelope_and_headers(world):
             result.update(content=[{"type": "text", "text": "name header: " + r.headers.get("Mcp-Name", "")}])
         return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode())
 
-    f = FakeHTTP(handle)
-    try:
-        p = start_abstract(world, {"modern": {"type": "http", "url": f.url + "/mcp"}})
-        got = text_of(up(p, "modern", "wëather"))
-        assert got == "name header: =?base64?d8OrYXRoZXI=?=", got
-        p.stop()
-        assert not [x for x in f.seen if x[0] != "POST"]  # no GET stream, no DELETE in this era
-        assert all("Mcp-Session-Id" not in h for _, _, h, _ in f.seen)
-    finally:
-        f.close()
+    def subscription(self, r, mid, params) -> None:
+        self.listens.append(params.get("notifications"))
+        r.send_response(200)
+        r.send_header("Content-Type", "text/event-stream")
+        r.send_header("Connection", "close")
+        r.end_headers()
+        r.close_connection = True
+        if self.listen != "noack":
+            ack = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                   "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": mid},
+                              "notifications": {"toolsListChanged": True}}}
+            r.wfile.write(b"event: message\ndata: " + json.dumps(ack).encode() + b"\n\n")
+            r.wfile.flush()
+            if self.listen == "drop-once" and len(self.listens) == 1:
+                return  # the stream ends without an answer: a drop
+        while not self.release.wait(0.2):  # a comment now and then, until the client hangs up
+            try:
+                r.wfile.write(b": waiting\n\n")
+                r.wfile.flush()
+            except OSError:
+                self.closed.append(mid)
+                return
+
+    def close(self) -> None:
+        self.release.set()
+        self.http.close()
+
+
+def test_modern_only_server_gets_the_envelope_and_headers(world, fake_mcp):
+    """A 2026-07-28-only server (stdlib fake): Abstract probes with server/discover, then sends
+    every request with the _meta envelope and the MCP-Protocol-Version, Mcp-Method and Mcp-Name
+    headers; no session, no GET stream, no initialize; one subscription for tool changes."""
+    f = fake_mcp(ModernFake)
+    p = start_abstract(world, {"modern": {"type": "http", "url": f.url}})
+    got = text_of(up(p, "modern", "wëather"))
+    assert got == "name header: =?base64?d8OrYXRoZXI=?=", got
+    wait_for(lambda: f.listens, what="subscriptions/listen")
+    assert not f.closed
+    p.stop()
+    wait_for(lambda: f.closed, what="the subscription's stream closed at shutdown")
+    assert f.listens == [{"toolsListChanged": True}]
+    assert not f.posted("initialize")
+    assert not [x for x in f.http.seen if x[0] != "POST"]  # no GET stream, no DELETE in this era
+    assert all("Mcp-Session-Id" not in h for _, _, h, _ in f.http.seen)
+
+
+def test_a_dropped_subscription_is_reopened_and_the_client_told(world, fake_mcp):
+    """The subscription's stream ends without an answer: a change may have been missed, so the
+    client hears tools/list_changed, and the subscription is opened again (after 2 s). While a
+    subscription is acknowledged, the tool list is cached."""
+    f = fake_mcp(ModernFake, listen="drop-once")
+    world.servers["modern"] = {"type": "http", "url": f.url}
+    p = world.start("--expose", "both", str(world.dir))
+    assert "wëather" in text_of(p.call_tool("list_available_tools", {"filter_by_server": "modern"}))
+    wait_for(lambda: len(f.listens) == 2, what="the subscription opened again")
+    wait_for(lambda: [n for n in p.notifications if n["method"] == "notifications/tools/list_changed"],
+             what="notifications/tools/list_changed after the drop")
+    p.call_tool("list_available_tools", {"filter_by_server": "modern"})
+    listed = len(f.posted("tools/list"))
+    p.call_tool("list_available_tools", {"filter_by_server": "modern"})
+    assert len(f.posted("tools/list")) == listed  # cached: the subscription tells of changes
+
+
+def test_a_subscription_never_acknowledged_is_closed_and_the_list_not_cached(world, fake_mcp):
+    f = fake_mcp(ModernFake, listen="noack")
+    p = start_abstract(world, {"modern": {"type": "http", "url": f.url}},
+                       settings={"servers": {"modern": {"startup_timeout_seconds": 2}}})
+    assert text_of(up(p, "modern", "wëather")).startswith("name header")
+    wait_for(lambda: f.closed, what="the unacknowledged subscription's stream closed by Abstract")
+    listed = len(f.posted("tools/list"))
+    p.call_tool("list_available_tools", {"filter_by_server": "modern"})
+    p.call_tool("list_available_tools", {"filter_by_server": "modern"})
+    assert len(f.posted("tools/list")) == listed + 2  # nothing tells of changes: asked each time
+    wait_for(lambda: len(f.listens) >= 2, what="the subscription tried again")
+
+
+@pytest.mark.parametrize("supported,works", [(["2099-01-01"], False), (["2025-06-18"], True)])
+def test_unsupported_version_answer_to_the_probe(world, supported, works, fake_mcp):
+    """-32022 to server/discover: a server that names only versions Abstract does not speak is a
+    clear error (no initialize is sent); one that names a handshake-era version gets initialize."""
+    f = fake_mcp(ModernFake, discover_error={"code": -32022, "message": "Unsupported protocol version",
+                                    "data": {"supported": supported, "requested": "2026-07-28"}})
+    p = start_abstract(world, {"modern": {"type": "http", "url": f.url}})
+    res = text_of(up(p, "modern", "wëather"))
+    posted = [json.loads(b)["method"] for m, _, _, b in f.http.seen if m == "POST"]
+    if works:  # (this fake then refuses initialize too; what matters is that it was sent, after the probe)
+        assert posted[:2] == ["server/discover", "initialize"], (posted, res)
+    else:
+        assert "speaks only 2099-01-01" in res and "Abstract speaks 2026-07-28" in res, res
+        assert not f.posted("initialize")
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_sdk_server_in_the_2026_era(world, serve, transport):
+    """The official SDK's server speaks both eras, the one of the first request. Abstract probes
+    with server/discover first, so it speaks 2026-07-28 to it, over Streamable HTTP and over
+    stdio: calls, storing, cached windows, cancellation, and a tool the server adds reaching
+    Abstract's client as notifications/tools/list_changed through subscriptions/listen."""
+    if transport == "http":
+        world.servers["remote"] = sdk_entry(serve("sdk"))
+    else:
+        if not SDK_PY.exists():
+            pytest.skip(f"the official MCP Python SDK is not installed at {SDK_PY}")
+        world.servers["remote"] = {"command": str(SDK_PY), "args": [str(SDK_SERVER), "--transport", "stdio"]}
+    world.settings = {"output_cache": {"min_size": 1000}}
+    p = world.start("--expose", "both", str(world.dir))
+    assert text_of(up(p, "remote", "era")) == "2026-07-28"  # what the server saw
+    res = up(p, "remote", "big", kb=100)
+    token = res["structuredContent"]["token"]
+    window = p.call_tool("retrieve_cached_output", {"token": token, "offset": 0, "length": 65})
+    assert text_of(window).startswith("0123456789abcdef"), window
+    stored = p.call_tool("call_tool_and_store", {"server": "remote", "tool_name": "rows", "tool_args": {"n": 50},
+                                                 "filename": "rows.json"})
+    assert not stored.get("isError") and len(json.loads((world.dir / "rows.json").read_text())) == 50, stored
+    # cancellation: the client's notifications/cancelled reaches the server's handler
+    rid = p.send_request("tools/call", {"name": "call_tool", "arguments": {
+        "server": "remote", "tool_name": "sleepy", "tool_args": {"key": "c1"}}})
+    wait_for(lambda: "started=1" in text_of(up(p, "remote", "noted", key="c1")), what="sleepy to start")
+    p.notify("notifications/cancelled", {"requestId": rid, "reason": "test"})
+    wait_for(lambda: "cancelled=1" in text_of(up(p, "remote", "noted", key="c1")), what="sleepy to be cancelled")
+    assert not p.has_response(rid)
+    # a tool added on the server: list_changed comes on the subscription, and the list is new
+    names = lambda: {t["name"] for t in p.result("tools/list", {})["tools"]}
+    assert not [n for n in names() if n.endswith("grown1")]
+    assert text_of(up(p, "remote", "grow", name="grown1")) == "added grown1"
+    wait_for(lambda: [n for n in p.notifications if n["method"] == "notifications/tools/list_changed"],
+             what="notifications/tools/list_changed")
+    assert [n for n in names() if n.endswith("grown1")]
