@@ -3119,6 +3119,23 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
     return HttpError(f"cannot reach {where}: {why}", where)
 
 
+def _abort(conn: Any) -> None:
+    """Close an http.client connection; safe from another thread (a read or a write waiting on
+    it ends at once), and more than once."""
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        try:
+            import socket  # lazy: see Imports
+
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
+        except OSError:
+            pass
+    try:
+        conn.close()
+    except Exception:  # pragma: no cover
+        pass
+
+
 class HttpResponse:
     """An HTTP answer whose body has not been read yet. Read it whole (`read`, bounded), by
     lines (`readline`), or as Server-Sent Events (`events`); close it when done (or use it as
@@ -3211,18 +3228,7 @@ class HttpResponse:
     def close(self) -> None:
         """Close the answer and its connection; safe from another thread (it ends a read that
         is waiting), and more than once."""
-        sock = getattr(self._conn, "sock", None)
-        if sock is not None:
-            try:
-                import socket  # lazy: see Imports
-
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
-            except OSError:
-                pass
-        try:
-            self._conn.close()
-        except Exception:  # pragma: no cover
-            pass
+        _abort(self._conn)
 
     def __enter__(self) -> "HttpResponse":
         return self
@@ -3232,8 +3238,8 @@ class HttpResponse:
 
 
 def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
-               environ: Dict[str, str], connect_timeout: float,
-               read_timeout: float) -> HttpResponse:
+               environ: Dict[str, str], connect_timeout: float, read_timeout: float,
+               watch: Optional[Callable[[Callable[[], None]], None]] = None) -> HttpResponse:
     """One request on a fresh connection (through the proxy if one applies); the answer's
     headers are read, its body is not."""
     import http.client  # lazy: see Imports
@@ -3268,6 +3274,8 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
         conn.connect()
         connected = True
         conn.sock.settimeout(read_timeout)
+        if watch is not None:
+            watch(lambda: _abort(conn))
         conn.request(method, target, body=body, headers=hdrs)
         return HttpResponse(url, conn, conn.getresponse())
     except Exception as e:
@@ -3279,7 +3287,8 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
                  body: Optional[bytes] = None, *, auth: Any = None,
                  environ: Optional[Dict[str, str]] = None,
                  connect_timeout: float = _HTTP_CONNECT_S,
-                 read_timeout: float = _HTTP_READ_S) -> HttpResponse:
+                 read_timeout: float = _HTTP_READ_S,
+                 watch: Optional[Callable[[Callable[[], None]], None]] = None) -> HttpResponse:
     """Send one HTTP request and return the answer with its body unread (an HttpResponse).
 
     Any status is returned (the caller decides what is an error; HttpResponse.error words it);
@@ -3288,7 +3297,9 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
     or 308 to the same origin, as anything else could send its body, or the answer, elsewhere.
     `auth` (optional) is an auth provider: `auth.headers(url) -> dict` is added to every
     request, and on a 401 or 403 `auth.on_unauthorized(response) -> bool` is asked once
-    whether to retry with fresh headers.
+    whether to retry with fresh headers. `watch` (optional) is given, once each connection is
+    open, a function that aborts the exchange from another thread (a cancelled request whose
+    answer has not begun).
     """
     environ = dict(os.environ) if environ is None else environ
     base = dict(headers or {})
@@ -3297,7 +3308,8 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
         hdrs = dict(base)
         if auth is not None:
             hdrs.update(auth.headers(url))
-        resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout)
+        resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout,
+                          watch)
         location = resp.header("Location")
         if resp.status in _REDIRECTS and location:
             target = urllib.parse.urljoin(url, location)
@@ -3420,6 +3432,11 @@ class _AuthError(HttpError):
 class _LoginNeeded(UpstreamError):
     """A request to a remote server that waits for a login: the message says what to do. Not a
     fault of the server's: a handshake that fails with it does not count as a crash."""
+
+
+class _NotSent(UpstreamError):
+    """A request to a remote server that was refused before it was sent (too many waiting):
+    nothing ran, so the message is all there is to say."""
 
 
 def _span(seconds: float) -> str:
@@ -5127,6 +5144,7 @@ class _ClientLink:
 
 
 _HTTP_POSTS_MAX = 32  # requests of one remote upstream in flight at once (more wait their turn)
+_HTTP_WAITING_MAX = 64  # requests waiting for one of those; more are refused, unsent
 _HTTP_NOTIFY_S = 30.0  # read deadline of a notification's or response's POST (answered by 202)
 _HTTP_LISTEN_S = 300.0  # a quiet GET stream is reopened after this long
 _SSE_RESUMES = 5  # reconnections (Last-Event-ID) of one answer's stream without a new event
@@ -5158,8 +5176,11 @@ class _HttpTransport:
     HTTP+SSE (2024-11-05): GET the event stream, POST to its `endpoint`, answers on the stream.
     "auto" tries Streamable HTTP and falls back to HTTP+SSE on 400/404/405 to the first POST
     (the spec's backwards-compatibility rule). Notifications and responses are POSTed in order
-    on the Connection's writer thread; requests on threads of their own (_HTTP_POSTS_MAX).
-    Nothing is ever sent twice: a call whose answer is lost fails, naming the reason.
+    on the Connection's writer thread; requests on threads of their own, at most _HTTP_POSTS_MAX
+    at once: more wait in a bounded queue that a finished request's thread drains, so the writer
+    never waits for a request to end (a cancel, or the answer to the server's own request, would
+    wait behind it). Nothing is ever sent twice: a call whose answer is lost fails, naming the
+    reason.
     """
 
     def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
@@ -5177,10 +5198,12 @@ class _HttpTransport:
         self._conn: Optional[Connection] = None
         self._closed = threading.Event()
         self.reason = "ended its session"
-        self._open: Dict[Any, HttpResponse] = {}  # id (or "listen", "events") -> answer being read
+        # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
+        self._open: Dict[Any, Callable[[], None]] = {}
         self._cancelled: set = set()
         self._olock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(_HTTP_POSTS_MAX)
+        self._running = 0  # request threads (at most _HTTP_POSTS_MAX)
+        self._waiting: "collections.deque[Tuple[dict, bytes]]" = collections.deque()
         self._fallback_lock = threading.Lock()
         self.delete_thread: Optional[threading.Thread] = None
 
@@ -5228,21 +5251,53 @@ class _HttpTransport:
         if method == "notifications/cancelled":
             rid = (msg.get("params") or {}).get("requestId")
             with self._olock:
-                self._cancelled.add(rid)
-                resp = self._open.pop(rid, None)
-            if resp is not None:  # stop reading an answer nobody waits for
-                resp.close()
-            if self.modern:  # 2026-07-28: closing the stream is the cancellation
+                unsent = [w for w in self._waiting if w[0]["id"] == rid]
+                for w in unsent:  # never sent: the server need not hear of it
+                    self._waiting.remove(w)
+                if not unsent:
+                    self._cancelled.add(rid)
+                stop = self._open.pop(rid, None)
+            if stop is not None:  # stop reading an answer nobody waits for (or waiting for it)
+                stop()
+            if self.modern or unsent:  # 2026-07-28: closing the stream is the cancellation
                 return len(data)
         if method is not None and "id" in msg:
             if method == "initialize":
                 self._init_id = msg["id"]
-            self._slots.acquire()
-            threading.Thread(target=self._request, args=(msg, data), name=f"http-{self.name}",
-                             daemon=True).start()
+            self._start_request(msg, data)
         else:
             self._post_one_way(msg, data)
         return len(data)
+
+    def _start_request(self, msg: dict, data: bytes) -> None:
+        """A request on a thread of its own, or queued for the next free one; refused, unsent,
+        when _HTTP_WAITING_MAX already wait. It never blocks: it runs on the writer thread."""
+        with self._olock:
+            if self._running < _HTTP_POSTS_MAX:
+                self._running += 1
+                start = True
+            elif len(self._waiting) < _HTTP_WAITING_MAX:
+                self._waiting.append((msg, data))
+                return
+            else:
+                start = False
+        if start:
+            threading.Thread(target=self._requests, args=(msg, data), name=f"http-{self.name}",
+                             daemon=True).start()
+            return
+        self._fail(msg["id"], f"server '{self.name}' already has {_HTTP_POSTS_MAX} requests "
+                              f"running and {_HTTP_WAITING_MAX} more waiting, so this one was not "
+                              f"sent; try again when some have finished", _NotSent)
+
+    def _requests(self, msg: dict, data: bytes) -> None:
+        """Run a request, then those waiting for a thread, until none waits."""
+        while True:
+            self._request(msg, data)
+            with self._olock:
+                if not self._waiting or self._closed.is_set():
+                    self._running -= 1
+                    return
+                msg, data = self._waiting.popleft()
 
     @property
     def modern(self) -> bool:
@@ -5250,14 +5305,17 @@ class _HttpTransport:
 
     # -- sending
     def _send(self, method: str, url: str, body: Optional[bytes], extra: Dict[str, str],
-              read_timeout: Optional[float] = None) -> HttpResponse:
+              read_timeout: Optional[float] = None, mid: Any = None) -> HttpResponse:
+        """One request of the session; with `mid`, a cancel of that request aborts it even
+        before its answer begins (a server that never answers keeps no thread)."""
         hdrs = dict(self._static)
         hdrs.update(extra)
         if self.session_id and not self.modern:
             hdrs["Mcp-Session-Id"] = self.session_id
         try:
             return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
-                                read_timeout=read_timeout or self._read_s)
+                                read_timeout=read_timeout or self._read_s,
+                                watch=None if mid is None else lambda stop: self._watch(mid, stop))
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
             raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
         except HttpError as e:
@@ -5319,13 +5377,12 @@ class _HttpTransport:
             _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
             self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
         finally:
-            self._slots.release()
             with self._olock:
                 self._open.pop(mid, None)
                 self._cancelled.discard(mid)
 
     def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
-        resp = self._send("POST", self.post_url, body, self._post_headers(msg))
+        resp = self._send("POST", self.post_url, body, self._post_headers(msg), mid=mid)
         first, self._first = self._first, False
         with resp:
             if not self._track(mid, resp):
@@ -5357,13 +5414,21 @@ class _HttpTransport:
                             f"Content-Type {resp.content_type or '(none)'!r} from {self.where()}, "
                             f"not JSON or an SSE stream")
 
+    def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
+        with self._olock:
+            gone = mid in self._cancelled or self._closed.is_set()
+            if not gone:
+                self._open[mid] = stop
+        if gone:
+            stop()
+
     def _track(self, mid: Any, resp: HttpResponse) -> bool:
         """Register an answer being read, so a cancel can close it; False if already cancelled."""
         with self._olock:
             if mid in self._cancelled or self._closed.is_set():
                 resp.close()
                 return False
-            self._open[mid] = resp
+            self._open[mid] = resp.close
         return True
 
     @staticmethod
@@ -5462,7 +5527,7 @@ class _HttpTransport:
             if self._closed.wait(delay / 1000):
                 return
             try:
-                resp = self._send("GET", self.url, None, self._get_headers(seen))
+                resp = self._send("GET", self.url, None, self._get_headers(seen), mid=mid)
             except HttpError as e:
                 why = str(e)
                 continue
@@ -5541,7 +5606,7 @@ class _HttpTransport:
                             f"{self.where()}; not used")
         self.post_url, self.mode = target, "sse"
         with self._olock:
-            self._open["events"] = resp
+            self._open["events"] = resp.close
         threading.Thread(target=self._pump_sse, args=(resp, events), name=f"http-sse-{self.name}",
                          daemon=True).start()
 
@@ -5564,8 +5629,9 @@ class _HttpTransport:
             self.reason = self.mask(reason)
             self._closed.set()
             open_, self._open = list(self._open.values()), {}
-        for resp in open_:
-            resp.close()
+            self._waiting.clear()  # (the Connection fails them at the EOF that follows)
+        for stop in open_:
+            stop()
 
     def close(self, reason: str) -> None:
         """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""
@@ -6348,6 +6414,8 @@ class Upstream:
                         and isinstance(got.get("task"), dict)):
                     return got
                 self._task_result(p, got["task"], tool)
+        except _NotSent:
+            raise
         except UpstreamError as e:  # the session died with the call in flight: never replayed
             raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: "
                                 f"{e.message}\nThe call was not retried, because the server may "

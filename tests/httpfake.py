@@ -45,7 +45,10 @@ class FakeHTTP:
 
             do_GET = do_POST = do_DELETE = do_PUT = _any
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 128  # (5 by default: a burst of connections would be reset)
+
+        self.httpd = Server(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
         if tls is not None:
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)

@@ -297,7 +297,7 @@ class FakeMcp:
             return
         if name == "hang":
             self.release.wait(60)
-            return
+            return answer({"content": [{"type": "text", "text": "released"}]})
         if name == "resume":
             self.resumable.append(mid)
             return self.sse(r, b"id: ev-1\nretry: 50\ndata: \n\n")  # the priming event
@@ -345,6 +345,34 @@ def test_faults_are_clear_bounded_and_never_replayed(world, fake_mcp):
     p.stop()
     wait_for(lambda: [h for m, _, h, _ in f.http.seen if m == "DELETE" and h.get("Mcp-Session-Id") == "sess-1"],
              what="the session DELETEd at shutdown")
+
+
+def test_32_calls_in_flight_block_neither_a_cancel_nor_the_calls_after_them(world, fake_mcp):
+    """32 requests running (the most at once): a 33rd waits its turn without holding up the
+    writer, so the cancel of a running call is POSTed at once, and its freed slot takes the
+    waiting one; 64 may wait, the next is refused unsent. After the release all run."""
+    f = fake_mcp()
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}},
+                       settings={"servers": {"fake": {"timeout_seconds": 600}}})
+    assert text_of(up(p, "fake", "ok")) == "fine"
+    args = {"server": "fake", "tool_name": "hang", "tool_args": {}}
+    call = lambda: p.send_request("tools/call", {"name": "call_tool", "arguments": args})
+    running = [call() for _ in range(33)]
+    wait_for(lambda: f.calls.count("hang") == 32, what="32 calls running")
+    p.notify("notifications/cancelled", {"requestId": running[0], "reason": "test"})
+    wait_for(lambda: f.posted("notifications/cancelled"), what="the cancel POSTed")
+    wait_for(lambda: f.calls.count("hang") == 33, what="the waiting call sent")
+    waiting = [call() for _ in range(64)]
+    refused = call()
+    text = text_of(p.wait_response(refused)["result"])
+    assert "32 requests running and 64 more waiting, so this one was not sent" in text, text
+    assert "may have done part of the work" not in text
+    assert f.calls.count("hang") == 33 and not p.has_response(running[1])
+    f.release.set()
+    for rid in running[1:] + waiting:
+        assert text_of(p.wait_response(rid)["result"]) == "released"
+    assert f.calls.count("hang") == 97  # each sent once
+    assert len(f.posted("notifications/cancelled")) == 1
 
 
 def test_a_resumed_stream_carries_the_protocol_version(world, fake_mcp):
