@@ -3024,6 +3024,19 @@ def _safe_url(url: str) -> str:
     return f"{p.scheme}://{host}{port}{p.path}" + ("?…" if p.query else "")
 
 
+def _basic_auth(parts: urllib.parse.SplitResult) -> str:
+    """The HTTP Basic credential of a URL's user:password@ (percent-decoded), as curl sends it."""
+    pair = f"{urllib.parse.unquote(parts.username or '')}:" \
+           f"{urllib.parse.unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def _strip_userinfo(url: str) -> str:
+    """`url` without its user:password@ (and without a fragment, which is never sent)."""
+    p = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((p.scheme, p.netloc.rpartition("@")[2], p.path, p.query, ""))
+
+
 def _url_origin(url: str) -> Tuple[str, str, int]:
     p = urllib.parse.urlsplit(url)
     return p.scheme, (p.hostname or "").lower(), p.port or (443 if p.scheme == "https" else 80)
@@ -3251,6 +3264,8 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
     target = urllib.parse.urlunsplit(("", "", p.path or "/", p.query, ""))
     proxy = _proxy_for(url, environ)
     hdrs = dict(headers)
+    if p.username is not None and not any(k.lower() == "authorization" for k in hdrs):
+        hdrs["Authorization"] = _basic_auth(p)  # user:password@ never goes on the wire as it is
     kw: Dict[str, Any] = {"timeout": connect_timeout}
     if p.scheme == "https":
         kw["context"] = _tls_context(environ)
@@ -3260,14 +3275,12 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
     else:
         auth = {}
         if proxy.username is not None:  # user:password in the proxy URL: Basic, as curl does
-            user = urllib.parse.unquote(proxy.username)
-            pair = f"{user}:{urllib.parse.unquote(proxy.password or '')}"
-            auth = {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+            auth = {"Proxy-Authorization": _basic_auth(proxy)}
         conn = cls(proxy.hostname, proxy.port or 80, **kw)
         if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
             conn.set_tunnel(p.hostname, port, headers=auth)
-        else:  # absolute-form request line to the proxy
-            target = url.split("#")[0]
+        else:  # absolute-form request line to the proxy (http.client takes Host from it)
+            target = _strip_userinfo(url)
             hdrs.update(auth)
     connected = False
     try:
@@ -4451,7 +4464,29 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     elif bad:
         spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of "
                         f"letters, digits and -, a value without line breaks)")
+    else:
+        _userinfo_to_header(spec, path)
     return spec
+
+
+def _userinfo_to_header(spec: ServerSpec, path: str) -> None:
+    """user:password@ in a remote server's url is HTTP Basic auth to it, as in curl: it becomes
+    the entry's Authorization header, and the url keeps no credentials (so no request line,
+    proxy, log or error ever holds them, and no OAuth login is tried)."""
+    try:
+        p = urllib.parse.urlsplit(spec.url)
+        p.port  # (a malformed port is refused here, not on the first call)
+    except ValueError:
+        spec.problem = f"its url in {path} is not a valid URL: {_safe_url(spec.url)}"
+        return
+    if p.username is None:
+        return
+    if any(k.lower() == "authorization" for k in spec.headers):
+        spec.problem = (f"its url in {path} holds user:password@ and its headers an Authorization "
+                        f"too; keep one of them")
+        return
+    spec.headers["Authorization"] = _basic_auth(p)
+    spec.url = _strip_userinfo(spec.url)
 
 
 class ClientConfig:
@@ -5209,16 +5244,20 @@ class _HttpTransport:
 
     @staticmethod
     def _find_secrets(spec: ServerSpec) -> List[str]:
-        """What must never be shown: header values (and a Bearer's token alone), the URL's
-        password and query values."""
+        """What must never be shown: header values (a Bearer's token alone too, and a Basic
+        credential's password, which is where the URL's user:password@ went) and the URL's
+        query values."""
         out = []
         for v in spec.headers.values():
             out.append(v)
             out.extend(w for w in v.split() if len(w) >= 8)
+            scheme, _, cred = v.partition(" ")
+            if scheme.lower() == "basic":  # (the url's user:password@ is one): its password too
+                with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
+                    pair = base64.b64decode(cred.strip(), validate=True).decode()
+                    out.append(pair.partition(":")[2])
         p = urllib.parse.urlsplit(spec.url)
         out.extend(v for _, v in urllib.parse.parse_qsl(p.query))
-        if p.password:
-            out.append(p.password)
         return sorted({s for s in out if len(s) >= 4}, key=len, reverse=True)
 
     def mask(self, text: str) -> str:
@@ -11764,7 +11803,8 @@ def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], 
         out.write("logins (remote servers):\n")
     for name, url in urls.items():
         if any(k.lower() == "authorization" for k in config.specs[name].headers):
-            out.write(f"  {name}: the entry's own Authorization header (no OAuth login)\n")
+            out.write(f"  {name}: the entry's own Authorization header or user:password@ in its "
+                      f"url (no OAuth login)\n")
         else:
             out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
 

@@ -4,6 +4,7 @@ speaks CONNECT and absolute-form requests. Every socket has a timeout; nothing s
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import select
 import shutil
@@ -11,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -93,10 +95,14 @@ def server_tls(cert: Path) -> ssl.SSLContext:
 
 class FakeProxy:
     """A forward proxy: CONNECT host:port tunnels bytes both ways; an absolute-form request is
-    answered 200 with the request line as body. `lines` keeps every request line seen."""
+    answered 200 with the request line as body, or, with `forward`, passed on to its server (in
+    origin-form, as a real proxy does) and the answer relayed. `lines` keeps every request line
+    seen, `heads` each one's header lines as they came."""
 
-    def __init__(self) -> None:
+    def __init__(self, forward: bool = False) -> None:
+        self.forward = forward
         self.lines: List[str] = []
+        self.heads: List[List[str]] = []
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -117,10 +123,20 @@ class FakeProxy:
         c.settimeout(30)
         f = c.makefile("rb")
         line = f.readline().decode().strip()
+        if not line:  # a client that gave up before its request
+            c.close()
+            return
         self.lines.append(line)
-        while f.readline().strip():
-            pass
+        heads: List[str] = []
+        while True:
+            h = f.readline().decode().strip()
+            if not h:
+                break
+            heads.append(h)
+        self.heads.append(heads)
         method, target, _ = line.split(" ", 2)
+        if method != "CONNECT" and self.forward:
+            return self._pass_on(c, f, method, target, heads)
         if method != "CONNECT":
             body = line.encode()
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
@@ -145,6 +161,24 @@ class FakeProxy:
                 break
         c.close()
         up.close()
+
+    def _pass_on(self, c: socket.socket, f, method: str, target: str, heads: List[str]) -> None:
+        parts = urllib.parse.urlsplit(target)
+        size = next((int(h.split(":", 1)[1]) for h in heads if h.lower().startswith("content-length:")), 0)
+        body = f.read(size) if size else b""
+        up = socket.create_connection((parts.hostname, parts.port or 80), timeout=30)
+        kept = [h for h in heads if not h.lower().startswith(("proxy-", "connection:"))]
+        path = parts.path + ("?" + parts.query if parts.query else "")
+        up.sendall(f"{method} {path} HTTP/1.1\r\n".encode() + "".join(h + "\r\n" for h in kept).encode()
+                   + b"Connection: close\r\n\r\n" + body)
+        with contextlib.suppress(OSError):
+            while True:
+                data = up.recv(65536)
+                if not data:
+                    break
+                c.sendall(data)
+        up.close()
+        c.close()
 
     def close(self) -> None:
         self.sock.close()

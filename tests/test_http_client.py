@@ -188,11 +188,16 @@ def test_proxy_absolute_form_and_no_proxy(served):
         env = {"http_proxy": proxy.url}
         with abstract.http_request("GET", "http://example.invalid:81/mcp?k=1", environ=env) as resp:
             assert resp.read() == b"GET http://example.invalid:81/mcp?k=1 HTTP/1.1"
+        # user:password@ is Basic auth (as in curl), never in the request line or Host
+        with abstract.http_request("GET", "http://al:pw%21@example.invalid:81/x#f", environ=env) as resp:
+            assert resp.read() == b"GET http://example.invalid:81/x HTTP/1.1"
+        assert "Host: example.invalid:81" in proxy.heads[1]
+        assert "Authorization: Basic YWw6cHch" in proxy.heads[1]  # al:pw!
         s = served(lambda r: reply(r, 200, b"direct"))
         env["NO_PROXY"] = "localhost,127.0.0.1"
         with abstract.http_request("GET", s.url, environ=env) as resp:
             assert resp.read() == b"direct"
-        assert len(proxy.lines) == 1
+        assert len(proxy.lines) == 2
     finally:
         proxy.close()
     assert abstract._no_proxy("a.example.com", 443, {"NO_PROXY": ".example.com"})

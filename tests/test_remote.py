@@ -5,6 +5,7 @@ installed are skipped with one line."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WAIT, text_of, wait_for
-from httpfake import FakeHTTP, reply, self_signed, server_tls
+from httpfake import FakeHTTP, FakeProxy, reply, self_signed, server_tls
 
 EVERYTHING = (Path(os.environ.get("ABSTRACT_REALSERVERS_HOME") or Path.home() / ".cache" / "abstract-realservers")
               / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
@@ -373,6 +374,46 @@ def test_32_calls_in_flight_block_neither_a_cancel_nor_the_calls_after_them(worl
         assert text_of(p.wait_response(rid)["result"]) == "released"
     assert f.calls.count("hang") == 97  # each sent once
     assert len(f.posted("notifications/cancelled")) == 1
+
+
+def test_user_and_password_in_the_url_are_basic_auth_never_seen_by_the_proxy(world, fake_mcp):
+    """http://user:password@ in an upstream's url, reached through HTTP_PROXY: the server gets
+    HTTP Basic auth; the proxy's request lines and Host headers, errors, --check and the logs
+    never show the credentials."""
+    f = fake_mcp()
+    proxy = FakeProxy(forward=True)
+    try:
+        url = f.url.replace("http://", "http://alice:s3cr%40t-pw@")
+        world.servers["fake"] = {"type": "http", "url": url}
+        env = world.env(http_proxy=proxy.url, HTTP_PROXY=proxy.url, no_proxy="", NO_PROXY="",
+                        ABSTRACT_LOG_LEVEL="debug")
+        p = world.start(env=env)
+        assert text_of(up(p, "fake", "ok")) == "fine"
+        boom = text_of(up(p, "fake", "boom"))
+        assert "HTTP 500" in boom and f.url in boom, boom
+        origin = f.url.rsplit("/", 1)[0]
+        assert proxy.lines and all(ln.split()[1].startswith(origin + "/") for ln in proxy.lines), proxy.lines
+        hosts = [h for heads in proxy.heads for h in heads if h.lower().startswith("host:")]
+        assert hosts and all(h.split(":", 1)[1].strip() == origin[len("http://"):] for h in hosts), hosts
+        basic = "Basic " + base64.b64encode(b"alice:s3cr@t-pw").decode()
+        assert {h.get("Authorization") for m, _, h, _ in f.http.seen} == {basic}
+        check = world.check(env=env)
+        out = check.stdout.decode() + check.stderr.decode()
+        assert "reachable at " + f.url in out and "user:password@ in its url (no OAuth login)" in out, out
+        p.stop()
+        said = "\n".join(proxy.lines + [h for heads in proxy.heads for h in heads] + [boom, out, p.stderr])
+        for secret in ("alice", "s3cr", "%40t-pw"):
+            assert secret not in said, secret
+    finally:
+        proxy.close()
+
+
+def test_user_and_password_in_the_url_and_an_authorization_header_is_a_config_error(world):
+    world.servers["both"] = {"type": "http", "url": "http://u:secret-pw@127.0.0.1:9/mcp",
+                             "headers": {"Authorization": "Bearer x"}}
+    out = world.check().stdout.decode()
+    assert "holds user:password@ and its headers an Authorization too; keep one of them" in out, out
+    assert "secret-pw" not in out
 
 
 def test_a_resumed_stream_carries_the_protocol_version(world, fake_mcp):
