@@ -77,7 +77,8 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, O
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
 # datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file URIs),
-# ssl, http.client and webbrowser (remote servers and their logins only);
+# ssl, http.client and webbrowser (remote servers and their logins only); fcntl (POSIX) and
+# msvcrt (Windows), one or the other, for the lock on a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
@@ -3429,6 +3430,9 @@ _OAUTH_LOGIN_WAIT_S = 600.0  # how long a login waits for the browser to come ba
 _OAUTH_DOC_MAX = 1024 * 1024  # largest metadata, registration or token answer read
 _OAUTH_DOC_S = 30.0  # the longest such an answer may take to arrive, in all
 _OAUTH_PATH = "/callback"
+# the longest wait for another Abstract's use of a saved login (a refresh: its token request is
+# bounded by the HTTP client's timeouts, well within this)
+_OAUTH_LOCK_S = 120.0
 
 
 class _AuthError(HttpError):
@@ -3652,15 +3656,108 @@ def _config_home(environ: Optional[Dict[str, str]] = None) -> Path:
     return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "abstract"
 
 
+def _try_lock(fd: int) -> bool:
+    """Lock an open file for this process unless another process holds it (False then). The
+    lock goes with the process, however it ends, so a crash leaves none behind. A file system
+    that cannot lock (some network shares) is used unlocked, with a warning."""
+    try:
+        if _WINDOWS:  # msvcrt locks a byte range: the first byte stands for the whole file
+            import msvcrt  # lazy: see Imports
+
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl  # lazy: see Imports
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        # held by another: EWOULDBLOCK (EAGAIN) from flock; EACCES or EDEADLOCK from msvcrt
+        if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES,
+                       getattr(errno, "EDEADLOCK", errno.EAGAIN)):
+            return False
+        _log.warning("the saved logins cannot be locked (%s): two Abstracts refreshing one "
+                     "at the same moment may need a new login", e.strerror or e)
+        return True
+
+
+def _unlock(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        if _WINDOWS:
+            import msvcrt  # lazy: see Imports
+
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl  # lazy: see Imports
+
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
 class _TokenStore:
     """Logins to remote servers: one JSON file per server (mode 0600) in a folder only the user
     can enter (0700), written whole by the atomic writer. A file holds, per authorization server
-    (issuer), the client registration and the tokens, plus the resource they are for."""
+    (issuer), the client registration and the tokens, plus the resource they are for.
+
+    Several Abstracts may share the folder (Claude Desktop's and Claude Code's, with the same
+    servers): a refresh and every write of a login's file happen under `locked(name)`, which
+    holds off other threads and other processes alike, so two of them never spend one rotating
+    refresh token, and no write undoes another's."""
 
     def __init__(self, directory: Optional[str] = None,
                  environ: Optional[Dict[str, str]] = None) -> None:
         self.dir = Path(directory) if directory else _config_home(environ) / "oauth"
-        self.lock = threading.Lock()
+        self._guard = threading.Lock()
+        self._locks: Dict[str, threading.RLock] = {}  # per login: this process's threads
+        self._held: set = set()  # the logins whose lock file the thread holding their RLock has
+
+    @contextlib.contextmanager
+    def locked(self, name: str) -> Iterator[None]:
+        """`name`'s login to this thread alone: other threads wait for its lock, other processes
+        for the lock file next to its file (<file>.lock, 0600). Reentrant. A wait longer than
+        _OAUTH_LOCK_S raises _AuthError."""
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.RLock())
+        if not lock.acquire(timeout=_OAUTH_LOCK_S):
+            raise _AuthError(f"{name}: the saved login stayed busy for over {_OAUTH_LOCK_S:g} s "
+                             f"in this Abstract; try again")
+        try:
+            if name in self._held:  # this thread has it already
+                yield
+                return
+            fd = self._lock_file(name)
+            self._held.add(name)
+            try:
+                yield
+            finally:
+                self._held.discard(name)
+                _unlock(fd)
+        finally:
+            lock.release()
+
+    def _lock_file(self, name: str) -> int:
+        path = self._path(name).with_suffix(".lock")
+        self._folder()
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as e:
+            raise _AuthError(f"{name}: cannot open the lock file {path}: "
+                             f"{e.strerror or e}") from None
+        deadline = time.monotonic() + _OAUTH_LOCK_S
+        waited = False
+        while not _try_lock(fd):
+            if not waited:
+                waited = True
+                _log.info("%s: waiting for another Abstract to finish with the saved login (%s)",
+                          name, path)
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise _AuthError(f"{name}: another program has held {path} for over "
+                                 f"{_OAUTH_LOCK_S:g} s (another Abstract refreshing the login?); "
+                                 f"try again, and end that program if it hangs")
+            time.sleep(0.05)  # (flock cannot wait with a timeout: poll, briefly)
+        return fd
 
     def _path(self, name: str) -> Path:
         import hashlib  # lazy: see Imports
@@ -3707,11 +3804,14 @@ class _TokenStore:
                    replace=True)
 
     def forget(self, name: str) -> bool:
-        try:
-            os.unlink(self._path(name))
-            return True
-        except FileNotFoundError:
+        if not self._path(name).exists():
             return False
+        with self.locked(name):  # (a refresh under way elsewhere would write it back)
+            try:
+                os.unlink(self._path(name))
+                return True
+            except FileNotFoundError:
+                return False
 
 
 class _Loopback:
@@ -3861,7 +3961,7 @@ class _OAuth:
         return doc, entry if isinstance(entry, dict) else {}
 
     def _save(self, issuer: str, resource: str, entry: dict) -> None:
-        with self.store.lock:
+        with self.store.locked(self.name):
             doc = self.store.load(self.name)
             if doc.get("server_url") != self.url:
                 doc = {}
@@ -3887,17 +3987,16 @@ class _OAuth:
 
     def headers(self, url: str = "") -> Dict[str, str]:
         """The Authorization header for a request to the server (none before a login); an access
-        token about to expire is refreshed first."""
+        token about to expire is refreshed first, unless, once the login is locked, it turns out
+        another Abstract (sharing the login folder) has just refreshed it."""
         _, entry = self._saved()
         tokens = entry.get("tokens") or {}
-        expires = tokens.get("expires_at")
-        # a token that lives less than 4 minutes is refreshed in its last quarter, not at once
-        margin = min(_OAUTH_REFRESH_MARGIN_S, float(tokens.get("lifetime") or 0) / 4)
-        if (tokens.get("refresh_token") and isinstance(expires, (int, float))
-                and expires - self._clock() < margin):
+        if self._expiring(tokens):
             with self.lock:
                 with contextlib.suppress(_AuthError):
-                    self._refresh()
+                    with self.store.locked(self.name):
+                        if self._expiring(self._saved()[1].get("tokens") or {}):
+                            self._refresh()
                 _, entry = self._saved()
                 tokens = entry.get("tokens") or {}
         token = tokens.get("access_token")
@@ -3905,6 +4004,15 @@ class _OAuth:
             return {}
         self.sent = token
         return {"Authorization": f"Bearer {token}"}
+
+    def _expiring(self, tokens: dict) -> bool:
+        """Whether the tokens can and should be refreshed now: a token that lives less than 4
+        minutes is refreshed in its last quarter, others _OAUTH_REFRESH_MARGIN_S before they
+        expire."""
+        expires = tokens.get("expires_at")
+        margin = min(_OAUTH_REFRESH_MARGIN_S, float(tokens.get("lifetime") or 0) / 4)
+        return bool(tokens.get("refresh_token") and isinstance(expires, (int, float))
+                    and expires - self._clock() < margin)
 
     def on_unauthorized(self, response: Any) -> bool:
         """After a 401 (or a 403): True when the request may be sent again (the token was
@@ -3926,15 +4034,17 @@ class _OAuth:
                 self.stepped_up.add(wanted)  # a step-up login starts now: once per scope
                 raise self._start(challenge, step_up=True)
         with self.lock:  # also around _start: concurrent calls open one login, not one each
-            _, entry = self._saved()
-            tokens = entry.get("tokens") or {}
-            token = tokens.get("access_token")
-            if token and token != self.sent:  # refreshed (or logged in) meanwhile: try that one
-                return True
-            if token and token != self.fresh and tokens.get("refresh_token") and self._refresh():
+            with self.store.locked(self.name):  # (and other Abstracts' refreshes wait)
                 _, entry = self._saved()
-                self.fresh = (entry.get("tokens") or {}).get("access_token", "")
-                return True
+                tokens = entry.get("tokens") or {}
+                token = tokens.get("access_token")
+                if token and token != self.sent:  # refreshed (or logged in) meanwhile: try it
+                    return True
+                if (token and token != self.fresh and tokens.get("refresh_token")
+                        and self._refresh()):
+                    _, entry = self._saved()
+                    self.fresh = (entry.get("tokens") or {}).get("access_token", "")
+                    return True
             raise self._start(challenge)
 
     # -- requests to the authorization server
@@ -4055,7 +4165,7 @@ class _OAuth:
     def _refresh(self) -> bool:
         """Trade the refresh token for new tokens (keeping it unless a new one comes: rotation);
         False when the server refuses it, and the spent tokens are dropped. The caller holds
-        the lock."""
+        self.lock and the store's lock of this login."""
         doc, entry = self._saved()
         tokens = entry.get("tokens") or {}
         if not tokens.get("refresh_token") or not entry.get("client"):
