@@ -77,8 +77,8 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, O
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
 # datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file URIs),
-# ssl, http.client and webbrowser (remote servers and their logins only); fcntl (POSIX) and
-# msvcrt (Windows), one or the other, for the lock on a saved login;
+# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl (POSIX)
+# and msvcrt (Windows), one or the other, for the lock on a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
@@ -2982,7 +2982,8 @@ class Connection:
 
 # ==== 8b. HTTP client =============================================================
 # A small HTTP/1.1 client on http.client for remote upstreams (Streamable HTTP, HTTP+SSE) and
-# for an auth provider: one request per connection, every wait and every body bounded, TLS with
+# for an auth provider: a connection per request, or one kept alive in a caller's _HttpPool
+# (an upstream session's), every wait and every body bounded, TLS with
 # the system's trust store (or SSL_CERT_FILE / SSL_CERT_DIR), HTTP(S)_PROXY and NO_PROXY
 # honoured, and an incremental Server-Sent Events parser. http.client and ssl are imported on
 # first use: they cost start-up time that a stdio-only configuration never needs.
@@ -2991,6 +2992,10 @@ _HTTP_CONNECT_S = 10.0  # TCP connect, proxy CONNECT and TLS handshake
 _HTTP_READ_S = 60.0  # longest wait for any one read (a stream's keep-alives reset it)
 _HTTP_BODY_MAX = 16 << 20  # a body read whole (errors, metadata documents) is at most this long
 _HTTP_REDIRECTS = 5
+# a kept-alive connection is used again only this soon: servers close idle ones after a few
+# seconds (uvicorn and Node 5 s, gunicorn 2 s), and a request sent as one closes is lost
+_HTTP_KEEP_S = 1.0
+_HTTP_KEEP_MAX = 4  # idle connections a pool keeps for each origin
 _REDIRECTS = (301, 302, 303, 307, 308)
 # what a request keeps when a redirect takes it to another origin: nothing else of the caller's
 # (static API-key headers, the session id) and nothing of the auth provider goes there
@@ -3150,13 +3155,90 @@ def _abort(conn: Any) -> None:
         pass
 
 
+class _HttpPool:
+    """Idle keep-alive connections, per origin (and proxy), for one user: an upstream session.
+    A request takes the newest one kept less than _HTTP_KEEP_S ago whose server has not closed
+    it; an answer read to its end gives its connection back (at most _HTTP_KEEP_MAX idle per
+    origin). close() ends them all, and the pool keeps nothing after it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: Dict[tuple, List[Tuple[Any, float]]] = {}
+        self._closed = False
+
+    def take(self, key: tuple) -> Any:
+        import select  # lazy: see Imports
+
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                if not idle:
+                    return None
+                conn, since = idle.pop()
+            sock = getattr(conn, "sock", None)
+            try:  # readable while idle: the server closed it (or sent what nobody asked for)
+                if (sock is not None and time.monotonic() - since < _HTTP_KEEP_S
+                        and not select.select([sock], [], [], 0)[0]):
+                    return conn
+            except (OSError, ValueError):  # closed meanwhile (or past select's FD_SETSIZE)
+                pass
+            _abort(conn)
+
+    def give(self, key: tuple, conn: Any) -> None:
+        with self._lock:
+            idle = self._idle.get(key, []) if not self._closed else None
+            if idle is not None and len(idle) < _HTTP_KEEP_MAX:
+                self._idle[key] = idle + [(conn, time.monotonic())]
+                return
+        _abort(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn, _ in conns:
+                _abort(conn)
+
+
+class _Lease:
+    """One exchange's use of a connection: it ends once, by abort() (from any thread) or by
+    release() (the answer read to its end: the connection goes back to the pool, if any)."""
+
+    def __init__(self, conn: Any, pool: Optional[_HttpPool], key: tuple) -> None:
+        self.conn, self._pool, self._key = conn, pool, key
+        self._lock = threading.Lock()
+        self._over = False
+
+    def _end(self) -> bool:
+        with self._lock:
+            over, self._over = self._over, True
+        return not over
+
+    def abort(self) -> None:
+        if self._end():
+            _abort(self.conn)
+
+    def release(self, resp: Any) -> None:
+        if not self._end():
+            return
+        if resp.length == 0 and not resp.isclosed():  # an empty body nobody read (a 202)
+            with contextlib.suppress(Exception):
+                resp.read()
+        if (self._pool is not None and resp.isclosed() and not resp.will_close
+                and getattr(self.conn, "sock", None) is not None):
+            self._pool.give(self._key, self.conn)
+        else:
+            _abort(self.conn)
+
+
 class HttpResponse:
     """An HTTP answer whose body has not been read yet. Read it whole (`read`, bounded), by
     lines (`readline`), or as Server-Sent Events (`events`); close it when done (or use it as
     a context manager). `headers` is case-insensitive (an http.client.HTTPMessage)."""
 
-    def __init__(self, url: str, conn: Any, resp: Any) -> None:
-        self.url, self._conn, self._resp = url, conn, resp
+    def __init__(self, url: str, lease: _Lease, resp: Any) -> None:
+        self.url, self._lease, self._conn, self._resp = url, lease, lease.conn, resp
         self.status: int = resp.status
         self.reason: str = resp.reason or ""
         self.headers = resp.headers
@@ -3240,9 +3322,9 @@ class HttpResponse:
         return (sock.gettimeout() if sock is not None else None) or 0.0
 
     def close(self) -> None:
-        """Close the answer and its connection; safe from another thread (it ends a read that
-        is waiting), and more than once."""
-        _abort(self._conn)
+        """Close the answer; safe from another thread (it ends a read that is waiting), and more
+        than once. A connection whose answer was read to its end goes back to its pool."""
+        self._lease.release(self._resp)
 
     def __enter__(self) -> "HttpResponse":
         return self
@@ -3251,11 +3333,30 @@ class HttpResponse:
         self.close()
 
 
+def _http_conn(p: urllib.parse.SplitResult, port: int,
+               proxy: Optional[urllib.parse.SplitResult], proxy_auth: Dict[str, str],
+               environ: Dict[str, str], connect_timeout: float) -> Any:
+    """A new connection, not yet open, to the origin of `p`, through `proxy` if not None."""
+    import http.client  # lazy: see Imports
+
+    kw: Dict[str, Any] = {"timeout": connect_timeout}
+    if p.scheme == "https":
+        kw["context"] = _tls_context(environ)
+    cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
+    if proxy is None:
+        return cls(p.hostname, port, **kw)
+    conn = cls(proxy.hostname, proxy.port or 80, **kw)
+    if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
+        conn.set_tunnel(p.hostname, port, headers=proxy_auth)
+    return conn
+
+
 def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
                environ: Dict[str, str], connect_timeout: float, read_timeout: float,
-               watch: Optional[Callable[[Callable[[], None]], None]] = None) -> HttpResponse:
-    """One request on a fresh connection (through the proxy if one applies); the answer's
-    headers are read, its body is not."""
+               watch: Optional[Callable[[Callable[[], None]], None]] = None,
+               pool: Optional[_HttpPool] = None) -> HttpResponse:
+    """One request, on a connection kept alive in `pool` or on a new one (through the proxy if
+    one applies); the answer's headers are read, its body is not."""
     import http.client  # lazy: see Imports
 
     p = urllib.parse.urlsplit(url)
@@ -3267,34 +3368,39 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
     hdrs = dict(headers)
     if p.username is not None and not any(k.lower() == "authorization" for k in hdrs):
         hdrs["Authorization"] = _basic_auth(p)  # user:password@ never goes on the wire as it is
-    kw: Dict[str, Any] = {"timeout": connect_timeout}
-    if p.scheme == "https":
-        kw["context"] = _tls_context(environ)
-    cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
-    if proxy is None:
-        conn = cls(p.hostname, port, **kw)
-    else:
-        auth = {}
-        if proxy.username is not None:  # user:password in the proxy URL: Basic, as curl does
-            auth = {"Proxy-Authorization": _basic_auth(proxy)}
-        conn = cls(proxy.hostname, proxy.port or 80, **kw)
-        if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
-            conn.set_tunnel(p.hostname, port, headers=auth)
-        else:  # absolute-form request line to the proxy (http.client takes Host from it)
-            target = _strip_userinfo(url)
-            hdrs.update(auth)
-    connected = False
-    try:
-        conn.connect()
-        connected = True
-        conn.sock.settimeout(read_timeout)
-        if watch is not None:
-            watch(lambda: _abort(conn))
-        conn.request(method, target, body=body, headers=hdrs)
-        return HttpResponse(url, conn, conn.getresponse())
-    except Exception as e:
-        conn.close()
-        raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
+    # user:password in the proxy URL: Basic, as curl does
+    auth = {}
+    if proxy is not None and proxy.username is not None:
+        auth = {"Proxy-Authorization": _basic_auth(proxy)}
+    if proxy is not None and p.scheme == "http":
+        target = _strip_userinfo(url)  # absolute-form request line (http.client takes Host from it)
+        hdrs.update(auth)
+    key = (p.scheme, p.hostname.lower(), port, proxy.geturl() if proxy else "")
+    kept = pool.take(key) if pool is not None else None
+    while True:
+        conn = kept or _http_conn(p, port, proxy, auth, environ, connect_timeout)
+        lease, connected = _Lease(conn, pool, key), kept is not None
+        try:
+            if kept is None:
+                conn.connect()
+                connected = True
+            conn.sock.settimeout(read_timeout)
+            if watch is not None:
+                watch(lease.abort)
+            try:
+                conn.request(method, target, body=body, headers=hdrs)
+            except (OSError, http.client.HTTPException):
+                if kept is None:
+                    raise
+                # a kept connection the server closed as it was taken: writing the request
+                # failed, so its end never left, and no server can have run it: sent anew
+                lease.abort()
+                kept = None
+                continue
+            return HttpResponse(url, lease, conn.getresponse())
+        except Exception as e:
+            lease.abort()
+            raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
 
 
 def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None,
@@ -3302,7 +3408,8 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
                  environ: Optional[Dict[str, str]] = None,
                  connect_timeout: float = _HTTP_CONNECT_S,
                  read_timeout: float = _HTTP_READ_S,
-                 watch: Optional[Callable[[Callable[[], None]], None]] = None) -> HttpResponse:
+                 watch: Optional[Callable[[Callable[[], None]], None]] = None,
+                 pool: Optional[_HttpPool] = None) -> HttpResponse:
     """Send one HTTP request and return the answer with its body unread (an HttpResponse).
 
     Any status is returned (the caller decides what is an error; HttpResponse.error words it);
@@ -3313,7 +3420,7 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
     request, and on a 401 or 403 `auth.on_unauthorized(response) -> bool` is asked once
     whether to retry with fresh headers. `watch` (optional) is given, once each connection is
     open, a function that aborts the exchange from another thread (a cancelled request whose
-    answer has not begun).
+    answer has not begun). With `pool`, connections are kept alive there between requests.
     """
     environ = dict(os.environ) if environ is None else environ
     base = dict(headers or {})
@@ -3323,7 +3430,7 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
         if auth is not None:
             hdrs.update(auth.headers(url))
         resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout,
-                          watch)
+                          watch, pool)
         location = resp.header("Location")
         if resp.status in _REDIRECTS and location:
             target = urllib.parse.urljoin(url, location)
@@ -5347,6 +5454,7 @@ class _HttpTransport:
         self._open: Dict[Any, Callable[[], None]] = {}
         self._cancelled: set = set()
         self._olock = threading.Lock()
+        self._pool = _HttpPool()  # connections kept alive between requests, closed at the end
         self._running = 0  # request threads (at most _HTTP_POSTS_MAX)
         self._waiting: "collections.deque[Tuple[dict, bytes]]" = collections.deque()
         self._fallback_lock = threading.Lock()
@@ -5463,7 +5571,7 @@ class _HttpTransport:
             hdrs["Mcp-Session-Id"] = self.session_id
         try:
             return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
-                                read_timeout=read_timeout or self._read_s,
+                                read_timeout=read_timeout or self._read_s, pool=self._pool,
                                 watch=None if mid is None else lambda stop: self._watch(mid, stop))
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
             raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
@@ -5781,6 +5889,7 @@ class _HttpTransport:
             self._waiting.clear()  # (the Connection fails them at the EOF that follows)
         for stop in open_:
             stop()
+        self._pool.close()
 
     def close(self, reason: str) -> None:
         """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""

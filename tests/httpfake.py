@@ -28,6 +28,7 @@ class FakeHTTP:
     def __init__(self, handle: Handler, tls: Optional[ssl.SSLContext] = None) -> None:
         outer = self
         self.seen: List[tuple] = []
+        self.peers: List[tuple] = []  # each request's client (address, port): its connection
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -40,6 +41,7 @@ class FakeHTTP:
                 n = int(self.headers.get("Content-Length") or 0)
                 self.body = self.rfile.read(n) if n else b""
                 outer.seen.append((self.command, self.path, dict(self.headers), self.body))
+                outer.peers.append(self.client_address)
                 try:
                     handle(self)
                 except (BrokenPipeError, ConnectionResetError):
@@ -93,19 +95,15 @@ def server_tls(cert: Path) -> ssl.SSLContext:
     return ctx
 
 
-class FakeProxy:
-    """A forward proxy: CONNECT host:port tunnels bytes both ways; an absolute-form request is
-    answered 200 with the request line as body, or, with `forward`, passed on to its server (in
-    origin-form, as a real proxy does) and the answer relayed. `lines` keeps every request line
-    seen, `heads` each one's header lines as they came."""
+class Listener:
+    """A TCP server on 127.0.0.1 serving each connection on a thread of its own (`_serve`);
+    `conns` counts the connections accepted."""
 
-    def __init__(self, forward: bool = False) -> None:
-        self.forward = forward
-        self.lines: List[str] = []
-        self.heads: List[List[str]] = []
+    def __init__(self) -> None:
+        self.conns = 0
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
+        self.sock.listen(16)
         self.sock.settimeout(30)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -117,7 +115,27 @@ class FakeProxy:
                 c, _ = self.sock.accept()
             except OSError:
                 return
+            self.conns += 1
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class FakeProxy(Listener):
+    """A forward proxy: CONNECT host:port tunnels bytes both ways; an absolute-form request is
+    answered 200 with the request line as body, or, with `forward`, passed on to its server (in
+    origin-form, as a real proxy does) and the answer relayed. `lines` keeps every request line
+    seen, `heads` each one's header lines as they came."""
+
+    def __init__(self, forward: bool = False) -> None:
+        self.forward = forward
+        self.lines: List[str] = []
+        self.heads: List[List[str]] = []
+        super().__init__()
 
     def _serve(self, c: socket.socket) -> None:
         c.settimeout(30)
@@ -180,5 +198,39 @@ class FakeProxy:
         up.close()
         c.close()
 
-    def close(self) -> None:
-        self.sock.close()
+
+class RawServer(Listener):
+    """HTTP/1.1 on a bare socket, so a test decides how each connection ends: it answers every
+    request 200 with its body and keeps the connection open, unless `after` (a callable given
+    the socket and the request's number; negated: after the answer) ends it: "close" ends the
+    connection, "silent" leaves the request unanswered and ends it. `requests` counts the
+    requests read whole, `conns` the connections accepted."""
+
+    def __init__(self, after: Optional[Callable[[socket.socket, int], Optional[str]]] = None) -> None:
+        self.after, self.requests = after, 0
+        super().__init__()
+        self.url += "/mcp"
+
+    def _serve(self, c: socket.socket) -> None:
+        c.settimeout(30)
+        f = c.makefile("rb")
+        with contextlib.suppress(OSError), c, f:
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                size = 0
+                while True:
+                    h = f.readline().strip()
+                    if not h:
+                        break
+                    if h.lower().startswith(b"content-length:"):
+                        size = int(h.split(b":")[1])
+                body = f.read(size)
+                self.requests += 1
+                if self.after is not None and self.after(c, self.requests) == "silent":
+                    return  # read, and left unanswered: the connection just ends
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                if self.after is not None and self.after(c, -self.requests) == "close":
+                    return  # (closed by `after`, or now, by `with`)

@@ -376,6 +376,16 @@ def test_32_calls_in_flight_block_neither_a_cancel_nor_the_calls_after_them(worl
     assert len(f.posted("notifications/cancelled")) == 1
 
 
+def test_sequential_calls_keep_one_connection_alive(world, fake_mcp):
+    f = fake_mcp()
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}})
+    for _ in range(5):
+        assert text_of(up(p, "fake", "ok")) == "fine"
+    calls = [peer for (m, _, _, b), peer in zip(f.http.seen, f.http.peers)
+             if m == "POST" and json.loads(b).get("method") == "tools/call"]
+    assert len(calls) == 5 and len(set(calls)) == 1, calls  # one connection for all of them
+
+
 def test_user_and_password_in_the_url_are_basic_auth_never_seen_by_the_proxy(world, fake_mcp):
     """http://user:password@ in an upstream's url, reached through HTTP_PROXY: the server gets
     HTTP Basic auth; the proxy's request lines and Host headers, errors, --check and the logs
