@@ -78,7 +78,8 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, O
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
 # datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file URIs),
-# ssl, http.client and webbrowser (remote servers and their logins only);
+# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl (POSIX)
+# and msvcrt (Windows), one or the other, for the lock on a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
@@ -2989,7 +2990,8 @@ class Connection:
 
 # ==== 8b. HTTP client =============================================================
 # A small HTTP/1.1 client on http.client for remote upstreams (Streamable HTTP, HTTP+SSE) and
-# for an auth provider: one request per connection, every wait and every body bounded, TLS with
+# for an auth provider: a connection per request, or one kept alive in a caller's _HttpPool
+# (an upstream session's), every wait and every body bounded, TLS with
 # the system's trust store (or SSL_CERT_FILE / SSL_CERT_DIR), HTTP(S)_PROXY and NO_PROXY
 # honoured, and an incremental Server-Sent Events parser. http.client and ssl are imported on
 # first use: they cost start-up time that a stdio-only configuration never needs.
@@ -2998,6 +3000,10 @@ _HTTP_CONNECT_S = 10.0  # TCP connect, proxy CONNECT and TLS handshake
 _HTTP_READ_S = 60.0  # longest wait for any one read (a stream's keep-alives reset it)
 _HTTP_BODY_MAX = 16 << 20  # a body read whole (errors, metadata documents) is at most this long
 _HTTP_REDIRECTS = 5
+# a kept-alive connection is used again only this soon: servers close idle ones after a few
+# seconds (uvicorn and Node 5 s, gunicorn 2 s), and a request sent as one closes is lost
+_HTTP_KEEP_S = 1.0
+_HTTP_KEEP_MAX = 4  # idle connections a pool keeps for each origin
 _REDIRECTS = (301, 302, 303, 307, 308)
 # what a request keeps when a redirect takes it to another origin: nothing else of the caller's
 # (static API-key headers, the session id) and nothing of the auth provider goes there
@@ -3030,6 +3036,19 @@ def _safe_url(url: str) -> str:
     except ValueError:  # a malformed port
         return "(malformed URL)"
     return f"{p.scheme}://{host}{port}{p.path}" + ("?…" if p.query else "")
+
+
+def _basic_auth(parts: urllib.parse.SplitResult) -> str:
+    """The HTTP Basic credential of a URL's user:password@ (percent-decoded), as curl sends it."""
+    pair = f"{urllib.parse.unquote(parts.username or '')}:" \
+           f"{urllib.parse.unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def _strip_userinfo(url: str) -> str:
+    """`url` without its user:password@ (and without a fragment, which is never sent)."""
+    p = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((p.scheme, p.netloc.rpartition("@")[2], p.path, p.query, ""))
 
 
 def _url_origin(url: str) -> Tuple[str, str, int]:
@@ -3127,11 +3146,12 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
     return HttpError(f"cannot reach {where}: {why}", where)
 
 
-def _close_connection(conn: Any, sock: Any) -> None:
-    """Close an http.client connection and its socket; safe from another thread (it ends a read
-    that is waiting, for the headers or the body), and more than once. The socket is given
-    apart: http.client hands it to the answer (conn.sock is None) when the server said
+def _abort(conn: Any, sock: Any = None) -> None:
+    """Close an http.client connection; safe from another thread (a read or a write waiting on
+    it ends at once), and more than once. `sock`, its socket, is given apart once an answer has
+    begun: http.client hands it to the answer (conn.sock is None) when the server said
     Connection: close."""
+    sock = sock if sock is not None else getattr(conn, "sock", None)
     if sock is not None:
         try:
             import socket  # lazy: see Imports
@@ -3145,14 +3165,92 @@ def _close_connection(conn: Any, sock: Any) -> None:
         pass
 
 
+class _HttpPool:
+    """Idle keep-alive connections, per origin (and proxy), for one user: an upstream session.
+    A request takes the newest one kept less than _HTTP_KEEP_S ago whose server has not closed
+    it; an answer read to its end gives its connection back (at most _HTTP_KEEP_MAX idle per
+    origin). close() ends them all, and the pool keeps nothing after it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: Dict[tuple, List[Tuple[Any, float]]] = {}
+        self._closed = False
+
+    def take(self, key: tuple) -> Any:
+        import select  # lazy: see Imports
+
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                if not idle:
+                    return None
+                conn, since = idle.pop()
+            sock = getattr(conn, "sock", None)
+            try:  # readable while idle: the server closed it (or sent what nobody asked for)
+                if (sock is not None and time.monotonic() - since < _HTTP_KEEP_S
+                        and not select.select([sock], [], [], 0)[0]):
+                    return conn
+            except (OSError, ValueError):  # closed meanwhile (or past select's FD_SETSIZE)
+                pass
+            _abort(conn)
+
+    def give(self, key: tuple, conn: Any) -> None:
+        with self._lock:
+            idle = self._idle.get(key, []) if not self._closed else None
+            if idle is not None and len(idle) < _HTTP_KEEP_MAX:
+                self._idle[key] = idle + [(conn, time.monotonic())]
+                return
+        _abort(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn, _ in conns:
+                _abort(conn)
+
+
+class _Lease:
+    """One exchange's use of a connection: it ends once, by abort() (from any thread) or by
+    release() (the answer read to its end: the connection goes back to the pool, if any)."""
+
+    def __init__(self, conn: Any, pool: Optional[_HttpPool], key: tuple) -> None:
+        self.conn, self._pool, self._key = conn, pool, key
+        self.sock: Any = None  # once open (kept apart: see _abort)
+        self._lock = threading.Lock()
+        self._over = False
+
+    def _end(self) -> bool:
+        with self._lock:
+            over, self._over = self._over, True
+        return not over
+
+    def abort(self) -> None:
+        if self._end():
+            _abort(self.conn, self.sock)
+
+    def release(self, resp: Any) -> None:
+        if not self._end():
+            return
+        if resp.length == 0 and not resp.isclosed():  # an empty body nobody read (a 202)
+            with contextlib.suppress(Exception):
+                resp.read()
+        if (self._pool is not None and resp.isclosed() and not resp.will_close
+                and getattr(self.conn, "sock", None) is not None):
+            self._pool.give(self._key, self.conn)
+        else:
+            _abort(self.conn, self.sock)
+
+
 class HttpResponse:
     """An HTTP answer whose body has not been read yet. Read it whole (`read`, bounded), by
     lines (`readline`), or as Server-Sent Events (`events`); close it when done (or use it as
     a context manager). `headers` is case-insensitive (an http.client.HTTPMessage)."""
 
-    def __init__(self, url: str, conn: Any, resp: Any, sock: Any = None) -> None:
-        self.url, self._conn, self._resp = url, conn, resp
-        self._sock = sock if sock is not None else getattr(conn, "sock", None)
+    def __init__(self, url: str, lease: _Lease, resp: Any) -> None:
+        self.url, self._lease, self._resp = url, lease, resp
+        self._sock = lease.sock
         self.status: int = resp.status
         self.reason: str = resp.reason or ""
         self.headers = resp.headers
@@ -3238,9 +3336,9 @@ class HttpResponse:
             return 0.0
 
     def close(self) -> None:
-        """Close the answer and its connection; safe from another thread (it ends a read that
-        is waiting), and more than once."""
-        _close_connection(self._conn, self._sock)
+        """Close the answer; safe from another thread (it ends a read that is waiting), and more
+        than once. A connection whose answer was read to its end goes back to its pool."""
+        self._lease.release(self._resp)
 
     def __enter__(self) -> "HttpResponse":
         return self
@@ -3249,13 +3347,30 @@ class HttpResponse:
         self.close()
 
 
+def _http_conn(p: urllib.parse.SplitResult, port: int,
+               proxy: Optional[urllib.parse.SplitResult], proxy_auth: Dict[str, str],
+               environ: Dict[str, str], connect_timeout: float) -> Any:
+    """A new connection, not yet open, to the origin of `p`, through `proxy` if not None."""
+    import http.client  # lazy: see Imports
+
+    kw: Dict[str, Any] = {"timeout": connect_timeout}
+    if p.scheme == "https":
+        kw["context"] = _tls_context(environ)
+    cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
+    if proxy is None:
+        return cls(p.hostname, port, **kw)
+    conn = cls(proxy.hostname, proxy.port or 80, **kw)
+    if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
+        conn.set_tunnel(p.hostname, port, headers=proxy_auth)
+    return conn
+
+
 def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
                environ: Dict[str, str], connect_timeout: float, read_timeout: float,
-               on_connect: Optional[Callable[[Callable[[], None]], None]] = None
-               ) -> HttpResponse:
-    """One request on a fresh connection (through the proxy if one applies); the answer's
-    headers are read, its body is not. on_connect(close) is told, once connected, how to close
-    the connection from another thread while the answer is awaited."""
+               watch: Optional[Callable[[Callable[[], None]], None]] = None,
+               pool: Optional[_HttpPool] = None) -> HttpResponse:
+    """One request, on a connection kept alive in `pool` or on a new one (through the proxy if
+    one applies); the answer's headers are read, its body is not."""
     import http.client  # lazy: see Imports
 
     p = urllib.parse.urlsplit(url)
@@ -3265,37 +3380,42 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
     target = urllib.parse.urlunsplit(("", "", p.path or "/", p.query, ""))
     proxy = _proxy_for(url, environ)
     hdrs = dict(headers)
-    kw: Dict[str, Any] = {"timeout": connect_timeout}
-    if p.scheme == "https":
-        kw["context"] = _tls_context(environ)
-    cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
-    if proxy is None:
-        conn = cls(p.hostname, port, **kw)
-    else:
-        auth = {}
-        if proxy.username is not None:  # user:password in the proxy URL: Basic, as curl does
-            user = urllib.parse.unquote(proxy.username)
-            pair = f"{user}:{urllib.parse.unquote(proxy.password or '')}"
-            auth = {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
-        conn = cls(proxy.hostname, proxy.port or 80, **kw)
-        if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
-            conn.set_tunnel(p.hostname, port, headers=auth)
-        else:  # absolute-form request line to the proxy
-            target = url.split("#")[0]
-            hdrs.update(auth)
-    connected = False
-    try:
-        conn.connect()
-        connected = True
-        sock = conn.sock
-        if on_connect is not None:
-            on_connect(lambda: _close_connection(conn, sock))
-        sock.settimeout(read_timeout)
-        conn.request(method, target, body=body, headers=hdrs)
-        return HttpResponse(url, conn, conn.getresponse(), sock)
-    except Exception as e:
-        conn.close()
-        raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
+    if p.username is not None and not any(k.lower() == "authorization" for k in hdrs):
+        hdrs["Authorization"] = _basic_auth(p)  # user:password@ never goes on the wire as it is
+    # user:password in the proxy URL: Basic, as curl does
+    auth = {}
+    if proxy is not None and proxy.username is not None:
+        auth = {"Proxy-Authorization": _basic_auth(proxy)}
+    if proxy is not None and p.scheme == "http":
+        target = _strip_userinfo(url)  # absolute-form request line (http.client takes Host from it)
+        hdrs.update(auth)
+    key = (p.scheme, p.hostname.lower(), port, proxy.geturl() if proxy else "")
+    kept = pool.take(key) if pool is not None else None
+    while True:
+        conn = kept or _http_conn(p, port, proxy, auth, environ, connect_timeout)
+        lease, connected = _Lease(conn, pool, key), kept is not None
+        try:
+            if kept is None:
+                conn.connect()
+                connected = True
+            lease.sock = conn.sock
+            lease.sock.settimeout(read_timeout)
+            if watch is not None:
+                watch(lease.abort)
+            try:
+                conn.request(method, target, body=body, headers=hdrs)
+            except (OSError, http.client.HTTPException):
+                if kept is None:
+                    raise
+                # a kept connection the server closed as it was taken: writing the request
+                # failed, so its end never left, and no server can have run it: sent anew
+                lease.abort()
+                kept = None
+                continue
+            return HttpResponse(url, lease, conn.getresponse())
+        except Exception as e:
+            lease.abort()
+            raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
 
 
 def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None,
@@ -3303,8 +3423,8 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
                  environ: Optional[Dict[str, str]] = None,
                  connect_timeout: float = _HTTP_CONNECT_S,
                  read_timeout: float = _HTTP_READ_S,
-                 on_connect: Optional[Callable[[Callable[[], None]], None]] = None
-                 ) -> HttpResponse:
+                 watch: Optional[Callable[[Callable[[], None]], None]] = None,
+                 pool: Optional[_HttpPool] = None) -> HttpResponse:
     """Send one HTTP request and return the answer with its body unread (an HttpResponse).
 
     Any status is returned (the caller decides what is an error; HttpResponse.error words it);
@@ -3313,7 +3433,9 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
     or 308 to the same origin, as anything else could send its body, or the answer, elsewhere.
     `auth` (optional) is an auth provider: `auth.headers(url) -> dict` is added to every
     request, and on a 401 or 403 `auth.on_unauthorized(response) -> bool` is asked once
-    whether to retry with fresh headers. `on_connect`: see _http_once.
+    whether to retry with fresh headers. `watch` (optional) is given, once each connection is
+    open, a function that aborts the exchange from another thread (a cancelled request whose
+    answer has not begun). With `pool`, connections are kept alive there between requests.
     """
     environ = dict(os.environ) if environ is None else environ
     base = dict(headers or {})
@@ -3323,7 +3445,7 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
         if auth is not None:
             hdrs.update(auth.headers(url))
         resp = _http_once(method, url, hdrs, body, environ, connect_timeout, read_timeout,
-                          on_connect)
+                          watch, pool)
         location = resp.header("Location")
         if resp.status in _REDIRECTS and location:
             target = urllib.parse.urljoin(url, location)
@@ -3430,6 +3552,9 @@ _OAUTH_LOGIN_WAIT_S = 600.0  # how long a login waits for the browser to come ba
 _OAUTH_DOC_MAX = 1024 * 1024  # largest metadata, registration or token answer read
 _OAUTH_DOC_S = 30.0  # the longest such an answer may take to arrive, in all
 _OAUTH_PATH = "/callback"
+# the longest wait for another Abstract's use of a saved login (a refresh: its token request is
+# bounded by the HTTP client's timeouts, well within this)
+_OAUTH_LOCK_S = 120.0
 
 
 class _AuthError(HttpError):
@@ -3446,6 +3571,11 @@ class _AuthError(HttpError):
 class _LoginNeeded(UpstreamError):
     """A request to a remote server that waits for a login: the message says what to do. Not a
     fault of the server's: a handshake that fails with it does not count as a crash."""
+
+
+class _NotSent(UpstreamError):
+    """A request to a remote server that was refused before it was sent (too many waiting):
+    nothing ran, so the message is all there is to say."""
 
 
 def _span(seconds: float) -> str:
@@ -3648,15 +3778,108 @@ def _config_home(environ: Optional[Dict[str, str]] = None) -> Path:
     return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "abstract"
 
 
+def _try_lock(fd: int) -> bool:
+    """Lock an open file for this process unless another process holds it (False then). The
+    lock goes with the process, however it ends, so a crash leaves none behind. A file system
+    that cannot lock (some network shares) is used unlocked, with a warning."""
+    try:
+        if _WINDOWS:  # msvcrt locks a byte range: the first byte stands for the whole file
+            import msvcrt  # lazy: see Imports
+
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl  # lazy: see Imports
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        # held by another: EWOULDBLOCK (EAGAIN) from flock; EACCES or EDEADLOCK from msvcrt
+        if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES,
+                       getattr(errno, "EDEADLOCK", errno.EAGAIN)):
+            return False
+        _log.warning("the saved logins cannot be locked (%s): two Abstracts refreshing one "
+                     "at the same moment may need a new login", e.strerror or e)
+        return True
+
+
+def _unlock(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        if _WINDOWS:
+            import msvcrt  # lazy: see Imports
+
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl  # lazy: see Imports
+
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
 class _TokenStore:
     """Logins to remote servers: one JSON file per server (mode 0600) in a folder only the user
     can enter (0700), written whole by the atomic writer. A file holds, per authorization server
-    (issuer), the client registration and the tokens, plus the resource they are for."""
+    (issuer), the client registration and the tokens, plus the resource they are for.
+
+    Several Abstracts may share the folder (Claude Desktop's and Claude Code's, with the same
+    servers): a refresh and every write of a login's file happen under `locked(name)`, which
+    holds off other threads and other processes alike, so two of them never spend one rotating
+    refresh token, and no write undoes another's."""
 
     def __init__(self, directory: Optional[str] = None,
                  environ: Optional[Dict[str, str]] = None) -> None:
         self.dir = Path(directory) if directory else _config_home(environ) / "oauth"
-        self.lock = threading.Lock()
+        self._guard = threading.Lock()
+        self._locks: Dict[str, threading.RLock] = {}  # per login: this process's threads
+        self._held: set = set()  # the logins whose lock file the thread holding their RLock has
+
+    @contextlib.contextmanager
+    def locked(self, name: str) -> Iterator[None]:
+        """`name`'s login to this thread alone: other threads wait for its lock, other processes
+        for the lock file next to its file (<file>.lock, 0600). Reentrant. A wait longer than
+        _OAUTH_LOCK_S raises _AuthError."""
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.RLock())
+        if not lock.acquire(timeout=_OAUTH_LOCK_S):
+            raise _AuthError(f"{name}: the saved login stayed busy for over {_OAUTH_LOCK_S:g} s "
+                             f"in this Abstract; try again")
+        try:
+            if name in self._held:  # this thread has it already
+                yield
+                return
+            fd = self._lock_file(name)
+            self._held.add(name)
+            try:
+                yield
+            finally:
+                self._held.discard(name)
+                _unlock(fd)
+        finally:
+            lock.release()
+
+    def _lock_file(self, name: str) -> int:
+        path = self._path(name).with_suffix(".lock")
+        self._folder()
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as e:
+            raise _AuthError(f"{name}: cannot open the lock file {path}: "
+                             f"{e.strerror or e}") from None
+        deadline = time.monotonic() + _OAUTH_LOCK_S
+        waited = False
+        while not _try_lock(fd):
+            if not waited:
+                waited = True
+                _log.info("%s: waiting for another Abstract to finish with the saved login (%s)",
+                          name, path)
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise _AuthError(f"{name}: another program has held {path} for over "
+                                 f"{_OAUTH_LOCK_S:g} s (another Abstract refreshing the login?); "
+                                 f"try again, and end that program if it hangs")
+            time.sleep(0.05)  # (flock cannot wait with a timeout: poll, briefly)
+        return fd
 
     def _path(self, name: str) -> Path:
         import hashlib  # lazy: see Imports
@@ -3703,11 +3926,14 @@ class _TokenStore:
                    replace=True)
 
     def forget(self, name: str) -> bool:
-        try:
-            os.unlink(self._path(name))
-            return True
-        except FileNotFoundError:
+        if not self._path(name).exists():
             return False
+        with self.locked(name):  # (a refresh under way elsewhere would write it back)
+            try:
+                os.unlink(self._path(name))
+                return True
+            except FileNotFoundError:
+                return False
 
 
 class _Loopback:
@@ -3857,7 +4083,7 @@ class _OAuth:
         return doc, entry if isinstance(entry, dict) else {}
 
     def _save(self, issuer: str, resource: str, entry: dict) -> None:
-        with self.store.lock:
+        with self.store.locked(self.name):
             doc = self.store.load(self.name)
             if doc.get("server_url") != self.url:
                 doc = {}
@@ -3883,17 +4109,16 @@ class _OAuth:
 
     def headers(self, url: str = "") -> Dict[str, str]:
         """The Authorization header for a request to the server (none before a login); an access
-        token about to expire is refreshed first."""
+        token about to expire is refreshed first, unless, once the login is locked, it turns out
+        another Abstract (sharing the login folder) has just refreshed it."""
         _, entry = self._saved()
         tokens = entry.get("tokens") or {}
-        expires = tokens.get("expires_at")
-        # a token that lives less than 4 minutes is refreshed in its last quarter, not at once
-        margin = min(_OAUTH_REFRESH_MARGIN_S, float(tokens.get("lifetime") or 0) / 4)
-        if (tokens.get("refresh_token") and isinstance(expires, (int, float))
-                and expires - self._clock() < margin):
+        if self._expiring(tokens):
             with self.lock:
                 with contextlib.suppress(_AuthError):
-                    self._refresh()
+                    with self.store.locked(self.name):
+                        if self._expiring(self._saved()[1].get("tokens") or {}):
+                            self._refresh()
                 _, entry = self._saved()
                 tokens = entry.get("tokens") or {}
         token = tokens.get("access_token")
@@ -3901,6 +4126,15 @@ class _OAuth:
             return {}
         self.sent = token
         return {"Authorization": f"Bearer {token}"}
+
+    def _expiring(self, tokens: dict) -> bool:
+        """Whether the tokens can and should be refreshed now: a token that lives less than 4
+        minutes is refreshed in its last quarter, others _OAUTH_REFRESH_MARGIN_S before they
+        expire."""
+        expires = tokens.get("expires_at")
+        margin = min(_OAUTH_REFRESH_MARGIN_S, float(tokens.get("lifetime") or 0) / 4)
+        return bool(tokens.get("refresh_token") and isinstance(expires, (int, float))
+                    and expires - self._clock() < margin)
 
     def on_unauthorized(self, response: Any) -> bool:
         """After a 401 (or a 403): True when the request may be sent again (the token was
@@ -3922,15 +4156,17 @@ class _OAuth:
                 self.stepped_up.add(wanted)  # a step-up login starts now: once per scope
                 raise self._start(challenge, step_up=True)
         with self.lock:  # also around _start: concurrent calls open one login, not one each
-            _, entry = self._saved()
-            tokens = entry.get("tokens") or {}
-            token = tokens.get("access_token")
-            if token and token != self.sent:  # refreshed (or logged in) meanwhile: try that one
-                return True
-            if token and token != self.fresh and tokens.get("refresh_token") and self._refresh():
+            with self.store.locked(self.name):  # (and other Abstracts' refreshes wait)
                 _, entry = self._saved()
-                self.fresh = (entry.get("tokens") or {}).get("access_token", "")
-                return True
+                tokens = entry.get("tokens") or {}
+                token = tokens.get("access_token")
+                if token and token != self.sent:  # refreshed (or logged in) meanwhile: try it
+                    return True
+                if (token and token != self.fresh and tokens.get("refresh_token")
+                        and self._refresh()):
+                    _, entry = self._saved()
+                    self.fresh = (entry.get("tokens") or {}).get("access_token", "")
+                    return True
             raise self._start(challenge)
 
     # -- requests to the authorization server
@@ -4051,7 +4287,7 @@ class _OAuth:
     def _refresh(self) -> bool:
         """Trade the refresh token for new tokens (keeping it unless a new one comes: rotation);
         False when the server refuses it, and the spent tokens are dropped. The caller holds
-        the lock."""
+        self.lock and the store's lock of this login."""
         doc, entry = self._saved()
         tokens = entry.get("tokens") or {}
         if not tokens.get("refresh_token") or not entry.get("client"):
@@ -4460,7 +4696,29 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     elif bad:
         spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of "
                         f"letters, digits and -, a value without line breaks)")
+    else:
+        _userinfo_to_header(spec, path)
     return spec
+
+
+def _userinfo_to_header(spec: ServerSpec, path: str) -> None:
+    """user:password@ in a remote server's url is HTTP Basic auth to it, as in curl: it becomes
+    the entry's Authorization header, and the url keeps no credentials (so no request line,
+    proxy, log or error ever holds them, and no OAuth login is tried)."""
+    try:
+        p = urllib.parse.urlsplit(spec.url)
+        p.port  # (a malformed port is refused here, not on the first call)
+    except ValueError:
+        spec.problem = f"its url in {path} is not a valid URL: {_safe_url(spec.url)}"
+        return
+    if p.username is None:
+        return
+    if any(k.lower() == "authorization" for k in spec.headers):
+        spec.problem = (f"its url in {path} holds user:password@ and its headers an Authorization "
+                        f"too; keep one of them")
+        return
+    spec.headers["Authorization"] = _basic_auth(p)
+    spec.url = _strip_userinfo(spec.url)
 
 
 class ClientConfig:
@@ -5153,6 +5411,7 @@ class _ClientLink:
 
 
 _HTTP_POSTS_MAX = 32  # requests of one remote upstream in flight at once (more wait their turn)
+_HTTP_WAITING_MAX = 64  # requests waiting for one of those; more are refused, unsent
 _HTTP_NOTIFY_S = 30.0  # read deadline of a notification's or response's POST (answered by 202)
 _HTTP_LISTEN_S = 300.0  # a quiet GET stream is reopened after this long
 _SSE_RESUMES = 5  # reconnections (Last-Event-ID) of one answer's stream without a new event
@@ -5171,15 +5430,6 @@ def _header_value(value: str) -> str:
     return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
 
 
-class _Closer:
-    """A connection whose answer is awaited, as _HttpTransport._open keeps it: close() ends it."""
-
-    __slots__ = ("close",)
-
-    def __init__(self, close: Callable[[], None]) -> None:
-        self.close = close
-
-
 class _HttpTransport:
     """The wire of one remote upstream session, in the shape the Connection expects: it is the
     Connection's output (write: each message becomes a POST) and its input (readline ends, EOF,
@@ -5193,8 +5443,11 @@ class _HttpTransport:
     HTTP+SSE (2024-11-05): GET the event stream, POST to its `endpoint`, answers on the stream.
     "auto" tries Streamable HTTP and falls back to HTTP+SSE on 400/404/405 to the first POST
     (the spec's backwards-compatibility rule). Notifications and responses are POSTed in order
-    on the Connection's writer thread; requests on threads of their own (_HTTP_POSTS_MAX).
-    Nothing is ever sent twice: a call whose answer is lost fails, naming the reason.
+    on the Connection's writer thread; requests on threads of their own, at most _HTTP_POSTS_MAX
+    at once: more wait in a bounded queue that a finished request's thread drains, so the writer
+    never waits for a request to end (a cancel, or the answer to the server's own request, would
+    wait behind it). Nothing is ever sent twice: a call whose answer is lost fails, naming the
+    reason.
     """
 
     def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
@@ -5212,26 +5465,32 @@ class _HttpTransport:
         self._conn: Optional[Connection] = None
         self._closed = threading.Event()
         self.reason = "ended its session"
-        # id (or "listen", "events") -> answer being read or awaited (_Closer)
-        self._open: Dict[Any, Any] = {}
+        # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
+        self._open: Dict[Any, Callable[[], None]] = {}
         self._cancelled: set = set()
         self._olock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(_HTTP_POSTS_MAX)
+        self._pool = _HttpPool()  # connections kept alive between requests, closed at the end
+        self._running = 0  # request threads (at most _HTTP_POSTS_MAX)
+        self._waiting: "collections.deque[Tuple[dict, bytes]]" = collections.deque()
         self._fallback_lock = threading.Lock()
         self.delete_thread: Optional[threading.Thread] = None
 
     @staticmethod
     def _find_secrets(spec: ServerSpec) -> List[str]:
-        """What must never be shown: header values (and a Bearer's token alone), the URL's
-        password and query values."""
+        """What must never be shown: header values (a Bearer's token alone too, and a Basic
+        credential's password, which is where the URL's user:password@ went) and the URL's
+        query values."""
         out = []
         for v in spec.headers.values():
             out.append(v)
             out.extend(w for w in v.split() if len(w) >= 8)
+            scheme, _, cred = v.partition(" ")
+            if scheme.lower() == "basic":  # (the url's user:password@ is one): its password too
+                with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
+                    pair = base64.b64decode(cred.strip(), validate=True).decode()
+                    out.append(pair.partition(":")[2])
         p = urllib.parse.urlsplit(spec.url)
         out.extend(v for _, v in urllib.parse.parse_qsl(p.query))
-        if p.password:
-            out.append(p.password)
         return sorted({s for s in out if len(s) >= 4}, key=len, reverse=True)
 
     def mask(self, text: str) -> str:
@@ -5264,21 +5523,53 @@ class _HttpTransport:
         if method == "notifications/cancelled":
             rid = (msg.get("params") or {}).get("requestId")
             with self._olock:
-                self._cancelled.add(rid)
-                resp = self._open.pop(rid, None)
-            if resp is not None:  # stop reading an answer nobody waits for
-                resp.close()
-            if self.modern:  # 2026-07-28: closing the stream is the cancellation
+                unsent = [w for w in self._waiting if w[0]["id"] == rid]
+                for w in unsent:  # never sent: the server need not hear of it
+                    self._waiting.remove(w)
+                if not unsent:
+                    self._cancelled.add(rid)
+                stop = self._open.pop(rid, None)
+            if stop is not None:  # stop reading an answer nobody waits for (or waiting for it)
+                stop()
+            if self.modern or unsent:  # 2026-07-28: closing the stream is the cancellation
                 return len(data)
         if method is not None and "id" in msg:
             if method == "initialize":
                 self._init_id = msg["id"]
-            self._slots.acquire()
-            threading.Thread(target=self._request, args=(msg, data), name=f"http-{self.name}",
-                             daemon=True).start()
+            self._start_request(msg, data)
         else:
             self._post_one_way(msg, data)
         return len(data)
+
+    def _start_request(self, msg: dict, data: bytes) -> None:
+        """A request on a thread of its own, or queued for the next free one; refused, unsent,
+        when _HTTP_WAITING_MAX already wait. It never blocks: it runs on the writer thread."""
+        with self._olock:
+            if self._running < _HTTP_POSTS_MAX:
+                self._running += 1
+                start = True
+            elif len(self._waiting) < _HTTP_WAITING_MAX:
+                self._waiting.append((msg, data))
+                return
+            else:
+                start = False
+        if start:
+            threading.Thread(target=self._requests, args=(msg, data), name=f"http-{self.name}",
+                             daemon=True).start()
+            return
+        self._fail(msg["id"], f"server '{self.name}' already has {_HTTP_POSTS_MAX} requests "
+                              f"running and {_HTTP_WAITING_MAX} more waiting, so this one was not "
+                              f"sent; try again when some have finished", _NotSent)
+
+    def _requests(self, msg: dict, data: bytes) -> None:
+        """Run a request, then those waiting for a thread, until none waits."""
+        while True:
+            self._request(msg, data)
+            with self._olock:
+                if not self._waiting or self._closed.is_set():
+                    self._running -= 1
+                    return
+                msg, data = self._waiting.popleft()
 
     @property
     def modern(self) -> bool:
@@ -5287,16 +5578,16 @@ class _HttpTransport:
     # -- sending
     def _send(self, method: str, url: str, body: Optional[bytes], extra: Dict[str, str],
               read_timeout: Optional[float] = None, mid: Any = None) -> HttpResponse:
-        """One HTTP request of the session. With `mid` (a request's POST), a cancel while its
-        answer is awaited closes the connection (2026-07-28: that is the cancellation)."""
+        """One request of the session; with `mid`, a cancel of that request aborts it even
+        before its answer begins (a server that never answers keeps no thread)."""
         hdrs = dict(self._static)
         hdrs.update(extra)
         if self.session_id and not self.modern:
             hdrs["Mcp-Session-Id"] = self.session_id
-        hook = None if mid is None else lambda close: self._track(mid, _Closer(close))
         try:
             return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
-                                read_timeout=read_timeout or self._read_s, on_connect=hook)
+                                read_timeout=read_timeout or self._read_s, pool=self._pool,
+                                watch=None if mid is None else lambda stop: self._watch(mid, stop))
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
             raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
         except HttpError as e:
@@ -5358,7 +5649,6 @@ class _HttpTransport:
             _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
             self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
         finally:
-            self._slots.release()
             with self._olock:
                 self._open.pop(mid, None)
                 self._cancelled.discard(mid)
@@ -5413,14 +5703,23 @@ class _HttpTransport:
         self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} to "
                                                          f"server/discover"))
 
-    def _track(self, mid: Any, resp: Any) -> bool:
-        """Register an answer being awaited or read (anything with close()), so a cancel can
-        close it; False (and closed) if already cancelled."""
+    def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
+        """Register how to abort a request whose answer is awaited (its connection is open), so
+        a cancel ends it at once; aborted at once if already cancelled."""
+        with self._olock:
+            gone = mid in self._cancelled or self._closed.is_set()
+            if not gone:
+                self._open[mid] = stop
+        if gone:
+            stop()
+
+    def _track(self, mid: Any, resp: HttpResponse) -> bool:
+        """Register an answer being read, so a cancel can close it; False if already cancelled."""
         with self._olock:
             if mid in self._cancelled or self._closed.is_set():
                 resp.close()
                 return False
-            self._open[mid] = resp
+            self._open[mid] = resp.close
         return True
 
     @staticmethod
@@ -5519,7 +5818,7 @@ class _HttpTransport:
             if self._closed.wait(delay / 1000):
                 return
             try:
-                resp = self._send("GET", self.url, None, self._get_headers(seen))
+                resp = self._send("GET", self.url, None, self._get_headers(seen), mid=mid)
             except HttpError as e:
                 why = str(e)
                 continue
@@ -5598,7 +5897,7 @@ class _HttpTransport:
                             f"{self.where()}; not used")
         self.post_url, self.mode = target, "sse"
         with self._olock:
-            self._open["events"] = resp
+            self._open["events"] = resp.close
         threading.Thread(target=self._pump_sse, args=(resp, events), name=f"http-sse-{self.name}",
                          daemon=True).start()
 
@@ -5621,8 +5920,10 @@ class _HttpTransport:
             self.reason = self.mask(reason)
             self._closed.set()
             open_, self._open = list(self._open.values()), {}
-        for resp in open_:
-            resp.close()
+            self._waiting.clear()  # (the Connection fails them at the EOF that follows)
+        for stop in open_:
+            stop()
+        self._pool.close()
 
     def close(self, reason: str) -> None:
         """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""
@@ -6573,6 +6874,8 @@ class Upstream:
                         and isinstance(got.get("task"), dict)):
                     return got
                 self._task_result(p, got["task"], tool)
+        except _NotSent:
+            raise
         except UpstreamError as e:  # the session died with the call in flight: never replayed
             raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: "
                                 f"{e.message}\nThe call was not retried, because the server may "
@@ -11922,7 +12225,8 @@ def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], 
         out.write("logins (remote servers):\n")
     for name, url in urls.items():
         if any(k.lower() == "authorization" for k in config.specs[name].headers):
-            out.write(f"  {name}: the entry's own Authorization header (no OAuth login)\n")
+            out.write(f"  {name}: the entry's own Authorization header or user:password@ in its "
+                      f"url (no OAuth login)\n")
         else:
             out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
 

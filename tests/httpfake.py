@@ -4,6 +4,7 @@ speaks CONNECT and absolute-form requests. Every socket has a timeout; nothing s
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import select
 import shutil
@@ -11,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -26,6 +28,7 @@ class FakeHTTP:
     def __init__(self, handle: Handler, tls: Optional[ssl.SSLContext] = None) -> None:
         outer = self
         self.seen: List[tuple] = []
+        self.peers: List[tuple] = []  # each request's client (address, port): its connection
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -38,6 +41,7 @@ class FakeHTTP:
                 n = int(self.headers.get("Content-Length") or 0)
                 self.body = self.rfile.read(n) if n else b""
                 outer.seen.append((self.command, self.path, dict(self.headers), self.body))
+                outer.peers.append(self.client_address)
                 try:
                     handle(self)
                 except (BrokenPipeError, ConnectionResetError):
@@ -45,7 +49,10 @@ class FakeHTTP:
 
             do_GET = do_POST = do_DELETE = do_PUT = _any
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 128  # (5 by default: a burst of connections would be reset)
+
+        self.httpd = Server(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
         if tls is not None:
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
@@ -88,15 +95,15 @@ def server_tls(cert: Path) -> ssl.SSLContext:
     return ctx
 
 
-class FakeProxy:
-    """A forward proxy: CONNECT host:port tunnels bytes both ways; an absolute-form request is
-    answered 200 with the request line as body. `lines` keeps every request line seen."""
+class Listener:
+    """A TCP server on 127.0.0.1 serving each connection on a thread of its own (`_serve`);
+    `conns` counts the connections accepted."""
 
     def __init__(self) -> None:
-        self.lines: List[str] = []
+        self.conns = 0
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
+        self.sock.listen(16)
         self.sock.settimeout(30)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -108,16 +115,46 @@ class FakeProxy:
                 c, _ = self.sock.accept()
             except OSError:
                 return
+            self.conns += 1
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class FakeProxy(Listener):
+    """A forward proxy: CONNECT host:port tunnels bytes both ways; an absolute-form request is
+    answered 200 with the request line as body, or, with `forward`, passed on to its server (in
+    origin-form, as a real proxy does) and the answer relayed. `lines` keeps every request line
+    seen, `heads` each one's header lines as they came."""
+
+    def __init__(self, forward: bool = False) -> None:
+        self.forward = forward
+        self.lines: List[str] = []
+        self.heads: List[List[str]] = []
+        super().__init__()
 
     def _serve(self, c: socket.socket) -> None:
         c.settimeout(30)
         f = c.makefile("rb")
         line = f.readline().decode().strip()
+        if not line:  # a client that gave up before its request
+            c.close()
+            return
         self.lines.append(line)
-        while f.readline().strip():
-            pass
+        heads: List[str] = []
+        while True:
+            h = f.readline().decode().strip()
+            if not h:
+                break
+            heads.append(h)
+        self.heads.append(heads)
         method, target, _ = line.split(" ", 2)
+        if method != "CONNECT" and self.forward:
+            return self._pass_on(c, f, method, target, heads)
         if method != "CONNECT":
             body = line.encode()
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
@@ -143,5 +180,57 @@ class FakeProxy:
         c.close()
         up.close()
 
-    def close(self) -> None:
-        self.sock.close()
+    def _pass_on(self, c: socket.socket, f, method: str, target: str, heads: List[str]) -> None:
+        parts = urllib.parse.urlsplit(target)
+        size = next((int(h.split(":", 1)[1]) for h in heads if h.lower().startswith("content-length:")), 0)
+        body = f.read(size) if size else b""
+        up = socket.create_connection((parts.hostname, parts.port or 80), timeout=30)
+        kept = [h for h in heads if not h.lower().startswith(("proxy-", "connection:"))]
+        path = parts.path + ("?" + parts.query if parts.query else "")
+        up.sendall(f"{method} {path} HTTP/1.1\r\n".encode() + "".join(h + "\r\n" for h in kept).encode()
+                   + b"Connection: close\r\n\r\n" + body)
+        with contextlib.suppress(OSError):
+            while True:
+                data = up.recv(65536)
+                if not data:
+                    break
+                c.sendall(data)
+        up.close()
+        c.close()
+
+
+class RawServer(Listener):
+    """HTTP/1.1 on a bare socket, so a test decides how each connection ends: it answers every
+    request 200 with its body and keeps the connection open, unless `after` (a callable given
+    the socket and the request's number; negated: after the answer) ends it: "close" ends the
+    connection, "silent" leaves the request unanswered and ends it. `requests` counts the
+    requests read whole, `conns` the connections accepted."""
+
+    def __init__(self, after: Optional[Callable[[socket.socket, int], Optional[str]]] = None) -> None:
+        self.after, self.requests = after, 0
+        super().__init__()
+        self.url += "/mcp"
+
+    def _serve(self, c: socket.socket) -> None:
+        c.settimeout(30)
+        f = c.makefile("rb")
+        with contextlib.suppress(OSError), c, f:
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                size = 0
+                while True:
+                    h = f.readline().strip()
+                    if not h:
+                        break
+                    if h.lower().startswith(b"content-length:"):
+                        size = int(h.split(b":")[1])
+                body = f.read(size)
+                self.requests += 1
+                if self.after is not None and self.after(c, self.requests) == "silent":
+                    return  # read, and left unanswered: the connection just ends
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                if self.after is not None and self.after(c, -self.requests) == "close":
+                    return  # (closed by `after`, or now, by `with`)

@@ -4,13 +4,15 @@ and faults, against real stdlib peers on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
+import struct
 import threading
 
 import pytest
 
 import abstract
-from httpfake import FakeHTTP, FakeProxy, reply, self_signed, server_tls
+from httpfake import FakeHTTP, FakeProxy, RawServer, reply, self_signed, server_tls
 
 
 @pytest.fixture
@@ -188,11 +190,16 @@ def test_proxy_absolute_form_and_no_proxy(served):
         env = {"http_proxy": proxy.url}
         with abstract.http_request("GET", "http://example.invalid:81/mcp?k=1", environ=env) as resp:
             assert resp.read() == b"GET http://example.invalid:81/mcp?k=1 HTTP/1.1"
+        # user:password@ is Basic auth (as in curl), never in the request line or Host
+        with abstract.http_request("GET", "http://al:pw%21@example.invalid:81/x#f", environ=env) as resp:
+            assert resp.read() == b"GET http://example.invalid:81/x HTTP/1.1"
+        assert "Host: example.invalid:81" in proxy.heads[1]
+        assert "Authorization: Basic YWw6cHch" in proxy.heads[1]  # al:pw!
         s = served(lambda r: reply(r, 200, b"direct"))
         env["NO_PROXY"] = "localhost,127.0.0.1"
         with abstract.http_request("GET", s.url, environ=env) as resp:
             assert resp.read() == b"direct"
-        assert len(proxy.lines) == 1
+        assert len(proxy.lines) == 2
     finally:
         proxy.close()
     assert abstract._no_proxy("a.example.com", 443, {"NO_PROXY": ".example.com"})
@@ -236,3 +243,76 @@ def test_refused_and_silent_server():
                                   read_timeout=0.5)
     finally:
         silent.close()
+
+
+def reset(c: socket.socket) -> None:
+    """Close with a TCP reset (SO_LINGER 0): the peer's next write fails at once."""
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    c.close()
+
+
+def post(url, pool, body=b"{}"):
+    with abstract.http_request("POST", url, {"Content-Type": "application/json"}, body,
+                               environ={}, pool=pool) as resp:
+        return resp.read()
+
+
+def kept_socket(pool) -> socket.socket:
+    ((conn, _),) = [c for conns in pool._idle.values() for c in conns]
+    return conn.sock
+
+
+def test_a_pool_keeps_a_connection_alive_and_closes_it(served):
+    s = served(lambda r: reply(r, 200, r.body))
+    pool = abstract._HttpPool()
+    assert [post(s.url, pool, b"%d" % i) for i in range(3)] == [b"0", b"1", b"2"]
+    assert len(set(s.peers)) == 1  # three requests, one connection
+    sock = kept_socket(pool)
+    pool.close()
+    assert sock.fileno() == -1 and pool._idle == {}
+    assert post(s.url, pool) == b"{}" and pool._idle == {}  # closed: nothing is kept any more
+    assert post(s.url, None) == b"{}"  # no pool: a connection per request, as before
+
+
+def test_a_kept_connection_the_server_closed_is_not_used(served):
+    # closed by the server after its answer: seen before it is used, and a new connection is
+    # opened (a GET written whole to it would be lost, and could not be sent again)
+    server, pool = RawServer(lambda c, n: "close" if n == -1 else None), abstract._HttpPool()
+    try:
+        assert post(server.url, pool, b"1") == b"1"
+        assert select.select([kept_socket(pool)], [], [], 10)[0]  # the close has arrived
+        with abstract.http_request("GET", server.url, environ={}, pool=pool) as resp:
+            assert resp.status == 200 and resp.read() == b""
+        assert (server.conns, server.requests) == (2, 2)
+    finally:
+        pool.close()
+        server.close()
+
+
+def test_a_request_that_did_not_get_through_on_a_kept_connection_is_sent_anew(monkeypatch):
+    # the server reset the kept connection, and the check for that did not see it (a reset on
+    # its way): writing the request fails, so no server has it, and it goes on a new connection
+    server, pool = RawServer(lambda c, n: reset(c) or "close" if n == -1 else None), abstract._HttpPool()
+    try:
+        assert post(server.url, pool, b"1") == b"1"
+        assert select.select([kept_socket(pool)], [], [], 10)[0]
+        monkeypatch.setattr(select, "select", lambda r, w, x, t: ([], [], []))
+        assert post(server.url, pool, b"2") == b"2"
+        assert (server.conns, server.requests) == (2, 2)  # each request read once
+    finally:
+        pool.close()
+        server.close()
+
+
+def test_a_request_sent_on_a_kept_connection_is_never_sent_again(served):
+    # the second request got through, then the connection ended without an answer: the server
+    # may have run it, so it fails, and is not sent again
+    server, pool = RawServer(lambda c, n: "silent" if n == 2 else None), abstract._HttpPool()
+    try:
+        assert post(server.url, pool, b"1") == b"1"
+        with pytest.raises(abstract.HttpError, match="cannot reach"):
+            post(server.url, pool, b"2")
+        assert (server.conns, server.requests) == (1, 2)
+    finally:
+        pool.close()
+        server.close()

@@ -5,6 +5,7 @@ installed are skipped with one line."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WAIT, text_of, wait_for
-from httpfake import FakeHTTP, reply, self_signed, server_tls
+from httpfake import FakeHTTP, FakeProxy, reply, self_signed, server_tls
 
 EVERYTHING = (Path(os.environ.get("ABSTRACT_REALSERVERS_HOME") or Path.home() / ".cache" / "abstract-realservers")
               / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
@@ -301,7 +302,7 @@ class FakeMcp:
             return
         if name == "hang":
             self.release.wait(60)
-            return
+            return answer({"content": [{"type": "text", "text": "released"}]})
         if name == "resume":
             self.resumable.append(mid)
             return self.sse(r, b"id: ev-1\nretry: 50\ndata: \n\n")  # the priming event
@@ -350,6 +351,84 @@ def test_faults_are_clear_bounded_and_never_replayed(world, fake_mcp):
     p.stop()
     wait_for(lambda: [h for m, _, h, _ in f.http.seen if m == "DELETE" and h.get("Mcp-Session-Id") == "sess-1"],
              what="the session DELETEd at shutdown")
+
+
+def test_32_calls_in_flight_block_neither_a_cancel_nor_the_calls_after_them(world, fake_mcp):
+    """32 requests running (the most at once): a 33rd waits its turn without holding up the
+    writer, so the cancel of a running call is POSTed at once, and its freed slot takes the
+    waiting one; 64 may wait, the next is refused unsent. After the release all run."""
+    f = fake_mcp()
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}},
+                       settings={"servers": {"fake": {"timeout_seconds": 600}}})
+    assert text_of(up(p, "fake", "ok")) == "fine"
+    args = {"server": "fake", "tool_name": "hang", "tool_args": {}}
+    call = lambda: p.send_request("tools/call", {"name": "call_tool", "arguments": args})
+    running = [call() for _ in range(33)]
+    wait_for(lambda: f.calls.count("hang") == 32, what="32 calls running")
+    p.notify("notifications/cancelled", {"requestId": running[0], "reason": "test"})
+    wait_for(lambda: f.posted("notifications/cancelled"), what="the cancel POSTed")
+    wait_for(lambda: f.calls.count("hang") == 33, what="the waiting call sent")
+    waiting = [call() for _ in range(64)]
+    refused = call()
+    text = text_of(p.wait_response(refused)["result"])
+    assert "32 requests running and 64 more waiting, so this one was not sent" in text, text
+    assert "may have done part of the work" not in text
+    assert f.calls.count("hang") == 33 and not p.has_response(running[1])
+    f.release.set()
+    for rid in running[1:] + waiting:
+        assert text_of(p.wait_response(rid)["result"]) == "released"
+    assert f.calls.count("hang") == 97  # each sent once
+    assert len(f.posted("notifications/cancelled")) == 1
+
+
+def test_sequential_calls_keep_one_connection_alive(world, fake_mcp):
+    f = fake_mcp()
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}})
+    for _ in range(5):
+        assert text_of(up(p, "fake", "ok")) == "fine"
+    calls = [peer for (m, _, _, b), peer in zip(f.http.seen, f.http.peers)
+             if m == "POST" and json.loads(b).get("method") == "tools/call"]
+    assert len(calls) == 5 and len(set(calls)) == 1, calls  # one connection for all of them
+
+
+def test_user_and_password_in_the_url_are_basic_auth_never_seen_by_the_proxy(world, fake_mcp):
+    """http://user:password@ in an upstream's url, reached through HTTP_PROXY: the server gets
+    HTTP Basic auth; the proxy's request lines and Host headers, errors, --check and the logs
+    never show the credentials."""
+    f = fake_mcp()
+    proxy = FakeProxy(forward=True)
+    try:
+        url = f.url.replace("http://", "http://alice:s3cr%40t-pw@")
+        world.servers["fake"] = {"type": "http", "url": url}
+        env = world.env(http_proxy=proxy.url, HTTP_PROXY=proxy.url, no_proxy="", NO_PROXY="",
+                        ABSTRACT_LOG_LEVEL="debug")
+        p = world.start(env=env)
+        assert text_of(up(p, "fake", "ok")) == "fine"
+        boom = text_of(up(p, "fake", "boom"))
+        assert "HTTP 500" in boom and f.url in boom, boom
+        origin = f.url.rsplit("/", 1)[0]
+        assert proxy.lines and all(ln.split()[1].startswith(origin + "/") for ln in proxy.lines), proxy.lines
+        hosts = [h for heads in proxy.heads for h in heads if h.lower().startswith("host:")]
+        assert hosts and all(h.split(":", 1)[1].strip() == origin[len("http://"):] for h in hosts), hosts
+        basic = "Basic " + base64.b64encode(b"alice:s3cr@t-pw").decode()
+        assert {h.get("Authorization") for m, _, h, _ in f.http.seen} == {basic}
+        check = world.check(env=env)
+        out = check.stdout.decode() + check.stderr.decode()
+        assert "reachable at " + f.url in out and "user:password@ in its url (no OAuth login)" in out, out
+        p.stop()
+        said = "\n".join(proxy.lines + [h for heads in proxy.heads for h in heads] + [boom, out, p.stderr])
+        for secret in ("alice", "s3cr", "%40t-pw"):
+            assert secret not in said, secret
+    finally:
+        proxy.close()
+
+
+def test_user_and_password_in_the_url_and_an_authorization_header_is_a_config_error(world):
+    world.servers["both"] = {"type": "http", "url": "http://u:secret-pw@127.0.0.1:9/mcp",
+                             "headers": {"Authorization": "Bearer x"}}
+    out = world.check().stdout.decode()
+    assert "holds user:password@ and its headers an Authorization too; keep one of them" in out, out
+    assert "secret-pw" not in out
 
 
 def test_a_resumed_stream_carries_the_protocol_version(world, fake_mcp):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import stat
 import subprocess
 import sys
@@ -477,3 +478,83 @@ def test_calls_while_a_login_waits_do_not_hold_back_the_call_after_it(start, wor
     again = proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)
     assert not again.get("isError") and again["content"][0]["text"] == "hi", again
     assert server.stats()["authorizations"] == 1  # one login, not one per call
+
+
+class Refresher:
+    """tests/remote/refresher.py: one more Abstract using the world's saved login, in a process
+    of its own, its refresh held at gates this test opens (`go`, `ok`)."""
+
+    def __init__(self, world: World, offset: float) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "refresher.py"), str(ABSTRACT.parent),
+                                      world.server.url, str(offset)], env=world.env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.seen: List[str] = []
+        threading.Thread(target=lambda: [self.lines.put(ln.rstrip("\n")) for ln in self.proc.stdout],
+                         daemon=True).start()
+        self.expect("ready")
+
+    def send(self) -> None:
+        self.proc.stdin.write("ok\n")
+        self.proc.stdin.flush()
+
+    def expect(self, *starts: str) -> str:
+        """The next line that starts with one of `starts` (other lines are kept in `seen`)."""
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"none of {starts} within {WAIT} s; seen {self.seen}, "
+                                     f"stderr {self.proc.stderr.read() if self.proc.poll() is not None else ''}")
+            self.seen.append(line)
+            if line.startswith(starts):
+                return line
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            stream.close()
+
+
+def test_two_abstracts_sharing_a_login_refresh_it_once(start, tmp_path):
+    """Two Abstracts with one login folder (Claude Desktop's and Claude Code's) find its token
+    about to expire at the same moment. The server rotates refresh tokens, so only one of them
+    may spend the refresh token: the first refreshes (held by the test after the server's answer,
+    before saving), the second waits for the login's lock file, then uses the token the first
+    saved. Without the lock the second spends the same refresh token, is refused (invalid_grant)
+    and drops the login: a needless new login."""
+    server = start()
+    world = World(tmp_path, server)
+    login(world)
+    spent = world.saved()["tokens"]["refresh_token"]
+    offset = 3600 - 30  # the saved token, by these clocks, has 30 s left: refreshed first
+    a, b = Refresher(world, offset), Refresher(world, offset)
+    try:
+        a.send()  # go
+        a.expect("token-request")
+        a.send()
+        a.expect("token-answer")  # the new tokens are in, not saved yet
+        b.send()  # go
+        got = b.expect("token-request", "log: remote: waiting for another Abstract")
+        b_end = ""
+        if got == "token-request":  # no lock kept it out: let it spend the same refresh token
+            b.send()
+            b.expect("token-answer")
+            b.send()
+            b_end = b.expect("status", "error")
+        a.send()
+        assert a.expect("status", "error") == "status 200", a.seen
+        b_end = b_end or b.expect("status", "error")
+        assert b_end == "status 200", b.seen
+    finally:
+        a.stop()
+        b.stop()
+    grants = [g["grant_type"] for g in server.stats()["grants"]]
+    assert grants == ["authorization_code", "refresh_token"]  # one refresh, one login
+    assert world.saved()["tokens"]["refresh_token"] not in (spent, None)
+    assert world.post(world.auth())[0] == 200  # and the saved login still works
+    (lock,) = world.folder.glob("*.lock")
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600
