@@ -5467,7 +5467,8 @@ class _HttpTransport:
         self.reason = "ended its session"
         # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
         self._open: Dict[Any, Callable[[], None]] = {}
-        self._cancelled: set = set()
+        self._live: set = set()  # ids of the requests being sent or answered (on a thread)
+        self._cancelled: set = set()  # those of them cancelled (so at most _HTTP_POSTS_MAX)
         self._olock = threading.Lock()
         self._pool = _HttpPool()  # connections kept alive between requests, closed at the end
         self._running = 0  # request threads (at most _HTTP_POSTS_MAX)
@@ -5526,7 +5527,7 @@ class _HttpTransport:
                 unsent = [w for w in self._waiting if w[0]["id"] == rid]
                 for w in unsent:  # never sent: the server need not hear of it
                     self._waiting.remove(w)
-                if not unsent:
+                if rid in self._live:  # (a cancel after the answer leaves nothing behind)
                     self._cancelled.add(rid)
                 stop = self._open.pop(rid, None)
             if stop is not None:  # stop reading an answer nobody waits for (or waiting for it)
@@ -5547,6 +5548,7 @@ class _HttpTransport:
         with self._olock:
             if self._running < _HTTP_POSTS_MAX:
                 self._running += 1
+                self._live.add(msg["id"])
                 start = True
             elif len(self._waiting) < _HTTP_WAITING_MAX:
                 self._waiting.append((msg, data))
@@ -5570,6 +5572,7 @@ class _HttpTransport:
                     self._running -= 1
                     return
                 msg, data = self._waiting.popleft()
+                self._live.add(msg["id"])
 
     @property
     def modern(self) -> bool:
@@ -5651,6 +5654,7 @@ class _HttpTransport:
         finally:
             with self._olock:
                 self._open.pop(mid, None)
+                self._live.discard(mid)
                 self._cancelled.discard(mid)
 
     def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
