@@ -2639,12 +2639,13 @@ _LONG_LINE_STRINGS = 10000  # more strings than this in a long message: it is pa
 
 def _loads_long(line: bytes, least: int = _LONG_STRING) -> Optional[Tuple[Any, list]]:
     """A long message parsed with each string value over `least` bytes left undecoded: (the
-    message, [(container, key, _JsonString, top-level key), ...]), so that neither the whole message as text
-    nor the string as one str (4 bytes a character once it holds an emoji) ever exists. Each
-    long string is checked and measured on the way (decoded a piece at a time and dropped);
-    the rest of the message, the long strings cut out, is parsed by json.loads. None when the
-    message is not one to split (not UTF-8, a long key, over _LONG_LINE_STRINGS strings, no
-    long string, not valid JSON): json.loads then reads it whole, and says what is wrong."""
+    message, [(container, key, _JsonString, top-level key), ...]), so that neither the whole
+    message as text nor the string as one str (4 bytes a character once it holds an emoji)
+    ever exists. Each long string is checked and measured on the way (decoded a piece at a
+    time and dropped); the rest of the message, the long strings cut out, is parsed by
+    json.loads. None when the message is not one to split (not UTF-8, a long key, over
+    _LONG_LINE_STRINGS strings, no long string, not valid JSON): json.loads then reads it
+    whole, and says what is wrong."""
     if not line.startswith(b"{") or json.detect_encoding(line) != "utf-8":
         return None
     longs: List[_JsonString] = []
@@ -7251,13 +7252,53 @@ def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 1000) -
             parts = []
 
 
-def _view_records(f: Any, block: int = 1 << 20) -> Iterator[Dict[str, Any]]:
+def _view_count(f: Any, block: int = 1 << 20) -> Optional[int]:
+    """How many records a text view holds when it lays out only records, one a line ("[", then
+    a line per object, then "]"), counted by its lines a block at a time, none of them parsed
+    (a line is one JSON value: one that starts with "{" is an object); None when the view is
+    laid out otherwise. `f`: its binary file, read from the start."""
+    if f.readline() != b"[\n":
+        return None
+    lines = objects = 0
+    last = b"\n"
+    while True:
+        data = f.read(block)
+        if not data:
+            break
+        lines += data.count(b"\n")
+        objects += data.count(b"\n{") + (last == b"\n" and data[:1] == b"{")
+        last = data[-1:]
+    # every record's line ends with a newline, and the view with "]" (_json_lines)
+    return objects if objects and lines == objects and last == b"]" else None
+
+
+def _skip_view_lines(f: Any, count: int, block: int = 1 << 20) -> None:
+    """Move `f` (a binary file) past `count` more lines, counted a block at a time, unparsed."""
+    while count > 0:
+        start = f.tell()
+        data = f.read(block)
+        if not data:
+            return
+        n = data.count(b"\n")
+        if n < count:
+            count -= n
+            continue
+        pos = -1
+        for _ in range(count):
+            pos = data.index(b"\n", pos + 1)
+        f.seek(start + pos + 1)
+        return
+
+
+def _view_records(f: Any, block: int = 1 << 20, skip: int = 0) -> Iterator[Dict[str, Any]]:
     """The records of a text view that lays them out one a line (_json_view, _scan_records),
     read from its binary file `f` about `block` bytes of whole lines at a time (UTF-8, lone
     surrogates kept), each record found by json's C scanner; _NotRecords at the first line
-    that shows the view is laid out otherwise (indented, a list of other values, ...)."""
+    that shows the view is laid out otherwise (indented, a list of other values, ...). `skip`:
+    the first records passed over unparsed (fewer than the view holds: _view_count)."""
     if f.readline() != b"[\n":
         raise _NotRecords()
+    _skip_view_lines(f, skip, block)
     scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
     while True:
         text = b"".join(f.readlines(block)).decode("utf-8", "surrogatepass")
@@ -10139,18 +10180,46 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
         raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. "
                         f"Use pointer, offset or start_line.")
     first, count = call.integer("record_offset", 0), call.integer("record_count", 100, minimum=1)
+    return _record_lines(itertools.islice(rows, first, first + count), first, len(rows), limit)
+
+
+def _view_window(cache: OutputCache, entry: _CacheEntry, call: _Call, limit: int
+                 ) -> Optional[Tuple[str, dict]]:
+    """_records_window read from the cached view itself when it lays out only records, one a
+    line (_view_count): the records counted by their lines, and only the window's parsed, the
+    rest of the file passed over unread; None when the view is laid out otherwise."""
+    with cache.opened(entry) as f:
+        total = _view_count(f)
+        if total is None:
+            return None
+        first = call.integer("record_offset", 0)
+        count = call.integer("record_count", 100, minimum=1)
+        f.seek(0)
+        rows = (itertools.islice(_view_records(f, skip=first), count) if first < total
+                else iter(()))
+        try:
+            return _record_lines(rows, first, total, limit)
+        except _NotRecords:  # (not a view this cache wrote)
+            return None
+
+
+def _record_lines(rows: Iterable[Dict[str, Any]], first: int, total: int, limit: int
+                  ) -> Tuple[str, dict]:
+    """The records of a window (from record `first` of `total`), one compact JSON record a line,
+    within `limit` characters (a record longer than that is cut), and where the window stands;
+    the rows are read only as far as the window goes."""
     out: List[str] = []
     used = 0
-    for row in itertools.islice(rows, first, first + count):
+    for row in rows:
         line = _dumps(row)
         if out and used + len(line) + 1 > limit:
             break
         out.append(line if len(line) <= limit else line[:limit] + " [...]")
         used += len(out[-1]) + 1
-    end = min(first, len(rows)) + len(out)
+    end = min(first, total) + len(out)
     return "\n".join(out), {"record_offset": first, "record_count": len(out),
-                            "total_records": len(rows),
-                            "next_record_offset": end if end < len(rows) else None}
+                            "total_records": total,
+                            "next_record_offset": end if end < total else None}
 
 
 def _tool_retrieve_cached_output(call: _Call) -> dict:
@@ -10170,15 +10239,21 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         raise ToolError("Give record_offset/record_count, or offset/length, or "
                         "start_line/end_line: one way to page.")
     value: Any = None
+    got = None
     if pointer is not None or by_record:
         if entry.ctype != "application/json":
             what = "pointer" if pointer is not None else "record_offset/record_count"
             raise ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use offset "
                             f"or start_line.")
-        value = json.loads(cache.text(entry))  # the data the text view shows
+        if pointer is None:  # a window of records: read from the view, when it allows, not whole
+            got = _view_window(cache, entry, call, limit)
+        if got is None:
+            value = json.loads(cache.text(entry))  # the data the text view shows
         if pointer is not None:
             value = _json_pointer(value, pointer)
-    if by_record:
+    if got is not None:
+        chunk, where = got
+    elif by_record:
         chunk, where = _records_window(value, call, limit)
     else:
         text = cache.text(entry) if pointer is None else _text_view(value)

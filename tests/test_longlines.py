@@ -192,3 +192,54 @@ def test_caching_a_long_answer_peaks_under_four_times_its_size(world: World):
     # (before this path: about 9 times, the answer's line and its text each a str of 4 bytes a
     # character; now the line's bytes, a piece of text at a time, and a batch of records)
     assert grew < 4 * size, f"peak memory grew by {grew / size:.1f} times the {size / 1e6:.1f} MB answer"
+
+
+# -- retrieve_cached_output's records window, read from the cached view
+
+
+def _cached(tmp_path: Path, data) -> tuple:
+    cache = abstract.OutputCache(str(tmp_path / "cache"), abstract.Settings({"output_cache": {}}))
+    entry, _, _ = cache.put({"content": [{"type": "text", "text": json.dumps(data, ensure_ascii=False)}]}, "s", "t")
+    return cache, entry
+
+
+@pytest.mark.parametrize("data", [
+    awkward_rows(0.3),  # one pass (over _VIEW_INDENT_MAX)
+    [{"a": 1}, {"b": "\U0001F680"}, {}],  # small: the view is still a record a line
+    [{"a": 1}] * 3 + [5],  # mixing objects and other values: not records, read whole as before
+    list(range(50)), [[1], [2]], {"rows": [{"a": 1}], "n": 1}, [],
+], ids=["one-pass", "small", "mixed", "numbers", "lists", "object", "empty"])
+def test_a_records_window_reads_the_view_as_the_whole_parse_does(tmp_path, data):
+    cache, entry = _cached(tmp_path, data)
+    with cache.opened(entry) as f:
+        counted = abstract._view_count(f)
+    whole = json.loads(cache.text(entry))
+    rows, _ = abstract._as_records(whole)
+    is_records = isinstance(whole, list) and bool(whole) and rows is whole
+    assert (counted is not None) is is_records and (counted is None or counted == len(whole))
+    n = len(whole) if isinstance(whole, list) else 1
+    for first, count in [(0, 1), (0, 100), (1, 2), (n - 1, 5), (n, 3), (n + 10, 1), (n // 2, 7)]:
+        call = abstract._Call(None, None, {"record_offset": first, "record_count": count})
+        for limit in (200, 20000):
+            got = abstract._view_window(cache, entry, call, limit)
+            if not is_records:
+                assert got is None
+                continue
+            assert got == abstract._records_window(whole, call, limit), (first, count, limit)
+
+
+@needs_proc
+def test_a_records_window_of_a_large_output_does_not_read_it_whole(world: World):
+    proxy = _start(world)
+    rows = awkward_rows(30)
+    res = proxy.upstream("up", "long", {"shape": "records", "mb": 30, "ascii": False}, timeout=120)
+    token = res["structuredContent"]["token"]
+    size = len(json.dumps(rows, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    before = proc_status(proxy.pid, "VmRSS")
+    Path(f"/proc/{proxy.pid}/clear_refs").write_text("5")
+    got = proxy.call_tool("retrieve_cached_output", {"token": token, "record_offset": len(rows) - 3}, timeout=60)
+    grew = (proc_status(proxy.pid, "VmHWM") - before) * 1024
+    assert [json.loads(line) for line in text_of(got).split("\n")] == rows[-3:]
+    assert got["structuredContent"]["total_records"] == len(rows)
+    # (parsing the whole view took its text, 4 bytes a character, and every record as objects)
+    assert grew < size / 4, f"peak memory grew by {grew / size:.2f} times the {size / 1e6:.1f} MB output"
