@@ -360,6 +360,9 @@ class _Pool:
             if item is None:  # close(): every job queued before it is done
                 return
             self._job(*item)
+            # not kept while idle: a request's objects (and through its cancel hooks, the
+            # upstream's answer, a large one too) would live until the next job
+            item = None
             with self._lock:  # free again: take a queued job first, else wait as idle
                 if self._backlog:
                     self._backlog -= 1
@@ -7159,30 +7162,36 @@ def _records_text(result: dict, min_chars: int = 0) -> Any:
 
 
 class _Pieces:
-    """A text given in pieces, read from the front by a scanner that needs whole values: the
-    text held is what remains of the current piece, and more() adds the next pieces to it."""
+    """A text given in pieces, read from the front by a scanner that needs whole values."""
 
-    __slots__ = ("text", "_rest")
+    __slots__ = ("_rest",)
 
     def __init__(self, pieces: Iterable[str]) -> None:
         self._rest = iter(pieces)
-        self.text = ""
 
-    def more(self, pos: int) -> Optional[int]:
-        """Drop the text before `pos` and add pieces until the text held is at least twice as
-        long as before (so a value spanning many pieces is re-scanned only a few times); the
-        new position of `pos` (0), or None when there are no more pieces."""
-        kept = self.text[pos:]
+    def more(self, text: str, pos: int) -> Optional[str]:
+        """text[pos:] with the next pieces after it, added until it is at least twice as long as
+        before (so a value spanning many pieces is scanned again only a few times); None when
+        there are no more pieces."""
+        kept = text[pos:]
         parts, size = [kept], len(kept)
         for piece in self._rest:
             parts.append(piece)
             size += len(piece)
             if size >= 2 * len(kept):
                 break
-        if len(parts) == 1:
-            return None
-        self.text = "".join(parts)
-        return 0
+        return "".join(parts) if len(parts) > 1 else None
+
+    def skip(self, text: str, pos: int) -> Tuple[str, int]:
+        """(text, position) past the JSON whitespace at `pos`, into the next pieces if need be."""
+        pos = _JSON_SPACE.match(text, pos).end()  # type: ignore[union-attr]
+        while pos == len(text):
+            got = self.more(text, pos)
+            if got is None:
+                break
+            text = got
+            pos = _JSON_SPACE.match(text).end()  # type: ignore[union-attr]
+        return text, pos
 
 
 def _cut_short(e: BaseException, pos: int, end: int) -> bool:
@@ -7195,11 +7204,12 @@ def _cut_short(e: BaseException, pos: int, end: int) -> bool:
     return isinstance(e, StopIteration) and at >= end - 6  # (its value: where none was found)
 
 
-def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 1000) -> Iterator[str]:
+def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 250) -> Iterator[str]:
     """The text view of a JSON array of objects given in pieces (a str is one piece), in parts:
     what _json_view gives for the array json.loads would make of it (one record a line), found
     one element at a time by json's C scanner, so no more than a batch of records (and about a
-    piece of text) is ever held; `records` is filled on the way. _NotRecords as soon as the text
+    piece of text) is ever held (250: their lines, 4 bytes a character once an emoji is in
+    them, are joined and encoded a batch at a time); `records` is filled on the way. _NotRecords as soon as the text
     proves to be anything else (not JSON, an element that is no object, an empty array, more
     after the array): the caller reads it the ordinary way."""
     # json's C scanner, as _json_or_text parses (raw_decode without its wrapper)
@@ -7208,44 +7218,39 @@ def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 1000) -
     encode = _view_json  # as _json_view writes
     space = _JSON_SPACE.match
     src = _Pieces(pieces)
-
-    def skip(pos: int) -> int:  # past JSON whitespace, into the next pieces if need be
-        pos = space(src.text, pos).end()
-        while pos == len(src.text):
-            moved = src.more(pos)
-            if moved is None:
-                return pos
-            pos = space(src.text, moved).end()
-        return pos
-
-    pos = skip(0) + 1  # past the "[" (_records_text)
-    pos = skip(pos)
+    text, pos = src.skip("", 0)
+    text, pos = src.skip(text, pos + 1)  # past the "[" (_records_text)
     parts = ["[\n"]
     while True:
         try:
-            value, end = scan(src.text, pos)
+            value, end = scan(text, pos)
         except (StopIteration, ValueError, RecursionError) as e:
             # the value may only be cut by the end of a piece: read more and scan it again
-            moved = src.more(pos) if _cut_short(e, pos, len(src.text)) else None
-            if moved is None:
+            got = src.more(text, pos) if _cut_short(e, pos, len(text)) else None
+            if got is None:
                 raise _NotRecords() from None
-            pos = moved
+            text, pos = got, 0
             continue
         if type(value) is not dict:  # (an object is whole once scanned: it ends with "}")
             raise _NotRecords()
         line = encode(value)
         records.add(value)
-        pos = skip(end)
-        more = src.text[pos:pos + 1]
+        pos = space(text, end).end()
+        if pos == len(text):  # (the common case inline: no call per record)
+            text, pos = src.skip(text, pos)
+        more = text[pos:pos + 1]
         if more == "]":
-            if skip(pos + 1) != len(src.text):
+            rest, end = src.skip(text, pos + 1)
+            if end != len(rest):  # more after the array
                 raise _NotRecords()
             parts.append(line + "\n]")
             yield "".join(parts)
             return
         if more != ",":
             raise _NotRecords()
-        pos = skip(pos + 1)
+        pos = space(text, pos + 1).end()
+        if pos == len(text):
+            text, pos = src.skip(text, pos)
         parts.append(line + ",\n")
         if len(parts) >= batch:
             yield "".join(parts)
@@ -7290,10 +7295,12 @@ def _skip_view_lines(f: Any, count: int, block: int = 1 << 20) -> None:
         return
 
 
-def _view_records(f: Any, block: int = 1 << 20, skip: int = 0) -> Iterator[Dict[str, Any]]:
+def _view_records(f: Any, block: int = 1 << 18, skip: int = 0) -> Iterator[Dict[str, Any]]:
     """The records of a text view that lays them out one a line (_json_view, _scan_records),
     read from its binary file `f` about `block` bytes of whole lines at a time (UTF-8, lone
-    surrogates kept), each record found by json's C scanner; _NotRecords at the first line
+    surrogates kept; 256 KiB: the text of a block is 4 bytes a character once it holds an emoji,
+    and 1 MiB blocks cost a query table's load about 9 MB more peak memory, for no measurable
+    speed), each record found by json's C scanner; _NotRecords at the first line
     that shows the view is laid out otherwise (indented, a list of other values, ...). `skip`:
     the first records passed over unparsed (fewer than the view holds: _view_count)."""
     if f.readline() != b"[\n":
