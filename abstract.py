@@ -6499,9 +6499,15 @@ class Upstream:
         input_required, see _rounds. `task`: the client's own task request (transparent mode),
         passed on; its CreateTaskResult is the answer. `longs`: as for Connection.request."""
         key = _dumps(["tools/call", self.name, tool])
-        return self._rounds(req, key, f"'{self.name}' tool '{tool}'", lambda retry, follow:
-                            self._call_once(tool, args, req, progress, retry, follow, task,
-                                            longs))
+
+        def once(retry: dict, follow: Optional[_Follow]) -> Any:
+            res = self._call_once(tool, args, req, progress, retry, follow, task, longs)
+            if longs and isinstance(res, dict) and res.get("resultType") == "input_required":
+                _decode_long(longs)  # (a question is relayed as it came, never cached)
+                del longs[:]
+            return res
+
+        return self._rounds(req, key, f"'{self.name}' tool '{tool}'", once)
 
     def _rounds(self, req: Optional[_Request], key: str, what: str,
                 once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
