@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import codecs
 import collections
 import contextlib
 import csv
@@ -368,6 +369,9 @@ class _Pool:
             if item is None:  # close(): every job queued before it is done
                 return
             self._job(*item)
+            # not kept while idle: a request's objects (and through its cancel hooks, the
+            # upstream's answer, a large one too) would live until the next job
+            item = None
             with self._lock:  # free again: take a queued job first, else wait as idle
                 if self._backlog:
                     self._backlog -= 1
@@ -671,12 +675,104 @@ def _slices(text: str, size: int = _PART_CHARS) -> Iterator[str]:
         yield text[start:start + size]
 
 
+# Bytes of a long JSON string decoded at a time (_string_pieces): small, so that a piece's text
+# (4 bytes a character once it holds an emoji) and its copies stay a few hundred KB, which the
+# allocator hands back, rather than megabytes it keeps (measured: 1 MiB pieces cost about 30 MB
+# of peak RSS more than 64 KiB ones when the cache reads 25 MB in a worker thread).
+_PIECE_BYTES = 1 << 16
+# A JSON string's escape that must not begin a piece: the low half of a surrogate pair, which
+# json joins to the high half before it only when both are decoded together.
+_LOW_SURROGATE = re.compile(rb"\\u[dD][c-fC-F]")
+
+
+def _escape_cut(buf: Any, at: int, lo: int) -> int:
+    """A position in (lo, len(buf)] near `at` where the content of a JSON string that began at
+    or before `lo` (a boundary itself) can be cut so that each side decodes alone: never inside
+    an escape, never between the halves of a surrogate pair. (A UTF-8 character cut in two is
+    left to the decoder, which keeps its first bytes for the next piece.)"""
+    n = len(buf)
+    while at < n:
+        s = buf.find(b"\\", at)
+        s = n if s < 0 else s
+        if s - at > 6:  # no backslash in [at, at + 6]: no escape covers at + 6 (one is 6 bytes)
+            return at + 6
+        r = s  # a run of backslashes starts at an escape's start (in valid JSON): cut before it
+        while r > lo and buf[r - 1] == 0x5C:
+            r -= 1
+        if r > lo and not _LOW_SURROGATE.match(buf, r):
+            return r
+        while s < n and buf[s] == 0x5C:  # the run reaches back to lo, or is a low surrogate's:
+            s += 1  # look past it
+        at = s + 6
+    return n
+
+
+def _string_pieces(buf: Any, pos: int, size: int = _PIECE_BYTES) -> Iterator[Tuple[str, int]]:
+    """The JSON string whose opening quote is buf[pos], decoded (UTF-8, lone surrogates kept, as
+    json.loads reads bytes) a piece of at most about `size` bytes at a time, by json's own C
+    scanner: (piece, the position after it); the last position is past the closing quote. The
+    first pieces are small and grow, so a short string costs a short read. ValueError (or
+    UnicodeDecodeError) where json.loads would fail on the string."""
+    scan = json.decoder.scanstring  # type: ignore[attr-defined]
+    pos += 1
+    window = min(256, size)
+    while True:
+        cut = _escape_cut(buf, pos + window, pos) if pos + window < len(buf) else len(buf)
+        text, used = codecs.utf_8_decode(buf[pos:cut], "surrogatepass", cut == len(buf))
+        piece, end = scan(text + '"', 0, True)  # the quote added ends a string the piece doesn't
+        if end <= len(text):  # the string ends in this piece
+            yield piece, pos + len(text[:end].encode("utf-8", "surrogatepass"))
+            return
+        if not used:  # (the end of the input)
+            raise ValueError(f"Unterminated string starting at {pos - 1}")
+        pos += used
+        yield piece, pos
+        window = min(window * 8, size)
+
+
+class _JsonString:
+    """A long string value of a JSON message left undecoded: the message's bytes (not copied)
+    and where the string lies in them, with its length in characters (taken when the message
+    was read, which also checked that it decodes). Its text comes in pieces, or whole from
+    text(); its JSON as it came (the escapes the peer chose) from raw()."""
+
+    __slots__ = ("buf", "start", "end", "chars")
+
+    def __init__(self, buf: bytes, start: int, end: int, chars: int) -> None:
+        self.buf, self.start, self.end, self.chars = buf, start, end, chars
+
+    def __len__(self) -> int:
+        return self.chars
+
+    def pieces(self, size: int = _PIECE_BYTES) -> Iterator[str]:
+        for piece, _ in _string_pieces(self.buf, self.start, size):
+            yield piece
+
+    def text(self) -> str:
+        return "".join(self.pieces())
+
+    def first_char(self) -> str:
+        """The first character that is not JSON whitespace ("" if none)."""
+        for piece in self.pieces():
+            piece = piece.lstrip(" \t\n\r")
+            if piece:
+                return piece[0]
+        return ""
+
+    def raw(self) -> memoryview:
+        """The string as JSON: its quotes and escapes as the peer sent them (a view, no copy)."""
+        return memoryview(self.buf)[self.start:self.end]
+
+
 def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
     """Compact JSON, as _dumps writes it, in parts: small objects and arrays (up to 100 members)
     of the first `depth` levels member by member, and a long string a slice at a time (escaping
     works character by character), so a tool result holding one huge text ({"result": {"content":
-    [{"text": ...}]}} is four levels) is never copied whole."""
-    if type(value) is str and len(value) > _PART_CHARS:
+    [{"text": ...}]}} is four levels) is never copied whole. A _JsonString is given as a view
+    of the bytes of its JSON as they came (the same value, with the escapes the peer chose)."""
+    if type(value) is _JsonString:
+        yield value.raw()  # type: ignore[misc]
+    elif type(value) is str and len(value) > _PART_CHARS:
         yield '"'
         for part in _slices(value):
             yield json.encoder.encode_basestring(part)[1:-1]  # type: ignore[attr-defined]
@@ -2499,20 +2595,33 @@ def _frame(msg: dict) -> bytes:
     return data + b"\n"
 
 
+_LINE_PIECE = 1 << 20  # bytes of a long line read at a time
+
+
 def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
     """(line, True) for each line of `rfile` up to `limit` bytes (newline not counted), and
     (its first 200 bytes, False) for a longer one as soon as it is known to be longer; reading
     on skips the rest of it in 64 KiB pieces. However long a line is, no more than `limit`
-    bytes of it are ever held."""
+    bytes of it are ever held. A line longer than _LINE_PIECE is read a piece at a time into
+    a bytearray that grows in place (a bytearray, then): readline(n) would hold its pieces
+    and their join at once, twice the line."""
+    piece = min(limit + 1, _LINE_PIECE)
     while True:
-        line = rfile.readline(limit + 1)
+        line: Any = rfile.readline(piece)
         if not line:
             return
+        if len(line) == piece and not line.endswith(b"\n"):
+            line = bytearray(line)
+            while len(line) <= limit and not line.endswith(b"\n"):
+                more = rfile.readline(min(_LINE_PIECE, limit + 1 - len(line)))
+                if not more:
+                    break
+                line += more
         if len(line) <= limit or line.endswith(b"\n"):
             held, line = [line], b""  # handed over, not kept: the reader frees it once decoded
             yield held.pop(), True
             continue
-        head, line = line[:200], b""
+        head, line = bytes(line[:200]), b""
         yield head, False
         while True:
             rest = rfile.readline(1 << 16)
@@ -2534,6 +2643,76 @@ def _no_nan(name: str) -> None:
 
 def _error_response(mid: Any, err: RpcError) -> dict:
     return {"jsonrpc": "2.0", "id": mid, "error": err.to_dict()}
+
+
+_LONG_STRING = 1 << 20  # bytes: a longer string value in an answer may be left undecoded
+_LONG_LINE_STRINGS = 10000  # more strings than this in a long message: it is parsed whole
+
+
+def _loads_long(line: bytes, least: int = _LONG_STRING) -> Optional[Tuple[Any, list]]:
+    """A long message parsed with each string value over `least` bytes left undecoded: (the
+    message, [(container, key, _JsonString, top-level key), ...]), so that neither the whole
+    message as text nor the string as one str (4 bytes a character once it holds an emoji)
+    ever exists. Each long string is checked and measured on the way (decoded a piece at a
+    time and dropped); the rest of the message, the long strings cut out, is parsed by
+    json.loads. None when the message is not one to split (not UTF-8, a long key, over
+    _LONG_LINE_STRINGS strings, no long string, not valid JSON): json.loads then reads it
+    whole, and says what is wrong."""
+    if not line.startswith(b"{") or json.detect_encoding(line) != "utf-8":
+        return None
+    longs: List[_JsonString] = []
+    pos = 0
+    try:
+        for _ in range(_LONG_LINE_STRINGS):
+            start = line.find(b'"', pos)  # (outside strings, a quote only ever opens one)
+            if start < 0:
+                break
+            chars = 0
+            for piece, pos in _string_pieces(line, start):
+                chars += len(piece)
+            if pos - start > least:
+                if line[pos:pos + 64].lstrip(b" \t\n\r").startswith(b":"):
+                    return None  # a key
+                longs.append(_JsonString(line, start, pos, chars))
+        else:
+            return None
+    except ValueError:
+        return None
+    if not longs:
+        return None
+    nonce = os.urandom(8).hex()  # what stands for a long string in the rest: "\0<nonce>:<i>"
+    mark = "\0" + nonce + ":"
+    parts, last = [], 0
+    for i, big in enumerate(longs):
+        parts += [line[last:big.start], b'"\\u0000%s:%d"' % (nonce.encode(), i)]
+        last = big.end
+    parts.append(line[last:])
+    try:
+        msg = json.loads(b"".join(parts), parse_constant=_no_nan)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(msg, dict):
+        return None
+    places: list = []
+    stack: list = [(msg, None)]
+    while stack:  # (the rest is small: at most _LONG_LINE_STRINGS strings)
+        node, top = stack.pop()
+        for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
+            if isinstance(value, (dict, list)):
+                stack.append((value, key if top is None else top))
+            elif isinstance(value, str) and value.startswith(mark):
+                places.append((node, key, longs[int(value[len(mark):])], top))
+    if len(places) != len(longs):
+        return None
+    for node, key, big, _ in places:
+        node[key] = big
+    return msg, places
+
+
+def _decode_long(places: Iterable[tuple]) -> None:
+    """Put each long string _loads_long left undecoded in its place, decoded whole."""
+    for node, key, big, *_ in places:
+        node[key] = big.text()
 
 
 class _Request:
@@ -2612,6 +2791,8 @@ class Connection:
         self._ids = itertools.count(1)
         self._plock = threading.Lock()
         self._pending: Dict[Any, Future] = {}
+        # our requests whose answer may keep its long strings undecoded: id -> where to list them
+        self._long: Dict[Any, list] = {}
         # keyed by arrival, not by the peer's id: a peer that reuses an id while the first request
         # still runs must not make either one uncancellable, or the connection idle too soon
         self._inflight: Dict[int, _Request] = {}
@@ -2735,6 +2916,7 @@ class Connection:
         with self._plock:
             self.closed.set()
             pending, self._pending = self._pending, {}
+            self._long.clear()
         for fut in pending.values():
             _settle(fut, exc=UpstreamError(reason))
         if not self._half_close:
@@ -2793,8 +2975,13 @@ class Connection:
         return self.send(msg, droppable=True)
 
     # -- outgoing requests
-    def request(self, method: str, params: Optional[dict] = None) -> Tuple[int, Future]:
-        """Send a request; return its id and a Future of its result (or RpcError)."""
+    def request(self, method: str, params: Optional[dict] = None,
+                longs: Optional[list] = None) -> Tuple[int, Future]:
+        """Send a request; return its id and a Future of its result (or RpcError).
+
+        `longs`: a list that is given, before the result arrives, each string value of the
+        result over _LONG_STRING bytes left undecoded (as _loads_long lists them) when the
+        answer is such a long message; the caller reads them in pieces, or _decode_long()."""
         mid = next(self._ids)
         fut: Future = Future()
         with self._plock:
@@ -2802,6 +2989,8 @@ class Connection:
                 _settle(fut, exc=UpstreamError(self.close_reason))
                 return mid, fut
             self._pending[mid] = fut
+            if longs is not None:
+                self._long[mid] = longs
         msg: dict = {"jsonrpc": "2.0", "id": mid, "method": method}
         if params is not None:
             msg["params"] = params
@@ -2814,6 +3003,7 @@ class Connection:
         """Stop waiting for `mid`; a late response to it is then dropped."""
         with self._plock:
             fut = self._pending.pop(mid, None)
+            self._long.pop(mid, None)
         if fut is not None and exc is not None:
             _settle(fut, exc=exc)
 
@@ -2845,7 +3035,13 @@ class Connection:
         megabytes, bytes, text and the parsed message are never all held at once."""
         if isinstance(line, list):  # (the reader's: it keeps no other reference)
             line = line.pop()
-        head = line[:1000]  # what errors show, and where the id of an unreadable answer is found
+        # what errors show, and where the id of an unreadable answer is found
+        head = bytes(line[:1000])
+        if self._long and len(line) > _LONG_STRING:  # an answer that may keep long strings as bytes
+            got = _loads_long(line)
+            if got is not None:
+                self._on_long(*got, head)
+                return
         try:
             text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads(bytes)
             line = b""
@@ -2854,6 +3050,21 @@ class Connection:
             self._bad(head, PARSE_ERROR, f"Parse error: {str(e)[:200]}")
             return
         text = ""
+        self._on_message(msg, head)
+
+    def _on_long(self, msg: dict, places: list, head: bytes) -> None:
+        """A message _loads_long read: the long strings of a result stay undecoded if the
+        request it answers asked for that (request's `longs`); all others are decoded now."""
+        mid = msg.get("id")
+        sink = None
+        if (isinstance(mid, (str, int)) and not isinstance(mid, bool) and "result" in msg
+                and "error" not in msg):
+            with self._plock:
+                sink = self._long.pop(mid, None)
+        keep = [p for p in places if p[3] == "result"] if sink is not None else []
+        _decode_long(p for p in places if sink is None or p[3] != "result")
+        if sink is not None:
+            sink.extend(keep)
         self._on_message(msg, head)
 
     def deliver(self, msg: Any) -> None:
@@ -2916,6 +3127,7 @@ class Connection:
             return
         with self._plock:
             fut = self._pending.pop(msg["id"], None)
+            self._long.pop(msg["id"], None)
         if fut is None:
             _log.warning("%s: dropped a response to unknown id %r", self.name, msg["id"])
         elif "error" in msg:
@@ -6811,13 +7023,21 @@ class Upstream:
             method, self._params({**params, **retry}, follow), timeout=limit))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
-                  progress: Optional[Callable[[dict], None]] = None, task: Any = None) -> dict:
+                  progress: Optional[Callable[[dict], None]] = None, task: Any = None,
+                  longs: Optional[list] = None) -> dict:
         """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled. For
         input_required, see _rounds. `task`: the client's own task request (transparent mode),
-        passed on; its CreateTaskResult is the answer."""
+        passed on; its CreateTaskResult is the answer. `longs`: as for Connection.request."""
         key = _dumps(["tools/call", self.name, tool])
-        return self._rounds(req, key, f"'{self.name}' tool '{tool}'", lambda retry, follow:
-                            self._call_once(tool, args, req, progress, retry, follow, task))
+
+        def once(retry: dict, follow: Optional[_Follow]) -> Any:
+            res = self._call_once(tool, args, req, progress, retry, follow, task, longs)
+            if longs and isinstance(res, dict) and res.get("resultType") == "input_required":
+                _decode_long(longs)  # (a question is relayed as it came, never cached)
+                del longs[:]
+            return res
+
+        return self._rounds(req, key, f"'{self.name}' tool '{tool}'", once)
 
     def _rounds(self, req: Optional[_Request], key: str, what: str,
                 once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
@@ -6846,7 +7066,8 @@ class Upstream:
 
     def _call_once(self, tool: str, args: dict, req: Optional[_Request],
                    progress: Optional[Callable[[dict], None]], retry: dict,
-                   follow: Optional[_Follow] = None, task: Any = None) -> dict:
+                   follow: Optional[_Follow] = None, task: Any = None,
+                   longs: Optional[list] = None) -> dict:
         """One tools/call on the current run, by the upstream's own name of the tool.
 
         1. Sent (_send_call), or, for a 2026-07-28 client's follow-up of a held call, resumed
@@ -6863,7 +7084,7 @@ class Upstream:
         if follow is not None and follow.hold:
             p = self._resume(follow, progress)
         else:
-            p = self._send_call(tool, args, progress, retry, follow, task)
+            p = self._send_call(tool, args, progress, retry, follow, task, longs)
         if req is not None:
             req.on_cancel(lambda: self._cancel_call(p.conn, p.mid, p.task_id))
         limit = self.settings.timeout(self.name)
@@ -6905,7 +7126,8 @@ class Upstream:
                 self._done(p)
 
     def _send_call(self, tool: str, args: dict, progress: Optional[Callable[[dict], None]],
-                   retry: dict, follow: Optional[_Follow], task: Any) -> "_Pending":
+                   retry: dict, follow: Optional[_Follow], task: Any,
+                   longs: Optional[list] = None) -> "_Pending":
         run = self._current()
         conn: Connection = run.conn  # type: ignore[assignment]
         own = self.settings.upstream_tool(self.name, tool)  # a renamed tool: the upstream's name
@@ -6918,7 +7140,7 @@ class Upstream:
             token = f"abstract-{next(self._tokens)}"
             self._progress[token] = progress
             params["_meta"] = {"progressToken": token}
-        mid, fut = conn.request("tools/call", self._params(params, follow))
+        mid, fut = conn.request("tools/call", self._params(params, follow), longs)
         modern = follow is not None and not self.modern  # its questions: input_required results
         with self._qlock:
             self._calls += 1
@@ -7460,48 +7682,105 @@ class _Records:
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")  # what json.loads skips between values
 
 
-def _records_text(result: dict, min_chars: int = 0) -> Optional[str]:
+def _records_text(result: dict, min_chars: int = 0) -> Any:
     """The text of a result that is one text item and nothing else, longer than `min_chars`,
     when it may be a JSON array (it starts with "["): its data is then that array, which the
-    cache reads in one pass (_scan_records) rather than as a whole."""
+    cache reads in one pass (_scan_records) rather than as a whole. A str, or the _JsonString
+    a long answer left undecoded (Connection.request's `longs`)."""
     items = result.get("content")
     if "structuredContent" in result or not isinstance(items, list) or len(items) != 1:
         return None
     item = items[0]
     text = item.get("text") if isinstance(item, dict) and item.get("type") == "text" else None
-    if not isinstance(text, str) or len(text) <= min_chars:
+    if not isinstance(text, (str, _JsonString)) or len(text) <= min_chars:
         return None
+    if isinstance(text, _JsonString):
+        return text if text.first_char() == "[" else None
     start = _JSON_SPACE.match(text).end()  # type: ignore[union-attr]
     return text if text[start:start + 1] == "[" else None
 
 
-def _scan_records(text: str, records: _Records, batch: int = 1000) -> Iterator[str]:
-    """The text view of `text`, a JSON array of objects, in parts: what _json_view gives for the
-    array json.loads would make of it (one record a line), found one element at a time by json's
-    C scanner, so no more than a batch of records is ever held; `records` is filled on the way.
-    _NotRecords as soon as the text proves to be anything else (not JSON, an element that is no
-    object, an empty array, more after the array): the caller reads it the ordinary way."""
+class _Pieces:
+    """A text given in pieces, read from the front by a scanner that needs whole values."""
+
+    __slots__ = ("_rest",)
+
+    def __init__(self, pieces: Iterable[str]) -> None:
+        self._rest = iter(pieces)
+
+    def more(self, text: str, pos: int) -> Optional[str]:
+        """text[pos:] with the next pieces after it, added until it is at least twice as long as
+        before (so a value spanning many pieces is scanned again only a few times); None when
+        there are no more pieces."""
+        kept = text[pos:]
+        parts, size = [kept], len(kept)
+        for piece in self._rest:
+            parts.append(piece)
+            size += len(piece)
+            if size >= 2 * len(kept):
+                break
+        return "".join(parts) if len(parts) > 1 else None
+
+    def skip(self, text: str, pos: int) -> Tuple[str, int]:
+        """(text, position) past the JSON whitespace at `pos`, into the next pieces if need be."""
+        pos = _JSON_SPACE.match(text, pos).end()  # type: ignore[union-attr]
+        while pos == len(text):
+            got = self.more(text, pos)
+            if got is None:
+                break
+            text = got
+            pos = _JSON_SPACE.match(text).end()  # type: ignore[union-attr]
+        return text, pos
+
+
+def _cut_short(e: BaseException, pos: int, end: int) -> bool:
+    """Whether json's scanner failed on a value starting at `pos` only because its text stops
+    at `end`: a string left open, or a failure within the last few characters (a number, a
+    "true", an escape or a delimiter cut off); not a value that is wrong where it stands."""
+    if isinstance(e, json.JSONDecodeError):
+        return e.msg.startswith("Unterminated string") or e.pos >= end - 6
+    at = e.value if isinstance(e, StopIteration) and isinstance(e.value, int) else pos
+    return isinstance(e, StopIteration) and at >= end - 6  # (its value: where none was found)
+
+
+def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 250) -> Iterator[str]:
+    """The text view of a JSON array of objects given in pieces (a str is one piece), in parts:
+    what _json_view gives for the array json.loads would make of it (one record a line), found
+    one element at a time by json's C scanner, so no more than a batch of records (and about a
+    piece of text) is ever held (250: their lines, 4 bytes a character once an emoji is in
+    them, are joined and encoded a batch at a time); `records` is filled on the way. _NotRecords as soon as the text
+    proves to be anything else (not JSON, an element that is no object, an empty array, more
+    after the array): the caller reads it the ordinary way."""
     # json's C scanner, as _json_or_text parses (raw_decode without its wrapper)
     decoder = json.JSONDecoder(parse_constant=_reject_constant)
     scan = json.scanner.make_scanner(decoder)  # type: ignore[attr-defined]
     encode = _view_json  # as _json_view writes
     space = _JSON_SPACE.match
-    pos = space(text).end() + 1  # past the "[" (_records_text)
-    pos = space(text, pos).end()
+    src = _Pieces(pieces)
+    text, pos = src.skip("", 0)
+    text, pos = src.skip(text, pos + 1)  # past the "[" (_records_text)
     parts = ["[\n"]
     while True:
         try:
-            value, pos = scan(text, pos)
-        except (StopIteration, ValueError, RecursionError):  # StopIteration: no value at pos
-            raise _NotRecords() from None
-        if type(value) is not dict:
+            value, end = scan(text, pos)
+        except (StopIteration, ValueError, RecursionError) as e:
+            # the value may only be cut by the end of a piece: read more and scan it again
+            got = src.more(text, pos) if _cut_short(e, pos, len(text)) else None
+            if got is None:
+                raise _NotRecords() from None
+            text, pos = got, 0
+            continue
+        if type(value) is not dict:  # (an object is whole once scanned: it ends with "}")
             raise _NotRecords()
         line = encode(value)
         records.add(value)
-        pos = space(text, pos).end()
+        pos = space(text, end).end()
+        if pos == len(text):  # (the common case inline: no call per record)
+            text, pos = src.skip(text, pos)
         more = text[pos:pos + 1]
         if more == "]":
-            if space(text, pos + 1).end() != len(text):
+            rest, end = src.skip(text, pos + 1)
+            if end != len(rest):  # more after the array
                 raise _NotRecords()
             parts.append(line + "\n]")
             yield "".join(parts)
@@ -7509,19 +7788,63 @@ def _scan_records(text: str, records: _Records, batch: int = 1000) -> Iterator[s
         if more != ",":
             raise _NotRecords()
         pos = space(text, pos + 1).end()
+        if pos == len(text):
+            text, pos = src.skip(text, pos)
         parts.append(line + ",\n")
         if len(parts) >= batch:
             yield "".join(parts)
             parts = []
 
 
-def _view_records(f: Any, block: int = 1 << 20) -> Iterator[Dict[str, Any]]:
+def _view_count(f: Any, block: int = 1 << 20) -> Optional[int]:
+    """How many records a text view holds when it lays out only records, one a line ("[", then
+    a line per object, then "]"), counted by its lines a block at a time, none of them parsed
+    (a line is one JSON value: one that starts with "{" is an object); None when the view is
+    laid out otherwise. `f`: its binary file, read from the start."""
+    if f.readline() != b"[\n":
+        return None
+    lines = objects = 0
+    last = b"\n"
+    while True:
+        data = f.read(block)
+        if not data:
+            break
+        lines += data.count(b"\n")
+        objects += data.count(b"\n{") + (last == b"\n" and data[:1] == b"{")
+        last = data[-1:]
+    # every record's line ends with a newline, and the view with "]" (_json_lines)
+    return objects if objects and lines == objects and last == b"]" else None
+
+
+def _skip_view_lines(f: Any, count: int, block: int = 1 << 20) -> None:
+    """Move `f` (a binary file) past `count` more lines, counted a block at a time, unparsed."""
+    while count > 0:
+        start = f.tell()
+        data = f.read(block)
+        if not data:
+            return
+        n = data.count(b"\n")
+        if n < count:
+            count -= n
+            continue
+        pos = -1
+        for _ in range(count):
+            pos = data.index(b"\n", pos + 1)
+        f.seek(start + pos + 1)
+        return
+
+
+def _view_records(f: Any, block: int = 1 << 18, skip: int = 0) -> Iterator[Dict[str, Any]]:
     """The records of a text view that lays them out one a line (_json_view, _scan_records),
     read from its binary file `f` about `block` bytes of whole lines at a time (UTF-8, lone
-    surrogates kept), each record found by json's C scanner; _NotRecords at the first line
-    that shows the view is laid out otherwise (indented, a list of other values, ...)."""
+    surrogates kept; 256 KiB: the text of a block is 4 bytes a character once it holds an emoji,
+    and 1 MiB blocks cost a query table's load about 9 MB more peak memory, for no measurable
+    speed), each record found by json's C scanner; _NotRecords at the first line
+    that shows the view is laid out otherwise (indented, a list of other values, ...). `skip`:
+    the first records passed over unparsed (fewer than the view holds: _view_count)."""
     if f.readline() != b"[\n":
         raise _NotRecords()
+    _skip_view_lines(f, skip, block)
     scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
     while True:
         text = b"".join(f.readlines(block)).decode("utf-8", "surrogatepass")
@@ -7734,7 +8057,7 @@ def _result_size(res: dict, bound: float = float("inf")) -> int:
             inner = item.get("resource") if isinstance(item.get("resource"), dict) else item
             for key in ("text", "data", "blob"):
                 v = inner.get(key)
-                if isinstance(v, str):
+                if isinstance(v, (str, _JsonString)):
                     total += len(v)
     if "structuredContent" in res and total <= bound:
         total = max(total, len(_dumps(res["structuredContent"])))
@@ -7769,17 +8092,22 @@ class _Written(NamedTuple):
     head: str
 
 
-def _write_parts(d: _Dir, stem: str, ext: str, parts: Iterable[str]) -> _Written:
+def _write_parts(d: _Dir, stem: str, ext: str, parts: Iterable[Any]) -> _Written:
     """Write text given in parts (UTF-8, lone surrogates kept) as a new cache file, measuring
-    and hashing it on the way, so no part is held longer than its write."""
+    and hashing it on the way, so no part is held longer than its write. A part may also be
+    bytes or a memoryview, already UTF-8 (_compact_parts' _JsonString): counted in bytes only,
+    not characters."""
     import hashlib
 
     digest, count, head = hashlib.sha256(), [0, 0], []
 
     def encoded() -> Iterator[bytes]:
         for part in parts:
-            data = part.encode("utf-8", "surrogatepass")
-            count[0] += len(part)
+            if isinstance(part, (bytes, memoryview)):
+                data = part
+            else:
+                data = part.encode("utf-8", "surrogatepass")
+                count[0] += len(part)
             count[1] += len(data)
             digest.update(data)
             if not head:
@@ -7905,14 +8233,16 @@ class OutputCache:
                 and isinstance(entry.files, list) and all(isinstance(f, str) for f in entry.files)
                 and isinstance(entry.sha256 or "", str))
 
-    def put(self, res: dict, server: str, tool: str, head_chars: int = 500
-            ) -> Tuple[_CacheEntry, _Extracted, str]:
+    def put(self, res: dict, server: str, tool: str, head_chars: int = 500,
+            longs: Iterable[tuple] = ()) -> Tuple[_CacheEntry, _Extracted, str]:
         """Cache a result; returns the entry, its extracted data and its text view.
 
         A result that is one large JSON array of objects is read in one pass (_scan_records),
         never whole: its data is then a _Records (the count, the columns, as many first records
         as a preview of `head_chars` characters shows), and the text returned only the view's
-        first part (the rest is on disk).
+        first part (the rest is on disk). Its text may be a _JsonString (`longs`: the result's
+        long strings left undecoded, Connection.request), read a piece at a time, so that it
+        is never held whole either; any other result has them decoded first.
 
         A directory removed meanwhile (by a temp-dir cleaner, say) is made again. A write that
         fails (OSError: a full disk) or a directory that cannot be made again (ConfigError) is
@@ -7923,7 +8253,7 @@ class OutputCache:
         token = secrets.token_urlsafe(18)
         try:
             with self._held(recheck=True) as d:  # made again if removed, claimed again if replaced
-                entry, ex, text = self._write(d, token, res, server, tool, head_chars)
+                entry, ex, text = self._write(d, token, res, server, tool, head_chars, longs)
         except (OSError, ConfigError):
             with contextlib.suppress(OSError):  # the directory itself may be gone
                 self._drop(token, [n for n in self._names() if n.startswith(token)])
@@ -7933,8 +8263,8 @@ class OutputCache:
         self._evict()
         return entry, ex, text
 
-    def _write(self, d: _Dir, token: str, res: dict, server: str, tool: str, head_chars: int
-               ) -> Tuple[_CacheEntry, _Extracted, str]:
+    def _write(self, d: _Dir, token: str, res: dict, server: str, tool: str, head_chars: int,
+               longs: Iterable[tuple]) -> Tuple[_CacheEntry, _Extracted, str]:
         """Write one entry's files into `d`: binary items, its text view, the result, then the
         metadata. No fsync: the cache's files are disposable (swept anyway); one torn by a
         power loss reads as broken and is reported, and the tool is called again."""
@@ -7943,11 +8273,13 @@ class OutputCache:
         if big is not None:
             records = _Records(head_chars)
             try:
-                view = _write_parts(d, token, ".txt", _scan_records(big, records))
+                pieces = big.pieces() if isinstance(big, _JsonString) else [big]
+                view = _write_parts(d, token, ".txt", _scan_records(pieces, records))
                 ex = _Extracted(records, [], True)
             except _NotRecords:  # (its temporary file is gone): read the ordinary way
                 pass
         if ex is None:
+            _decode_long(longs)
             ex = _extract(res)
             files = [_write_new(d, f"{token}-{i}", b.ext, b.data, 0o600, False)
                      for i, b in enumerate(ex.blobs, 1)]
@@ -10154,16 +10486,18 @@ def _progress_relay(call: _Call) -> Optional[Callable[[dict], None]]:
     return relay
 
 
-def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
+def _upstream_call(call: _Call, server: str, tool: str, args: dict,
+                   longs: Optional[list] = None) -> dict:
     """Call an upstream tool for the client: progress relayed, cancellation forwarded.
 
     Returns the upstream's result, or raises ToolError with a message that names the server and
-    tool (a JSON-RPC error from the upstream, a timeout, a crash).
+    tool (a JSON-RPC error from the upstream, a timeout, a crash). `longs`: as for
+    Connection.request.
     """
     up = call.ctx.upstreams.get(server)
     _find_tool(up, tool)
     try:
-        return _relayed_call(call, up, tool, args)
+        return _relayed_call(call, up, tool, args, longs=longs)
     except RpcError as e:
         raise ToolError(f"'{server}' tool '{tool}' answered with JSON-RPC error {e.code}: "
                         f"{e.message}"
@@ -10171,13 +10505,14 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict) -> dict:
                            else "")) from None
 
 
-def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict, task: Any = None) -> dict:
+def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict, task: Any = None,
+                  longs: Optional[list] = None) -> dict:
     """tools/call upstream with progress relayed and cancellation forwarded; the result with the
     era envelope removed (it is ours to set). Abstract's own failures (timeout, crash) become
     ToolError; the upstream's JSON-RPC errors are raised as RpcError for the caller to shape.
     `task`: a transparent-mode client's task request, passed on (see Upstream.call_tool)."""
     try:
-        res = up.call_tool(tool, args, call.req, _progress_relay(call), task)
+        res = up.call_tool(tool, args, call.req, _progress_relay(call), task, longs)
     except UpstreamError as e:
         raise ToolError(e.message) from None
     if isinstance(res, dict) and res.get("resultType") == "input_required":
@@ -10187,6 +10522,7 @@ def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict, task: Any = 
                         f"result in the {up.protocol_version} era it negotiated, where that result "
                         f"does not exist; Abstract cannot relay it, and the call did not complete.")
     if not isinstance(res, dict) or not isinstance(res.get("content", []), list):
+        _decode_long(longs or ())
         raise ToolError(f"'{up.name}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
     for k in ("resultType", "ttlMs", "cacheScope"):
         res.pop(k, None)
@@ -10250,7 +10586,8 @@ def _more_hint(entry: _CacheEntry, data: Any, recs: Optional[Tuple[str, int, int
     return start + '"offset": %d} (or start_line/end_line%s).' % (shown, extra)
 
 
-def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True) -> dict:
+def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: bool = True,
+                 longs: Sequence[tuple] = ()) -> dict:
     """The result itself when small; else cache it and answer with a preview and a token.
 
     1. The policy is the tool's, then the server's, then the global one, then the client's
@@ -10260,14 +10597,17 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
        cannot take it, the model is told why and what to do, never handed the whole result.
     4. The answer: a preview, the shape and the token (`structured`: also as
        structuredContent, which transparent mode leaves out: the tool's own schema rules it).
+    5. `longs`: the long strings of the result left undecoded (_cache_longs); decoded here
+       unless the cache reads them in pieces.
     """
     cache = call.ctx.cache
     policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
     size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
+        _decode_long(longs)
         return res
     try:
-        entry, ex, text = cache.put(res, server, tool, int(policy["preview_chars"]))
+        entry, ex, text = cache.put(res, server, tool, int(policy["preview_chars"]), longs)
     except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
         return _uncached_answer(call, cache, server, tool, size, e)
     _catalog_cached(call, cache, entry, ex)
@@ -10305,10 +10645,22 @@ def _uncached_answer(call: _Call, cache: OutputCache, server: str, tool: str, si
     return _text_result(text, is_error=True)
 
 
+def _cache_longs(call: _Call, server: str, tool: str) -> Optional[list]:
+    """A list for the long strings of a tool's answer to be left undecoded in (Connection.request)
+    when the cache will take a large result of it; None when it will not (they are decoded as
+    the answer is read: a result relayed whole is needed whole)."""
+    policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
+    return [] if call.ctx.cache is not None and policy["enabled"] else None
+
+
 def _tool_call_tool(call: _Call) -> dict:
     server, tool = call.required("server"), call.required("tool_name")
-    res = _upstream_call(call, server, tool, call.obj("tool_args"))
-    return _maybe_cache(call, server, tool, res)
+    longs = _cache_longs(call, server, tool)
+    res = _upstream_call(call, server, tool, call.obj("tool_args"), longs)
+    if longs and _records_text(res, _VIEW_INDENT_MAX) is None:
+        _decode_long(longs)  # only one long text of records is read in pieces (OutputCache.put)
+        longs = []
+    return _maybe_cache(call, server, tool, res, longs=longs or ())
 
 
 def _skip_lines(text: str, count: int, step: int = 65536) -> int:
@@ -10374,18 +10726,46 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
         raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. "
                         f"Use pointer, offset or start_line.")
     first, count = call.integer("record_offset", 0), call.integer("record_count", 100, minimum=1)
+    return _record_lines(itertools.islice(rows, first, first + count), first, len(rows), limit)
+
+
+def _view_window(cache: OutputCache, entry: _CacheEntry, call: _Call, limit: int
+                 ) -> Optional[Tuple[str, dict]]:
+    """_records_window read from the cached view itself when it lays out only records, one a
+    line (_view_count): the records counted by their lines, and only the window's parsed, the
+    rest of the file passed over unread; None when the view is laid out otherwise."""
+    with cache.opened(entry) as f:
+        total = _view_count(f)
+        if total is None:
+            return None
+        first = call.integer("record_offset", 0)
+        count = call.integer("record_count", 100, minimum=1)
+        f.seek(0)
+        rows = (itertools.islice(_view_records(f, skip=first), count) if first < total
+                else iter(()))
+        try:
+            return _record_lines(rows, first, total, limit)
+        except _NotRecords:  # (not a view this cache wrote)
+            return None
+
+
+def _record_lines(rows: Iterable[Dict[str, Any]], first: int, total: int, limit: int
+                  ) -> Tuple[str, dict]:
+    """The records of a window (from record `first` of `total`), one compact JSON record a line,
+    within `limit` characters (a record longer than that is cut), and where the window stands;
+    the rows are read only as far as the window goes."""
     out: List[str] = []
     used = 0
-    for row in itertools.islice(rows, first, first + count):
+    for row in rows:
         line = _dumps(row)
         if out and used + len(line) + 1 > limit:
             break
         out.append(line if len(line) <= limit else line[:limit] + " [...]")
         used += len(out[-1]) + 1
-    end = min(first, len(rows)) + len(out)
+    end = min(first, total) + len(out)
     return "\n".join(out), {"record_offset": first, "record_count": len(out),
-                            "total_records": len(rows),
-                            "next_record_offset": end if end < len(rows) else None}
+                            "total_records": total,
+                            "next_record_offset": end if end < total else None}
 
 
 def _tool_retrieve_cached_output(call: _Call) -> dict:
@@ -10405,15 +10785,21 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         raise ToolError("Give record_offset/record_count, or offset/length, or "
                         "start_line/end_line: one way to page.")
     value: Any = None
+    got = None
     if pointer is not None or by_record:
         if entry.ctype != "application/json":
             what = "pointer" if pointer is not None else "record_offset/record_count"
             raise ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use offset "
                             f"or start_line.")
-        value = json.loads(cache.text(entry))  # the data the text view shows
+        if pointer is None:  # a window of records: read from the view, when it allows, not whole
+            got = _view_window(cache, entry, call, limit)
+        if got is None:
+            value = json.loads(cache.text(entry))  # the data the text view shows
         if pointer is not None:
             value = _json_pointer(value, pointer)
-    if by_record:
+    if got is not None:
+        chunk, where = got
+    elif by_record:
         chunk, where = _records_window(value, call, limit)
     else:
         text = cache.text(entry) if pointer is None else _text_view(value)

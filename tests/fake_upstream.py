@@ -69,6 +69,8 @@ TOOLS = [
      {"records": {"type": "array"}, "table": _S}),
     ("endless", "Start the answer, then write this many megabytes with no newline, and hang.", {"mb": _N}),
     ("deep", "Answer with a result nested this many arrays deep.", {"n": {"type": "integer"}}),
+    ("long", "Answer with long strings of awkward text (make_long), escaped or raw UTF-8, or with "
+             "the line `raw` as given.", {"shape": _S, "mb": _N, "ascii": {"type": "boolean"}, "raw": _S}),
 ]
 REQUIRED = {"needs": ["records", "table"]}  # inputSchema "required" per tool
 
@@ -117,6 +119,51 @@ def big_text(mb: float) -> str:
     """The text big(mb) returns: BIG_PATTERN repeated to mb MiB."""
     size = int(mb * 1024 * 1024)
     return (BIG_PATTERN * (size // len(BIG_PATTERN) + 1))[:size]
+
+
+# Every kind of character a JSON string escapes or may carry raw, and runs of backslashes: a
+# long string of it is cut into pieces next to each kind somewhere (_string_pieces).
+AWKWARD = ('plain "quoted" back\\slash \\\\ two \\\\\\ three \n\r\t\b\f \x00\x1f/ '
+           'caf\u00e9 \u2713 \u65e5\u672c \U0001F680\U0001F600 \u2028\u2029 \ufeff end\n')
+
+
+def awkward_text(mb: float, tail: str = "") -> str:
+    """About mb MiB of AWKWARD with a counter in each repeat (so shifting pieces differ), + tail."""
+    n = int(mb * (1 << 20) / (len(AWKWARD.encode()) + 8))
+    return "".join(f"{i:07d}" + AWKWARD for i in range(n)) + tail
+
+
+def awkward_rows(mb: float) -> list:
+    """About mb MiB of JSON records holding AWKWARD text, and a lone surrogate in one."""
+    n = int(mb * (1 << 20) / (len(json.dumps(AWKWARD)) + 60))
+    rows = [{"id": i, "text": AWKWARD[: 20 + i % 90], "tags": ["\U0001F680", i % 7]} for i in range(n)]
+    rows[n // 2]["lone"] = "\ud800 alone"
+    return rows
+
+
+def make_long(shape: str, mb: float) -> dict:
+    """The result long(shape, mb) answers with (tests rebuild it to compare):
+    records: one text item, a JSON array of records (the cache reads it in pieces);
+    text: one text item of plain text; structured: structuredContent {"content": <the text>}
+    beside the same text; several: two long texts, a long embedded resource and a short text;
+    resource_records: the records as an embedded resource's text."""
+    if shape == "records":
+        return _result_text(json.dumps(awkward_rows(mb), ensure_ascii=False))
+    if shape == "text":
+        return _result_text(awkward_text(mb))
+    if shape == "structured":
+        text = awkward_text(mb)
+        return dict(_result_text(text), structuredContent={"content": text})
+    if shape == "several":
+        return {"content": [{"type": "text", "text": json.dumps(awkward_rows(mb), ensure_ascii=False)},
+                            {"type": "text", "text": awkward_text(mb, "second")},
+                            {"type": "resource", "resource": {"uri": "fake://long", "mimeType": "text/plain",
+                                                              "text": awkward_text(mb, "third")}},
+                            {"type": "text", "text": "short"}]}
+    if shape == "resource_records":
+        return {"content": [{"type": "resource", "resource": {"uri": "fake://rows", "mimeType": "application/json",
+                                                              "text": json.dumps(awkward_rows(mb), ensure_ascii=False)}}]}
+    raise ValueError(f"no shape {shape!r}")
 
 
 def _options(argv: list) -> argparse.Namespace:
@@ -518,6 +565,15 @@ class Fake:
     def tool_deep(self, mid, args: dict, meta: dict) -> None:
         n = int(args.get("n", 5000))
         self.send_raw(b'{"jsonrpc":"2.0","id":%s,"result":%s%s}\n' % (json.dumps(mid).encode(), b"[" * n, b"]" * n))
+
+    def tool_long(self, mid, args: dict, meta: dict) -> None:
+        if "raw" in args:  # a line of our own making: %ID% is the request's id
+            # (a lone surrogate \udc80-\udcff in it is that byte: invalid UTF-8 on purpose)
+            self.send_raw(args["raw"].replace("%ID%", json.dumps(mid)).encode("utf-8", "surrogateescape") + b"\n")
+            return
+        msg = {"jsonrpc": "2.0", "id": mid, "result": make_long(args["shape"], float(args.get("mb", 2)))}
+        ascii = bool(args.get("ascii", True))  # json.dumps' default; else raw UTF-8 (lone surrogates kept)
+        self.send_raw(json.dumps(msg, ensure_ascii=ascii).encode("utf-8", "surrogatepass") + b"\n")
 
     # -- --tasks (2025-11-25)
     def job(self, mid, args: dict, params: dict) -> None:

@@ -741,3 +741,25 @@ def test_a_clients_task_on_everything_passes_through_in_direct_mode(real):
     assert proxy.result("tasks/get", {"taskId": tid}, timeout=WAIT)["status"] in ("working", "completed")
     done = proxy.result("tasks/result", {"taskId": tid}, timeout=WAIT)
     assert "Research Report" in "\n".join(i.get("text", "") for i in done["content"])
+
+
+# -- issue 16: long answers read without decoding them whole
+
+
+def test_filesystem_long_reads_are_cached_as_the_files_hold_them(real):
+    """server-filesystem answers a read with the text twice (a text item and structuredContent),
+    each over 1 MiB here: both long strings are read a piece at a time and decoded whole."""
+    real.filesystem()
+    text = "".join(f'{i} "quoted" back\\slash \\\\ tab\tcafé ✓ 日本 🚀 \u2028 end\n' for i in range(60000))
+    rows = [{"id": i, "note": f'row {i}: "q" \\ é 🚀 \t', "tags": ["a", i]} for i in range(20000)]
+    (real.data / "log.txt").write_text(text, encoding="utf-8")
+    (real.data / "rows.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    proxy = real.start()
+    for name in ("log.txt", "rows.json"):
+        cached = upstream(proxy, "filesystem", "read_text_file", path=str(real.data / name))
+        token = re.search(r"Token: (\S+) ", text_of(cached)).group(1)
+        out = call(proxy, "call_tool_and_store", cache_token=token)["structuredContent"]
+        got = Path(out["path"]).read_text(encoding="utf-8")
+        assert (got == text) if name == "log.txt" else (json.loads(got) == rows), name
+    count = call(proxy, "query_output", source=token, sql="SELECT count(*) AS n FROM data")
+    assert count["structuredContent"]["rows"] == [{"n": len(rows)}]
