@@ -7748,9 +7748,9 @@ def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 250) ->
     what _json_view gives for the array json.loads would make of it (one record a line), found
     one element at a time by json's C scanner, so no more than a batch of records (and about a
     piece of text) is ever held (250: their lines, 4 bytes a character once an emoji is in
-    them, are joined and encoded a batch at a time); `records` is filled on the way. _NotRecords as soon as the text
-    proves to be anything else (not JSON, an element that is no object, an empty array, more
-    after the array): the caller reads it the ordinary way."""
+    them, are joined and encoded a batch at a time); `records` is filled on the way.
+    _NotRecords as soon as the text proves to be anything else (not JSON, an element that is no
+    object, an empty array, more after the array): the caller reads it the ordinary way."""
     # json's C scanner, as _json_or_text parses (raw_decode without its wrapper)
     decoder = json.JSONDecoder(parse_constant=_reject_constant)
     scan = json.scanner.make_scanner(decoder)  # type: ignore[attr-defined]
