@@ -3425,13 +3425,15 @@ class _HttpPool:
 
 class _Lease:
     """One exchange's use of a connection: it ends once, by abort() (from any thread) or by
-    release() (the answer read to its end: the connection goes back to the pool, if any)."""
+    release() (the answer read to its end: the connection goes back to the pool, if any).
+    `aborted` tells that abort() ended it (a cancel, when a watcher called it)."""
 
     def __init__(self, conn: Any, pool: Optional[_HttpPool], key: tuple) -> None:
         self.conn, self._pool, self._key = conn, pool, key
         self.sock: Any = None  # once open (kept apart: see _abort)
         self._lock = threading.Lock()
         self._over = False
+        self.aborted = False
 
     def _end(self) -> bool:
         with self._lock:
@@ -3440,6 +3442,7 @@ class _Lease:
 
     def abort(self) -> None:
         if self._end():
+            self.aborted = True
             _abort(self.conn, self.sock)
 
     def release(self, resp: Any) -> None:
@@ -3562,7 +3565,9 @@ class HttpResponse:
 def _http_conn(p: urllib.parse.SplitResult, port: int,
                proxy: Optional[urllib.parse.SplitResult], proxy_auth: Dict[str, str],
                environ: Dict[str, str], connect_timeout: float) -> Any:
-    """A new connection, not yet open, to the origin of `p`, through `proxy` if not None."""
+    """A new connection, not yet open, to the origin of `p`, through `proxy` if not None. It
+    never opens itself (auto_open 0): one that was aborted (a cancel) fails to send instead
+    of sending on a new socket that no cancel can reach."""
     import http.client  # lazy: see Imports
 
     kw: Dict[str, Any] = {"timeout": connect_timeout}
@@ -3570,10 +3575,12 @@ def _http_conn(p: urllib.parse.SplitResult, port: int,
         kw["context"] = _tls_context(environ)
     cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
     if proxy is None:
-        return cls(p.hostname, port, **kw)
-    conn = cls(proxy.hostname, proxy.port or 80, **kw)
-    if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
-        conn.set_tunnel(p.hostname, port, headers=proxy_auth)
+        conn = cls(p.hostname, port, **kw)
+    else:
+        conn = cls(proxy.hostname, proxy.port or 80, **kw)
+        if p.scheme == "https":  # CONNECT tunnel: the proxy sees only the host name
+            conn.set_tunnel(p.hostname, port, headers=proxy_auth)
+    conn.auto_open = 0
     return conn
 
 
@@ -3617,7 +3624,7 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
             try:
                 conn.request(method, target, body=body, headers=hdrs)
             except (OSError, http.client.HTTPException):
-                if kept is None:
+                if kept is None or lease.aborted:  # (a cancel's abort: never sent anew)
                     raise
                 # a kept connection the server closed as it was taken: writing the request
                 # failed, so its end never left, and no server can have run it: sent anew
@@ -3626,7 +3633,11 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
                 continue
             return HttpResponse(url, lease, conn.getresponse())
         except Exception as e:
+            cancelled = lease.aborted
             lease.abort()
+            if cancelled:
+                raise HttpError(f"the request to {_safe_url(url)} was cancelled",
+                                _safe_url(url)) from None
             raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
 
 
@@ -3647,7 +3658,8 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
     request, and on a 401 or 403 `auth.on_unauthorized(response) -> bool` is asked once
     whether to retry with fresh headers. `watch` (optional) is given, once each connection is
     open, a function that aborts the exchange from another thread (a cancelled request whose
-    answer has not begun). With `pool`, connections are kept alive there between requests.
+    answer has not begun; aborted before its request is written, it is never sent: HttpError
+    "was cancelled"). With `pool`, connections are kept alive there between requests.
     """
     environ = dict(os.environ) if environ is None else environ
     base = dict(headers or {})
@@ -5870,6 +5882,9 @@ class _HttpTransport:
                 self._cancelled.discard(mid)
 
     def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
+        with self._olock:  # cancelled before it was sent (its caller has its answer): never sent
+            if mid in self._cancelled:
+                return
         # (a subscription's stream may be quiet for long: reopened after _HTTP_LISTEN_S)
         resp = self._send("POST", self.post_url, body, self._post_headers(msg),
                           _HTTP_LISTEN_S if msg.get("method") == "subscriptions/listen" else None,

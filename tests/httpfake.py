@@ -125,6 +125,63 @@ class Listener:
         self.sock.close()
 
 
+def pipe(c: socket.socket, up: socket.socket) -> None:
+    """Pass bytes both ways between two sockets until either ends (or 30 s pass quietly)."""
+    socks = [c, up]
+    with contextlib.suppress(OSError, ValueError):
+        while True:
+            r, _, _ = select.select(socks, [], [], 30)
+            if not r:
+                break
+            done = False
+            for s in r:
+                data = s.recv(65536)
+                if not data:
+                    done = True
+                    break
+                (up if s is c else c).sendall(data)
+            if done:
+                break
+    c.close()
+    up.close()
+
+
+class Relay(Listener):
+    """A TCP relay to 127.0.0.1:`port` (a TLS server's: the handshake passes through it). While
+    held (hold() until release()), a connection accepted waits before anything passes, as
+    behind a slow TLS handshake or proxy CONNECT; `waiting` has one item per connection that
+    waited. cut() ends every connection relayed so far (the client sees the server close it)."""
+
+    def __init__(self, port: int) -> None:
+        self.target, self.waiting, self._socks = port, [], []
+        self._gate = threading.Event()
+        self._gate.set()
+        super().__init__()
+
+    def hold(self) -> None:
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def cut(self) -> None:
+        for s in list(self._socks):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def _serve(self, c: socket.socket) -> None:
+        if not self._gate.is_set():
+            self.waiting.append(c)
+            self._gate.wait(30)
+        up = socket.create_connection(("127.0.0.1", self.target), timeout=30)
+        self._socks += [c, up]
+        pipe(c, up)
+
+    def close(self) -> None:
+        self.release()
+        super().close()
+
+
 class FakeProxy(Listener):
     """A forward proxy: CONNECT host:port tunnels bytes both ways; an absolute-form request is
     answered 200 with the request line as body, or, with `forward`, passed on to its server (in
@@ -163,22 +220,7 @@ class FakeProxy(Listener):
         host, port = target.rsplit(":", 1)
         up = socket.create_connection((host, int(port)), timeout=30)
         c.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        socks = [c, up]
-        while True:
-            r, _, _ = select.select(socks, [], [], 30)
-            if not r:
-                break
-            done = False
-            for s in r:
-                data = s.recv(65536)
-                if not data:
-                    done = True
-                    break
-                (up if s is c else c).sendall(data)
-            if done:
-                break
-        c.close()
-        up.close()
+        pipe(c, up)
 
     def _pass_on(self, c: socket.socket, f, method: str, target: str, heads: List[str]) -> None:
         parts = urllib.parse.urlsplit(target)

@@ -316,3 +316,25 @@ def test_a_request_sent_on_a_kept_connection_is_never_sent_again(served):
     finally:
         pool.close()
         server.close()
+
+
+def test_an_exchange_aborted_before_its_request_is_written_is_never_sent():
+    # a cancel that lands while the connection opens (TCP, TLS, proxy CONNECT): the watcher
+    # aborts it as soon as it is open. http.client would open a new socket by itself and send
+    # the request on it; on a kept connection, the failed write would send it on a new one
+    server, pool = RawServer(), abstract._HttpPool()
+    try:
+        with pytest.raises(abstract.HttpError, match="the request to .* was cancelled"):
+            abstract.http_request("POST", server.url, {}, b"1", environ={},
+                                  watch=lambda stop: stop())
+        assert server.requests == 0
+        assert post(server.url, pool, b"2") == b"2"  # kept in the pool
+        once = []  # (only the first connection is aborted: nothing is sent on another one)
+        with pytest.raises(abstract.HttpError, match="was cancelled"):
+            abstract.http_request("POST", server.url, {}, b"3", environ={}, pool=pool,
+                                  watch=lambda stop: once or once.append(stop()))
+        assert server.requests == 1 and not any(pool._idle.values())
+        assert post(server.url, pool, b"4") == b"4"
+    finally:
+        pool.close()
+        server.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WAIT, text_of, wait_for
-from httpfake import FakeHTTP, FakeProxy, reply, self_signed, server_tls
+from httpfake import FakeHTTP, FakeProxy, Relay, reply, self_signed, server_tls
 
 EVERYTHING = (Path(os.environ.get("ABSTRACT_REALSERVERS_HOME") or Path.home() / ".cache" / "abstract-realservers")
               / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
@@ -379,6 +379,34 @@ def test_32_calls_in_flight_block_neither_a_cancel_nor_the_calls_after_them(worl
         assert text_of(p.wait_response(rid)["result"]) == "released"
     assert f.calls.count("hang") == 97  # each sent once
     assert len(f.posted("notifications/cancelled")) == 1
+
+
+def test_a_call_cancelled_while_its_connection_opens_is_never_sent(world, fake_mcp, tmp_path):
+    """The client cancels a call while its connection is still opening (a TLS handshake held
+    up by a relay; a proxy CONNECT or a slow TCP connect alike): the connection is closed once
+    open, and the call is sent neither on it nor on another one."""
+    cert = self_signed(tmp_path)
+    f = fake_mcp(tls=server_tls(cert))
+    relay = Relay(f.http.port)
+    try:
+        url = f"https://127.0.0.1:{relay.port}/mcp"
+        p = start_abstract(world, {"fake": {"type": "http", "url": url}}, SSL_CERT_FILE=str(cert))
+        assert text_of(up(p, "fake", "ok")) == "fine"
+        wait_for(lambda: [m for m, _, _, _ in f.http.seen if m == "GET"], what="the GET stream")
+        relay.hold()
+        relay.cut()  # the connections kept alive end: the next call opens a new one
+        rid = p.send_request("tools/call", {"name": "call_tool", "arguments": {
+            "server": "fake", "tool_name": "hang", "tool_args": {}}})
+        wait_for(lambda: len(relay.waiting) == 1, what="the call's connection opening")
+        p.notify("notifications/cancelled", {"requestId": rid, "reason": "test"})
+        # (the cancel is noted before it is POSTed, on a connection of its own)
+        wait_for(lambda: len(relay.waiting) == 2, what="the cancel's connection opening")
+        relay.release()
+        wait_for(lambda: f.posted("notifications/cancelled"), what="the cancel POSTed")
+        assert text_of(up(p, "fake", "ok")) == "fine"
+        assert f.calls == ["ok", "ok"] and not p.has_response(rid)
+    finally:
+        relay.close()
 
 
 def test_sequential_calls_keep_one_connection_alive(world, fake_mcp):
