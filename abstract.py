@@ -5895,8 +5895,8 @@ class _HttpTransport:
                 return
             if msg.get("method") == "initialize" and resp.header("Mcp-Session-Id"):
                 self.session_id = resp.header("Mcp-Session-Id")
-            if msg.get("method") == "server/discover" and 400 <= resp.status < 500:
-                return self._probe_refused(resp, first, mid)
+            if msg.get("method") == "server/discover":
+                return self._probe_answer(resp, first, mid)
             if resp.status in (400, 404, 405) and first and self.mode == "auto":
                 raw = self._small_body(resp)
                 if self._rpc_error(raw) is None:  # not an MCP server's JSON-RPC error: try HTTP+SSE
@@ -5922,17 +5922,32 @@ class _HttpTransport:
                             f"Content-Type {resp.content_type or '(none)'!r} from {self.where()}, "
                             f"not JSON or an SSE stream")
 
-    def _probe_refused(self, resp: HttpResponse, first: bool, mid: Any) -> None:
-        """A 4xx to the server/discover probe (2026-07-28 spec, transports/streamable-http#
-        backward-compatibility): a JSON-RPC error in the body is the server's own (-32022 names
-        the versions it speaks); anything else marks a handshake-era server, and initialize
-        follows (and after it, for an entry without a type, HTTP+SSE, as for a first POST)."""
-        raw = self._small_body(resp)
-        if self._rpc_error(raw) is not None or self._conn is None:
-            return self._refused(resp, raw, mid)
-        self._first = first
-        self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} to "
-                                                         f"server/discover"))
+    def _probe_answer(self, resp: HttpResponse, first: bool, mid: Any) -> None:
+        """The answer to the server/discover probe (2026-07-28 spec, basic/versioning#backward-
+        compatibility-with-initialization-based-versions): its result, or a JSON-RPC error, is
+        the server's own (-32022 names the versions it speaks); anything else (a 4xx or 5xx
+        without a JSON-RPC error, a body that is not the answer, another Content-Type) marks a
+        handshake-era server, and initialize follows (and after it, for an entry without a
+        type, HTTP+SSE, as for a first POST). No connection, no answer in time or a login
+        needed is no answer: raised, it fails the probe."""
+        if resp.status < 300 and resp.content_type == "text/event-stream":
+            return self._read_stream(resp, mid)
+        raw = b""
+        if resp.status >= 300:
+            raw = self._small_body(resp)
+        elif resp.content_type == "application/json":
+            raw = resp.read(self.max_message)
+        answer = self._json(raw)
+        if (resp.status < 300 and isinstance(answer, dict) and answer.get("id") == mid
+                and ("result" in answer or "error" in answer)):
+            self._deliver_bytes(raw, mid)
+        elif self._rpc_error(raw) is not None or self._conn is None:
+            self._refused(resp, raw, mid)
+        else:
+            self._first = first
+            ctype = resp.content_type or "no Content-Type"
+            self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} "
+                                                             f"({ctype}) to server/discover"))
 
     def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
         """Register how to abort a request whose answer is awaited (its connection is open), so
@@ -5961,11 +5976,16 @@ class _HttpTransport:
             return b""
 
     @staticmethod
-    def _rpc_error(raw: bytes) -> Optional[dict]:
+    def _json(raw: bytes) -> Any:
+        """`raw` parsed, or None if it is not JSON."""
         try:
-            doc = json.loads(raw)
+            return json.loads(raw, parse_constant=_no_nan)
         except (ValueError, RecursionError):
             return None
+
+    @classmethod
+    def _rpc_error(cls, raw: bytes) -> Optional[dict]:
+        doc = cls._json(raw)
         return doc if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else None
 
     def _refused(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:

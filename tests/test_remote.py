@@ -232,7 +232,7 @@ def test_server_everything_remote(world, serve, mode, path):
 
 class FakeMcp:
     """A scripted handshake-era Streamable HTTP server (stdlib): JSON answers, a session id, 405
-    to GET, 400 to the 2026-07-28 probe;
+    to GET, 400 to the 2026-07-28 probe (or `discover`: (status, body, Content-Type));
     tools: ok, boom (HTTP 500), cut (an SSE stream that ends before the answer), hang (never
     answers until the test ends), resume (an SSE stream cut after an event with an id: the
     answer comes on the GET that resumes it with Last-Event-ID)."""
@@ -240,7 +240,8 @@ class FakeMcp:
     TOOLS = [{"name": n, "inputSchema": {"type": "object"}}
              for n in ("ok", "boom", "cut", "hang", "resume")]
 
-    def __init__(self, tls=None) -> None:
+    def __init__(self, tls=None, discover=None) -> None:
+        self.discover = discover
         self.calls = []
         self.resumable = []  # the id of the call whose answer the resuming GET brings
         self.release = threading.Event()
@@ -279,6 +280,8 @@ class FakeMcp:
             return reply(r, 202, b"")
         answer = lambda result: reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode(),
                                       headers={"Mcp-Session-Id": "sess-1"})
+        if method == "server/discover" and self.discover:
+            return reply(r, *self.discover)
         if method == "server/discover":  # a handshake-era server, as the TypeScript SDK answers
             return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                 "code": -32000, "message": "Bad Request: Server not initialized"}}).encode())
@@ -407,6 +410,25 @@ def test_a_call_cancelled_while_its_connection_opens_is_never_sent(world, fake_m
         assert f.calls == ["ok", "ok"] and not p.has_response(rid)
     finally:
         relay.close()
+
+
+@pytest.mark.parametrize("status,body,ctype", [
+    (500, b"Internal Server Error", "text/plain"), (503, b'{"detail": "busy"}', "application/json"),
+    (200, b"<html>welcome</html>", "text/html"), (200, b'{"ok": true}', "application/json"),
+    (200, b'{"jsonrpc": "2.0", "id": 999, "result": {}}', "application/json"),
+    (202, b"", "application/json")], ids=["500", "503-json", "200-html", "200-not-jsonrpc",
+                                          "200-another-id", "202"])
+def test_any_other_answer_to_the_probe_is_a_handshake_era_server(world, fake_mcp, status, body,
+                                                                   ctype):
+    """2026-07-28 spec, versioning#backward-compatibility: only a result or a JSON-RPC error to
+    server/discover is the answer of a modern server; anything else (a 5xx, a page, a body that
+    is not the answer) identifies a handshake-era server, spoken to after initialize."""
+    f = fake_mcp(discover=(status, body, ctype))
+    p = start_abstract(world, {"fake": {"type": "http", "url": f.url}},
+                       settings={"servers": {"fake": {"startup_timeout_seconds": 5}}})
+    assert text_of(up(p, "fake", "ok")) == "fine"
+    posted = [json.loads(b).get("method") for m, _, _, b in f.http.seen if m == "POST"]
+    assert posted[:2] == ["server/discover", "initialize"], posted
 
 
 def test_sequential_calls_keep_one_connection_alive(world, fake_mcp):
