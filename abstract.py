@@ -6195,6 +6195,12 @@ def _hard_kill(proc: Any) -> None:
         pass
 
 
+class _ProbeFatal(UpstreamError):
+    """A stdio server of unknown era that exited on the server/discover probe (many hand-rolled
+    handshake-era servers exit on a method they do not know): Upstream._start starts it again,
+    once, straight to initialize."""
+
+
 class _Listen:
     """A 2026-07-28 run's subscriptions/listen (one per run): its request's id and future, and
     what the server acknowledged (basic/patterns/subscriptions in the 2026-07-28 spec)."""
@@ -6486,6 +6492,20 @@ class Upstream:
         return f"server '{self.name}' is not available: Abstract is shutting down"
 
     def _start(self) -> _Run:
+        """Start a run (_start_run); a server of unknown era that exits on the server/discover
+        probe is taken for a handshake-era one and started again at once, going straight to
+        initialize (once: the era is then known), its first exit not counted as a crash."""
+        crashes, retry_at, error = self._quick_crashes, self._retry_at, self.last_error
+        try:
+            return self._start_run()
+        except _ProbeFatal as e:
+            _log.warning("%s: exited on the server/discover probe (%s); taken for a handshake-era "
+                         "server and started again", self.name, e.message[:1000])
+            self.era = "legacy"
+            self._quick_crashes, self._retry_at, self.last_error = crashes, retry_at, error
+            return self._start_run()
+
+    def _start_run(self) -> _Run:
         """Start a run and complete the MCP handshake with it: the run, or UpstreamError.
 
         1. Spawn the process (in a process group of its own) and drain its stderr.
@@ -6533,6 +6553,9 @@ class Upstream:
             self._stop(run, f"server '{self.name}' waits for a login")
             self.last_error = e.message
             raise _LoginNeeded(e.message) from None
+        except _ProbeFatal:
+            self._stop(run, f"server '{self.name}' exited on the server/discover probe")
+            raise
         except RpcError as e:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
@@ -6747,7 +6770,8 @@ class Upstream:
         2. Probe with server/discover first (_discover), unless this server was found to be of
            the handshake era before: a server that lists 2026-07-28 is spoken to in that era.
            On stdio a silent server is taken for a handshake-era one after _PROBE_S (every
-           real one measured answers at once: docs/reference/protocol.md).
+           real one measured answers at once: docs/reference/protocol.md); one that exits on
+           the probe, when its era is not known yet, is started again by _start (_ProbeFatal).
         3. Otherwise initialize in the newest handshake-era version; the upstream answers with
            its own, and notifications/initialized completes the handshake.
         4. An initialize refused by a server not probed (the cached era was wrong), or refused
@@ -6762,8 +6786,13 @@ class Upstream:
         probed = self.era != "legacy" and not sse
         if probed:
             wait = limit if self.spec.remote or self.era else min(limit, _PROBE_S)
-            if self._discover(run, wait):
-                return
+            try:
+                if self._discover(run, wait):
+                    return
+            except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
+                if self.spec.remote or self.era or e.code == REQUEST_TIMEOUT:
+                    raise
+                raise _ProbeFatal(e.message) from None
         caps = self._client.offered()
         params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": caps,
                   "clientInfo": {"name": _SERVER_NAME, "version": __version__}}

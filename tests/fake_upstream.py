@@ -181,6 +181,9 @@ def _options(argv: list) -> argparse.Namespace:
                          "seconds, and initialize gets -32022 naming 2026-07-28, as the SDK's server does")
     ap.add_argument("--silent-probe", action="store_true",
                     help="a handshake-era server that never answers server/discover (noted in the state file)")
+    ap.add_argument("--exit-on-probe", action="store_true",
+                    help="a handshake-era server that exits on server/discover, as hand-rolled ones "
+                         "exit on any method they do not know (noted in the state file)")
     ap.add_argument("--unknown-id", action="store_true", help="send one response with an unknown id")
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
     ap.add_argument("--spawn-child", action="store_true", help="leave a child that holds stdout open")
@@ -369,6 +372,9 @@ class Fake:
         self.state(event="discover")
         if self.opts.silent_probe:
             return
+        if self.opts.exit_on_probe:
+            _stderr("fake: unknown method server/discover")
+            os._exit(1)
         if self.opts.slow_probe:
             delay, self.opts.slow_probe = self.opts.slow_probe, -1.0  # (-1: still refuse initialize)
             if delay > 0:
