@@ -162,6 +162,8 @@ _PROBE_S = 5.0
 _LISTEN_ACK_S = 10.0  # subscriptions/listen: the server's acknowledgment is awaited this long
 _LISTEN_REOPENS = 5  # a dropped subscription is reopened this often in a row, then given up
 _LISTEN_BACKOFF_MAX_S = 30.0  # ... after 2, 4, 8 ... seconds, at most this
+_LISTEN_LATE_ACK_S = 1.0  # an acknowledgment may reach Abstract after its stream's end
+_LISTEN_STEADY_S = 60.0  # ... and only one that lasted this long ends the row (resets the count)
 _WINDOWS = sys.platform == "win32"
 _MACOS = sys.platform == "darwin"
 
@@ -6205,12 +6207,13 @@ class _Listen:
     """A 2026-07-28 run's subscriptions/listen (one per run): its request's id and future, and
     what the server acknowledged (basic/patterns/subscriptions in the 2026-07-28 spec)."""
 
-    __slots__ = ("id", "fut", "acked", "ack_id", "tools")
+    __slots__ = ("id", "fut", "acked", "got", "ack_id", "tools")
 
     def __init__(self) -> None:
         self.id: Optional[int] = None
         self.fut: Optional[Future] = None
         self.acked = threading.Event()  # set by the acknowledgment, or by the request's end
+        self.got = threading.Event()  # set by the acknowledgment only
         self.ack_id: Any = None  # the subscription id the acknowledgment named
         self.tools = False  # the server agreed to send notifications/tools/list_changed
 
@@ -6438,6 +6441,9 @@ class Upstream:
         self._environ = dict(os.environ if environ is None else environ)
         self._tools: Optional[List[dict]] = None
         self._tools_gen = 0  # bumped by list_changed: a listing begun before it is not kept
+        # the last list asked for, cached or not (a 2026-07-28 server's whose subscription keeps
+        # dropping is never cached): what a dropped subscription's reopen compares with
+        self._tools_seen: Optional[List[dict]] = None
         self.protocol_version = ""
         self.modern = False
         # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
@@ -6895,19 +6901,19 @@ class Upstream:
                 return
         self._tools_gen += 1  # (only this run's reader thread, _subscribe and _start write it)
         self._tools = None
-        if self.on_tools_changed is not None:
-            self.on_tools_changed(self.name)
+        self._tell_tools_changed()
 
     def _on_acknowledged(self, params: Any, run: _Run) -> None:
         """notifications/subscriptions/acknowledged: what the server agreed to send."""
         sub = run.listen
         meta = params.get("_meta") if isinstance(params, dict) else None
         sid = meta.get(_META_SUBSCRIPTION) if isinstance(meta, dict) else None
-        if sub is None or sub.acked.is_set() or (sub.id is not None and sid != sub.id):
+        if sub is None or sub.got.is_set() or (sub.id is not None and sid != sub.id):
             return
         got = params.get("notifications")  # type: ignore[union-attr]
         sub.tools = isinstance(got, dict) and got.get("toolsListChanged") is True
         sub.ack_id = sid
+        sub.got.set()
         sub.acked.set()
 
     def _watched(self) -> bool:
@@ -6929,35 +6935,37 @@ class Upstream:
            (Upstream.tools) until it tells of a change; without that agreement, or when the
            server refuses subscriptions/listen with an error, the list is asked for each time.
         2. It ends with the run (the stream closed on HTTP, notifications/cancelled on stdio:
-           _Run.end_input). Ended otherwise (dropped, or no acknowledgment), it is reopened
-           after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS times in
-           a row; a dropped one may have missed a change, so the list is dropped and the client
-           told, as for a list_changed.
+           _Run.end_input). Ended otherwise (dropped, answered, or no acknowledgment), it is
+           reopened after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS
+           times in a row; only one that lasted _LISTEN_STEADY_S ends the row (a server or proxy
+           that acknowledges and then cuts every stream at once is not reopened forever).
+        3. A dropped one may have missed a change: the cached list is dropped, and once the
+           new subscription is acknowledged the list is asked for again and the client told only
+           if it differs from the last one asked for before the drop (or none was). A reopen
+           that fails tells the client at once: nothing tells of changes any more.
         """
         fails, ack_s = 0, min(_LISTEN_ACK_S, self.settings.startup_timeout(self.name))
+        # after a drop, until its reopen is acknowledged: [the last list asked for before it]
+        missed: Optional[List[Optional[List[dict]]]] = None
         while self._listening(run):
-            sub = run.listen = _Listen()  # 1.
-            mid, fut = run.conn.request(  # type: ignore[union-attr]
-                "subscriptions/listen", self._params({"notifications": {"toolsListChanged": True}}))
-            sub.id, sub.fut = mid, fut
-            fut.add_done_callback(lambda _f, s=sub: s.acked.set())
-            sub.acked.wait(ack_s)
-            acked = sub.ack_id == mid  # (and maybe already ended: then a drop, as below)
+            fut, acked = self._open_subscription(run, ack_s)  # 1.
             if acked:
-                fails = 0
-                if not sub.tools:
+                since = time.monotonic()
+                if not run.listen.tools:  # type: ignore[union-attr]
                     _log.info("%s: its subscription does not tell of tool changes: its tool list "
                               "is asked for each time", self.name)
+                if missed is not None:  # 3.
+                    self._recheck_tools(missed[0])
+                    missed = None
                 while not fut.done() and self._listening(run):  # 2.
                     futures_wait([fut], 30.0)
-            elif not fut.done():
-                _log.warning("%s: no acknowledgment of subscriptions/listen within %g s; "
-                             "cancelled", self.name, ack_s)
-                run.conn.notify("notifications/cancelled",  # type: ignore[union-attr]
-                                {"requestId": mid, "reason": "no acknowledgment"})
-                run.conn.forget(mid)  # type: ignore[union-attr]
+                if time.monotonic() - since >= _LISTEN_STEADY_S:
+                    fails = 0
             if not self._listening(run):
                 return
+            if not acked and missed is not None:  # 3. the reopen failed
+                missed = None
+                self._tell_tools_changed()
             refused = fut.done() and fut.exception() is not None
             if refused and not isinstance(fut.exception(), UpstreamError):
                 _log.info("%s: refused subscriptions/listen (%s): its tool list is asked for each "
@@ -6966,15 +6974,57 @@ class Upstream:
             if acked:
                 _log.info("%s: its subscription ended (%s); reopening", self.name,
                           "answered" if fut.exception() is None else fut.exception())
-                self._on_tools_changed(None)
+                missed = [self._tools_seen]
+                self._tools_gen += 1  # (as for a list_changed, without telling the client yet)
+                self._tools = None
             fails += 1
             if fails > _LISTEN_REOPENS:
                 _log.warning("%s: subscriptions/listen failed %d times in a row; tool changes are "
                              "no longer listened for (its tool list is asked for each time)",
                              self.name, fails)
+                if missed is not None:
+                    self._tell_tools_changed()
                 return
             if self._listen_stop.wait(min(2.0 ** fails, _LISTEN_BACKOFF_MAX_S)):
                 return
+
+    def _open_subscription(self, run: _Run, ack_s: float) -> Tuple[Future, bool]:
+        """Open a subscription and await its acknowledgment: its future, and whether it was
+        acknowledged (maybe ended since). One not acknowledged within ack_s is cancelled."""
+        sub = run.listen = _Listen()
+        mid, fut = run.conn.request(  # type: ignore[union-attr]
+            "subscriptions/listen", self._params({"notifications": {"toolsListChanged": True}}))
+        sub.id, sub.fut = mid, fut
+        fut.add_done_callback(lambda _f: sub.acked.set())
+        sub.acked.wait(ack_s)
+        if fut.done() and not sub.got.is_set():
+            # HTTP: a stream that ends right after its acknowledgment fails the request at once,
+            # while the acknowledgment may still wait for the session's reader thread
+            sub.got.wait(_LISTEN_LATE_ACK_S)
+        if sub.ack_id != mid and not fut.done():
+            _log.warning("%s: no acknowledgment of subscriptions/listen within %g s; cancelled",
+                         self.name, ack_s)
+            run.conn.notify("notifications/cancelled",  # type: ignore[union-attr]
+                            {"requestId": mid, "reason": "no acknowledgment"})
+            run.conn.forget(mid)  # type: ignore[union-attr]
+        return fut, sub.ack_id == mid
+
+    def _recheck_tools(self, before: Optional[List[dict]]) -> None:
+        """After a dropped subscription was reopened: the client is told of a change only if
+        the tool list differs from `before` (the last one asked for before the drop; None:
+        none was)."""
+        try:
+            now: Optional[List[dict]] = self.tools()
+        except Error as e:
+            _log.info("%s: its tool list could not be asked for after its subscription was "
+                      "reopened: %s", self.name, e)
+            now = None
+        if before is None or now != before:
+            self._tell_tools_changed()
+
+    def _tell_tools_changed(self) -> None:
+        if self.on_tools_changed is not None:
+            self.on_tools_changed(self.name)
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
@@ -7020,6 +7070,7 @@ class Upstream:
         self._current()  # (a start resets the list: read the generation after it)
         gen = self._tools_gen
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
+        self._tools_seen = tools
         # no list_changed (or new run) meanwhile: the list is current; a 2026-07-28 server's is
         # kept only while a subscription tells of changes (_subscribe)
         if self._tools_gen == gen and (not self.modern or self._watched()):
