@@ -6223,7 +6223,8 @@ class _Run:
 
     A run's teardown touches only that run, so stopping one (after a stall, a failed handshake,
     or at shutdown) can never reach the run started after it. Stopping is done in steps
-    (end_input, then signal) so that _stop_runs can take several runs through each step at once.
+    (end_listen, end_input, then signal) so that _stop_runs can take several runs through each
+    step at once.
     """
 
     def __init__(self, name: str, proc: Any, started: float) -> None:
@@ -6284,16 +6285,25 @@ class _Run:
         return _exit_text(code)
 
     # -- stopping, in steps
-    def end_input(self, reason: str) -> None:
-        """Step 1: end its subscription (stdio: notifications/cancelled, written before the
-        input closes), close its stdin (a well-behaved server exits), and fail the calls waiting
-        on it at once: nobody is left to read their answers."""
+    def end_listen(self) -> bool:
+        """Step 0: end its subscription (stdio: notifications/cancelled, handed to the writer,
+        which stops once it is written); True if there was one (end_input waits for the writer)."""
         self.ending = True
         sub = self.listen
-        if sub is not None and sub.id is not None and self.conn is not None:
-            self.conn.notify("notifications/cancelled", {"requestId": sub.id,
-                                                         "reason": "Abstract is shutting down"})
-            self.conn.finish(_STOP_EOF_S / 4)  # the writer flushes it (bounded), then stops
+        if sub is None or sub.id is None or self.conn is None:
+            return False
+        self.conn.notify("notifications/cancelled", {"requestId": sub.id,
+                                                     "reason": "Abstract is shutting down"})
+        self.conn.finish(0)
+        return True
+
+    def end_input(self, reason: str, flush_by: float = 0.0) -> None:
+        """Step 1: wait (until `flush_by`, a time.monotonic() deadline) for the writer to write
+        what end_listen queued, close its stdin (a well-behaved server exits), and fail the
+        calls waiting on it at once: nobody is left to read their answers."""
+        self.ending = True
+        if self.conn is not None and flush_by:
+            self.conn.finish(flush_by - time.monotonic())
         try:
             self.proc.stdin.close()
         except (OSError, ValueError):
@@ -6345,7 +6355,11 @@ class _HttpRun(_Run):
     def exit_text(self) -> str:
         return self.transport.reason
 
-    def end_input(self, reason: str) -> None:
+    def end_listen(self) -> bool:
+        self.ending = True  # (its subscription's stream is closed with the transport)
+        return False
+
+    def end_input(self, reason: str, flush_by: float = 0.0) -> None:
         self.ending = True
         if self.conn is not None:
             self.conn.fail_pending(reason)
@@ -6373,12 +6387,15 @@ def _signal_all(step: Callable[[Any], None], runs: List[_Run]) -> None:
 
 
 def _stop_runs(runs: List[_Run], reason: str) -> None:
-    """Stop runs together: close every stdin at once, then SIGTERM the process groups still
-    running, then SIGKILL them. Each step waits for all runs against one deadline, so stopping
-    ten stubborn servers takes as long as stopping one: at most
-    _STOP_EOF_S + _STOP_TERM_S + _STOP_KILL_S."""
-    for run in runs:
-        run.end_input(reason)
+    """Stop runs together: end every subscription (a cancel each, written within one shared
+    _STOP_EOF_S / 4), close every stdin at once, then SIGTERM the process groups still running,
+    then SIGKILL them. Each step waits for all runs against one deadline, so stopping ten
+    stubborn servers takes as long as stopping one: at most
+    _STOP_EOF_S * 1.25 + _STOP_TERM_S + _STOP_KILL_S."""
+    listening = [run.end_listen() for run in runs]
+    flush_by = time.monotonic() + _STOP_EOF_S / 4 if any(listening) else 0.0
+    for run, flush in zip(runs, listening):
+        run.end_input(reason, flush_by if flush else 0.0)
     left = list(runs)
     for step, wait in ((None, _STOP_EOF_S), (_terminate, _STOP_TERM_S), (_hard_kill, _STOP_KILL_S)):
         if step is not None:
@@ -6935,7 +6952,7 @@ class Upstream:
            (Upstream.tools) until it tells of a change; without that agreement, or when the
            server refuses subscriptions/listen with an error, the list is asked for each time.
         2. It ends with the run (the stream closed on HTTP, notifications/cancelled on stdio:
-           _Run.end_input). Ended otherwise (dropped, answered, or no acknowledgment), it is
+           _Run.end_listen). Ended otherwise (dropped, answered, or no acknowledgment), it is
            reopened after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS
            times in a row; only one that lasted _LISTEN_STEADY_S ends the row (a server or proxy
            that acknowledges and then cuts every stream at once is not reopened forever).
