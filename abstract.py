@@ -6797,9 +6797,11 @@ class Upstream:
            the probe, when its era is not known yet, is started again by _start (_ProbeFatal).
         3. Otherwise initialize in the newest handshake-era version; the upstream answers with
            its own, and notifications/initialized completes the handshake.
-        4. An initialize refused by a server not probed (the cached era was wrong), or refused
+        4. An initialize refused by a server not probed (the cached era was wrong), refused
            with -32022 (a slow server answered the probe after its wait: it speaks 2026-07-28
-           now), is followed by one probe; the first error stands if that fails too.
+           now), or refused after a probe that got no answer (a slow 2026-07-28-only server,
+           an npx download, may refuse it with any code), is followed by one probe; the first
+           error stands if that fails too.
         """
         conn: Connection = run.conn  # type: ignore[assignment]
         limit = self.settings.startup_timeout(self.name)
@@ -6807,11 +6809,14 @@ class Upstream:
         # (HTTP+SSE, 2024-11-05, has no 2026-07-28 era: nothing to probe)
         sse = isinstance(run, _HttpRun) and run.transport.mode == "sse"
         probed = self.era != "legacy" and not sse
+        silent = False  # the probe got no answer in time
         if probed:
             wait = limit if self.spec.remote or self.era else min(limit, _PROBE_S)
             try:
-                if self._discover(run, wait):
+                found = self._discover(run, wait)
+                if found:
                     return
+                silent = found is None
             except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
                 if self.spec.remote or self.era or e.code == REQUEST_TIMEOUT:
                     raise
@@ -6824,8 +6829,10 @@ class Upstream:
         except UpstreamError:
             raise
         except RpcError as first:
-            if (sse or (probed and first.code != UNSUPPORTED_VERSION)
-                    or not self._discover(run, limit)):
+            late = first.code == UNSUPPORTED_VERSION or not probed
+            # (after a silent probe the server is up now: a modern one answers a probe at once)
+            if (sse or not (late or silent)
+                    or not self._discover(run, limit if late else min(limit, _PROBE_S))):
                 raise first
             return
         if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
@@ -6836,12 +6843,13 @@ class Upstream:
         self.capabilities = caps if isinstance(caps, dict) else {}
         conn.notify("notifications/initialized")
 
-    def _discover(self, run: _Run, wait: float) -> bool:
+    def _discover(self, run: _Run, wait: float) -> Optional[bool]:
         """The server/discover probe: True when the server speaks a 2026-07-28 version Abstract
         speaks (adopted), False when it is of the handshake era: any error that is not -32022
-        with a `supported` list, a result listing no modern version Abstract speaks, or, on
-        stdio, no answer within `wait`. -32022 naming another modern version of Abstract's is
-        retried once with it; one naming only versions Abstract does not speak is an error."""
+        with a `supported` list, or a result listing no modern version Abstract speaks; None
+        (taken for the handshake era too) when, on stdio, no answer came within `wait`. -32022
+        naming another modern version of Abstract's is retried once with it; one naming only
+        versions Abstract does not speak is an error."""
         conn: Connection = run.conn  # type: ignore[assignment]
         version = MODERN_VERSIONS[0]
         for attempt in range(2):
@@ -6852,7 +6860,7 @@ class Upstream:
                 if e.code == REQUEST_TIMEOUT and not self.spec.remote:
                     _log.info("%s: no answer to server/discover within %g s: taken for a "
                               "handshake-era server", self.name, wait)
-                    return False
+                    return None
                 raise
             except RpcError as e:
                 supported = e.data.get("supported") if isinstance(e.data, dict) else None

@@ -140,11 +140,13 @@ def test_a_server_that_exits_on_the_probe_is_started_again_and_never_probed_agai
     assert len(world.events("naive", "initialize")) == 2
 
 
-def test_a_2026_server_that_answers_the_probe_too_late_is_probed_again(world):
+@pytest.mark.parametrize("refusal", ["-32022", "-32601"])
+def test_a_2026_server_that_answers_the_probe_too_late_is_probed_again(world, refusal):
     """stdio: a dual-era server slow to start answers the probe after Abstract stopped waiting,
-    and, serving 2026-07-28 from then on, refuses initialize with -32022: Abstract probes once
-    more (at once, not after a crash) and speaks 2026-07-28, as the SDK's own client does."""
-    world.fake("slow", "--modern-only", "--slow-probe", "4")
+    and, serving 2026-07-28 from then on, refuses initialize with -32022 (or, a modern-only one,
+    with any other code): Abstract probes once more (at once, not after a crash) and speaks
+    2026-07-28, as the SDK's own client does."""
+    world.fake("slow", "--modern-only", "--slow-probe", "4", "--init-refusal", refusal)
     world.settings = {"servers": {"slow": {"startup_timeout_seconds": 2}}}
     proxy = world.start()
     assert text_of(proxy.upstream("slow", "echo", {"text": "hi"})) == "hi"
