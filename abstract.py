@@ -4052,7 +4052,8 @@ class _TokenStore:
     def locked(self, name: str) -> Iterator[None]:
         """`name`'s login to this thread alone: other threads wait for its lock, other processes
         for the lock file next to its file (<file>.lock, 0600). Reentrant. A wait longer than
-        _OAUTH_LOCK_S raises _AuthError."""
+        _OAUTH_LOCK_S, for both together, raises _AuthError."""
+        deadline = time.monotonic() + _OAUTH_LOCK_S
         with self._guard:
             lock = self._locks.setdefault(name, threading.RLock())
         if not lock.acquire(timeout=_OAUTH_LOCK_S):
@@ -4062,7 +4063,7 @@ class _TokenStore:
             if name in self._held:  # this thread has it already
                 yield
                 return
-            fd = self._lock_file(name)
+            fd = self._lock_file(name, deadline)
             self._held.add(name)
             try:
                 yield
@@ -4072,7 +4073,9 @@ class _TokenStore:
         finally:
             lock.release()
 
-    def _lock_file(self, name: str) -> int:
+    def _lock_file(self, name: str, deadline: float) -> int:
+        """The lock file, locked by this process before `deadline` (time.monotonic()), or
+        _AuthError."""
         path = self._path(name).with_suffix(".lock")
         self._folder()
         try:
@@ -4080,7 +4083,6 @@ class _TokenStore:
         except OSError as e:
             raise _AuthError(f"{name}: cannot open the lock file {path}: "
                              f"{e.strerror or e}") from None
-        deadline = time.monotonic() + _OAUTH_LOCK_S
         waited = False
         while not _try_lock(fd):
             if not waited:
