@@ -162,6 +162,8 @@ _PROBE_S = 5.0
 _LISTEN_ACK_S = 10.0  # subscriptions/listen: the server's acknowledgment is awaited this long
 _LISTEN_REOPENS = 5  # a dropped subscription is reopened this often in a row, then given up
 _LISTEN_BACKOFF_MAX_S = 30.0  # ... after 2, 4, 8 ... seconds, at most this
+_LISTEN_LATE_ACK_S = 1.0  # an acknowledgment may reach Abstract after its stream's end
+_LISTEN_STEADY_S = 60.0  # ... and only one that lasted this long ends the row (resets the count)
 _WINDOWS = sys.platform == "win32"
 _MACOS = sys.platform == "darwin"
 
@@ -4062,7 +4064,8 @@ class _TokenStore:
     def locked(self, name: str) -> Iterator[None]:
         """`name`'s login to this thread alone: other threads wait for its lock, other processes
         for the lock file next to its file (<file>.lock, 0600). Reentrant. A wait longer than
-        _OAUTH_LOCK_S raises _AuthError."""
+        _OAUTH_LOCK_S, for both together, raises _AuthError."""
+        deadline = time.monotonic() + _OAUTH_LOCK_S
         with self._guard:
             lock = self._locks.setdefault(name, threading.RLock())
         if not lock.acquire(timeout=_OAUTH_LOCK_S):
@@ -4072,7 +4075,7 @@ class _TokenStore:
             if name in self._held:  # this thread has it already
                 yield
                 return
-            fd = self._lock_file(name)
+            fd = self._lock_file(name, deadline)
             self._held.add(name)
             try:
                 yield
@@ -4082,7 +4085,9 @@ class _TokenStore:
         finally:
             lock.release()
 
-    def _lock_file(self, name: str) -> int:
+    def _lock_file(self, name: str, deadline: float) -> int:
+        """The lock file, locked by this process before `deadline` (time.monotonic()), or
+        _AuthError."""
         path = self._path(name).with_suffix(".lock")
         self._folder()
         try:
@@ -4090,7 +4095,6 @@ class _TokenStore:
         except OSError as e:
             raise _AuthError(f"{name}: cannot open the lock file {path}: "
                              f"{e.strerror or e}") from None
-        deadline = time.monotonic() + _OAUTH_LOCK_S
         waited = False
         while not _try_lock(fd):
             if not waited:
@@ -6230,16 +6234,23 @@ def _hard_kill(proc: Any) -> None:
         pass
 
 
+class _ProbeFatal(UpstreamError):
+    """A stdio server of unknown era that exited on the server/discover probe (many hand-rolled
+    handshake-era servers exit on a method they do not know): Upstream._start starts it again,
+    once, straight to initialize."""
+
+
 class _Listen:
     """A 2026-07-28 run's subscriptions/listen (one per run): its request's id and future, and
     what the server acknowledged (basic/patterns/subscriptions in the 2026-07-28 spec)."""
 
-    __slots__ = ("id", "fut", "acked", "ack_id", "tools")
+    __slots__ = ("id", "fut", "acked", "got", "ack_id", "tools")
 
     def __init__(self) -> None:
         self.id: Optional[int] = None
         self.fut: Optional[Future] = None
         self.acked = threading.Event()  # set by the acknowledgment, or by the request's end
+        self.got = threading.Event()  # set by the acknowledgment only
         self.ack_id: Any = None  # the subscription id the acknowledgment named
         self.tools = False  # the server agreed to send notifications/tools/list_changed
 
@@ -6249,7 +6260,8 @@ class _Run:
 
     A run's teardown touches only that run, so stopping one (after a stall, a failed handshake,
     or at shutdown) can never reach the run started after it. Stopping is done in steps
-    (end_input, then signal) so that _stop_runs can take several runs through each step at once.
+    (end_listen, end_input, then signal) so that _stop_runs can take several runs through each
+    step at once.
     """
 
     def __init__(self, name: str, proc: Any, started: float) -> None:
@@ -6310,16 +6322,25 @@ class _Run:
         return _exit_text(code)
 
     # -- stopping, in steps
-    def end_input(self, reason: str) -> None:
-        """Step 1: end its subscription (stdio: notifications/cancelled, written before the
-        input closes), close its stdin (a well-behaved server exits), and fail the calls waiting
-        on it at once: nobody is left to read their answers."""
+    def end_listen(self) -> bool:
+        """Step 0: end its subscription (stdio: notifications/cancelled, handed to the writer,
+        which stops once it is written); True if there was one (end_input waits for the writer)."""
         self.ending = True
         sub = self.listen
-        if sub is not None and sub.id is not None and self.conn is not None:
-            self.conn.notify("notifications/cancelled", {"requestId": sub.id,
-                                                         "reason": "Abstract is shutting down"})
-            self.conn.finish(_STOP_EOF_S / 4)  # the writer flushes it (bounded), then stops
+        if sub is None or sub.id is None or self.conn is None:
+            return False
+        self.conn.notify("notifications/cancelled", {"requestId": sub.id,
+                                                     "reason": "Abstract is shutting down"})
+        self.conn.finish(0)
+        return True
+
+    def end_input(self, reason: str, flush_by: float = 0.0) -> None:
+        """Step 1: wait (until `flush_by`, a time.monotonic() deadline) for the writer to write
+        what end_listen queued, close its stdin (a well-behaved server exits), and fail the
+        calls waiting on it at once: nobody is left to read their answers."""
+        self.ending = True
+        if self.conn is not None and flush_by:
+            self.conn.finish(flush_by - time.monotonic())
         try:
             self.proc.stdin.close()
         except (OSError, ValueError):
@@ -6371,7 +6392,11 @@ class _HttpRun(_Run):
     def exit_text(self) -> str:
         return self.transport.reason
 
-    def end_input(self, reason: str) -> None:
+    def end_listen(self) -> bool:
+        self.ending = True  # (its subscription's stream is closed with the transport)
+        return False
+
+    def end_input(self, reason: str, flush_by: float = 0.0) -> None:
         self.ending = True
         if self.conn is not None:
             self.conn.fail_pending(reason)
@@ -6399,12 +6424,15 @@ def _signal_all(step: Callable[[Any], None], runs: List[_Run]) -> None:
 
 
 def _stop_runs(runs: List[_Run], reason: str) -> None:
-    """Stop runs together: close every stdin at once, then SIGTERM the process groups still
-    running, then SIGKILL them. Each step waits for all runs against one deadline, so stopping
-    ten stubborn servers takes as long as stopping one: at most
-    _STOP_EOF_S + _STOP_TERM_S + _STOP_KILL_S."""
-    for run in runs:
-        run.end_input(reason)
+    """Stop runs together: end every subscription (a cancel each, written within one shared
+    _STOP_EOF_S / 4), close every stdin at once, then SIGTERM the process groups still running,
+    then SIGKILL them. Each step waits for all runs against one deadline, so stopping ten
+    stubborn servers takes as long as stopping one: at most
+    _STOP_EOF_S * 1.25 + _STOP_TERM_S + _STOP_KILL_S."""
+    listening = [run.end_listen() for run in runs]
+    flush_by = time.monotonic() + _STOP_EOF_S / 4 if any(listening) else 0.0
+    for run, flush in zip(runs, listening):
+        run.end_input(reason, flush_by if flush else 0.0)
     left = list(runs)
     for step, wait in ((None, _STOP_EOF_S), (_terminate, _STOP_TERM_S), (_hard_kill, _STOP_KILL_S)):
         if step is not None:
@@ -6467,6 +6495,9 @@ class Upstream:
         self._environ = dict(os.environ if environ is None else environ)
         self._tools: Optional[List[dict]] = None
         self._tools_gen = 0  # bumped by list_changed: a listing begun before it is not kept
+        # the last list asked for, cached or not (a 2026-07-28 server's whose subscription keeps
+        # dropping is never cached): what a dropped subscription's reopen compares with
+        self._tools_seen: Optional[List[dict]] = None
         self.protocol_version = ""
         self.modern = False
         # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
@@ -6521,6 +6552,20 @@ class Upstream:
         return f"server '{self.name}' is not available: Abstract is shutting down"
 
     def _start(self) -> _Run:
+        """Start a run (_start_run); a server of unknown era that exits on the server/discover
+        probe is taken for a handshake-era one and started again at once, going straight to
+        initialize (once: the era is then known), its first exit not counted as a crash."""
+        crashes, retry_at, error = self._quick_crashes, self._retry_at, self.last_error
+        try:
+            return self._start_run()
+        except _ProbeFatal as e:
+            _log.warning("%s: exited on the server/discover probe (%s); taken for a handshake-era "
+                         "server and started again", self.name, e.message[:1000])
+            self.era = "legacy"
+            self._quick_crashes, self._retry_at, self.last_error = crashes, retry_at, error
+            return self._start_run()
+
+    def _start_run(self) -> _Run:
         """Start a run and complete the MCP handshake with it: the run, or UpstreamError.
 
         1. Spawn the process (in a process group of its own) and drain its stderr.
@@ -6568,6 +6613,9 @@ class Upstream:
             self._stop(run, f"server '{self.name}' waits for a login")
             self.last_error = e.message
             raise _LoginNeeded(e.message) from None
+        except _ProbeFatal:
+            self._stop(run, f"server '{self.name}' exited on the server/discover probe")
+            raise
         except RpcError as e:
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
@@ -6782,12 +6830,15 @@ class Upstream:
         2. Probe with server/discover first (_discover), unless this server was found to be of
            the handshake era before: a server that lists 2026-07-28 is spoken to in that era.
            On stdio a silent server is taken for a handshake-era one after _PROBE_S (every
-           real one measured answers at once: docs/reference/protocol.md).
+           real one measured answers at once: docs/reference/protocol.md); one that exits on
+           the probe, when its era is not known yet, is started again by _start (_ProbeFatal).
         3. Otherwise initialize in the newest handshake-era version; the upstream answers with
            its own, and notifications/initialized completes the handshake.
-        4. An initialize refused by a server not probed (the cached era was wrong), or refused
+        4. An initialize refused by a server not probed (the cached era was wrong), refused
            with -32022 (a slow server answered the probe after its wait: it speaks 2026-07-28
-           now), is followed by one probe; the first error stands if that fails too.
+           now), or refused after a probe that got no answer (a slow 2026-07-28-only server,
+           an npx download, may refuse it with any code), is followed by one probe; the first
+           error stands if that fails too.
         """
         conn: Connection = run.conn  # type: ignore[assignment]
         limit = self.settings.startup_timeout(self.name)
@@ -6795,10 +6846,18 @@ class Upstream:
         # (HTTP+SSE, 2024-11-05, has no 2026-07-28 era: nothing to probe)
         sse = isinstance(run, _HttpRun) and run.transport.mode == "sse"
         probed = self.era != "legacy" and not sse
+        silent = False  # the probe got no answer in time
         if probed:
             wait = limit if self.spec.remote or self.era else min(limit, _PROBE_S)
-            if self._discover(run, wait):
-                return
+            try:
+                found = self._discover(run, wait)
+                if found:
+                    return
+                silent = found is None
+            except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
+                if self.spec.remote or self.era or e.code == REQUEST_TIMEOUT:
+                    raise
+                raise _ProbeFatal(e.message) from None
         caps = self._client.offered()
         params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": caps,
                   "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
@@ -6807,8 +6866,10 @@ class Upstream:
         except UpstreamError:
             raise
         except RpcError as first:
-            if (sse or (probed and first.code != UNSUPPORTED_VERSION)
-                    or not self._discover(run, limit)):
+            late = first.code == UNSUPPORTED_VERSION or not probed
+            # (after a silent probe the server is up now: a modern one answers a probe at once)
+            if (sse or not (late or silent)
+                    or not self._discover(run, limit if late else min(limit, _PROBE_S))):
                 raise first
             return
         if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
@@ -6819,12 +6880,13 @@ class Upstream:
         self.capabilities = caps if isinstance(caps, dict) else {}
         conn.notify("notifications/initialized")
 
-    def _discover(self, run: _Run, wait: float) -> bool:
+    def _discover(self, run: _Run, wait: float) -> Optional[bool]:
         """The server/discover probe: True when the server speaks a 2026-07-28 version Abstract
         speaks (adopted), False when it is of the handshake era: any error that is not -32022
-        with a `supported` list, a result listing no modern version Abstract speaks, or, on
-        stdio, no answer within `wait`. -32022 naming another modern version of Abstract's is
-        retried once with it; one naming only versions Abstract does not speak is an error."""
+        with a `supported` list, or a result listing no modern version Abstract speaks; None
+        (taken for the handshake era too) when, on stdio, no answer came within `wait`. -32022
+        naming another modern version of Abstract's is retried once with it; one naming only
+        versions Abstract does not speak is an error."""
         conn: Connection = run.conn  # type: ignore[assignment]
         version = MODERN_VERSIONS[0]
         for attempt in range(2):
@@ -6835,7 +6897,7 @@ class Upstream:
                 if e.code == REQUEST_TIMEOUT and not self.spec.remote:
                     _log.info("%s: no answer to server/discover within %g s: taken for a "
                               "handshake-era server", self.name, wait)
-                    return False
+                    return None
                 raise
             except RpcError as e:
                 supported = e.data.get("supported") if isinstance(e.data, dict) else None
@@ -6901,19 +6963,19 @@ class Upstream:
                 return
         self._tools_gen += 1  # (only this run's reader thread, _subscribe and _start write it)
         self._tools = None
-        if self.on_tools_changed is not None:
-            self.on_tools_changed(self.name)
+        self._tell_tools_changed()
 
     def _on_acknowledged(self, params: Any, run: _Run) -> None:
         """notifications/subscriptions/acknowledged: what the server agreed to send."""
         sub = run.listen
         meta = params.get("_meta") if isinstance(params, dict) else None
         sid = meta.get(_META_SUBSCRIPTION) if isinstance(meta, dict) else None
-        if sub is None or sub.acked.is_set() or (sub.id is not None and sid != sub.id):
+        if sub is None or sub.got.is_set() or (sub.id is not None and sid != sub.id):
             return
         got = params.get("notifications")  # type: ignore[union-attr]
         sub.tools = isinstance(got, dict) and got.get("toolsListChanged") is True
         sub.ack_id = sid
+        sub.got.set()
         sub.acked.set()
 
     def _watched(self) -> bool:
@@ -6935,35 +6997,37 @@ class Upstream:
            (Upstream.tools) until it tells of a change; without that agreement, or when the
            server refuses subscriptions/listen with an error, the list is asked for each time.
         2. It ends with the run (the stream closed on HTTP, notifications/cancelled on stdio:
-           _Run.end_input). Ended otherwise (dropped, or no acknowledgment), it is reopened
-           after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS times in
-           a row; a dropped one may have missed a change, so the list is dropped and the client
-           told, as for a list_changed.
+           _Run.end_listen). Ended otherwise (dropped, answered, or no acknowledgment), it is
+           reopened after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS
+           times in a row; only one that lasted _LISTEN_STEADY_S ends the row (a server or proxy
+           that acknowledges and then cuts every stream at once is not reopened forever).
+        3. A dropped one may have missed a change: the cached list is dropped, and once the
+           new subscription is acknowledged the list is asked for again and the client told only
+           if it differs from the last one asked for before the drop (or none was). A reopen
+           that fails tells the client at once: nothing tells of changes any more.
         """
         fails, ack_s = 0, min(_LISTEN_ACK_S, self.settings.startup_timeout(self.name))
+        # after a drop, until its reopen is acknowledged: [the last list asked for before it]
+        missed: Optional[List[Optional[List[dict]]]] = None
         while self._listening(run):
-            sub = run.listen = _Listen()  # 1.
-            mid, fut = run.conn.request(  # type: ignore[union-attr]
-                "subscriptions/listen", self._params({"notifications": {"toolsListChanged": True}}))
-            sub.id, sub.fut = mid, fut
-            fut.add_done_callback(lambda _f, s=sub: s.acked.set())
-            sub.acked.wait(ack_s)
-            acked = sub.ack_id == mid  # (and maybe already ended: then a drop, as below)
+            fut, acked = self._open_subscription(run, ack_s)  # 1.
             if acked:
-                fails = 0
-                if not sub.tools:
+                since = time.monotonic()
+                if not run.listen.tools:  # type: ignore[union-attr]
                     _log.info("%s: its subscription does not tell of tool changes: its tool list "
                               "is asked for each time", self.name)
+                if missed is not None:  # 3.
+                    self._recheck_tools(missed[0])
+                    missed = None
                 while not fut.done() and self._listening(run):  # 2.
                     futures_wait([fut], 30.0)
-            elif not fut.done():
-                _log.warning("%s: no acknowledgment of subscriptions/listen within %g s; "
-                             "cancelled", self.name, ack_s)
-                run.conn.notify("notifications/cancelled",  # type: ignore[union-attr]
-                                {"requestId": mid, "reason": "no acknowledgment"})
-                run.conn.forget(mid)  # type: ignore[union-attr]
+                if time.monotonic() - since >= _LISTEN_STEADY_S:
+                    fails = 0
             if not self._listening(run):
                 return
+            if not acked and missed is not None:  # 3. the reopen failed
+                missed = None
+                self._tell_tools_changed()
             refused = fut.done() and fut.exception() is not None
             if refused and not isinstance(fut.exception(), UpstreamError):
                 _log.info("%s: refused subscriptions/listen (%s): its tool list is asked for each "
@@ -6972,15 +7036,57 @@ class Upstream:
             if acked:
                 _log.info("%s: its subscription ended (%s); reopening", self.name,
                           "answered" if fut.exception() is None else fut.exception())
-                self._on_tools_changed(None)
+                missed = [self._tools_seen]
+                self._tools_gen += 1  # (as for a list_changed, without telling the client yet)
+                self._tools = None
             fails += 1
             if fails > _LISTEN_REOPENS:
                 _log.warning("%s: subscriptions/listen failed %d times in a row; tool changes are "
                              "no longer listened for (its tool list is asked for each time)",
                              self.name, fails)
+                if missed is not None:
+                    self._tell_tools_changed()
                 return
             if self._listen_stop.wait(min(2.0 ** fails, _LISTEN_BACKOFF_MAX_S)):
                 return
+
+    def _open_subscription(self, run: _Run, ack_s: float) -> Tuple[Future, bool]:
+        """Open a subscription and await its acknowledgment: its future, and whether it was
+        acknowledged (maybe ended since). One not acknowledged within ack_s is cancelled."""
+        sub = run.listen = _Listen()
+        mid, fut = run.conn.request(  # type: ignore[union-attr]
+            "subscriptions/listen", self._params({"notifications": {"toolsListChanged": True}}))
+        sub.id, sub.fut = mid, fut
+        fut.add_done_callback(lambda _f: sub.acked.set())
+        sub.acked.wait(ack_s)
+        if fut.done() and not sub.got.is_set():
+            # HTTP: a stream that ends right after its acknowledgment fails the request at once,
+            # while the acknowledgment may still wait for the session's reader thread
+            sub.got.wait(_LISTEN_LATE_ACK_S)
+        if sub.ack_id != mid and not fut.done():
+            _log.warning("%s: no acknowledgment of subscriptions/listen within %g s; cancelled",
+                         self.name, ack_s)
+            run.conn.notify("notifications/cancelled",  # type: ignore[union-attr]
+                            {"requestId": mid, "reason": "no acknowledgment"})
+            run.conn.forget(mid)  # type: ignore[union-attr]
+        return fut, sub.ack_id == mid
+
+    def _recheck_tools(self, before: Optional[List[dict]]) -> None:
+        """After a dropped subscription was reopened: the client is told of a change only if
+        the tool list differs from `before` (the last one asked for before the drop; None:
+        none was)."""
+        try:
+            now: Optional[List[dict]] = self.tools()
+        except Error as e:
+            _log.info("%s: its tool list could not be asked for after its subscription was "
+                      "reopened: %s", self.name, e)
+            now = None
+        if before is None or now != before:
+            self._tell_tools_changed()
+
+    def _tell_tools_changed(self) -> None:
+        if self.on_tools_changed is not None:
+            self.on_tools_changed(self.name)
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
@@ -7026,6 +7132,7 @@ class Upstream:
         self._current()  # (a start resets the list: read the generation after it)
         gen = self._tools_gen
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
+        self._tools_seen = tools
         # no list_changed (or new run) meanwhile: the list is current; a 2026-07-28 server's is
         # kept only while a subscription tells of changes (_subscribe)
         if self._tools_gen == gen and (not self.modern or self._watched()):

@@ -179,8 +179,13 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--slow-probe", type=float, default=0, metavar="S",
                     help="--modern-only, slow to start: the first server/discover is answered after S "
                          "seconds, and initialize gets -32022 naming 2026-07-28, as the SDK's server does")
+    ap.add_argument("--init-refusal", type=int, default=-32022, metavar="CODE",
+                    help="with --slow-probe: the error code initialize is refused with")
     ap.add_argument("--silent-probe", action="store_true",
                     help="a handshake-era server that never answers server/discover (noted in the state file)")
+    ap.add_argument("--exit-on-probe", action="store_true",
+                    help="a handshake-era server that exits on server/discover, as hand-rolled ones "
+                         "exit on any method they do not know (noted in the state file)")
     ap.add_argument("--unknown-id", action="store_true", help="send one response with an unknown id")
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
     ap.add_argument("--spawn-child", action="store_true", help="leave a child that holds stdout open")
@@ -342,7 +347,7 @@ class Fake:
         if self.opts.modern_only and self.opts.slow_probe:
             self.state(event="initialize", protocolVersion=params.get("protocolVersion"))
             self.send({"jsonrpc": "2.0", "id": mid, "error": {
-                "code": -32022, "message": "this server serves 2026-07-28 only",
+                "code": self.opts.init_refusal, "message": "this server serves 2026-07-28 only",
                 "data": {"supported": [MODERN], "requested": params.get("protocolVersion")}}})
             return
         if self.opts.modern_only:
@@ -369,6 +374,9 @@ class Fake:
         self.state(event="discover")
         if self.opts.silent_probe:
             return
+        if self.opts.exit_on_probe:
+            _stderr("fake: unknown method server/discover")
+            os._exit(1)
         if self.opts.slow_probe:
             delay, self.opts.slow_probe = self.opts.slow_probe, -1.0  # (-1: still refuse initialize)
             if delay > 0:

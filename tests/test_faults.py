@@ -123,11 +123,30 @@ def test_a_server_silent_on_the_probe_is_waited_for_once_and_remembered(world, t
     assert len(world.events("quiet", "discover")) == 1  # the second run was not probed
 
 
-def test_a_2026_server_that_answers_the_probe_too_late_is_probed_again(world):
+def test_a_server_that_exits_on_the_probe_is_started_again_and_never_probed_again(world):
+    """stdio: a handshake-era server that exits on a method it does not know dies on the first
+    server/discover. Abstract starts it again at once, straight to initialize, so the call works,
+    says why in its log, and remembers the era: a restart after a crash is not probed."""
+    world.fake("naive", "--exit-on-probe")
+    proxy = world.start()
+    assert text_of(proxy.upstream("naive", "echo", {"text": "first"})) == "first"
+    assert len(world.pids("naive")) == 2  # the probe killed the first run; one more was started
+    proxy.wait_stderr("exited on the server/discover probe")
+    assert "exited with code 1" in proxy.stderr and "fake: unknown method server/discover" in proxy.stderr
+    assert "exited with code 7" in text_of(proxy.upstream("naive", "crash", {"code": 7}))
+    assert text_of(proxy.upstream("naive", "echo", {"text": "second"})) == "second"
+    assert len(world.pids("naive")) == 3
+    assert len(world.events("naive", "discover")) == 1
+    assert len(world.events("naive", "initialize")) == 2
+
+
+@pytest.mark.parametrize("refusal", ["-32022", "-32601"])
+def test_a_2026_server_that_answers_the_probe_too_late_is_probed_again(world, refusal):
     """stdio: a dual-era server slow to start answers the probe after Abstract stopped waiting,
-    and, serving 2026-07-28 from then on, refuses initialize with -32022: Abstract probes once
-    more (at once, not after a crash) and speaks 2026-07-28, as the SDK's own client does."""
-    world.fake("slow", "--modern-only", "--slow-probe", "4")
+    and, serving 2026-07-28 from then on, refuses initialize with -32022 (or, a modern-only one,
+    with any other code): Abstract probes once more (at once, not after a crash) and speaks
+    2026-07-28, as the SDK's own client does."""
+    world.fake("slow", "--modern-only", "--slow-probe", "4", "--init-refusal", refusal)
     world.settings = {"servers": {"slow": {"startup_timeout_seconds": 2}}}
     proxy = world.start()
     assert text_of(proxy.upstream("slow", "echo", {"text": "hi"})) == "hi"

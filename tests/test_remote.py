@@ -516,12 +516,18 @@ class ModernFake:
     _meta and headers gets 400 -32022; tools/call answers with the Mcp-Name header it got.
     `discover_error`: the JSON-RPC error server/discover gets (HTTP 400) instead of its result.
     `listen`: "ack" (acknowledge, then keep the stream open), "drop-once" (the first subscription
-    is acknowledged and its stream closed at once), "noack" (never acknowledged). An open stream
-    is kept until the client closes it, noted in `closed` (by the subscription's id)."""
+    is acknowledged and its stream closed at once), "drop" (every one is, as a proxy that cuts
+    long requests would), "drop-then-noack" (the first is dropped, the others never
+    acknowledged), "noack" (never acknowledged). An open stream is kept until the client closes
+    it, noted in `closed` (by the subscription's id). `change_on_drop`: the first drop waits for
+    the test to set `drop_now`, and comes with a new tool, "nëw". `listened_at`: when each
+    subscription came."""
 
-    def __init__(self, listen: str = "ack", discover_error: dict = None) -> None:
-        self.listen, self.discover_error = listen, discover_error
-        self.listens, self.closed = [], []
+    def __init__(self, listen: str = "ack", discover_error: dict = None, change_on_drop=False) -> None:
+        self.listen, self.discover_error, self.change_on_drop = listen, discover_error, change_on_drop
+        self.listens, self.closed, self.listened_at = [], [], []
+        self.tool_names = ["wëather"]
+        self.drop_now = threading.Event()
         self.release = threading.Event()
         self.http = FakeHTTP(self.handle)
         self.url = self.http.url + "/mcp"
@@ -550,25 +556,33 @@ class ModernFake:
             result.update(supportedVersions=["2026-07-28"], capabilities={"tools": {"listChanged": True}}, ttlMs=0,
                           cacheScope="private", _meta={"io.modelcontextprotocol/serverInfo": {"name": "m", "version": "1"}})
         elif method == "tools/list":
-            result.update(tools=[{"name": "wëather", "inputSchema": {"type": "object"}}], ttlMs=0, cacheScope="private")
+            result.update(tools=[{"name": n, "inputSchema": {"type": "object"}} for n in self.tool_names],
+                          ttlMs=0, cacheScope="private")
         elif method == "tools/call":
             result.update(content=[{"type": "text", "text": "name header: " + r.headers.get("Mcp-Name", "")}])
         return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode())
 
     def subscription(self, r, mid, params) -> None:
         self.listens.append(params.get("notifications"))
+        self.listened_at.append(time.monotonic())
         r.send_response(200)
         r.send_header("Content-Type", "text/event-stream")
         r.send_header("Connection", "close")
         r.end_headers()
         r.close_connection = True
-        if self.listen != "noack":
+        first = len(self.listens) == 1
+        if self.listen == "noack" or (self.listen == "drop-then-noack" and not first):
+            pass
+        else:
             ack = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": mid},
                               "notifications": {"toolsListChanged": True}}}
             r.wfile.write(b"event: message\ndata: " + json.dumps(ack).encode() + b"\n\n")
             r.wfile.flush()
-            if self.listen == "drop-once" and len(self.listens) == 1:
+            if self.listen == "drop" or (first and self.listen in ("drop-once", "drop-then-noack")):
+                if first and self.change_on_drop:
+                    self.drop_now.wait(30)
+                    self.tool_names.append("nëw")
                 return  # the stream ends without an answer: a drop
         while not self.release.wait(0.2):  # a comment now and then, until the client hangs up
             try:
@@ -601,21 +615,60 @@ def test_modern_only_server_gets_the_envelope_and_headers(world, fake_mcp):
     assert all("Mcp-Session-Id" not in h for _, _, h, _ in f.http.seen)
 
 
-def test_a_dropped_subscription_is_reopened_and_the_client_told(world, fake_mcp):
-    """The subscription's stream ends without an answer: a change may have been missed, so the
-    client hears tools/list_changed, and the subscription is opened again (after 2 s). While a
-    subscription is acknowledged, the tool list is cached."""
-    f = fake_mcp(ModernFake, listen="drop-once")
+def _list_changed(p) -> list:
+    return [n for n in p.notifications if n["method"] == "notifications/tools/list_changed"]
+
+
+def test_a_dropped_subscription_is_reopened_and_a_change_meanwhile_told(world, fake_mcp):
+    """The subscription's stream ends without an answer, and the tools change meanwhile: once
+    the subscription is open again (after 2 s), the list is asked for, found changed, and the
+    client hears tools/list_changed. While a subscription is acknowledged, the list is cached."""
+    f = fake_mcp(ModernFake, listen="drop-once", change_on_drop=True)
     world.servers["modern"] = {"type": "http", "url": f.url}
     p = world.start("--expose", "both", str(world.dir))
-    assert "wëather" in text_of(p.call_tool("list_available_tools", {"filter_by_server": "modern"}))
+    listed = text_of(p.call_tool("list_available_tools", {"filter_by_server": "modern"}))
+    assert "wëather" in listed and "nëw" not in listed
+    f.drop_now.set()
     wait_for(lambda: len(f.listens) == 2, what="the subscription opened again")
-    wait_for(lambda: [n for n in p.notifications if n["method"] == "notifications/tools/list_changed"],
-             what="notifications/tools/list_changed after the drop")
-    p.call_tool("list_available_tools", {"filter_by_server": "modern"})
+    wait_for(lambda: _list_changed(p), what="notifications/tools/list_changed after the drop")
+    assert "nëw" in text_of(p.call_tool("list_available_tools", {"filter_by_server": "modern"}))
     listed = len(f.posted("tools/list"))
     p.call_tool("list_available_tools", {"filter_by_server": "modern"})
     assert len(f.posted("tools/list")) == listed  # cached: the subscription tells of changes
+    assert len(_list_changed(p)) == 1
+
+
+def test_subscriptions_acknowledged_and_dropped_back_off_and_tell_nothing_unchanged(world, fake_mcp):
+    """A server (or a proxy in front of it) that acknowledges every subscription and cuts it at
+    once: the reopens back off (2 s, then 4 s: a subscription that did not last 60 s is no
+    success), and as the tool list is the same after each reopen, the client is told nothing."""
+    f = fake_mcp(ModernFake, listen="drop")
+    world.servers["modern"] = {"type": "http", "url": f.url}
+    p = world.start("--expose", "both", str(world.dir))
+    assert "wëather" in text_of(p.call_tool("list_available_tools", {"filter_by_server": "modern"}))
+    # (the first drop may come before any list was asked for: then the client is told, once;
+    # a subscription comes after the previous one's recheck, and a notification that recheck
+    # sent is ahead of the answer to a call made after it)
+    wait_for(lambda: len(f.listens) >= 3, timeout=30, what="the third subscription")
+    p.call_tool("list_available_tools", {"filter_by_server": "modern"})
+    told = len(_list_changed(p))
+    wait_for(lambda: len(f.listens) >= 4, timeout=30, what="the fourth subscription")
+    assert "wëather" in text_of(p.call_tool("list_available_tools", {"filter_by_server": "modern"}))
+    assert len(_list_changed(p)) == told <= 1
+    gaps = [b - a for a, b in zip(f.listened_at, f.listened_at[1:])]
+    assert gaps[1] > 3.5 and gaps[2] > 7.5, gaps  # 4 s, 8 s: the acknowledgments reset nothing
+
+
+def test_a_dropped_subscription_not_acknowledged_again_tells_the_client(world, fake_mcp):
+    """The reopened subscription is never acknowledged: nothing tells of changes any more, so
+    the client is told the list may have changed."""
+    f = fake_mcp(ModernFake, listen="drop-then-noack")
+    world.servers["modern"] = {"type": "http", "url": f.url}
+    world.settings = {"servers": {"modern": {"startup_timeout_seconds": 2}}}
+    p = world.start("--expose", "both", str(world.dir))
+    assert "wëather" in text_of(p.call_tool("list_available_tools", {"filter_by_server": "modern"}))
+    wait_for(lambda: len(f.listens) == 2, what="the subscription opened again")
+    wait_for(lambda: _list_changed(p), what="notifications/tools/list_changed after the failed reopen")
 
 
 def test_a_subscription_never_acknowledged_is_closed_and_the_list_not_cached(world, fake_mcp):

@@ -10,7 +10,10 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -130,6 +133,49 @@ def test_token_store_files_are_the_users_alone(tmp_path):
     os.chmod(store.dir, 0o755)  # loosened by someone: made owner-only again on the next save
     store.save("c", {})
     assert stat.S_IMODE(os.stat(store.dir).st_mode) == 0o700
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock held by a child process")
+def test_a_login_lock_waits_once_for_threads_and_processes_together(tmp_path, monkeypatch):
+    """Another call of this Abstract holds the login (its thread lock) for most of the wait, and
+    then another process holds the lock file: the wait for both is one _OAUTH_LOCK_S, not two."""
+    monkeypatch.setattr(abstract, "_OAUTH_LOCK_S", 2.0)
+    store = abstract._TokenStore(environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    store.save("s", {})
+    lockfile = store._path("s").with_suffix(".lock")
+    lockfile.touch()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"), str(lockfile)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    busy, release = threading.Event(), threading.Event()
+
+    def other_call() -> None:  # holds this process's lock for the login, without its file
+        lock = store._locks.setdefault("s", threading.RLock())
+        with lock:
+            busy.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other_call)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        t.start()
+        assert busy.wait(10)
+        threading.Timer(1.8, release.set).start()
+        t0 = time.monotonic()
+        with pytest.raises(abstract.HttpError, match="another program has held"):
+            with store.locked("s"):
+                pass
+        took = time.monotonic() - t0
+        assert 1.7 < took < 3.0, took  # 1.8 s for the thread, then the rest of 2 s (not 2 s more)
+    finally:
+        release.set()
+        t.join(10)
+        holder.stdin.close()
+        holder.wait(10)
+        holder.stdout.close()
 
 
 def test_a_hand_edited_token_file_reads_as_no_login_not_a_crash(tmp_path):
