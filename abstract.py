@@ -8418,6 +8418,9 @@ class OutputCache:
                 pieces = big.pieces() if isinstance(big, _JsonString) else [big]
                 view = _write_parts(d, token, ".txt", _scan_records(pieces, records))
                 ex = _Extracted(records, [], True)
+                # any other long string is decoded (the result's body is written below, and
+                # only the shallow ones could be written as they came)
+                _decode_long(p for p in longs if p[2] is not big)
             except _NotRecords:  # (its temporary file is gone): read the ordinary way
                 pass
         if ex is None:

@@ -260,3 +260,19 @@ def test_a_long_answer_is_let_go_once_answered(world: World):
         return (proc_status(proxy.pid, "VmRSS") - before) * 1024 < size * 1.2
 
     wait_for(let_go, timeout=10, what="the answer's memory to be let go")
+
+
+def test_a_long_string_beside_cached_records_is_cached_too(world: World):
+    """A long records text and, beside it, another long string nested deep in the result (here
+    in _meta): the records are read in pieces, and the other string is cached with the result
+    (it used to be left undecoded, and writing the result failed with a TypeError)."""
+    proxy = _start(world)
+    result = make_long("records", 1.5)
+    deep = "x" * (3 << 20)
+    result["_meta"] = {"a": {"b": {"c": {"d": {"e": deep}}}}}
+    line = json.dumps({"jsonrpc": "2.0", "id": 0, "result": result}).replace('"id": 0', '"id": %ID%', 1)
+    res = proxy.upstream("up", "long", {"raw": line}, timeout=120)
+    assert not res.get("isError"), text_of(res)[:300]
+    token = res["structuredContent"]["token"]
+    count = proxy.call_tool("query_output", {"source": token, "sql": "SELECT count(*) AS n FROM data"})
+    assert count["structuredContent"]["rows"] == [{"n": len(awkward_rows(1.5))}]
