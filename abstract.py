@@ -2649,6 +2649,8 @@ def _error_response(mid: Any, err: RpcError) -> dict:
 
 _LONG_STRING = 1 << 20  # bytes: a longer string value in an answer may be left undecoded
 _LONG_LINE_STRINGS = 10000  # more strings than this in a long message: it is parsed whole
+# a JSON string without escapes, in bytes (one class repeated: no backtracking state kept)
+_PLAIN_STRING_BYTES = re.compile(rb'"[^"\\]*"')
 
 
 def _loads_long(line: bytes, least: int = _LONG_STRING) -> Optional[Tuple[Any, list]]:
@@ -2669,6 +2671,10 @@ def _loads_long(line: bytes, least: int = _LONG_STRING) -> Optional[Tuple[Any, l
             start = line.find(b'"', pos)  # (outside strings, a quote only ever opens one)
             if start < 0:
                 break
+            plain = _PLAIN_STRING_BYTES.match(line, start)
+            if plain is not None and plain.end() - start <= least:
+                pos = plain.end()  # a short string without escapes: json.loads checks it
+                continue
             chars = 0
             for piece, pos in _string_pieces(line, start):
                 chars += len(piece)

@@ -74,6 +74,21 @@ def test_loads_long_leaves_long_strings_as_bytes_and_parses_the_rest():
         assert abstract._loads_long(line, 1000) is None, line[:60]
 
 
+def test_loads_long_decodes_only_the_long_strings(monkeypatch):
+    """Short strings are left to json.loads: a long answer of many short strings costs no
+    Python-level decoding of each (it did: 64 ms for 13,500 strings, against 2.5 ms)."""
+    calls = []
+    real = abstract._string_pieces
+    monkeypatch.setattr(abstract, "_string_pieces", lambda buf, pos, *a: calls.append(pos) or real(buf, pos, *a))
+    msg = {"id": 1, "result": {"rows": [{"k": f"v{i}"} for i in range(3000)], "text": AWKWARD * 40}}
+    got, places = abstract._loads_long(json.dumps(msg).encode(), 1000)
+    assert len(calls) == 1 and len(places) == 1
+    assert abstract._loads_long(json.dumps({"id": 1, "rows": [f"v{i}" for i in range(3000)]}).encode(), 1000) is None
+    assert len(calls) == 1  # no long string: nothing decoded by piece
+    abstract._decode_long(places)
+    assert same_json(got, msg)
+
+
 def _pieces(text: str, size: int):
     return (text[i:i + size] for i in range(0, len(text), size))
 
