@@ -746,8 +746,8 @@ class _JsonString:
     def __len__(self) -> int:
         return self.chars
 
-    def pieces(self, size: int = _PIECE_BYTES) -> Iterator[str]:
-        for piece, _ in _string_pieces(self.buf, self.start, size):
+    def pieces(self) -> Iterator[str]:
+        for piece, _ in _string_pieces(self.buf, self.start):
             yield piece
 
     def text(self) -> str:
@@ -3616,7 +3616,7 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
     if proxy is not None and p.scheme == "http":
         target = _strip_userinfo(url)  # absolute-form request line (http.client takes Host from it)
         hdrs.update(auth)
-    key = (p.scheme, p.hostname.lower(), port, proxy.geturl() if proxy else "")
+    key = (*_url_origin(url), proxy.geturl() if proxy else "")
     kept = pool.take(key) if pool is not None else None
     while True:
         conn = kept or _http_conn(p, port, proxy, auth, environ, connect_timeout)
@@ -6246,6 +6246,12 @@ class _ProbeFatal(UpstreamError):
     once, straight to initialize."""
 
 
+def _subscription_id(params: Any) -> Any:
+    """The subscription a 2026-07-28 notification belongs to (its _meta's subscriptionId)."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get(_META_SUBSCRIPTION) if isinstance(meta, dict) else None
+
+
 class _Listen:
     """A 2026-07-28 run's subscriptions/listen (one per run): its request's id and future, and
     what the server acknowledged (basic/patterns/subscriptions in the 2026-07-28 spec)."""
@@ -6958,13 +6964,11 @@ class Upstream:
         if relay is not None:
             relay(params)
 
-    def _on_tools_changed(self, params: Any, run: Optional[_Run] = None) -> None:
+    def _on_tools_changed(self, params: Any, run: _Run) -> None:
         """notifications/tools/list_changed: the cached list is dropped and the client told. A
         2026-07-28 run's come only on its subscription, by its id; others are not listened to."""
-        if run is not None and run.listen is not None:
-            meta = params.get("_meta") if isinstance(params, dict) else None
-            sid = meta.get(_META_SUBSCRIPTION) if isinstance(meta, dict) else None
-            if sid != run.listen.id or not run.listen.acked.is_set():
+        if run.listen is not None:
+            if _subscription_id(params) != run.listen.id or not run.listen.acked.is_set():
                 _log.debug("%s: tools/list_changed outside its subscription, ignored", self.name)
                 return
         self._tools_gen += 1  # (only this run's reader thread, _subscribe and _start write it)
@@ -6973,9 +6977,7 @@ class Upstream:
 
     def _on_acknowledged(self, params: Any, run: _Run) -> None:
         """notifications/subscriptions/acknowledged: what the server agreed to send."""
-        sub = run.listen
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        sid = meta.get(_META_SUBSCRIPTION) if isinstance(meta, dict) else None
+        sub, sid = run.listen, _subscription_id(params)
         if sub is None or sub.got.is_set() or (sub.id is not None and sid != sub.id):
             return
         got = params.get("notifications")  # type: ignore[union-attr]
