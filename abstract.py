@@ -7763,9 +7763,11 @@ class _Columns:
         self.pairs: "collections.Counter[Tuple[Any, type]]" = collections.Counter()
         self.rows = 0
 
-    def add(self, row: Dict[str, Any]) -> None:
-        self.pairs.update(zip(row, map(type, row.values())))
-        self.rows += 1
+    def add(self, rows: List[Dict[str, Any]]) -> None:
+        """Count a list of rows in one call: no Python frame a row."""
+        pairs = map(zip, rows, map(map, itertools.repeat(type), map(dict.values, rows)))
+        self.pairs.update(itertools.chain.from_iterable(pairs))
+        self.rows += len(rows)
 
     def keys(self) -> List[Any]:
         """The keys in first-seen order."""
@@ -7793,8 +7795,7 @@ class _Columns:
 
 def _columns_of(rows: List[Dict[str, Any]]) -> _Columns:
     columns = _Columns()
-    for row in rows[:_SHAPE_SCAN]:
-        columns.add(row)
+    columns.add(rows[:_SHAPE_SCAN])
     return columns
 
 
@@ -7820,16 +7821,24 @@ class _Records:
         self.count, self.columns, self.head, self.head_chars = 0, _Columns(), [], head_chars
         self._head_used = 0
 
-    def add(self, row: Dict[str, Any]) -> None:
+    def add(self, rows: List[Dict[str, Any]], count: int) -> None:
+        """Take the next `count` records, a batch at a time: `rows` holds them while wants()."""
         if self.count < _SHAPE_SCAN:
-            self.columns.add(row)
-        if self._head_used <= self.head_chars:  # (_records_preview measures compact JSON)
+            self.columns.add(rows[:_SHAPE_SCAN - self.count])
+        for row in rows:
+            if self._head_used > self.head_chars:  # (_records_preview measures compact JSON)
+                break
             self.head.append(row)
             self._head_used += len(_dumps(row))
-        self.count += 1
+        self.count += count
+
+    def wants(self) -> bool:
+        """Whether the next records are still needed whole: for the shape, or the preview."""
+        return self.count < _SHAPE_SCAN or self._head_used <= self.head_chars
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")  # what json.loads skips between values
+_JSON_COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")  # between two values of an array
 
 
 def _records_text(result: dict, min_chars: int = 0) -> Any:
@@ -7893,23 +7902,31 @@ def _cut_short(e: BaseException, pos: int, end: int) -> bool:
     return isinstance(e, StopIteration) and at >= end - 6  # (its value: where none was found)
 
 
+def _one_line(text: str) -> bool:
+    """Whether a JSON text is on one line and escapes nothing to \\u (_scan_records)."""
+    return "\n" not in text and "\r" not in text and "\\u" not in text
+
+
 def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 250) -> Iterator[str]:
     """The text view of a JSON array of objects given in pieces (a str is one piece), in parts:
-    what _json_view gives for the array json.loads would make of it (one record a line), found
-    one element at a time by json's C scanner, so no more than a batch of records (and about a
-    piece of text) is ever held (250: their lines, 4 bytes a character once an emoji is in
-    them, are joined and encoded a batch at a time); `records` is filled on the way.
+    laid out as _json_view lays out records (one a line), found one element at a time by json's
+    C scanner, so no more than a batch of records (and about a piece of text) is ever held
+    (250: their lines, 4 bytes a character once an emoji is in them, are joined and encoded a
+    batch at a time); `records` is filled a batch at a time. A record's line is its own text
+    when that is one line escaping nothing to \\u (no encoding: a third of the time), else as
+    _json_view writes it.
     _NotRecords as soon as the text proves to be anything else (not JSON, an element that is no
     object, an empty array, more after the array): the caller reads it the ordinary way."""
     # json's C scanner, as _json_or_text parses (raw_decode without its wrapper)
     decoder = json.JSONDecoder(parse_constant=_reject_constant)
     scan = json.scanner.make_scanner(decoder)  # type: ignore[attr-defined]
     encode = _view_json  # as _json_view writes
-    space = _JSON_SPACE.match
+    comma = _JSON_COMMA.match
     src = _Pieces(pieces)
     text, pos = src.skip("", 0)
     text, pos = src.skip(text, pos + 1)  # past the "[" (_records_text)
-    parts = ["[\n"]
+    plain = _one_line(text)
+    lead, lines, rows, keep = "[\n", [], [], True
     while True:
         try:
             value, end = scan(text, pos)
@@ -7918,32 +7935,41 @@ def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 250) ->
             got = src.more(text, pos) if _cut_short(e, pos, len(text)) else None
             if got is None:
                 raise _NotRecords() from None
-            text, pos = got, 0
+            text, pos, plain = got, 0, _one_line(got)
             continue
         if type(value) is not dict:  # (an object is whole once scanned: it ends with "}")
             raise _NotRecords()
-        line = encode(value)
-        records.add(value)
-        pos = space(text, end).end()
-        if pos == len(text):  # (the common case inline: no call per record)
-            text, pos = src.skip(text, pos)
-        more = text[pos:pos + 1]
-        if more == "]":
-            rest, end = src.skip(text, pos + 1)
-            if end != len(rest):  # more after the array
-                raise _NotRecords()
-            parts.append(line + "\n]")
-            yield "".join(parts)
-            return
-        if more != ",":
+        line = text[pos:end]  # the server's own text, when it is one line and escapes nothing
+        if not plain and not _one_line(line):  # (one test for all the lines of a plain text)
+            line = encode(value)
+        lines.append(line)
+        if keep:  # (the records the shape or the preview still needs)
+            rows.append(value)
+        after = comma(text, end)
+        if after is not None and after.end() < len(text):  # (the common case: no call a record)
+            pos, more = after.end(), ","
+        else:  # the end of a piece, the array's end, or anything else
+            was = text
+            text, pos = src.skip(text, end)
+            more = text[pos:pos + 1]
+            if more == ",":
+                text, pos = src.skip(text, pos + 1)
+            if text is not was:  # (more pieces were read)
+                plain = _one_line(text)
+        if more == ",":
+            if len(lines) >= batch:
+                records.add(rows, len(lines))
+                yield lead + ",\n".join(lines) + ",\n"
+                lead, lines, rows, keep = "", [], [], records.wants()
+            continue
+        if more != "]":
             raise _NotRecords()
-        pos = space(text, pos + 1).end()
-        if pos == len(text):
-            text, pos = src.skip(text, pos)
-        parts.append(line + ",\n")
-        if len(parts) >= batch:
-            yield "".join(parts)
-            parts = []
+        rest, end = src.skip(text, pos + 1)
+        if end != len(rest):  # more after the array
+            raise _NotRecords()
+        records.add(rows, len(lines))
+        yield lead + ",\n".join(lines) + "\n]"
+        return
 
 
 def _view_count(f: Any, block: int = 1 << 20) -> Optional[int]:
@@ -8242,14 +8268,15 @@ class _Written(NamedTuple):
     head: str
 
 
-def _write_parts(d: _Dir, stem: str, ext: str, parts: Iterable[Any]) -> _Written:
+def _write_parts(d: _Dir, stem: str, ext: str, parts: Iterable[Any],
+                 hashed: bool = True) -> _Written:
     """Write text given in parts (UTF-8, lone surrogates kept) as a new cache file, measuring
-    and hashing it on the way, so no part is held longer than its write. A part may also be
-    bytes or a memoryview, already UTF-8 (_compact_parts' _JsonString): counted in bytes only,
-    not characters."""
+    and (if `hashed`) hashing it on the way, so no part is held longer than its write. A part
+    may also be bytes or a memoryview, already UTF-8 (_compact_parts' _JsonString): counted in
+    bytes only, not characters."""
     import hashlib
 
-    digest, count, head = hashlib.sha256(), [0, 0], []
+    digest, count, head = hashlib.sha256() if hashed else None, [0, 0], []
 
     def encoded() -> Iterator[bytes]:
         for part in parts:
@@ -8259,13 +8286,15 @@ def _write_parts(d: _Dir, stem: str, ext: str, parts: Iterable[Any]) -> _Written
                 data = part.encode("utf-8", "surrogatepass")
                 count[0] += len(part)
             count[1] += len(data)
-            digest.update(data)
+            if digest is not None:
+                digest.update(data)
             if not head:
                 head.append(part)
             yield data
 
     _write_new(d, stem, ext, encoded(), 0o600, False)
-    return _Written(count[0], count[1], digest.hexdigest(), head[0] if head else "")
+    return _Written(count[0], count[1], digest.hexdigest() if digest is not None else "",
+                    head[0] if head else "")
 
 
 class _CacheEntry:
@@ -8443,7 +8472,7 @@ class OutputCache:
                                     "path": f} for b, f in zip(ex.blobs, files)])
             view = _write_parts(d, token, ".txt", _slices(text))._replace(head=text)
         now = self.clock()
-        body = _write_parts(d, token, ".json", _compact_parts({"result": res}))
+        body = _write_parts(d, token, ".json", _compact_parts({"result": res}), hashed=False)
         entry = _CacheEntry(token=token, server=server, tool=tool, created=now,
                             expires=now + float(self.settings.cache("ttl_seconds")),
                             chars=view.chars, files=files,

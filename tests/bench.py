@@ -301,23 +301,32 @@ def context(abstract_env: Dict[str, str], store_dir: str, sizes_kb: List[int]) -
 def big_call(abstract_env: Dict[str, str], relay_env: Dict[str, str], store_dir: str, runs: int,
              cases: List[tuple]) -> List[dict]:
     """A large result through call_tool with the cache on (the client gets a preview and a token)
-    and off (the whole result relayed): median seconds and the bytes the client receives."""
+    and off (the whole result relayed): median seconds and the bytes the client receives. The
+    two Abstracts run side by side and are called in turn, so a change in the machine's load
+    falls on both alike."""
     out = []
     for label, tool, args in cases:
         row: Dict[str, Any] = {"result": label}
-        for mode, env in (("cache_on", abstract_env), ("cache_off", relay_env)):
-            peer = Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], env)
-            try:
-                via = {"server": "bench", "tool_name": tool, "tool_args": args}
+        modes = (("cache_on", abstract_env), ("cache_off", relay_env))
+        peers = {mode: Peer([sys.executable, os.path.join(ROOT, "abstract.py"), store_dir], env)
+                 for mode, env in modes}
+        try:
+            via = {"server": "bench", "tool_name": tool, "tool_args": args}
+            times: Dict[str, List[float]] = {mode: [] for mode in peers}
+            got: Dict[str, int] = {}
+            for peer in peers.values():
                 peer.call("call_tool", {"server": "bench", "tool_name": "prepare", "tool_args": args})
                 peer.call("call_tool", via)  # warm: the upstream's payload and Abstract's first use
-                times, got = [], 0
-                for _ in range(runs):
+            for _ in range(runs):
+                for mode, peer in peers.items():
                     t0 = time.perf_counter()
-                    got = len(json.dumps(peer.call("call_tool", via), ensure_ascii=False))
-                    times.append(time.perf_counter() - t0)
-                row[mode + "_s"], row[mode + "_bytes"] = statistics.median(times), got
-            finally:
+                    answer = peer.call("call_tool", via)
+                    times[mode].append(time.perf_counter() - t0)  # (measuring it is not timed)
+                    got[mode] = len(json.dumps(answer, ensure_ascii=False))
+            for mode in peers:
+                row[mode + "_s"], row[mode + "_bytes"] = statistics.median(times[mode]), got[mode]
+        finally:
+            for peer in peers.values():
                 peer.close()
         out.append(row)
     return out

@@ -46,12 +46,32 @@ def _put(tmp_path: Path, text: str, head_chars: int = 500):
     return cache, entry, ex, view
 
 
+def _view_lines(view: bytes) -> list:
+    """The lines of a records view: "[", a record a line (each followed by a comma but the
+    last), "]"."""
+    text = view.decode("utf-8", "surrogatepass")
+    assert text.startswith("[\n") and text.endswith("\n]"), text[:80]
+    lines = text[2:-2].split("\n")
+    assert all(line.endswith(",") for line in lines[:-1]) and not lines[-1].endswith(",")
+    return [line[:-1] for line in lines[:-1]] + lines[-1:]
+
+
 def _assert_same_as_old(tmp_path: Path, text: str, one_pass: bool = True) -> None:
     cache, entry, ex, view = _put(tmp_path, text)
     data, old_view = _old(text)
     assert isinstance(ex.data, abstract._Records) is one_pass
-    assert view == old_view.encode("utf-8", "surrogatepass")
-    assert entry.chars == len(old_view) and entry.sha256 == hashlib.sha256(view).hexdigest()
+    if one_pass:  # a record a line, the same records: each line the server's own text for it
+        # when that is one line escaping nothing to \u, else as _json_view writes it
+        old_lines = _view_lines(old_view.encode("utf-8", "surrogatepass"))
+        lines = _view_lines(view)
+        assert [json.loads(line) for line in lines] == data and len(lines) == len(old_lines)
+        for line, old_line in zip(lines, old_lines):
+            assert line == old_line or ("\\u" not in line and line in text)
+        assert entry.chars == len(view.decode("utf-8", "surrogatepass"))
+    else:
+        assert view == old_view.encode("utf-8", "surrogatepass")
+        assert entry.chars == len(old_view)
+    assert entry.sha256 == hashlib.sha256(view).hexdigest()
     assert entry.ctype == ("text/plain" if isinstance(data, str) else "application/json")
     for limit in (0, 120, 500, 5000):
         assert abstract._shape(ex.data, limit) == abstract._shape(data, limit)
@@ -229,3 +249,22 @@ def test_large_json_files_escape_lone_surrogates_like_small_ones():
     text = abstract._dump_json(rows)
     assert text.startswith("[\n{") and "\\ud800 lone" in text and json.loads(text) == rows
     text.encode("utf-8")  # no raw surrogate left
+
+
+@pytest.mark.parametrize("dump, kept", [
+    (lambda rows: json.dumps(rows, ensure_ascii=False, separators=(",", ":")), True),  # as JS writes
+    (lambda rows: json.dumps(rows, ensure_ascii=False), True),  # Python's ", " and ": " kept
+    (lambda rows: json.dumps(rows, ensure_ascii=False, indent=2), False),  # a record spans lines
+    (lambda rows: json.dumps(rows), False),  # non-ASCII escaped to \u: the view shows characters
+])
+def test_a_view_line_is_the_servers_own_text_when_it_is_one_line(tmp_path, dump, kept):
+    rows = [{**row, "note": f'café "{i}"\n\t✓ 🚀'} for i, row in enumerate(make_rows(3000))]
+    assert len(dump(rows)) > abstract._VIEW_INDENT_MAX  # (read in one pass)
+    text = dump(rows)
+    _, _, ex, view = _put(tmp_path, text)
+    assert isinstance(ex.data, abstract._Records)
+    lines = _view_lines(view)
+    own = [dump([row])[1:-1].strip() for row in rows]
+    compact = [abstract._view_json(row) for row in rows]
+    assert lines == (own if kept else compact)
+    assert any("café" in line for line in lines) and not any("\\u" in line for line in lines)
