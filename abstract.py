@@ -765,6 +765,11 @@ class _JsonString:
         """The string as JSON: its quotes and escapes as the peer sent them (a view, no copy)."""
         return memoryview(self.buf)[self.start:self.end]
 
+    def same(self, other: Any) -> bool:
+        """Whether `other` is a _JsonString sent as the same bytes (so the same string)."""
+        return (isinstance(other, _JsonString) and other.end - other.start == self.end - self.start
+                and self.buf.startswith(other.raw(), self.start))
+
 
 def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
     """Compact JSON, as _dumps writes it, in parts: small objects and arrays (up to 100 members)
@@ -7841,17 +7846,31 @@ _JSON_SPACE = re.compile(r"[ \t\n\r]*")  # what json.loads skips between values
 _JSON_COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")  # between two values of an array
 
 
+def _text_twin(structured: Any, text: Any) -> bool:
+    """Whether structuredContent is only the text itself under one key, as server-filesystem's
+    {"content": "<the text>"} (the narrowest case of _wraps_text, checked without decoding)."""
+    if not isinstance(structured, dict) or len(structured) != 1:
+        return False
+    inner = next(iter(structured.values()))
+    if isinstance(text, _JsonString):
+        return text.same(inner)
+    return type(inner) is str and inner == text
+
+
 def _records_text(result: dict, min_chars: int = 0) -> Any:
-    """The text of a result that is one text item and nothing else, longer than `min_chars`,
-    when it may be a JSON array (it starts with "["): its data is then that array, which the
-    cache reads in one pass (_scan_records) rather than as a whole. A str, or the _JsonString
-    a long answer left undecoded (Connection.request's `longs`)."""
+    """The text of a result that is one text item and nothing else (or that and its twin in
+    structuredContent: _text_twin), longer than `min_chars`, when it may be a JSON array (it
+    starts with "["): its data is then that array, which the cache reads in one pass
+    (_scan_records) rather than as a whole. A str, or the _JsonString a long answer left
+    undecoded (Connection.request's `longs`)."""
     items = result.get("content")
-    if "structuredContent" in result or not isinstance(items, list) or len(items) != 1:
+    if not isinstance(items, list) or len(items) != 1:
         return None
     item = items[0]
     text = item.get("text") if isinstance(item, dict) and item.get("type") == "text" else None
     if not isinstance(text, (str, _JsonString)) or len(text) <= min_chars:
+        return None
+    if "structuredContent" in result and not _text_twin(result["structuredContent"], text):
         return None
     if isinstance(text, _JsonString):
         return text if text.first_char() == "[" else None
@@ -8235,8 +8254,10 @@ def _result_size(res: dict, bound: float = float("inf")) -> int:
                 v = inner.get(key)
                 if isinstance(v, (str, _JsonString)):
                     total += len(v)
-    if "structuredContent" in res and total <= bound:
-        total = max(total, len(_dumps(res["structuredContent"])))
+    sc = res.get("structuredContent")
+    if "structuredContent" in res and total <= bound and not (
+            isinstance(sc, dict) and any(type(v) is _JsonString for v in sc.values())):
+        total = max(total, len(_dumps(sc)))  # (a long text's twin, _text_twin, is not again)
     return total
 
 
@@ -8456,8 +8477,9 @@ class OutputCache:
                 view = _write_parts(d, token, ".txt", _scan_records(pieces, records))
                 ex = _Extracted(records, [], True)
                 # any other long string is decoded (the result's body is written below, and
-                # only the shallow ones could be written as they came)
-                _decode_long(p for p in longs if p[2] is not big)
+                # only the shallow ones could be written as they came), but the text's twin
+                twin = res.get("structuredContent")
+                _decode_long(p for p in longs if p[2] is not big and p[0] is not twin)
             except _NotRecords:  # (its temporary file is gone): read the ordinary way
                 pass
         if ex is None:

@@ -146,9 +146,14 @@ def make_long(shape: str, mb: float) -> dict:
     records: one text item, a JSON array of records (the cache reads it in pieces);
     text: one text item of plain text; structured: structuredContent {"content": <the text>}
     beside the same text; several: two long texts, a long embedded resource and a short text;
-    resource_records: the records as an embedded resource's text."""
+    resource_records: the records as an embedded resource's text; structured_records: the
+    records text and its twin in structuredContent {"content": <the text>}, as server-filesystem
+    answers a read."""
     if shape == "records":
         return _result_text(json.dumps(awkward_rows(mb), ensure_ascii=False))
+    if shape == "structured_records":
+        text = json.dumps(awkward_rows(mb), ensure_ascii=False)
+        return dict(_result_text(text), structuredContent={"content": text})
     if shape == "text":
         return _result_text(awkward_text(mb))
     if shape == "structured":

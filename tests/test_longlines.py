@@ -130,7 +130,8 @@ def _data(result: dict):
 
 
 @pytest.mark.parametrize("ascii", [True, False], ids=["escaped", "utf8"])
-@pytest.mark.parametrize("shape", ["records", "text", "structured", "several", "resource_records"])
+@pytest.mark.parametrize("shape", ["records", "text", "structured", "several", "resource_records",
+                                   "structured_records"])
 def test_a_long_answer_is_cached_as_the_upstream_sent_it(world: World, shape, ascii):
     proxy = _start(world)
     mb = 1.5
@@ -144,7 +145,7 @@ def test_a_long_answer_is_cached_as_the_upstream_sent_it(world: World, shape, as
     else:
         stored = json.loads(path.read_bytes().decode("utf-8", "surrogatepass"))
         assert same_json(stored, expected)
-    if shape == "records":  # the lone surrogate's record, by a records window
+    if shape.endswith("records") and shape != "resource_records":  # the lone surrogate's record
         rows = awkward_rows(mb)
         got = proxy.call_tool("retrieve_cached_output", {"token": token, "record_offset": len(rows) // 2,
                                                           "record_count": 1})
@@ -153,7 +154,7 @@ def test_a_long_answer_is_cached_as_the_upstream_sent_it(world: World, shape, as
         assert count["structuredContent"]["rows"] == [{"n": len(rows)}]
 
 
-@pytest.mark.parametrize("shape", ["records", "structured"])
+@pytest.mark.parametrize("shape", ["records", "structured", "structured_records"])
 def test_a_long_answer_under_the_cache_threshold_is_relayed_whole(world: World, shape):
     proxy = _start(world, min_size=50_000_000)  # the cache is on, but this result is not large for it
     res = proxy.upstream("up", "long", {"shape": shape, "mb": 1.5, "ascii": False}, timeout=120)
@@ -194,14 +195,15 @@ def test_a_long_answer_with_a_long_key_is_read_whole(world: World):
 
 
 @needs_proc
-def test_caching_a_long_answer_peaks_under_four_times_its_size(world: World):
+@pytest.mark.parametrize("shape", ["records", "structured_records"])
+def test_caching_a_long_answer_peaks_under_four_times_its_size(world: World, shape):
     proxy = _start(world)
     mb = 30  # (about 19 MB of records: a constant few MB matter less)
     size = len(make_long("records", mb)["content"][0]["text"].encode("utf-8", "surrogatepass"))
     assert text_of(proxy.upstream("up", "echo", {"text": "warm"})) == "warm"
     before = proc_status(proxy.pid, "VmRSS")
     Path(f"/proc/{proxy.pid}/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
-    res = proxy.upstream("up", "long", {"shape": "records", "mb": mb, "ascii": False}, timeout=120)
+    res = proxy.upstream("up", "long", {"shape": shape, "mb": mb, "ascii": False}, timeout=120)
     grew = (proc_status(proxy.pid, "VmHWM") - before) * 1024
     assert res["structuredContent"]["cached"] is True
     # (before this path: about 9 times, the answer's line and its text each a str of 4 bytes a

@@ -268,3 +268,25 @@ def test_a_view_line_is_the_servers_own_text_when_it_is_one_line(tmp_path, dump,
     compact = [abstract._view_json(row) for row in rows]
     assert lines == (own if kept else compact)
     assert any("café" in line for line in lines) and not any("\\u" in line for line in lines)
+
+
+def test_a_text_and_its_twin_in_structured_content_are_read_in_one_pass(tmp_path, monkeypatch):
+    """server-filesystem's answer: the text, and structuredContent {"content": <the text>}."""
+    rows = _pad(make_rows(300))
+    text = json.dumps(rows, ensure_ascii=False)
+    twin = {"content": [{"type": "text", "text": text}], "structuredContent": {"content": text}}
+    extract = abstract._extract
+    monkeypatch.setattr(abstract, "_extract", lambda res: pytest.fail("the records were parsed whole"))
+    cache = _cache(tmp_path / "cache")
+    entry, ex, _ = cache.put(twin, "s", "t")
+    assert isinstance(ex.data, abstract._Records) and ex.data.count == len(rows)
+    assert [json.loads(line) for line in _view_lines((tmp_path / "cache" / (entry.token + ".txt")).read_bytes())] == rows
+    assert cache.result(entry) == twin
+    assert abstract._result_size(twin, 0) == len(text)
+    monkeypatch.setattr(abstract, "_extract", extract)
+    # anything more than the twin (another key, another text, the text re-spaced) is read whole
+    for structured in ({"content": text, "n": len(rows)}, {"content": text + " "}, {"rows": rows}):
+        other = dict(twin, structuredContent=structured)
+        entry, ex, _ = cache.put(other, "s", "t")
+        assert not isinstance(ex.data, abstract._Records), structured.keys()
+        assert cache.result(entry) == other

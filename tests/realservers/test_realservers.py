@@ -763,3 +763,34 @@ def test_filesystem_long_reads_are_cached_as_the_files_hold_them(real):
         assert (got == text) if name == "log.txt" else (json.loads(got) == rows), name
     count = call(proxy, "query_output", source=token, sql="SELECT count(*) AS n FROM data")
     assert count["structuredContent"]["rows"] == [{"n": len(rows)}]
+
+
+def test_filesystem_json_export_is_cached_in_one_pass_a_record_a_line(real):
+    """server-filesystem answers read_text_file with the text and its twin in structuredContent
+    ({"content": <the text>}): a JSON export over 1 MiB is cached in one pass, its records never
+    all held as Python objects. Seen from outside: each line of the cached text is the file's own
+    text for that record (the whole parse writes {"id": 1, ...}, with spaces), the peak memory
+    stays under four times the file, and query_output counts every record."""
+    from conftest import proc_status
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("measures memory in /proc")
+    real.filesystem()
+    rows = [{"id": i, "name": f"name {i}", "note": f'café "{i}" \\ 🚀', "tags": ["a", i % 7], "ok": i % 2 == 0}
+            for i in range(120000)]
+    compact = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in rows]
+    path = real.data / "export.json"
+    path.write_text("[" + ",".join(compact) + "]", encoding="utf-8")
+    size = path.stat().st_size
+    proxy = real.start()
+    assert text_of(upstream(proxy, "filesystem", "list_allowed_directories"))  # (started: warm)
+    before = proc_status(proxy.pid, "VmRSS")
+    Path(f"/proc/{proxy.pid}/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
+    cached = upstream(proxy, "filesystem", "read_text_file", path=str(path))
+    grew = (proc_status(proxy.pid, "VmHWM") - before) * 1024
+    token = cached["structuredContent"]["token"]
+    assert f"{len(rows):,} records" in text_of(cached)
+    assert grew < 4 * size, f"peak memory grew by {grew / size:.1f} times the {size / 1e6:.1f} MB file"
+    got = text_of(call(proxy, "retrieve_cached_output", token=token, start_line=2, end_line=4))
+    assert got.splitlines()[:3] == [line + "," for line in compact[:3]], got[:300]
+    count = call(proxy, "query_output", source=token, sql="SELECT count(*) AS n, sum(ok) AS k FROM data")
+    assert count["structuredContent"]["rows"] == [{"n": len(rows), "k": len(rows) // 2}]
