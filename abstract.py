@@ -8254,10 +8254,14 @@ def _result_size(res: dict, bound: float = float("inf")) -> int:
                 v = inner.get(key)
                 if isinstance(v, (str, _JsonString)):
                     total += len(v)
-    sc = res.get("structuredContent")
-    if "structuredContent" in res and total <= bound and not (
-            isinstance(sc, dict) and any(type(v) is _JsonString for v in sc.values())):
-        total = max(total, len(_dumps(sc)))  # (a long text's twin, _text_twin, is not again)
+    if "structuredContent" in res and total <= bound:
+        sc, longs = res["structuredContent"], 0
+        if isinstance(sc, dict) and any(type(v) is _JsonString for v in sc.values()):
+            # a long text's twin (_text_twin), left undecoded: measured a piece at a time
+            longs = sum(len(_dumps(p)) - 2 for v in sc.values() if type(v) is _JsonString
+                        for p in v.pieces())
+            sc = {k: "" if type(v) is _JsonString else v for k, v in sc.items()}
+        total = max(total, len(_dumps(sc)) + longs)
     return total
 
 

@@ -161,6 +161,17 @@ def test_a_long_answer_under_the_cache_threshold_is_relayed_whole(world: World, 
     assert same_json(res, make_long(shape, 1.5))
 
 
+def test_a_long_texts_twin_counts_toward_the_cache_threshold_as_compact_json(world: World):
+    """The size is the larger of the text and structuredContent as compact JSON (cache.md): a
+    long twin, left undecoded, is measured too, as a short one is (its escapes make it longer)."""
+    result = make_long("structured_records", 1.5)
+    text, twin = len(result["content"][0]["text"]), len(abstract._dumps(result["structuredContent"]))
+    assert twin - text > 1000
+    proxy = _start(world, min_size=(text + twin) // 2)
+    res = proxy.upstream("up", "long", {"shape": "structured_records", "mb": 1.5, "ascii": False}, timeout=120)
+    assert res.get("structuredContent", {}).get("cached") is True, text_of(res)[:200]
+
+
 def _line(inner: bytes) -> str:
     """A tools/call answer line whose one text item is `inner` (JSON string content, raw)."""
     return ('{"jsonrpc":"2.0","id":%ID%,"result":{"content":[{"type":"text","text":"['
