@@ -7922,8 +7922,9 @@ def _cut_short(e: BaseException, pos: int, end: int) -> bool:
 
 
 def _one_line(text: str) -> bool:
-    """Whether a JSON text is on one line and escapes nothing to \\u (_scan_records)."""
-    return "\n" not in text and "\r" not in text and "\\u" not in text
+    """Whether a JSON text is on one line and escapes nothing to \\u or \\/ (_scan_records): no
+    escape but those _view_json writes too."""
+    return "\n" not in text and "\r" not in text and "\\u" not in text and "\\/" not in text
 
 
 def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 250) -> Iterator[str]:
@@ -7932,8 +7933,8 @@ def _scan_records(pieces: Iterable[str], records: _Records, batch: int = 250) ->
     C scanner, so no more than a batch of records (and about a piece of text) is ever held
     (250: their lines, 4 bytes a character once an emoji is in them, are joined and encoded a
     batch at a time); `records` is filled a batch at a time. A record's line is its own text
-    when that is one line escaping nothing to \\u (not encoded again, which took a third of the
-    time), else as _json_view writes it.
+    when that is one line escaping nothing to \\u or \\/ (not encoded again, which took a third
+    of the time), else as _json_view writes it.
     _NotRecords as soon as the text proves to be anything else (not JSON, an element that is no
     object, an empty array, more after the array): the caller reads it the ordinary way."""
     # json's C scanner, as _json_or_text parses (raw_decode without its wrapper)

@@ -256,9 +256,10 @@ def test_large_json_files_escape_lone_surrogates_like_small_ones():
     (lambda rows: json.dumps(rows, ensure_ascii=False), True),  # Python's ", " and ": " kept
     (lambda rows: json.dumps(rows, ensure_ascii=False, indent=2), False),  # a record spans lines
     (lambda rows: json.dumps(rows), False),  # non-ASCII escaped to \u: the view shows characters
+    (lambda rows: json.dumps(rows, ensure_ascii=False).replace("/", "\\/"), False),  # as PHP: \/
 ])
 def test_a_view_line_is_the_servers_own_text_when_it_is_one_line(tmp_path, dump, kept):
-    rows = [{**row, "note": f'café "{i}"\n\t✓ 🚀'} for i, row in enumerate(make_rows(3000))]
+    rows = [{**row, "note": f'café "{i}"\n\t✓ 🚀 a/b'} for i, row in enumerate(make_rows(3000))]
     assert len(dump(rows)) > abstract._VIEW_INDENT_MAX  # (read in one pass)
     text = dump(rows)
     _, _, ex, view = _put(tmp_path, text)
