@@ -776,7 +776,8 @@ def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
     of the first `depth` levels member by member, and a long string a slice at a time (escaping
     works character by character), so a tool result holding one huge text ({"result": {"content":
     [{"text": ...}]}} is four levels) is never copied whole. A _JsonString is given as a view
-    of the bytes of its JSON as they came (the same value, with the escapes the peer chose)."""
+    of the bytes of its JSON as they came (the same value, with the escapes the peer chose);
+    one deeper, or in a larger object or array, decoded."""
     if type(value) is _JsonString:
         yield value.raw()  # type: ignore[misc]
     elif type(value) is str and len(value) > _PART_CHARS:
@@ -796,7 +797,8 @@ def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
             yield from _compact_parts(item, depth - 1)
         yield "]"
     else:
-        yield _dumps(value)
+        yield json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                         default=_JsonString.text)
 
 
 def _dump_txt(data: Any) -> str:

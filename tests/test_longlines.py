@@ -304,3 +304,18 @@ def test_a_long_string_beside_cached_records_is_cached_too(world: World):
     token = res["structuredContent"]["token"]
     count = proxy.call_tool("query_output", {"source": token, "sql": "SELECT count(*) AS n FROM data"})
     assert count["structuredContent"]["rows"] == [{"n": len(awkward_rows(1.5))}]
+
+
+def test_a_long_records_text_in_a_result_of_many_members_is_cached(world: World):
+    """A result (or its text item) of more than 100 members is written by one _dumps, not member
+    by member: the long text left undecoded in it is written too (it failed with a TypeError,
+    "Internal error" to the client, and left the view's file behind)."""
+    proxy = _start(world)
+    result = make_long("records", 1.5)
+    result.update({f"x{i}": i for i in range(101)})
+    line = json.dumps({"jsonrpc": "2.0", "id": 0, "result": result}).replace('"id": 0', '"id": %ID%', 1)
+    res = proxy.upstream("up", "long", {"raw": line}, timeout=120)
+    assert not res.get("isError") and "error" not in res, str(res)[:300]
+    stored = json.loads(_stored(world, proxy, res["structuredContent"]["token"], "json").read_bytes()
+                        .decode("utf-8", "surrogatepass"))
+    assert same_json(stored, awkward_rows(1.5))
