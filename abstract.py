@@ -74,11 +74,14 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as futures_wait
 from pathlib import Path
+from pathlib import PurePath
+from pathlib import PurePosixPath
+from pathlib import PureWindowsPath
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
                     Tuple)
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
-# datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file URIs),
+# datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
 # ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl (POSIX)
 # and msvcrt (Windows), one or the other, for the lock on a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
@@ -476,22 +479,56 @@ def _user_dir(kind: str) -> Path:
     return base / kind
 
 
-def _file_uri(path: str) -> str:
-    """A file:// URI for an absolute local path, right for the platform (C:\\x -> file:///C:/x)."""
-    return Path(path).as_uri()
+def _file_uri(path: str, windows: bool = _WINDOWS) -> str:
+    """A file:// URI for an absolute local path, right for the platform (C:\\x -> file:///C:/x,
+    \\\\server\\share\\x -> file://server/share/x); `windows` picks the rules (tests set it)."""
+    return (PureWindowsPath if windows else PurePosixPath)(path).as_uri()
 
 
-def _uri_to_path(uri: str) -> str:
-    """The local path of a file:// URI (percent-decoded; Windows drive forms handled by
-    url2pathname)."""
+def _uri_to_path(uri: str, windows: bool = _WINDOWS) -> str:
+    """The local path of a file:// URI, percent-decoded: the inverse of _file_uri. On Windows a
+    host names a UNC share (file://server/share/x and file:////server/share/x are
+    \\\\server\\share\\x) and /C:/x (or /C|/x) is C:\\x; elsewhere a host other than
+    localhost is refused (POSIX has no UNC paths)."""
     parts = urllib.parse.urlparse(uri)
     if parts.scheme != "file":
         raise SandboxError(f"not a file:// URI: {uri!r}")
-    if parts.netloc not in ("", "localhost"):
-        raise SandboxError(f"file URI with a remote host is not supported: {uri!r}")
-    from urllib.request import url2pathname  # lazy: see Imports
+    host = "" if parts.netloc.lower() == "localhost" else parts.netloc
+    path = urllib.parse.unquote(parts.path)
+    if not windows:
+        if host:
+            raise SandboxError(f"file URI with a remote host is not supported: {uri!r} (a "
+                               f"file://server/share/... link names a Windows network share)")
+        return path
+    if host:
+        return "\\\\" + host + path.replace("/", "\\")
+    if re.match(r"/[A-Za-z][:|](?:/|\Z)", path):  # /C:/x: the drive, without the slash before it
+        path = path[1] + ":" + (path[3:] or "/")
+    return path.replace("/", "\\")
 
-    return url2pathname(parts.path)
+
+# Windows refuses to open, rename or delete a file another program holds without sharing it
+# (an antivirus scanning a new file, a reader while a refresh replaces it): ERROR_ACCESS_DENIED
+# (5) or ERROR_SHARING_VIOLATION (32), which pass once it lets go.
+_SHARING_ERRORS = (5, 32)
+_SHARING_WAIT_S = 5.0  # how long _retry_shared retries before the error stands
+
+
+def _retry_shared(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """fn(*args, **kw), tried again for up to _SHARING_WAIT_S (backing off from 10 ms to 0.5 s)
+    while it fails with a Windows sharing violation; any other error, or the same after the
+    wait, is raised. Never retries elsewhere (no OSError carries a winerror there)."""
+    deadline, pause = time.monotonic() + _SHARING_WAIT_S, 0.01
+    while True:
+        try:
+            return fn(*args, **kw)
+        except OSError as e:
+            if getattr(e, "winerror", None) not in _SHARING_ERRORS or \
+                    time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # (Windows has no way to wait for another program's handle to close)
+        pause = min(pause * 2, 0.5)
+
 
 # ==== 6. Formats ==================================================================
 # Converts JSON values (dict, list, str, int, float, bool, None) to and from
@@ -2092,17 +2129,48 @@ def _parse_text(text: str, fmt: str) -> Any:
 # ==== 7. Sandbox and atomic writer ================================================
 
 
-def _folds_case(path: str) -> bool:
-    """Whether the file system holding `path` ignores case (macOS and Windows usually do)."""
-    if _WINDOWS:
-        return True
-    swapped = path.swapcase()
-    if swapped == path:
-        return False
+def _caseless(name: str) -> str:
+    """`name` as the most forgiving file system could read it: case folded and in decomposed
+    form (Unicode's canonical caseless match). A filter, never the decision: file systems fold
+    less than this (NTFS does not fold the Kelvin sign, "ß" or "ſ"; a case-sensitive folder
+    does not fold at all), so names equal here may still be different folders: _same_dir
+    decides."""
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
+def _same_dir(a: str, b: str) -> bool:
+    """Whether the paths `a` and `b` name the same existing folder, as the file system says:
+    the same file id (st_dev, st_ino; on Windows the volume serial and the file index). A file
+    system that gives no ids (st_ino 0, some network shares) is never taken at its word."""
     try:
-        return os.path.samefile(path, swapped)
-    except OSError:
+        sa, sb = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
         return False
+    return (sa.st_ino != 0 and stat.S_ISDIR(sa.st_mode)
+            and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino))
+
+
+def _below(real: str, root: str, pure: type = PurePath,
+           same: Optional[Callable[[str, str], bool]] = None) -> Optional[List[str]]:
+    """The names of the components of `real` below `root` (both resolved paths of the flavour
+    `pure`), or None when `real` is not `root` or inside it.
+
+    Decided component by component, never on string prefixes or lengths (folding "Straße"
+    makes it longer). Equal names are the same folder. Names that differ only in case or
+    Unicode normalisation are one folder on one file system (macOS by default: "Out" and "OUT",
+    NFC and NFD) and two on another (Linux, a case-sensitive NTFS folder; NTFS keeps "Desktop"
+    and "Des\u212atop" apart though casefold makes them equal): the file system is asked
+    (`same`, by default _same_dir: the file ids), never a folding table."""
+    top, parts = pure(root).parts, pure(real).parts
+    n = len(top)
+    if len(parts) < n:
+        return None
+    if parts[:n] != top:
+        if any(_caseless(a) != _caseless(b) for a, b in zip(parts[:n], top)):
+            return None
+        if not (same or _same_dir)(str(pure(*parts[:n])), root):
+            return None
+    return list(parts[n:])
 
 
 def _unicode_problem(text: str) -> Optional[str]:
@@ -2213,9 +2281,10 @@ class _NotRegular(SandboxError):
 class Sandbox:
     """The allowed directories; every path Abstract reads or writes is checked here first.
 
-    Containment is decided on fully resolved real paths (symlinks followed, `..` collapsed,
-    case folded where the file system folds case), never on string prefixes, so a symlink
-    pointing out is refused and /allowed-evil is not inside /allowed. On POSIX the decision is
+    Containment is decided on fully resolved real paths (symlinks followed, `..` collapsed),
+    component by component (_below: other spellings of a name are asked of the file system),
+    never on string prefixes, so a symlink pointing out is refused and /allowed-evil is not
+    inside /allowed. On POSIX the decision is
     then used through descriptors (_Dir, open_read): the directory is opened from its root one
     component at a time without following symlinks, and files are created and opened relative
     to it, so nothing changed in the tree after the check can lead out.
@@ -2223,7 +2292,6 @@ class Sandbox:
 
     def __init__(self, roots: List[str]) -> None:
         self.roots = [os.path.realpath(r) for r in roots]
-        self._fold = {r: _folds_case(r) for r in self.roots}
 
     @property
     def default(self) -> str:
@@ -2238,16 +2306,18 @@ class Sandbox:
                     f"inside "
                             f"one of them (relative paths are taken from {self.default}).")
 
+    def _locate(self, real: str) -> Optional[Tuple[str, List[str]]]:
+        """(the allowed root that contains the resolved path `real`, the names below it)."""
+        for root in self.roots:
+            below = _below(real, root)
+            if below is not None:
+                return root, below
+        return None
+
     def root_of(self, real: str) -> Optional[str]:
         """The allowed root that contains the resolved path `real`, if any."""
-        for root in self.roots:
-            a, b = (real.casefold(), root.casefold()) if self._fold[root] else (real, root)
-            try:
-                if os.path.commonpath([a, b]) == b:
-                    return root
-            except ValueError:  # different drives on Windows
-                continue
-        return None
+        found = self._locate(real)
+        return found[0] if found else None
 
     def resolve(self, path: str) -> str:
         """The real path of `path` (absolute, or relative to the first root) if it is inside a
@@ -2272,14 +2342,13 @@ class Sandbox:
     def _walk(self, real: str, create: bool) -> int:
         """A descriptor of the directory `real` (inside a root), opened from the root one
         component at a time, never through a symlink; missing components are made if `create`."""
-        root = self.root_of(real)
-        if root is None:
+        found = self._locate(real)
+        if found is None:
             raise self._refuse(real, "is outside the allowed directories")
+        root, below = found
         fd = os.open(root, _O_DIR)
         try:
-            for part in real[len(root):].split(os.sep):  # root_of matched: real starts with root
-                if not part:
-                    continue
+            for part in below:  # by name, as the request spelled it: the file system matches it
                 if create:
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(part, 0o777, dir_fd=fd)
@@ -2420,7 +2489,8 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
                 os.chmod(at(tmp), 0o666 & ~_UMASK if mode is None else mode)
             mine = os.fstat(f.fileno())
         if replace:
-            os.replace(at(tmp), at(stem + ext), src_dir_fd=dfd, dst_dir_fd=dfd)
+            # (Windows: a reader of the old file blocks the replace until it closes it)
+            _retry_shared(os.replace, at(tmp), at(stem + ext), src_dir_fd=dfd, dst_dir_fd=dfd)
             return os.path.join(directory, stem + ext)
         for n in range(100000):
             final = f"{stem}{ext}" if n == 0 else f"{stem}-{n}{ext}"
@@ -2434,6 +2504,21 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             os.unlink(at(tmp), dir_fd=dfd)
 
 
+_REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
+
+
+def _is_folder(entry: Any) -> bool:
+    """Whether a walked entry (an os.DirEntry) is a folder the walk may enter: a symlink is not,
+    and on Windows no reparse point is either. is_dir(follow_symlinks=False) is True for a
+    junction (`mklink /J` needs no privilege), a mount point or a cloud placeholder folder, which
+    may lead anywhere; their attributes come with the listing (no extra call), elsewhere they
+    are absent (0)."""
+    if not entry.is_dir(follow_symlinks=False):
+        return False
+    attributes = getattr(entry.stat(follow_symlinks=False), "st_file_attributes", 0)
+    return not attributes & _REPARSE_POINT
+
+
 def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs: bool
              ) -> Iterator[Tuple[Optional[int], str, str]]:
     """_bounded_walk's work for one folder: `dfd` is its descriptor, or None (Windows: paths)."""
@@ -2442,8 +2527,7 @@ def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs:
     subdirs = []
     for entry in entries:
         try:
-            # a symlink to a folder is listed, not walked
-            is_dir = entry.is_dir(follow_symlinks=False)
+            is_dir = _is_folder(entry)  # a symlink or junction to a folder is listed, not walked
         except OSError:  # gone meanwhile
             continue
         if not is_dir:
@@ -2452,8 +2536,7 @@ def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs:
             subdirs.append(entry.name)
     for name in subdirs:
         sub = os.path.join(path, name)
-        # Windows: a junction counts as a folder before Python 3.12 (see sandbox.md)
-        if dfd is None:
+        if dfd is None:  # Windows: by path (a junction swapped in after the listing is entered)
             with contextlib.suppress(OSError):
                 yield from _walk_in(None, sub, level + 1, depth, hidden_dirs)
             continue
@@ -2567,24 +2650,58 @@ def _claim(dfd: Optional[int], tmp: str, final: str, mine: os.stat_result) -> bo
     """Give the finished temporary file the name `final` unless that name exists (names are
     relative to `dfd` when it is given). The temporary name could have been replaced meanwhile
     by someone else's file or symlink: the link is not followed, and what got published is
-    checked to be `mine` (the file written), else removed again."""
-    try:  # (follow_symlinks=False is linkat without AT_SYMLINK_FOLLOW; Windows has no such option)
-        os.link(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd, **({} if dfd is None
-                                                               else {"follow_symlinks": False}))
-    except FileExistsError:
-        return False
-    except (OSError, NotImplementedError):  # no hard links here: reserve the name, rename over it
-        try:
-            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
-            os.close(os.open(final, flags, 0o644, dir_fd=dfd))
+    checked to be `mine` (the file written), else removed again.
+
+    POSIX: a hard link claims the name and publishes in one call (rename would replace).
+    Windows: rename, which never replaces there, so no second name is left that a program
+    holding the temporary file (an antivirus) could keep alive. No hard links (FAT, exFAT,
+    some shares): the name is reserved with O_EXCL and the file renamed over it."""
+    if not _WINDOWS:
+        try:  # (follow_symlinks=False is linkat without AT_SYMLINK_FOLLOW)
+            os.link(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd,
+                    **({} if dfd is None else {"follow_symlinks": False}))
         except FileExistsError:
             return False
-        os.replace(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
-    st = os.stat(final, dir_fd=dfd, follow_symlinks=False)
+        except (OSError, NotImplementedError):  # no hard links here
+            return _claim_by_rename(dfd, tmp, final, mine)
+        st = os.stat(final, dir_fd=dfd, follow_symlinks=False)
+        if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+            os.unlink(final, dir_fd=dfd)
+            raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while "
+                          f"it was written")
+        return True
+    return _claim_by_rename(dfd, tmp, final, mine)
+
+
+def _claim_by_rename(dfd: Optional[int], tmp: str, final: str, mine: os.stat_result) -> bool:
+    """_claim by renaming: the temporary file is checked to be `mine` before it moves, and the
+    published one after by kind and size only, since FAT and exFAT number a file by where its
+    entry lies, so a rename may change its id (checking the id unlinked a good file)."""
+    st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
     if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+        raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while it "
+                      f"was written")
+    try:
+        if _WINDOWS:  # a program holding the file (an antivirus scan) lets go soon: wait for it
+            _retry_shared(os.rename, tmp, final)
+        else:  # reserve the name (fails if it exists), then rename over the reservation
+            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
+            os.close(os.open(final, flags, 0o644, dir_fd=dfd))
+            os.replace(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except FileExistsError:
+        return False
+    except PermissionError as e:
+        if getattr(e, "winerror", None) not in _SHARING_ERRORS:
+            raise
+        raise OSError(e.errno, f"another program (an antivirus?) held the new file for over "
+                               f"{_SHARING_WAIT_S:g} s, so it could not be named "
+                               f"{os.path.basename(final)}; nothing was stored, try again",
+                      final) from None
+    st = os.stat(final, dir_fd=dfd, follow_symlinks=False)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != mine.st_size:
         os.unlink(final, dir_fd=dfd)
-        raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while it was "
-                      f"written")
+        raise OSError(f"the temporary file for {os.path.basename(final)} was replaced while it "
+                      f"was written")
     return True
 
 
@@ -4145,12 +4262,19 @@ class _TokenStore:
         return str(self.dir)
 
     def load(self, name: str) -> dict:
+        """The login's file ({} when there is none, or it is unreadable: log in again); a file
+        another program holds (Windows: another Abstract replacing it) is waited for, and one
+        still held after _SHARING_WAIT_S is _AuthError, never {} (a save would lose it)."""
         try:
-            with open(self._path(name), "rb") as f:
+            with _retry_shared(open, self._path(name), "rb") as f:
                 doc = json.loads(f.read(_OAUTH_DOC_MAX).decode("utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as e:
+            if getattr(e, "winerror", None) in _SHARING_ERRORS:
+                raise _AuthError(f"{name}: the saved login {self._path(name)} stayed locked "
+                                 f"for over {_SHARING_WAIT_S:g} s (another program holds it, "
+                                 f"or it is not yours to read); try again") from None
             _log.warning("%s: the saved login in %s cannot be read (%s); log in again",
                          name, self._path(name), type(e).__name__)
             return {}
@@ -8163,8 +8287,8 @@ _CACHE_FILE_RE = re.compile(r"(?:[A-Za-z0-9_-]{24}(?:-[0-9]+){0,2}"
 
 def _nested(a: str, b: str) -> bool:
     """Whether one of two resolved paths is the other or inside it."""
-    if _WINDOWS or _MACOS:  # file systems that usually ignore case: err on the side of "nested"
-        a, b = a.casefold(), b.casefold()
+    if _WINDOWS or _MACOS:  # file systems that usually ignore case (and, on macOS, Unicode
+        a, b = _caseless(a), _caseless(b)  # normalisation): err on the side of "nested"
     try:
         return os.path.commonpath([a, b]) in (a, b)
     except ValueError:  # different drives (Windows)
