@@ -6959,8 +6959,7 @@ class Upstream:
             if q is not None and not q.answer.done():
                 self._unclaimed.insert(0, q)
 
-    def _popen(self, argv: Any, env: Dict[str, str]) -> Any:
-        """Start the process: `argv` is a list, or _launch's command line for a batch file."""
+    def _popen(self, argv: Any, env: Dict[str, str]) -> Any:  # (a str: _launch, batch files)
         kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
                               "stderr": subprocess.PIPE,
                               "bufsize": 0, "env": env, "cwd": self.spec.cwd or None}
