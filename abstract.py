@@ -428,6 +428,33 @@ def _iter_lines(stream: Any, limit: int = 1 << 16):
             partial = partial[limit:]
 
 
+def _env_key(env: Dict[str, str], name: str) -> Optional[str]:
+    """The key under which `env` holds the variable `name`, or None. Windows compares names
+    without case (Path is PATH, AppData is APPDATA); a copy of os.environ is a plain dict."""
+    if name in env:
+        return name
+    if _WINDOWS:
+        upper = name.upper()
+        return next((k for k in env if k.upper() == upper), None)
+    return None
+
+
+def _env_get(env: Dict[str, str], name: str, default: Any = None) -> Any:
+    """env[name], its case ignored on Windows (_env_key); `default` when it is not set."""
+    key = _env_key(env, name)
+    return default if key is None else env[key]
+
+
+def _env_merge(env: Dict[str, str], updates: Dict[str, str]) -> None:
+    """Set `updates` in `env`, each replacing the variable of that name: on Windows a config's
+    "Path" replaces the inherited PATH, where a dict update would give the child both."""
+    for name, value in updates.items():
+        if _WINDOWS:
+            for key in [k for k in env if k.upper() == name.upper()]:
+                del env[key]
+        env[name] = value
+
+
 # ${VAR}, ${VAR:-default}, ${env:VAR} (Cursor, VS Code, Windsurf), ${input:id} (VS Code prompts)
 # and the editors' predefined names (${workspaceFolder}, ${userHome}, ${pathSeparator}, ${/}).
 _VAR_RE = re.compile(r"\$\{(?:(env|input):)?([A-Za-z_][A-Za-z0-9_.-]*|/)(:-([^}]*))?\}")
@@ -447,13 +474,14 @@ def _expand(value: str, env: Dict[str, str], missing: List[str],
             return ""
         if kind is None and known and name in known:
             return known[name]
-        if env.get(name):
-            return env[name]
+        value = _env_get(env, name)
+        if value:
+            return value
         if m.group(3) is not None:
             return default or ""
-        if name not in env:
+        if value is None:
             missing.append(name)
-        return env.get(name, "")
+        return value or ""
 
     return _VAR_RE.sub(sub, value)
 
@@ -4972,7 +5000,7 @@ def _known_vars(path: str, environ: Dict[str, str], inputs: Dict[str, str]) -> D
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.basename(folder).lower() in (".vscode", ".cursor"):
         folder = os.path.dirname(folder)
-    home = environ.get("USERPROFILE" if _WINDOWS else "HOME") or os.path.expanduser("~")
+    home = _env_get(environ, "USERPROFILE" if _WINDOWS else "HOME") or os.path.expanduser("~")
     known = {"workspaceFolder": folder, "workspaceRoot": folder, "userHome": home,
              "pathSeparator": os.sep, "/": os.sep}
     known.update({f"input:{k}": v for k, v in inputs.items()})
@@ -5480,20 +5508,122 @@ def _auth_provider(name: str, url: str, settings: Settings,
 # every call, restarted (with back-off after quick crashes) when it dies.
 
 
+# What CreateProcess can start, in PATHEXT's default order; PATHEXT's others (.JS, .VBS, .PY)
+# need a host program and fail with WinError 193, as an extensionless npm shell script does.
+_WIN_RUNNABLE = (".COM", ".EXE", ".BAT", ".CMD")
+
+
+def _which_windows(cmd: str, dirs: List[str], env: Dict[str, str]) -> Optional[str]:
+    """Windows: the first file in `dirs` that `cmd` names with a PATHEXT extension Windows can
+    start, preferred always to an extensionless file of the name (npm puts a shell script `npx`
+    beside `npx.cmd`, and shutil.which of Python 3.12.0-3.12.7 and 3.13.0 may return it:
+    CPython gh-109590, gh-127001). The current folder is not searched."""
+    raw = _env_get(env, "PATHEXT") or ";".join(_WIN_RUNNABLE)
+    exts = [e for e in (x.strip().upper() for x in raw.split(";")) if e in _WIN_RUNNABLE]
+    exts = exts or list(_WIN_RUNNABLE)
+    if os.path.splitext(cmd)[1].upper() in exts:
+        names = [cmd]
+    else:  # lower case: a case-sensitive folder (WSL's, or a test's) holds npx.cmd, not npx.CMD
+        names = [cmd + e.lower() for e in exts]
+    for folder in dirs:
+        for name in names:
+            full = os.path.join(folder, name)
+            if os.path.isfile(full):
+                return full
+    return None
+
+
 def _resolve_command(spec: ServerSpec, env: Dict[str, str]) -> str:
-    """The executable to run, found with the PATH the upstream will see (PATHEXT on Windows)."""
+    """The executable to run, found with the PATH the upstream will see (PATHEXT on Windows,
+    for a command with a folder part too: _which_windows)."""
     cmd = spec.command
     if os.path.dirname(cmd):  # a path: relative to the upstream's working directory
         full = cmd if os.path.isabs(cmd) else os.path.join(spec.cwd or os.getcwd(), cmd)
-        if os.path.isfile(full):
-            return full
-        raise UpstreamError(f"command not found: {cmd!r} (no such file)")
-    found = shutil.which(cmd, path=env.get("PATH", os.defpath))
+        found = (_which_windows(os.path.basename(full), [os.path.dirname(full)], env)
+                 if _WINDOWS else full if os.path.isfile(full) else None)
+        if found:
+            return found
+        raise UpstreamError(f"command not found: {cmd!r} (no such file"
+                            f"{'; tried PATHEXT: .cmd, .exe, ...' if _WINDOWS else ''})")
+    path = _env_get(env, "PATH", os.defpath)
+    if _WINDOWS:  # (a PATH folder may be written in quotes, as cmd.exe accepts)
+        found = _which_windows(cmd, [d.strip('"') for d in path.split(";") if d.strip('"')], env)
+    else:
+        found = shutil.which(cmd, path=path)
     if found is None:
         raise UpstreamError(f"command not found: {cmd!r} is not on the PATH the server gets "
-                            f"({env.get('PATH', '')[:300]}); use an absolute path or fix PATH in "
-                            f"its env")
+                            f"({path[:300]}); use an absolute path or fix PATH in its env")
     return found
+
+
+def _is_batch(path: str) -> bool:
+    """Windows: whether CreateProcess would run `path` through cmd.exe (.bat, .cmd). Windows
+    drops trailing dots and spaces and reads `name:stream` as the file `name`, so `x.cmd. ` and
+    `x.cmd::$DATA` are batch files too."""
+    name = re.split(r"[\\/]", re.sub(r"^[A-Za-z]:", "", path))[-1].split(":")[0].rstrip(". ")
+    return os.path.splitext(name)[1].lower() in (".bat", ".cmd")
+
+
+def _cmd_quote(arg: str) -> str:
+    """One argument of a batch file's command line, quoted for cmd.exe and then for the program
+    the batch hands `%*` to (the C runtime's rules), as Rust's std quotes it since BatBadBut
+    (CVE-2024-24576; library/std/src/sys/args/windows.rs):
+    - quotes around anything but ASCII letters, digits and #$*+-./:?@\\_, around an empty
+      argument and one that ends in a backslash: inside quotes cmd takes & | < > ^ ( ) , ; =
+      and spaces as text;
+    - an embedded `"` doubled (`""` toggles cmd's quote state twice, so nothing is exposed;
+      `\\"` would close the quotes for cmd), with the backslashes before it doubled, as those
+      before the closing quote are;
+    - `%` written `%%cd:~,%`: `%cd:~,%` is an empty slice of the always-defined CD (command
+      extensions on), which keeps cmd from reading `%NAME%` even inside quotes.
+    `!` stays text under /v:OFF. CR, LF and NUL cannot be passed (_batch_line refuses them)."""
+    quote = not arg or arg.endswith("\\") or any(
+        (c.isascii() and not (c.isalnum() or c in "#$*+-./:?@\\_")) or unicodedata.category(c)
+        == "Cc" for c in arg)
+    out, slashes = ['"'] if quote else [], 0
+    for c in arg:
+        if c == "\\":
+            slashes += 1
+        else:
+            if c == '"':
+                out.append("\\" * slashes + '"')
+            elif c == "%":
+                out.append("%%cd:~,")
+            slashes = 0
+        out.append(c)
+    if quote:
+        out.append("\\" * slashes + '"')
+    return "".join(out)
+
+
+def _batch_line(script: str, args: List[str], cmd_exe: str) -> str:
+    """Windows: the whole command line that runs the batch file `script` with `args` through
+    cmd.exe (Popen takes a string as it is). /d: no AutoRun commands; /e:ON for the %cd:~,%
+    above; /v:OFF so `!` is text; /s /c "...": cmd drops exactly the outer quotes.
+    UpstreamError for what cannot be passed safely, naming it."""
+    if '"' in script or script.endswith("\\") or re.search(r"[\r\n\0]", script):
+        raise UpstreamError(f"cannot run the batch file {script!r}: its path holds a quote, a "
+                            f"line break or a trailing backslash")
+    for i, arg in enumerate(args):
+        if re.search(r"[\r\n\0]", arg):
+            raise UpstreamError(
+                f"args[{i}] ({arg[:40]!r}{'...' if len(arg) > 40 else ''}) holds a line break or "
+                f"NUL, which cmd.exe cannot pass to the batch file {os.path.basename(script)} "
+                f"(it would end the command there). Pass the value in the entry's \"env\" "
+                f"instead, or run the program the batch file runs (node.exe ...) directly")
+    words = ['"' + script.replace("%", "%%cd:~,%") + '"'] + [_cmd_quote(a) for a in args]
+    return f'"{cmd_exe}" /d /e:ON /v:OFF /s /c "{" ".join(words)}"'
+
+
+def _launch(path: str, args: List[str], environ: Dict[str, str]) -> Any:
+    """What Popen runs for the resolved `path` and `args`: the argv list, or on Windows, for a
+    batch file (npx.cmd, npm.cmd, every npm-installed server), _batch_line's string, since
+    Python's list2cmdline quoting is not cmd.exe's (`a&b` would run b, %VAR% would expand).
+    cmd.exe is the one of the system folder, never a cmd.exe found in the current folder."""
+    if not (_WINDOWS and _is_batch(path)):
+        return [path] + args
+    root = _env_get(environ, "SystemRoot") or "C:\\Windows"
+    return _batch_line(path, args, "\\".join([root.rstrip("\\/"), "System32", "cmd.exe"]))
 
 
 def _exit_text(code: Optional[int]) -> str:
@@ -6783,11 +6913,11 @@ class Upstream:
         # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
         # entry's env names them; upper(): Windows names ignore case.
         env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
-        env.update(self.spec.env)
+        _env_merge(env, self.spec.env)
         # an Abstract started through this one refuses to run
         env["ABSTRACT_PARENT"] = str(os.getpid())
         try:
-            argv = [_resolve_command(self.spec, env)] + self.spec.args
+            argv = _launch(_resolve_command(self.spec, env), self.spec.args, self._environ)
             proc = self._popen(argv, env)
         except (OSError, UpstreamError) as e:
             self._note_crash(t0, quick=True)
@@ -6953,7 +7083,7 @@ class Upstream:
             if q is not None and not q.answer.done():
                 self._unclaimed.insert(0, q)
 
-    def _popen(self, argv: List[str], env: Dict[str, str]) -> Any:
+    def _popen(self, argv: Any, env: Dict[str, str]) -> Any:  # (a str: _launch, batch files)
         kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
                               "stderr": subprocess.PIPE,
                               "bufsize": 0, "env": env, "cwd": self.spec.cwd or None}
@@ -12956,14 +13086,56 @@ def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], 
             out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
 
 
+class _Replacing:
+    """A text stream that cannot be reconfigured, writing what its encoding cannot show as
+    `?` rather than raising."""
+
+    def __init__(self, stream: Any, encoding: str) -> None:
+        self._stream, self.encoding = stream, encoding
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text.encode(self.encoding, "replace").decode(self.encoding))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def _utf8_text(stream: Any, undo: contextlib.ExitStack) -> Any:
+    """`stream` writing UTF-8, a character it cannot encode (a lone surrogate of a file name)
+    written as \\udcxx: a redirected stdout or stderr on Windows is the ANSI code page, strict
+    (cp1252: --check's report of a server named 'café ☃' raised UnicodeEncodeError), and logs
+    read by a client came out as cp1252 or \\uXXXX. What is changed is put back by `undo`."""
+    encoding = getattr(stream, "encoding", None)
+    if not encoding:  # io.StringIO and the like: str in, nothing encoded
+        return stream
+    errors = getattr(stream, "errors", None) or "strict"
+    if codecs.lookup(encoding).name == "utf-8" and errors != "strict":
+        return stream
+    try:
+        stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+    except (AttributeError, ValueError, OSError, LookupError):
+        return _Replacing(stream, encoding)
+    undo.callback(stream.reconfigure, encoding=encoding, errors=errors)
+    return stream
+
+
 def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None,
          stderr: Any = None,
          environ: Optional[Dict[str, str]] = None) -> int:
     """Run Abstract: serve MCP on stdin/stdout (binary streams), or --check. Returns the exit
     code."""
-    args = _parser().parse_args(argv)
-    err = stderr if stderr is not None else sys.stderr
-    env = dict(os.environ if environ is None else environ)
+    with contextlib.ExitStack() as undo:  # the streams as they were, for a caller in-process
+        err = _utf8_text(stderr if stderr is not None else sys.stderr, undo)
+        if stdout is None:  # --check, --login, --reindex write their reports there
+            _utf8_text(sys.stdout, undo)
+        args = _parser().parse_args(argv)
+        return _main(args, stdin, stdout, err,
+                     dict(os.environ if environ is None else environ))
+
+
+def _main(args: argparse.Namespace, stdin: Any, stdout: Any, err: Any,
+          env: Dict[str, str]) -> int:
+    """main() once its streams are set: logging to `err`, then _run."""
     level = env.get("ABSTRACT_LOG_LEVEL", "INFO").upper()
     # setLevel would raise: a traceback, not a message
     if not isinstance(logging.getLevelName(level), int):
