@@ -7685,10 +7685,14 @@ def _tabular_text(data: Any, fmt: str) -> Any:
     return data
 
 
+def _result_texts(result: dict) -> List[str]:
+    """The texts of a result's text items."""
+    return [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
+            and i.get("type") == "text"]
+
+
 def _error_text(result: dict) -> str:
-    texts = [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
-             and i.get("type") == "text"]
-    return "\n".join(texts)[:2000] or "(no message)"
+    return "\n".join(_result_texts(result))[:2000] or "(no message)"
 
 
 
@@ -11106,16 +11110,19 @@ def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[An
         raise ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
 
 
-def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
-    """(data, format, real path) of an input file inside the sandbox."""
+def _load_input(call: _Call, file_path: str, parse: bool = True) -> Tuple[Any, str, str]:
+    """(data, format, real path) of an input file inside the sandbox (its text when not
+    `parse`)."""
     f, path, size = _open_input(call, file_path)
     limit = float(call.ctx.settings.get("max_input_file_mb"))
-    return _read_input(f, path, size, limit, "max_input_file_mb") + (path,)
+    return _read_input(f, path, size, limit, "max_input_file_mb", parse) + (path,)
 
 
-def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> Tuple[Any, str]:
+def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str,
+                parse: bool = True) -> Tuple[Any, str]:
     """(data, format) of the open input file `f`, at most `limit_mb` megabytes (the setting
-    named so), parsed by its extension (.gz unpacked first); `f` is closed."""
+    named so), parsed by its extension (.gz unpacked first), or its text as it is when not
+    `parse`; `f` is closed."""
     limit = int(limit_mb * 1024 * 1024)
     if size > limit:
         f.close()
@@ -11129,8 +11136,11 @@ def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> 
     except UnicodeDecodeError as e:
         raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
                         f"(0x{raw[e.start]:02x}).") from None
+    text = text[1:] if text.startswith("\ufeff") else text
+    if not parse:
+        return text, fmt
     try:
-        return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt
+        return _parse_text(text, fmt), fmt
     except FormatError as e:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
     # a reader without its own guard: still the model's error, not an internal one
@@ -11142,25 +11152,36 @@ _JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boo
                "array": (list,), "object": (dict,), "null": (type(None),)}
 
 
-def _check_args(tool: dict, args: dict) -> None:
-    """Refuse arguments that miss a required property or have the wrong top-level type."""
+def _schema_kinds(tool: dict, key: str) -> List[str]:
+    """The JSON types the tool's inputSchema declares for the argument `key` ([] if none)."""
+    schema = tool.get("inputSchema")
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    prop = props.get(key) if isinstance(props, dict) else None
+    want = prop.get("type") if isinstance(prop, dict) else None
+    return [want] if isinstance(want, str) else [k for k in want if isinstance(k, str)] \
+        if isinstance(want, list) else []
+
+
+def _check_args(tool: dict, args: dict, source: str = "the file",
+                hint: Tuple[str, str] = ("", "")) -> None:
+    """Refuse arguments that miss a required property or have the wrong top-level type; the
+    data comes from `source`, and a mismatch of the argument hint[0] adds hint[1]."""
     schema = tool.get("inputSchema") or {}
-    props = schema.get("properties") or {}
     missing = [k for k in schema.get("required") or [] if k not in args]
     if missing:
-        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither the "
-                        f"file nor tool_args provides (use data_key to put the file's data under "
-                        f"one argument).")
+        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
+                        f"{source} nor tool_args provides (use data_key to put {source}'s data "
+                        f"under one argument).")
     for key, value in args.items():
-        want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
-        kinds = [want] if isinstance(want, str) else want if isinstance(want, list) else []
+        kinds = _schema_kinds(tool, key)
         types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
         bad_bool = isinstance(value, bool) and bool not in types
         # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
         whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
         if types and (not isinstance(value, types) or bad_bool) and not whole:
             raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
-                            f"{' or '.join(kinds)}, but the file gives {type(value).__name__}.")
+                            f"{' or '.join(kinds)}, but {source} gives {type(value).__name__}"
+                            + (f"; {hint[1]}" if key == hint[0] and hint[1] else "") + ".")
 
 
 def _file_args(call: _Call, data: Any, path: str) -> dict:
@@ -11181,16 +11202,36 @@ def _file_args(call: _Call, data: Any, path: str) -> dict:
     return {**extra, key: data}
 
 
-def _input_data(call: _Call) -> Tuple[Any, str]:
-    """(data, where it came from) for file input: a file in the sandbox, or a cached output."""
+def _input_data(call: _Call, as_text: bool) -> Tuple[Any, str, str]:
+    """(data, where it came from, what the answer calls that) for file input: a file in the
+    sandbox, or a cached output; parsed, or its text as it is when `as_text` (a cached
+    output's text: its text items, else its text view)."""
     cached = _cached_source(call)
     if cached is not None:
         if call.args.get("file_path") is not None:
             raise ToolError("Give file_path or cache_token, not both.")
         cache, entry = cached
-        return _extract(cache.result(entry)).data, f"cached output {entry.token}"
-    data, _, path = _load_input(call, call.required("file_path"))
-    return data, path
+        where = f"cached output {entry.token}"
+        res = cache.result(entry)
+        if not as_text:
+            return _extract(res).data, where, "the cached output"
+        texts = _result_texts(res)
+        return ("\n".join(texts) if texts else cache.text(entry)), where, "the cached output"
+    data, _, path = _load_input(call, call.required("file_path"), parse=not as_text)
+    return data, path, "the file"
+
+
+def _data_as(call: _Call, spec: dict) -> bool:
+    """Whether the data goes as text: data_as says, else the data_key argument's declared type
+    (a string takes the text as it is)."""
+    how, key = call.string("data_as"), call.string("data_key")
+    if how not in (None, "text", "parsed"):
+        raise ToolError(f"data_as must be text or parsed, not {_dumps(how)[:40]}.")
+    if how == "text" and key is None:
+        raise ToolError('data_as "text" needs data_key: the argument that receives the text.')
+    if how is not None:
+        return how == "text"
+    return key is not None and {k for k in _schema_kinds(spec, key) if k != "null"} == {"string"}
 
 
 def _tool_call_tool_with_file_content(call: _Call) -> dict:
@@ -11207,10 +11248,15 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     out_fmt = call.string("output_format") or "json"
     if out_fmt not in ("json", "string"):
         raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
-    data, source = _input_data(call)
+    spec = _find_tool(call.ctx.upstreams.get(server), tool)
+    as_text = _data_as(call, spec)
+    data, source, what = _input_data(call, as_text)
     args = _file_args(call, data, source)
-    up = call.ctx.upstreams.get(server)
-    _check_args(_find_tool(up, tool), args)
+    key = call.string("data_key") or ""
+    kinds = _schema_kinds(spec, key) if key else []
+    hint = ('data_as "parsed" sends its data parsed' if as_text and set(kinds) - {"string"} else
+            f'data_as "text" sends {what}\'s text as it is' if "string" in kinds else "")
+    _check_args(spec, args, what, (key, hint))
     response_format = call.format("response_format")
     if response_format is not None:
         return _store_result(call, server, tool, response_format,
@@ -11763,13 +11809,18 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "conversation (for bulk inserts, uploads, or feeding a stored result into another tool). The "
      "file must be in an allowed directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are "
      "parsed (also .gz). Without data_key the file must hold an object that is the whole "
-     "arguments; with data_key the data goes under that argument, next to tool_args.",
+     "arguments; with data_key the data goes under that argument, next to tool_args. An argument "
+     "the tool declares a string gets the file's text as it is (data_as decides otherwise).",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL,
               "file_path": {"type": "string", "description": "The input file: absolute inside an "
                                                              "allowed directory, "
                             "or relative to the first one."},
               "data_key": {"type": "string", "description": "Argument that receives the file's "
                                                             "data."},
+              "data_as": {"type": "string", "enum": ["text", "parsed"],
+                          "description": "text: the file's text as it is (decompressed); "
+                                         "parsed: its data, read by its extension. Default: "
+                                         "text when the tool declares data_key a string."},
               "tool_args": {**_P_ARGS, "description": "Other arguments (needs data_key)."},
               "output_format": {"type": "string", "enum": ["json", "string"], "default": "json",
                                 "description": "json: the whole upstream result as JSON; string: "

