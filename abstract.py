@@ -8127,8 +8127,11 @@ def _query_hint(source: str, data: Any) -> str:
         head = data[:20000]
         head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
         data = _tabular_text(head, "csv")
-        if isinstance(data, str):
-            return ""
+        if isinstance(data, str):  # plain text: a row a line
+            return (f'Ask it in SQL instead of reading it: query_output {{"source": '
+                    f'{_dumps(source)}, "sql": "SELECT n, line FROM data WHERE line LIKE '
+                    f'\'%error%\'"}} (table data; columns: n, line: a row a line, n numbered '
+                    f'as start_line counts).')
     rows, _ = ([], "") if isinstance(data, _Records) else _as_records(data)
     pointer = ""
     if rows is None and isinstance(data, dict):
@@ -10437,7 +10440,8 @@ def _data_notes(call: _Call, data_file: Optional[_Stored], data: Any) -> List[st
         return []
     if isinstance(data, str):
         lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
-        return [f"Shape: text, {_plural(lines, 'line')}."]
+        hint = _query_hint(data_file.path, data) if "query_output" in call.ctx.offered else ""
+        return [f"Shape: text, {_plural(lines, 'line')}."] + [hint] * bool(hint)
     out = [_shape(data, 600)] if data is not None else []
     if data_file.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
         records = data if data_file.fmt not in ("csv", "tsv") else _as_records(data)[0]
@@ -10776,6 +10780,10 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
+    if isinstance(ex.data, str):
+        lines.append(f'Find lines: retrieve_cached_output {{"token": "{entry.token}", "pattern": '
+                     f'"error"}} gives the lines that contain it (case ignored), numbered, '
+                     f'with 2 lines around each.')
     hint = _query_hint(entry.token, ex.data) if can_query and ex.has_data and not ex.blobs else ""
     if hint:
         lines.append(hint)
@@ -10932,6 +10940,71 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
                    "next_offset": end if end < len(text) else None}
 
 
+_GREP_LINE = 2000  # characters of a line a pattern search shows (the rest: by start_line)
+_GREP_PATTERN = 1000  # longest pattern
+
+
+def _grep_block(text: str, rx: Any, start: int, n: int, lo: int, hi: int) -> Tuple[List[str],
+                                                                                   int]:
+    """Lines lo..hi around line `n` (which starts at offset `start`), numbered as grep -n does
+    ("12: " a matching line, "11- " one around it), and the offset after line hi."""
+    pos = start
+    for _ in range(n - lo):  # back to line lo
+        pos = text.rfind("\n", 0, pos - 1) + 1
+    out = []
+    for k in range(lo, hi + 1):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end].rstrip("\r")
+        cut = line[:_GREP_LINE] + (" [...]" if len(line) > _GREP_LINE else "")
+        out.append(f"{k}{':' if rx.search(line) else '-'} {cut}")
+        pos = end + 1
+    return out, pos
+
+
+def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str, dict]:
+    """The lines of `text` that contain `pattern` (case ignored; plain text, never a regular
+    expression), with `context` lines around each, from start_line to end_line, within `limit`
+    characters; the matches are found by re in C, a literal pattern costing linear time."""
+    if not pattern or "\n" in pattern or len(pattern) > _GREP_PATTERN:
+        raise ToolError(f"pattern must be one line of 1 to {_GREP_PATTERN:,} characters (plain "
+                        f"text, case ignored).")
+    context = call.integer("context", 2, maximum=10)
+    first = call.integer("start_line", 1, minimum=1)
+    total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    last = min(call.integer("end_line", total, minimum=1), total)
+    if call.optional_int("end_line", minimum=1) is not None and last < first:
+        raise ToolError(f"end_line ({last}) is before start_line ({first}).")
+    rx = re.compile(re.escape(pattern), re.IGNORECASE)
+    pos, stop, n = _skip_lines(text, first - 1), _skip_lines(text, last), first
+    out: List[str] = []
+    hits: List[int] = []
+    used, shown, more = 0, first - 1, None  # characters; the last line shown; where to go on
+    while True:
+        m = rx.search(text, pos, stop)
+        if m is None:
+            break
+        start = text.rfind("\n", 0, m.start()) + 1
+        n += text.count("\n", pos, start)
+        lo, hi = max(n - context, shown + 1, first), min(n + context, last)
+        block, after = _grep_block(text, rx, start, n, lo, hi)
+        if lo > shown + 1 and out:
+            block.insert(0, "--")
+        size = sum(len(b) + 1 for b in block)
+        if out and used + size > limit:
+            more = lo
+            break
+        out.extend(block)
+        used += size
+        hits.extend(int(b.split(":", 1)[0]) for b in block if re.match(r"\d+:", b))
+        shown, pos, n = hi, min(after, len(text)), hi + 1
+        if pos >= stop:
+            break
+    return "\n".join(out)[:limit], {
+        "pattern": pattern, "start_line": first, "end_line": more - 1 if more else last,
+        "total_lines": total, "matching_lines": hits, "next_line": more}
+
+
 def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
     """A window of the records the data holds (record_offset, record_count), one compact JSON
     record a line, within `limit` characters (a record longer than that is cut)."""
@@ -10999,6 +11072,16 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
         raise ToolError("Give record_offset/record_count, or offset/length, or "
                         "start_line/end_line: one way to page.")
+    pattern = call.string("pattern")
+    if pattern is not None:
+        if any(k in call.args for k in ("offset", "length", "pointer", "record_offset",
+                                        "record_count")):
+            raise ToolError("pattern searches lines: give it alone, or with start_line/end_line "
+                            "(where to search) and context.")
+        chunk, where = _grep_window(cache.text(entry), pattern, call, limit)
+        return _grep_answer(entry, chunk, where)
+    if "context" in call.args:
+        raise ToolError("context needs pattern: the lines around each line that matches it.")
     value: Any = None
     got = None
     if pointer is not None or by_record:
@@ -11040,6 +11123,23 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         status += (f" [line {where['truncated_line']} is longer than the window ({limit:,} "
                    f"characters) and was cut; read it whole by offset]")
     return {"content": [{"type": "text", "text": chunk}, {"type": "text", "text": status}],
+            "structuredContent": where}
+
+
+def _grep_answer(entry: _CacheEntry, chunk: str, where: dict) -> dict:
+    """retrieve_cached_output's answer to a pattern: the lines, then where the search stands."""
+    where.update({"token": entry.token, "expires_at": _utc(entry.expires)})
+    hits = len(where["matching_lines"])
+    span = (f"lines {where['start_line']:,}-{where['end_line']:,} of "
+            f"{where['total_lines']:,}")
+    if where["next_line"] is not None:
+        status = (f"[{_plural(hits, 'line')} matching {_dumps(where['pattern'])} in {span}; "
+                  f"more may follow: the same call with start_line={where['next_line']}]")
+    else:
+        status = (f"[{_plural(hits, 'line')} matching {_dumps(where['pattern'])} in {span}; "
+                  f"end of the search]")
+    return {"content": [{"type": "text", "text": chunk or "(no line matches)"},
+                        {"type": "text", "text": status}],
             "structuredContent": where}
 
 
@@ -11279,10 +11379,18 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
 _QUERY_LIMIT_MAX = 1000
 
 
-def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[str, Any]]:
+def _text_lines(text: str) -> Iterator[Dict[str, Any]]:
+    """Plain text as records, a line each: n (1-based, as start_line counts: lines end at
+    "\n") and line (without its "\n" or "\r\n")."""
+    for n, line in enumerate(io.StringIO(text, newline="\n"), 1):
+        yield {"n": n, "line": line[:-2] if line.endswith("\r\n") else line.rstrip("\n")}
+
+
+def _query_records(data: Any, pointer: Optional[str], label: str) -> Iterable[Dict[str, Any]]:
     """The records to load: the list at records_pointer, else the one list of records the data
     holds, as the store path finds it. Text that is a CSV or TSV table gives its rows (cells
-    typed as the CSV file reader types them), JSON Lines text its lines."""
+    typed as the CSV file reader types them), JSON Lines text its lines, other text a record
+    a line (_text_lines)."""
     if isinstance(data, str):
         rows = _tabular_text(data, "csv")
         if isinstance(rows, list):
@@ -11293,8 +11401,10 @@ def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[s
             except FormatError:
                 pass
     if isinstance(data, str):
-        raise ToolError(f"{label} is text, not records (JSON, JSON Lines or a CSV/TSV table); read "
-                        f"it with retrieve_cached_output or search_stored_outputs instead.")
+        if pointer is not None:
+            raise ToolError(f"records_pointer needs JSON data; {label} is text, queried a line "
+                            f"a row (columns n, line).")
+        return _text_lines(data)
     if pointer is not None:
         data = _json_pointer(data, pointer)
     rows, reason = _as_records(data)
@@ -11864,7 +11974,13 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
                                 "description": "For records: the first record "
                                 "(0-based); records come one compact JSON object a line."},
               "record_count": {"type": "integer", "minimum": 1, "default": 100,
-                               "description": "For records: how many (capped by the window)."}},
+                               "description": "For records: how many (capped by the window)."},
+              "pattern": {"type": "string", "description": "Only the lines that contain this "
+                          "text (case ignored; not a regex), numbered, with context lines around "
+                          "each; start_line/end_line limit where to search."},
+              "context": {"type": "integer", "minimum": 0, "maximum": 10, "default": 2,
+                          "description": "With pattern: lines shown before and after each "
+                                         "match."}},
              ("token",)),
      _tool_retrieve_cached_output),
     ("query_output",

@@ -96,3 +96,77 @@ def test_a_cached_output_goes_as_text_and_a_mismatch_says_cached_output(real, tm
     assert res["isError"]
     assert text_of(res) == ("argument 'entities' of tool 'create_entities' must be array, but the "
                             "cached output gives str; data_as \"parsed\" sends its data parsed.")
+
+
+# -- item 6: text outputs asked in SQL and searched by line
+
+
+def log_text() -> str:
+    lines = []
+    for i in range(1, 6001):
+        if i % 150 == 0:
+            lines.append(f"2026-11-27T10:{i % 60:02d}:00 ERROR job {i} failed: disk full")
+        else:
+            lines.append(f"2026-11-27T10:{i % 60:02d}:00 INFO job {i} done in {i % 97} ms")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_cached_log_is_queried_a_row_a_line_and_searched_by_pattern(real):
+    real.filesystem()
+    text = log_text()
+    assert 250_000 < len(text.encode()) < 350_000
+    (real.data / "app.log").write_text(text)
+    proxy = real.start()
+    cached = upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "app.log"))
+    token = token_of(cached)
+    answer = text_of(cached)
+    assert (f'Find lines: retrieve_cached_output {{"token": "{token}", "pattern": "error"}}'
+            in answer)
+    assert (f'query_output {{"source": "{token}", "sql": "SELECT n, line FROM data WHERE line '
+            f"LIKE '%error%'\"}}" in answer)
+    res = call(proxy, "query_output", source=token,
+               sql="SELECT n, line FROM data WHERE line LIKE '%ERROR%'")
+    assert not res.get("isError"), text_of(res)
+    lines = text.splitlines()
+    want = [{"n": i, "line": line} for i, line in enumerate(lines, 1) if "ERROR" in line]
+    assert len(want) == 40
+    assert res["structuredContent"]["rows"] == want
+    # n counts as start_line does: the line retrieve_cached_output shows there is the same
+    got = call(proxy, "retrieve_cached_output", token=token, start_line=want[7]["n"], end_line=want[7]["n"])
+    assert text_of(got) == want[7]["line"] + "\n"
+    found = call(proxy, "retrieve_cached_output", token=token, pattern="error", context=1)
+    assert not found.get("isError"), text_of(found)
+    where = found["structuredContent"]
+    assert where["matching_lines"] == [w["n"] for w in want] and where["next_line"] is None
+    first = found["content"][0]["text"].split("\n")[:4]
+    assert first == [f"149- {lines[148]}", f"150: {lines[149]}", f"151- {lines[150]}", "--"]
+    assert found["content"][1]["text"] == ('[40 lines matching "error" in lines 1-6,000 of 6,000; '
+                                           'end of the search]')
+    # bounded like every window: a second Abstract with a 1,000-character window pages on
+    proxy2 = real.start(settings={"output_cache": {"max_window_chars": 1000}})
+    token2 = token_of(upstream(proxy2, "filesystem", "read_text_file", path=str(real.data / "app.log")))
+    page = call(proxy2, "retrieve_cached_output", token=token2, pattern="ERROR")
+    assert len(page["content"][0]["text"]) <= 1000
+    nxt = page["structuredContent"]["next_line"]
+    assert nxt and page["structuredContent"]["matching_lines"] == [w["n"] for w in want][:len(
+        page["structuredContent"]["matching_lines"])]
+    page2 = call(proxy2, "retrieve_cached_output", token=token2, pattern="ERROR", start_line=nxt)
+    assert page2["structuredContent"]["matching_lines"][0] > page["structuredContent"]["matching_lines"][-1]
+
+
+def test_pattern_arguments_are_checked(real):
+    real.filesystem()
+    (real.data / "app.log").write_text(log_text())
+    proxy = real.start()
+    token = token_of(upstream(proxy, "filesystem", "read_text_file", path=str(real.data / "app.log")))
+    for args, said in [({"pattern": ""}, "pattern must be one line"),
+                       ({"pattern": "a\nb"}, "pattern must be one line"),
+                       ({"pattern": "x", "offset": 5}, "pattern searches lines"),
+                       ({"context": 2}, "context needs pattern"),
+                       ({"pattern": "x", "context": 11}, "context")]:
+        res = call(proxy, "retrieve_cached_output", token=token, **args)
+        assert res["isError"] and said in text_of(res), (args, text_of(res))
+    # a pattern is text, never a regular expression: (a+)+$ finds nothing and costs nothing
+    res = call(proxy, "retrieve_cached_output", token=token, pattern="(a+)+$")
+    assert res["structuredContent"]["matching_lines"] == []
+    assert res["content"][0]["text"] == "(no line matches)"
