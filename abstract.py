@@ -7796,7 +7796,9 @@ class _Columns:
         for key, seen in kinds.items():
             nulls = seen.pop("null", 0)
             missing = self.rows - nulls - sum(seen.values())
-            counts = ([f"{nulls:,} null"] * bool(nulls and seen)
+            # SQLite has no booleans: query_output's table holds them as 1 and 0 (_sql_value)
+            counts = (["1/0 in SQL"] * ("boolean" in seen)
+                      + [f"{nulls:,} null"] * bool(nulls and seen)
                       + [f"{missing:,} missing"] * bool(missing))
             parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
                          + (f" ({', '.join(counts)})" if counts else ""))
@@ -7808,12 +7810,6 @@ def _columns_of(rows: List[Dict[str, Any]]) -> _Columns:
     columns = _Columns()
     columns.add(rows[:_SHAPE_SCAN])
     return columns
-
-
-def _columns_shape(rows: List[Dict[str, Any]]) -> str:
-    """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
-    (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
-    return _columns_of(rows).describe(len(rows))
 
 
 class _NotRecords(Exception):
@@ -8102,17 +8098,22 @@ def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
     return out
 
 
-def _shape(data: Any, limit: int) -> str:
+def _shape(data: Any, limit: int, read_back: bool = False) -> str:
     """What the data is, for a preview: records with their columns' types, or the tree of an
-    object's keys (the size of each list); "" for text and scalars."""
+    object's keys (the size of each list); "" for text and scalars. `read_back`: the records
+    are stored as CSV or TSV, so their types are the ones reading the file back gives (text
+    cells typed by _csv_value), which query_output and call_tool_with_file_content see."""
     if isinstance(data, _Records):
         return (f"Shape: {_plural(data.count, 'record')}; columns: "
                 f"{data.columns.describe(data.count)}")[:max(limit, 200)]
     rows, _ = _as_records(data)
     if rows is not None and (not isinstance(data, list) or rows is data):
         where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
+        scan = rows if not read_back else [
+            {k: _csv_value(v) if isinstance(v, str) else v for k, v in r.items()}
+            for r in rows[:_SHAPE_SCAN]]
         return (f"Shape: {_plural(len(rows), 'record')}{where}; columns: "
-                f"{_columns_shape(rows)}"[:max(limit, 200)])
+                f"{_columns_of(scan).describe(len(rows))}"[:max(limit, 200)])
     if isinstance(data, list):
         return f"Shape: a {_list_kind(data)}"
     if isinstance(data, dict):
@@ -9795,10 +9796,11 @@ class _Table:
     """One source's records in its own in-memory database, with the lock its queries take."""
 
     __slots__ = ("db", "columns", "rows", "size", "notes", "lock", "refused", "deadline", "closed",
-                 "load_s")
+                 "load_s", "booleans")
 
     def __init__(self, db: Any, columns: List[str], rows: int, notes: List[str]) -> None:
         self.db, self.columns, self.rows, self.notes = db, columns, rows, notes
+        self.booleans: List[str] = []  # columns of booleans (stored as 1/0) in the first records
         self.lock = threading.Lock()
         self.refused: List[str] = []  # what the authorizer refused in the statement being prepared
         self.deadline = 0.0  # monotonic time the running query must end by
@@ -9833,11 +9835,14 @@ def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
     seen: set = set()  # column names taken, casefolded
     known: set = set()  # keys that have a column
     count = keyless = 0  # rows in all; rows before the first key (all null, whatever the columns)
+    bools: Optional[set] = None  # the keys of booleans in the first batch
     try:
         db.execute("BEGIN")
         it = iter(rows)
         while True:
             chunk = list(itertools.islice(it, batch))
+            if bools is None:
+                bools = {k for row in chunk for k, v in row.items() if v is True or v is False}
             new = [k for k in dict.fromkeys(itertools.chain.from_iterable(chunk))
                    if isinstance(k, str) and k not in known]
             if new:
@@ -9867,6 +9872,7 @@ def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
             db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
         db.execute("COMMIT")
         table = _Table(db, names or ["value"], count, notes)
+        table.booleans = [n for k, n in zip(keys, names) if k in (bools or ())]
         _lock_down(table)
     except BaseException:
         db.close()
@@ -10055,6 +10061,43 @@ def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolE
         return ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table "
                          f"{_QUERY_TABLE}.")
     return ToolError(f"The query failed (SQLite: {msg}).")
+
+
+# SQL's tokens, enough to find names, literals and the outermost select list: comments and
+# blanks (skipped), strings, quoted names, words, numbers, then operators one or two characters.
+_SQL_TOKEN = re.compile(r"""\s+|--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*'?|"(?:[^"]|"")*"?"""
+                        r"""|\[[^\]]*\]?|`(?:[^`]|``)*`?|[^\W\d][\w$]*|\d[\w.]*"""
+                        r"""|->>|->|\|\||[<>=!]=|<>|.""", re.S)
+
+
+def _sql_tokens(sql: str) -> List[str]:
+    """The statement's tokens, comments and blanks left out."""
+    return [t for t in _SQL_TOKEN.findall(sql) if not t[:1].isspace() and t[:2] not in ("--", "/*")]
+
+
+def _sql_unquoted(token: str) -> str:
+    """A name as SQLite reads it: quotes removed, case folded."""
+    if token[:1] in ('"', "`", "[") and len(token) > 1:
+        token = token[1:-1].replace(token[0] * 2, token[0]) if token[0] != "[" else token[1:-1]
+    return token.casefold()
+
+
+def _boolean_note(table: _Table, sql: str) -> str:
+    """A note for a statement that names a column of booleans and quotes 'true' or 'false':
+    SQLite holds them as 1 and 0, so the quoted word equals none of them."""
+    if not table.booleans:
+        return ""
+    tokens = _sql_tokens(sql)
+    if not any(t.casefold() in ("'true'", "'false'") for t in tokens):
+        return ""
+    names = {_sql_unquoted(t) for t in tokens}
+    cols = [c for c in table.booleans if c.casefold() in names]
+    if not cols:
+        return ""
+    c = cols[0] if re.fullmatch(r"[A-Za-z_]\w*", cols[0]) else _sql_name(cols[0])
+    return (f"{', '.join(cols)} {'holds' if len(cols) == 1 else 'hold'} booleans as 1 (true) and "
+            f"0 (false), so the text 'true' or 'false' equals none of them: write {c} = 1, "
+            f"{c} = true (unquoted), or just WHERE {c}")
 
 
 def _cell(value: Any) -> str:
@@ -10442,7 +10485,7 @@ def _data_notes(call: _Call, data_file: Optional[_Stored], data: Any) -> List[st
         lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
         hint = _query_hint(data_file.path, data) if "query_output" in call.ctx.offered else ""
         return [f"Shape: text, {_plural(lines, 'line')}."] + [hint] * bool(hint)
-    out = [_shape(data, 600)] if data is not None else []
+    out = [_shape(data, 600, data_file.fmt in ("csv", "tsv"))] if data is not None else []
     if data_file.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
         records = data if data_file.fmt not in ("csv", "tsv") else _as_records(data)[0]
         hint = _query_hint(data_file.path, records)
@@ -11494,6 +11537,7 @@ def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]
 
 def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> dict:
     """The rows as a compact table within the retrieval window, and as records."""
+    sql = call.required("sql")
     window = int(call.ctx.settings.cache("max_window_chars"))
     shown_text, shown = _query_table_text(res.columns, res.rows, max(window - 500, 1000))
     ms = res.elapsed * 1000
@@ -11509,7 +11553,7 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
         lines.append(f"[{shown:,} of {res.total:,} rows shown. For others: LIMIT/OFFSET in the "
                      f"SQL, or limit (at most {_QUERY_LIMIT_MAX:,}); to keep them all, file_format "
                      f"stores the whole result as a file.]")
-    lines.extend(f"Note: {n}." for n in table.notes[:5])
+    lines.extend(f"Note: {n}." for n in table.notes[:5] + [_boolean_note(table, sql)] if n)
     records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows[:shown]]
     info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total,
             "returned": shown,
@@ -11533,9 +11577,11 @@ def _tool_query_output(call: _Call) -> dict:
         return _query_answer(call, *_query(call, limit))
 
     def fetch() -> dict:
-        _, _, res = _query(call, None)
+        table, _, res = _query(call, None)
         if not res.rows:
-            raise ToolError("The query returned no rows, so nothing was stored.")
+            note = _boolean_note(table, call.required("sql"))
+            raise ToolError("The query returned no rows, so nothing was stored."
+                            + (f" Note: {note}." if note else ""))
         records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows]
         return {"content": [], "structuredContent": records}
 

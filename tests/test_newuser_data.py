@@ -170,3 +170,34 @@ def test_pattern_arguments_are_checked(real):
     res = call(proxy, "retrieve_cached_output", token=token, pattern="(a+)+$")
     assert res["structuredContent"]["matching_lines"] == []
     assert res["content"][0]["text"] == "(no line matches)"
+
+
+# -- item 5: a boolean column compared to 'true'
+
+
+def test_a_boolean_filter_written_with_true_in_quotes_is_explained(real):
+    real.filesystem()
+    rows = "".join(f"{i},{'true' if i % 4 else 'false'},{i * 1.5}\n" for i in range(1, 801))
+    (real.data / "users.csv").write_text("id,active,score\n" + rows)
+    proxy = real.start()
+    stored = store(proxy, "filesystem", "read_text_file", {"path": str(real.data / "users.csv")},
+                   file_format="csv", filename="users")
+    answer = text_of(call(proxy, "call_tool_and_store", server="filesystem",
+                          tool_name="read_text_file", tool_args={"path": str(real.data / "users.csv")},
+                          file_format="csv", filename="users2"))
+    assert "columns: id integer, active boolean (1/0 in SQL), score number" in answer, answer
+    res = call(proxy, "query_output", source=stored["path"],
+               sql="SELECT count(*) AS n FROM data WHERE active = 'true'")
+    assert not res.get("isError"), text_of(res)
+    assert res["structuredContent"]["rows"] == [{"n": 0}]  # SQLite's answer, not rewritten
+    assert ("Note: active holds booleans as 1 (true) and 0 (false), so the text 'true' or 'false' "
+            "equals none of them: write active = 1, active = true (unquoted), or just WHERE "
+            "active.") in text_of(res)
+    for sql in ("SELECT count(*) AS n FROM data WHERE active", "SELECT count(*) AS n FROM data WHERE active = true"):
+        res = call(proxy, "query_output", source=stored["path"], sql=sql)
+        assert res["structuredContent"]["rows"] == [{"n": 600}] and "Note" not in text_of(res)
+    # storing nothing says why too
+    res = call(proxy, "query_output", source=stored["path"], file_format="json",
+               sql="SELECT * FROM data WHERE \"Active\" = 'FALSE'")
+    assert res["isError"] and text_of(res).startswith(
+        "The query returned no rows, so nothing was stored. Note: active holds booleans")
