@@ -10082,6 +10082,103 @@ def _sql_unquoted(token: str) -> str:
     return token.casefold()
 
 
+# Functions whose value SQLite marks as JSON (its JSON subtype, which Python cannot see): a
+# result column that is a call of one of them, or an a -> b, holds JSON, not text.
+_SQL_JSON_FUNCTIONS = frozenset(("json", "json_array", "json_object", "json_group_array",
+                                 "json_group_object", "json_insert", "json_replace", "json_set",
+                                 "json_remove", "json_patch", "json_quote"))
+_SQL_CLAUSES = frozenset(("from", "where", "group", "having", "window", "order", "limit"))
+_SQL_COMPOUND = frozenset(("union", "intersect", "except"))
+# words that make an expression something other than its operands: a -> b AND c is no JSON
+_SQL_WORD_OPERATORS = frozenset(("and", "or", "not", "is", "in", "like", "glob", "match",
+                                 "regexp", "between", "escape", "collate", "case", "cast",
+                                 "exists", "isnull", "notnull", "distinct"))
+
+
+def _sql_depths(tokens: List[str]) -> List[int]:
+    """The depth of parentheses each token is at (a bracket itself counts as outside)."""
+    out, depth = [], 0
+    for t in tokens:
+        if t == ")":
+            depth = max(depth - 1, 0)
+        out.append(depth)
+        if t == "(":
+            depth += 1
+    return out
+
+
+def _sql_is_json(expr: List[str], depths: List[int]) -> bool:
+    """Whether one result column (its tokens, an alias after it) is a JSON function's call or
+    an a -> b: the two kinds of expression whose value SQLite makes as JSON."""
+    top = [t for t, d in zip(expr, depths) if d == depths[0]]  # (a call's brackets, not inside)
+    names = [t[:1] in '"`[_' or t[:1].isalpha() for t in top]
+    if len(top) >= 2 and top[-2].casefold() == "as":
+        top = top[:-2]
+    elif len(top) >= 2 and names[-1] and top[-2].casefold() not in _SQL_WORD_OPERATORS and (
+            top[-2] == ")" or names[-2] or top[-2][:1] in "'0123456789"):
+        top = top[:-1]  # a bare alias: a name right after an operand
+    if len(top) >= 3 and top[0].casefold() in _SQL_JSON_FUNCTIONS and top[1:3] == ["(", ")"]:
+        rest = top[3:]  # FILTER (...) / OVER (...) / OVER name after an aggregate
+        if not rest or rest[0].casefold() in ("filter", "over"):
+            return True
+    ops = [t for t in top if not (t[:1].isalnum() or t[:1] in "_'\"`[().")]
+    words = {t.casefold() for t in top if t[:1].isalpha()}
+    return bool(ops) and set(ops) == {"->"} and not words & _SQL_WORD_OPERATORS
+
+
+def _json_columns(sql: str, width: int) -> List[int]:
+    """The result columns (their indexes, of `width`) whose values SQLite made as JSON: in the
+    outermost SELECT, a column that is a call of a JSON function (_SQL_JSON_FUNCTIONS) or an
+    a -> b, in every SELECT of a compound; a * stands for the columns it must (one * at most)."""
+    tokens = _sql_tokens(sql)
+    depths = _sql_depths(tokens)
+    flags: Optional[List[bool]] = None
+    i = 0
+    if tokens[:1] and tokens[0].casefold() == "with":  # to the main SELECT, past the CTEs
+        while i < len(tokens) and not (depths[i] == 0 and tokens[i].casefold() == "select"):
+            i += 1
+    while i < len(tokens) and tokens[i].casefold() == "select" and depths[i] == 0:
+        i += 1
+        if i < len(tokens) and tokens[i].casefold() in ("distinct", "all"):
+            i += 1
+        items: List[Tuple[int, int]] = []
+        start = i
+        while i < len(tokens) and not (depths[i] == 0 and (tokens[i].casefold() in _SQL_CLAUSES
+                                                           or tokens[i].casefold() in _SQL_COMPOUND
+                                                           or tokens[i] == ";")):
+            if depths[i] == 0 and tokens[i] == ",":
+                items.append((start, i))
+                start = i + 1
+            i += 1
+        items.append((start, i))
+        arm = _arm_flags(tokens, depths, items, width)
+        flags = arm if flags is None else [a and b for a, b in zip(flags, arm)]
+        while i < len(tokens) and not (depths[i] == 0 and tokens[i].casefold() in _SQL_COMPOUND):
+            i += 1  # past FROM ... to the next SELECT of a compound, if any
+        i += 1
+        if i < len(tokens) and tokens[i].casefold() == "all":
+            i += 1
+        if i < len(tokens) and tokens[i].casefold() != "select":  # VALUES: no JSON
+            return []
+    return [n for n, f in enumerate(flags or []) if f]
+
+
+def _arm_flags(tokens: List[str], depths: List[int], items: List[Tuple[int, int]],
+               width: int) -> List[bool]:
+    """For one SELECT's result columns (token ranges): which of the `width` columns are JSON."""
+    stars = [a for a, b in items if tokens[b - 1:b] == ["*"] and (b - a == 1 or
+                                                                  tokens[b - 2] == ".")]
+    if len(stars) > 1:  # where each * ends is unknown: none is taken for JSON
+        return [False] * width
+    flags: List[bool] = []
+    for a, b in items:
+        if a in stars:
+            flags.extend([False] * max(width - (len(items) - 1), 0))
+        else:
+            flags.append(b > a and _sql_is_json(tokens[a:b], depths[a:b]))
+    return (flags + [False] * width)[:width]
+
+
 def _boolean_note(table: _Table, sql: str) -> str:
     """A note for a statement that names a column of booleans and quotes 'true' or 'false':
     SQLite holds them as 1 and 0, so the quoted word equals none of them."""
@@ -10118,6 +10215,22 @@ def _json_cell(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+def _result_records(res: _QueryResult, sql: str, count: int) -> List[Dict[str, Any]]:
+    """The first `count` rows as records (structuredContent, a stored file): the cells of a
+    column SQLite made as JSON (_json_columns) are the JSON values they hold, any other text
+    stays text, however much it looks like JSON."""
+    made = _json_columns(sql, len(res.columns))
+    out = []
+    for row in res.rows[:count]:
+        cells = list(map(_json_cell, row))
+        for i in made:
+            if isinstance(row[i], str):  # (SQL NULL stays null)
+                with contextlib.suppress(ValueError, RecursionError):
+                    cells[i] = json.loads(row[i], parse_constant=_reject_constant)
+        out.append(dict(zip(res.columns, cells)))
+    return out
 
 
 def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tuple[str, int]:
@@ -11554,7 +11667,7 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
                      f"SQL, or limit (at most {_QUERY_LIMIT_MAX:,}); to keep them all, file_format "
                      f"stores the whole result as a file.]")
     lines.extend(f"Note: {n}." for n in table.notes[:5] + [_boolean_note(table, sql)] if n)
-    records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows[:shown]]
+    records = _result_records(res, sql, shown)
     info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total,
             "returned": shown,
             "elapsed_ms": round(ms, 2)}
@@ -11582,7 +11695,7 @@ def _tool_query_output(call: _Call) -> dict:
             note = _boolean_note(table, call.required("sql"))
             raise ToolError("The query returned no rows, so nothing was stored."
                             + (f" Note: {note}." if note else ""))
-        records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows]
+        records = _result_records(res, call.required("sql"), len(res.rows))
         return {"content": [], "structuredContent": records}
 
     return _store_result(call, "abstract", "query_output", fmt, fetch)

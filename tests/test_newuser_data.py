@@ -201,3 +201,57 @@ def test_a_boolean_filter_written_with_true_in_quotes_is_explained(real):
                sql="SELECT * FROM data WHERE \"Active\" = 'FALSE'")
     assert res["isError"] and text_of(res).startswith(
         "The query returned no rows, so nothing was stored. Note: active holds booleans")
+
+
+# -- item 2: what SQLite made as JSON stays JSON
+
+
+SQL_ENTITIES = ("SELECT email AS name, 'customer' AS entityType, json_array('plan: ' || plan) "
+                "AS observations FROM data LIMIT 5")
+
+
+def test_sql_json_saved_as_json_feeds_memory_create_entities(real, tmp_path):
+    real.filesystem()
+    memory(real, tmp_path)
+    (real.data / "customers.csv").write_text(CUSTOMERS)
+    proxy = real.start()
+    stored = store(proxy, "filesystem", "read_text_file", {"path": str(real.data / "customers.csv")},
+                   file_format="csv", filename="customers")
+    want = [{"name": f"c{i}@example.com", "entityType": "customer",
+             "observations": [f"plan: {'pro' if i % 3 else 'free'}"]} for i in range(1, 6)]
+    res = call(proxy, "query_output", source=stored["path"], sql=SQL_ENTITIES)
+    assert res["structuredContent"]["rows"] == want
+    for fmt in ("json", "yaml", "xml"):
+        out = call(proxy, "query_output", source=stored["path"], sql=SQL_ENTITIES, file_format=fmt,
+                   filename=f"entities-{fmt}")
+        assert not out.get("isError"), text_of(out)
+    path = Path(out["structuredContent"]["path"]).with_name("entities-json.json")
+    assert json.loads(path.read_text()) == want
+    yaml_text = Path(out["structuredContent"]["path"]).with_name("entities-yaml.yaml").read_text()
+    assert '  observations:\n    - "plan: pro"\n' in yaml_text  # a list, not a quoted "[...]"
+    fed = call(proxy, "call_tool_with_file_content", server="memory", tool_name="create_entities",
+               file_path=str(path), data_key="entities")
+    assert not fed.get("isError"), text_of(fed)
+    graph = json.loads(text_of(upstream(proxy, "memory", "read_graph")))
+    got = sorted(graph["entities"], key=lambda e: e["name"])
+    assert [{k: e[k] for k in ("name", "entityType", "observations")} for e in got] == want
+    # the xml file holds the array as items, not one escaped string
+    xml_text = Path(out["structuredContent"]["path"]).read_text()
+    assert "[&quot;plan" not in xml_text and '["plan' not in xml_text, xml_text
+
+
+def test_text_that_merely_looks_like_json_stays_text(real):
+    real.filesystem()
+    (real.data / "t.csv").write_text("id,note\n1,hello\n2,world\n")
+    proxy = real.start()
+    stored = store(proxy, "filesystem", "read_text_file", {"path": str(real.data / "t.csv")},
+                   file_format="csv", filename="t")
+    sql = ("SELECT id, '[1, 2]' AS looks, '{\"a\": 1}' || '' AS concat, "
+           "json_object('id', id) -> '$.id' AS picked, json_array(id) ->> '$[0]' AS unquoted, "
+           "CASE WHEN id = 1 THEN json_array(id) ELSE '[9]' END AS cased FROM data")
+    rows = call(proxy, "query_output", source=stored["path"], sql=sql)["structuredContent"]["rows"]
+    assert rows[0] == {"id": 1, "looks": "[1, 2]", "concat": '{"a": 1}', "picked": 1,
+                       "unquoted": 1, "cased": "[1]"}
+    union = call(proxy, "query_output", source=stored["path"],
+                 sql="SELECT json_array(id) AS j FROM data UNION ALL SELECT '[3]' ORDER BY 1")
+    assert union["structuredContent"]["rows"] == [{"j": "[1]"}, {"j": "[2]"}, {"j": "[3]"}]
