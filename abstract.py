@@ -12116,8 +12116,8 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "Read part of a large result that call_tool cached instead of showing (its answer gives the "
      "token). Windows are bounded (20,000 characters by default): page with offset/length, or by "
      "line with start_line/end_line, or by record with record_offset/record_count, or for JSON "
-     "take a sub-value with an RFC 6901 pointer such as /results/10. To filter or count, "
-     "query_output is cheaper.",
+     "take a sub-value with an RFC 6901 pointer such as /results/10; pattern gives only the "
+     "lines that contain it, numbered. To filter or count, query_output is cheaper.",
      _schema({"token": {"type": "string", "description": "The token from the cached answer."},
               "offset": {"type": "integer", "minimum": 0, "default": 0,
                          "description": "First character."},
@@ -12146,9 +12146,10 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "Ask a large output a question in SQL instead of reading it: the records of a cached output "
      "(its token) or of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, "
      "also .gz) are the table data, one column per field; nested values are JSON text "
-     "(json_extract(col, '$.key') reads them). One read-only SELECT (WITH allowed); returns at "
-     "most limit rows, the row count and the columns. With file_format the whole result is stored "
-     "as a file instead, and you get its path and a preview.",
+     "(json_extract(col, '$.key') reads them); text is a row a line (n, line). One read-only "
+     "SELECT (WITH allowed); returns at most limit rows, the row count and the columns. With "
+     "file_format the whole result is stored as a file instead, and you get its path and a "
+     "preview.",
      _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), "
                                                           "or a file path: "
                          "absolute inside an allowed directory, or relative to the first one."},
