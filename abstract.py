@@ -11100,22 +11100,25 @@ _GREP_LINE = 2000  # characters of a line a pattern search shows (the rest: by s
 _GREP_PATTERN = 1000  # longest pattern
 
 
-def _grep_block(text: str, rx: Any, start: int, n: int, lo: int, hi: int) -> Tuple[List[str],
-                                                                                   int]:
+def _grep_block(text: str, rx: Any, start: int, n: int, lo: int, hi: int
+                ) -> Tuple[List[str], List[int], int]:
     """Lines lo..hi around line `n` (which starts at offset `start`), numbered as grep -n does
-    ("12: " a matching line, "11- " one around it), and the offset after line hi."""
+    ("12: " a matching line, "11- " one around it), the numbers of those that match, and the
+    offset after line hi."""
     pos = start
     for _ in range(n - lo):  # back to line lo
         pos = text.rfind("\n", 0, pos - 1) + 1
-    out = []
+    out, hits = [], []
     for k in range(lo, hi + 1):
         end = text.find("\n", pos)
         end = len(text) if end < 0 else end
         line = text[pos:end].rstrip("\r")
         cut = line[:_GREP_LINE] + (" [...]" if len(line) > _GREP_LINE else "")
-        out.append(f"{k}{':' if rx.search(line) else '-'} {cut}")
+        hit = rx.search(line) is not None
+        out.append(f"{k}{':' if hit else '-'} {cut}")
+        hits.extend([k] * hit)
         pos = end + 1
-    return out, pos
+    return out, hits, pos
 
 
 def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str, dict]:
@@ -11143,7 +11146,7 @@ def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str,
         start = text.rfind("\n", 0, m.start()) + 1
         n += text.count("\n", pos, start)
         lo, hi = max(n - context, shown + 1, first), min(n + context, last)
-        block, after = _grep_block(text, rx, start, n, lo, hi)
+        block, found, after = _grep_block(text, rx, start, n, lo, hi)
         if lo > shown + 1 and out:
             block.insert(0, "--")
         size = sum(len(b) + 1 for b in block)
@@ -11152,7 +11155,7 @@ def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str,
             break
         out.extend(block)
         used += size
-        hits.extend(int(b.split(":", 1)[0]) for b in block if re.match(r"\d+:", b))
+        hits.extend(found)
         shown, pos, n = hi, min(after, len(text)), hi + 1
         if pos >= stop:
             break

@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import TESTS, text_of
 
 sys.path.insert(0, str(TESTS / "realservers"))
@@ -255,3 +257,26 @@ def test_text_that_merely_looks_like_json_stays_text(real):
     union = call(proxy, "query_output", source=stored["path"],
                  sql="SELECT json_array(id) AS j FROM data UNION ALL SELECT '[3]' ORDER BY 1")
     assert union["structuredContent"]["rows"] == [{"j": "[1]"}, {"j": "[2]"}, {"j": "[3]"}]
+
+
+@pytest.mark.parametrize("sql, width, want", [
+    (SQL_ENTITIES, 3, [2]),
+    ("select json_group_array(b) j, 1, '[1]' from data", 3, [0]),
+    ("select a, x -> '$.a' obs, x ->> '$.a' s, '[1]' t from data", 4, [1]),
+    ("with c as (select json_array(1) j) select j, json_object('a', j) AS o from c order by 1", 2, [1]),
+    ("select *, json_array(1) from data", 4, [3]),
+    ("select t.*, json_array(1), * from data t", 5, []),  # two stars: where each ends is unknown
+    ("select json_array(1) union all select '[2]'", 1, []),
+    ("select json_array(1) union all select json('[2]') order by 1", 1, [0]),
+    ("select json_array(1) union values ('[2]')", 1, []),
+    ("select distinct json(x) \"the json\", json_array(1) -> '$[0]' AND 1, t.x -> '$' from data t", 3, [0, 2]),
+    ("select json_group_array(x) filter (where x > 1) over (), upper(json_array(1)) x", 2, [0]),
+    ("select json_extract(j, '$.a'), coalesce(json_array(1), '[]') from data;", 2, []),
+    ("select (select json_array(1)), 'json_array(1)', \"json_array\" from data", 3, []),
+    ("-- json_array(1)\n/* json_object() */ select json_object('a', 1)", 1, [0]),
+    ("values (json_array(1))", 1, []),
+    ("", 0, []),
+])
+def test_which_result_columns_sqlite_made_as_json(sql, width, want):
+    import abstract
+    assert abstract._json_columns(sql, width) == want
