@@ -7939,10 +7939,14 @@ def _tabular_text(data: Any, fmt: str) -> Any:
     return data
 
 
+def _result_texts(result: dict) -> List[str]:
+    """The texts of a result's text items."""
+    return [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
+            and i.get("type") == "text"]
+
+
 def _error_text(result: dict) -> str:
-    texts = [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
-             and i.get("type") == "text"]
-    return "\n".join(texts)[:2000] or "(no message)"
+    return "\n".join(_result_texts(result))[:2000] or "(no message)"
 
 
 
@@ -8046,7 +8050,9 @@ class _Columns:
         for key, seen in kinds.items():
             nulls = seen.pop("null", 0)
             missing = self.rows - nulls - sum(seen.values())
-            counts = ([f"{nulls:,} null"] * bool(nulls and seen)
+            # SQLite has no booleans: query_output's table holds them as 1 and 0 (_sql_value)
+            counts = (["1/0 in SQL"] * ("boolean" in seen)
+                      + [f"{nulls:,} null"] * bool(nulls and seen)
                       + [f"{missing:,} missing"] * bool(missing))
             parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
                          + (f" ({', '.join(counts)})" if counts else ""))
@@ -8058,12 +8064,6 @@ def _columns_of(rows: List[Dict[str, Any]]) -> _Columns:
     columns = _Columns()
     columns.add(rows[:_SHAPE_SCAN])
     return columns
-
-
-def _columns_shape(rows: List[Dict[str, Any]]) -> str:
-    """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
-    (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
-    return _columns_of(rows).describe(len(rows))
 
 
 class _NotRecords(Exception):
@@ -8352,17 +8352,22 @@ def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
     return out
 
 
-def _shape(data: Any, limit: int) -> str:
+def _shape(data: Any, limit: int, read_back: bool = False) -> str:
     """What the data is, for a preview: records with their columns' types, or the tree of an
-    object's keys (the size of each list); "" for text and scalars."""
+    object's keys (the size of each list); "" for text and scalars. `read_back`: the records
+    are stored as CSV or TSV, so their types are the ones reading the file back gives (text
+    cells typed by _csv_value), which query_output and call_tool_with_file_content see."""
     if isinstance(data, _Records):
         return (f"Shape: {_plural(data.count, 'record')}; columns: "
                 f"{data.columns.describe(data.count)}")[:max(limit, 200)]
     rows, _ = _as_records(data)
     if rows is not None and (not isinstance(data, list) or rows is data):
         where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
+        scan = rows if not read_back else [
+            {k: _csv_value(v) if isinstance(v, str) else v for k, v in r.items()}
+            for r in rows[:_SHAPE_SCAN]]
         return (f"Shape: {_plural(len(rows), 'record')}{where}; columns: "
-                f"{_columns_shape(rows)}"[:max(limit, 200)])
+                f"{_columns_of(scan).describe(len(rows))}"[:max(limit, 200)])
     if isinstance(data, list):
         return f"Shape: a {_list_kind(data)}"
     if isinstance(data, dict):
@@ -8377,8 +8382,11 @@ def _query_hint(source: str, data: Any) -> str:
         head = data[:20000]
         head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
         data = _tabular_text(head, "csv")
-        if isinstance(data, str):
-            return ""
+        if isinstance(data, str):  # plain text: a row a line
+            return (f'Ask it in SQL instead of reading it: query_output {{"source": '
+                    f'{_dumps(source)}, "sql": "SELECT n, line FROM data WHERE line LIKE '
+                    f'\'%error%\'"}} (table data; columns: n, line: a row a line, n numbered '
+                    f'as start_line counts).')
     rows, _ = ([], "") if isinstance(data, _Records) else _as_records(data)
     pointer = ""
     if rows is None and isinstance(data, dict):
@@ -10042,10 +10050,11 @@ class _Table:
     """One source's records in its own in-memory database, with the lock its queries take."""
 
     __slots__ = ("db", "columns", "rows", "size", "notes", "lock", "refused", "deadline", "closed",
-                 "load_s")
+                 "load_s", "booleans")
 
     def __init__(self, db: Any, columns: List[str], rows: int, notes: List[str]) -> None:
         self.db, self.columns, self.rows, self.notes = db, columns, rows, notes
+        self.booleans: List[str] = []  # columns of booleans (stored as 1/0) in the first records
         self.lock = threading.Lock()
         self.refused: List[str] = []  # what the authorizer refused in the statement being prepared
         self.deadline = 0.0  # monotonic time the running query must end by
@@ -10080,11 +10089,14 @@ def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
     seen: set = set()  # column names taken, casefolded
     known: set = set()  # keys that have a column
     count = keyless = 0  # rows in all; rows before the first key (all null, whatever the columns)
+    bools: Optional[set] = None  # the keys of booleans in the first batch
     try:
         db.execute("BEGIN")
         it = iter(rows)
         while True:
             chunk = list(itertools.islice(it, batch))
+            if bools is None:
+                bools = {k for row in chunk for k, v in row.items() if v is True or v is False}
             new = [k for k in dict.fromkeys(itertools.chain.from_iterable(chunk))
                    if isinstance(k, str) and k not in known]
             if new:
@@ -10114,6 +10126,7 @@ def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
             db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
         db.execute("COMMIT")
         table = _Table(db, names or ["value"], count, notes)
+        table.booleans = [n for k, n in zip(keys, names) if k in (bools or ())]
         _lock_down(table)
     except BaseException:
         db.close()
@@ -10304,6 +10317,140 @@ def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolE
     return ToolError(f"The query failed (SQLite: {msg}).")
 
 
+# SQL's tokens, enough to find names, literals and the outermost select list: comments and
+# blanks (skipped), strings, quoted names, words, numbers, then operators one or two characters.
+_SQL_TOKEN = re.compile(r"""\s+|--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*'?|"(?:[^"]|"")*"?"""
+                        r"""|\[[^\]]*\]?|`(?:[^`]|``)*`?|[^\W\d][\w$]*|\d[\w.]*"""
+                        r"""|->>|->|\|\||[<>=!]=|<>|.""", re.S)
+
+
+def _sql_tokens(sql: str) -> List[str]:
+    """The statement's tokens, comments and blanks left out."""
+    return [t for t in _SQL_TOKEN.findall(sql) if not t[:1].isspace() and t[:2] not in ("--", "/*")]
+
+
+def _sql_unquoted(token: str) -> str:
+    """A name as SQLite reads it: quotes removed, case folded."""
+    if token[:1] in ('"', "`", "[") and len(token) > 1:
+        token = token[1:-1].replace(token[0] * 2, token[0]) if token[0] != "[" else token[1:-1]
+    return token.casefold()
+
+
+# Functions whose value SQLite marks as JSON (its JSON subtype, which Python cannot see): a
+# result column that is a call of one of them, or an a -> b, holds JSON, not text.
+_SQL_JSON_FUNCTIONS = frozenset(("json", "json_array", "json_object", "json_group_array",
+                                 "json_group_object", "json_insert", "json_replace", "json_set",
+                                 "json_remove", "json_patch", "json_quote"))
+_SQL_CLAUSES = frozenset(("from", "where", "group", "having", "window", "order", "limit"))
+_SQL_COMPOUND = frozenset(("union", "intersect", "except"))
+# words that make an expression something other than its operands: a -> b AND c is no JSON
+_SQL_WORD_OPERATORS = frozenset(("and", "or", "not", "is", "in", "like", "glob", "match",
+                                 "regexp", "between", "escape", "collate", "case", "cast",
+                                 "exists", "isnull", "notnull", "distinct"))
+
+
+def _sql_depths(tokens: List[str]) -> List[int]:
+    """The depth of parentheses each token is at (a bracket itself counts as outside)."""
+    out, depth = [], 0
+    for t in tokens:
+        if t == ")":
+            depth = max(depth - 1, 0)
+        out.append(depth)
+        if t == "(":
+            depth += 1
+    return out
+
+
+def _sql_is_json(expr: List[str], depths: List[int]) -> bool:
+    """Whether one result column (its tokens, an alias after it) is a JSON function's call or
+    an a -> b: the two kinds of expression whose value SQLite makes as JSON."""
+    top = [t for t, d in zip(expr, depths) if d == depths[0]]  # (a call's brackets, not inside)
+    names = [t[:1] in '"`[_' or t[:1].isalpha() for t in top]
+    if len(top) >= 2 and top[-2].casefold() == "as":
+        top = top[:-2]
+    elif len(top) >= 2 and names[-1] and top[-2].casefold() not in _SQL_WORD_OPERATORS and (
+            top[-2] == ")" or names[-2] or top[-2][:1] in "'0123456789"):
+        top = top[:-1]  # a bare alias: a name right after an operand
+    if len(top) >= 3 and top[0].casefold() in _SQL_JSON_FUNCTIONS and top[1:3] == ["(", ")"]:
+        rest = top[3:]  # FILTER (...) / OVER (...) / OVER name after an aggregate
+        if not rest or rest[0].casefold() in ("filter", "over"):
+            return True
+    ops = [t for t in top if not (t[:1].isalnum() or t[:1] in "_'\"`[().")]
+    words = {t.casefold() for t in top if t[:1].isalpha()}
+    return bool(ops) and set(ops) == {"->"} and not words & _SQL_WORD_OPERATORS
+
+
+def _json_columns(sql: str, width: int) -> List[int]:
+    """The result columns (their indexes, of `width`) whose values SQLite made as JSON: in the
+    outermost SELECT, a column that is a call of a JSON function (_SQL_JSON_FUNCTIONS) or an
+    a -> b, in every SELECT of a compound; a * stands for the columns it must (one * at most)."""
+    tokens = _sql_tokens(sql)
+    depths = _sql_depths(tokens)
+    flags: Optional[List[bool]] = None
+    i = 0
+    if tokens[:1] and tokens[0].casefold() == "with":  # to the main SELECT, past the CTEs
+        while i < len(tokens) and not (depths[i] == 0 and tokens[i].casefold() == "select"):
+            i += 1
+    while i < len(tokens) and tokens[i].casefold() == "select" and depths[i] == 0:
+        i += 1
+        if i < len(tokens) and tokens[i].casefold() in ("distinct", "all"):
+            i += 1
+        items: List[Tuple[int, int]] = []
+        start = i
+        while i < len(tokens) and not (depths[i] == 0 and (tokens[i].casefold() in _SQL_CLAUSES
+                                                           or tokens[i].casefold() in _SQL_COMPOUND
+                                                           or tokens[i] == ";")):
+            if depths[i] == 0 and tokens[i] == ",":
+                items.append((start, i))
+                start = i + 1
+            i += 1
+        items.append((start, i))
+        arm = _arm_flags(tokens, depths, items, width)
+        flags = arm if flags is None else [a and b for a, b in zip(flags, arm)]
+        while i < len(tokens) and not (depths[i] == 0 and tokens[i].casefold() in _SQL_COMPOUND):
+            i += 1  # past FROM ... to the next SELECT of a compound, if any
+        i += 1
+        if i < len(tokens) and tokens[i].casefold() == "all":
+            i += 1
+        if i < len(tokens) and tokens[i].casefold() != "select":  # VALUES: no JSON
+            return []
+    return [n for n, f in enumerate(flags or []) if f]
+
+
+def _arm_flags(tokens: List[str], depths: List[int], items: List[Tuple[int, int]],
+               width: int) -> List[bool]:
+    """For one SELECT's result columns (token ranges): which of the `width` columns are JSON."""
+    stars = [a for a, b in items if tokens[b - 1:b] == ["*"] and (b - a == 1 or
+                                                                  tokens[b - 2] == ".")]
+    if len(stars) > 1:  # where each * ends is unknown: none is taken for JSON
+        return [False] * width
+    flags: List[bool] = []
+    for a, b in items:
+        if a in stars:
+            flags.extend([False] * max(width - (len(items) - 1), 0))
+        else:
+            flags.append(b > a and _sql_is_json(tokens[a:b], depths[a:b]))
+    return (flags + [False] * width)[:width]
+
+
+def _boolean_note(table: _Table, sql: str) -> str:
+    """A note for a statement that names a column of booleans and quotes 'true' or 'false':
+    SQLite holds them as 1 and 0, so the quoted word equals none of them."""
+    if not table.booleans:
+        return ""
+    tokens = _sql_tokens(sql)
+    if not any(t.casefold() in ("'true'", "'false'") for t in tokens):
+        return ""
+    names = {_sql_unquoted(t) for t in tokens}
+    cols = [c for c in table.booleans if c.casefold() in names]
+    if not cols:
+        return ""
+    c = cols[0] if re.fullmatch(r"[A-Za-z_]\w*", cols[0]) else _sql_name(cols[0])
+    return (f"{', '.join(cols)} {'holds' if len(cols) == 1 else 'hold'} booleans as 1 (true) and "
+            f"0 (false), so the text 'true' or 'false' equals none of them: write {c} = 1, "
+            f"{c} = true (unquoted), or just WHERE {c}")
+
+
 def _cell(value: Any) -> str:
     """A value on one line of the answer's table, cut at _QUERY_CELL characters."""
     if value is None:
@@ -10322,6 +10469,22 @@ def _json_cell(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+def _result_records(res: _QueryResult, sql: str, count: int) -> List[Dict[str, Any]]:
+    """The first `count` rows as records (structuredContent, a stored file): the cells of a
+    column SQLite made as JSON (_json_columns) are the JSON values they hold, any other text
+    stays text, however much it looks like JSON."""
+    made = _json_columns(sql, len(res.columns))
+    out = []
+    for row in res.rows[:count]:
+        cells = list(map(_json_cell, row))
+        for i in made:
+            if isinstance(row[i], str):  # (SQL NULL stays null)
+                with contextlib.suppress(ValueError, RecursionError):
+                    cells[i] = json.loads(row[i], parse_constant=_reject_constant)
+        out.append(dict(zip(res.columns, cells)))
+    return out
 
 
 def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tuple[str, int]:
@@ -10687,8 +10850,9 @@ def _data_notes(call: _Call, data_file: Optional[_Stored], data: Any) -> List[st
         return []
     if isinstance(data, str):
         lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
-        return [f"Shape: text, {_plural(lines, 'line')}."]
-    out = [_shape(data, 600)] if data is not None else []
+        hint = _query_hint(data_file.path, data) if "query_output" in call.ctx.offered else ""
+        return [f"Shape: text, {_plural(lines, 'line')}."] + [hint] * bool(hint)
+    out = [_shape(data, 600, data_file.fmt in ("csv", "tsv"))] if data is not None else []
     if data_file.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
         records = data if data_file.fmt not in ("csv", "tsv") else _as_records(data)[0]
         hint = _query_hint(data_file.path, records)
@@ -11026,6 +11190,10 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
+    if isinstance(ex.data, str):
+        lines.append(f'Find lines: retrieve_cached_output {{"token": "{entry.token}", "pattern": '
+                     f'"error"}} gives the lines that contain it (case ignored), numbered, '
+                     f'with 2 lines around each.')
     hint = _query_hint(entry.token, ex.data) if can_query and ex.has_data and not ex.blobs else ""
     if hint:
         lines.append(hint)
@@ -11182,6 +11350,74 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
                    "next_offset": end if end < len(text) else None}
 
 
+_GREP_LINE = 2000  # characters of a line a pattern search shows (the rest: by start_line)
+_GREP_PATTERN = 1000  # longest pattern
+
+
+def _grep_block(text: str, rx: Any, start: int, n: int, lo: int, hi: int
+                ) -> Tuple[List[str], List[int], int]:
+    """Lines lo..hi around line `n` (which starts at offset `start`), numbered as grep -n does
+    ("12: " a matching line, "11- " one around it), the numbers of those that match, and the
+    offset after line hi."""
+    pos = start
+    for _ in range(n - lo):  # back to line lo
+        pos = text.rfind("\n", 0, pos - 1) + 1
+    out, hits = [], []
+    for k in range(lo, hi + 1):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end].rstrip("\r")
+        cut = line[:_GREP_LINE] + (" [...]" if len(line) > _GREP_LINE else "")
+        hit = rx.search(line) is not None
+        out.append(f"{k}{':' if hit else '-'} {cut}")
+        hits.extend([k] * hit)
+        pos = end + 1
+    return out, hits, pos
+
+
+def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str, dict]:
+    """The lines of `text` that contain `pattern` (case ignored; plain text, never a regular
+    expression), with `context` lines around each, from start_line to end_line, within `limit`
+    characters; the matches are found by re in C, a literal pattern costing linear time."""
+    if not pattern or "\n" in pattern or len(pattern) > _GREP_PATTERN:
+        raise ToolError(f"pattern must be one line of 1 to {_GREP_PATTERN:,} characters (plain "
+                        f"text, case ignored).")
+    context = call.integer("context", 2, maximum=10)
+    first = call.integer("start_line", 1, minimum=1)
+    total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    last = min(call.integer("end_line", total, minimum=1), total)
+    if call.optional_int("end_line", minimum=1) is not None and last < first:
+        raise ToolError(f"end_line ({last}) is before start_line ({first}).")
+    rx = re.compile(re.escape(pattern), re.IGNORECASE)
+    pos, stop, n = _skip_lines(text, first - 1), _skip_lines(text, last), first
+    out: List[str] = []
+    hits: List[int] = []
+    used, shown, more = 0, first - 1, None  # characters; the last line shown; where to go on
+    while True:
+        m = rx.search(text, pos, stop)
+        if m is None:
+            break
+        start = text.rfind("\n", 0, m.start()) + 1
+        n += text.count("\n", pos, start)
+        lo, hi = max(n - context, shown + 1, first), min(n + context, last)
+        block, found, after = _grep_block(text, rx, start, n, lo, hi)
+        if lo > shown + 1 and out:
+            block.insert(0, "--")
+        size = sum(len(b) + 1 for b in block)
+        if out and used + size > limit:
+            more = lo
+            break
+        out.extend(block)
+        used += size
+        hits.extend(found)
+        shown, pos, n = hi, min(after, len(text)), hi + 1
+        if pos >= stop:
+            break
+    return "\n".join(out)[:limit], {
+        "pattern": pattern, "start_line": first, "end_line": more - 1 if more else last,
+        "total_lines": total, "matching_lines": hits, "next_line": more}
+
+
 def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
     """A window of the records the data holds (record_offset, record_count), one compact JSON
     record a line, within `limit` characters (a record longer than that is cut)."""
@@ -11249,6 +11485,16 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
         raise ToolError("Give record_offset/record_count, or offset/length, or "
                         "start_line/end_line: one way to page.")
+    pattern = call.string("pattern")
+    if pattern is not None:
+        if any(k in call.args for k in ("offset", "length", "pointer", "record_offset",
+                                        "record_count")):
+            raise ToolError("pattern searches lines: give it alone, or with start_line/end_line "
+                            "(where to search) and context.")
+        chunk, where = _grep_window(cache.text(entry), pattern, call, limit)
+        return _grep_answer(entry, chunk, where)
+    if "context" in call.args:
+        raise ToolError("context needs pattern: the lines around each line that matches it.")
     value: Any = None
     got = None
     if pointer is not None or by_record:
@@ -11290,6 +11536,23 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         status += (f" [line {where['truncated_line']} is longer than the window ({limit:,} "
                    f"characters) and was cut; read it whole by offset]")
     return {"content": [{"type": "text", "text": chunk}, {"type": "text", "text": status}],
+            "structuredContent": where}
+
+
+def _grep_answer(entry: _CacheEntry, chunk: str, where: dict) -> dict:
+    """retrieve_cached_output's answer to a pattern: the lines, then where the search stands."""
+    where.update({"token": entry.token, "expires_at": _utc(entry.expires)})
+    hits = len(where["matching_lines"])
+    span = (f"lines {where['start_line']:,}-{where['end_line']:,} of "
+            f"{where['total_lines']:,}")
+    if where["next_line"] is not None:
+        status = (f"[{_plural(hits, 'line')} matching {_dumps(where['pattern'])} in {span}; "
+                  f"more may follow: the same call with start_line={where['next_line']}]")
+    else:
+        status = (f"[{_plural(hits, 'line')} matching {_dumps(where['pattern'])} in {span}; "
+                  f"end of the search]")
+    return {"content": [{"type": "text", "text": chunk or "(no line matches)"},
+                        {"type": "text", "text": status}],
             "structuredContent": where}
 
 
@@ -11360,16 +11623,19 @@ def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[An
         raise ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
 
 
-def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
-    """(data, format, real path) of an input file inside the sandbox."""
+def _load_input(call: _Call, file_path: str, parse: bool = True) -> Tuple[Any, str, str]:
+    """(data, format, real path) of an input file inside the sandbox (its text when not
+    `parse`)."""
     f, path, size = _open_input(call, file_path)
     limit = float(call.ctx.settings.get("max_input_file_mb"))
-    return _read_input(f, path, size, limit, "max_input_file_mb") + (path,)
+    return _read_input(f, path, size, limit, "max_input_file_mb", parse) + (path,)
 
 
-def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> Tuple[Any, str]:
+def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str,
+                parse: bool = True) -> Tuple[Any, str]:
     """(data, format) of the open input file `f`, at most `limit_mb` megabytes (the setting
-    named so), parsed by its extension (.gz unpacked first); `f` is closed."""
+    named so), parsed by its extension (.gz unpacked first), or its text as it is when not
+    `parse`; `f` is closed."""
     limit = int(limit_mb * 1024 * 1024)
     if size > limit:
         f.close()
@@ -11383,8 +11649,11 @@ def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> 
     except UnicodeDecodeError as e:
         raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
                         f"(0x{raw[e.start]:02x}).") from None
+    text = text[1:] if text.startswith("\ufeff") else text
+    if not parse:
+        return text, fmt
     try:
-        return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt
+        return _parse_text(text, fmt), fmt
     except FormatError as e:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
     # a reader without its own guard: still the model's error, not an internal one
@@ -11396,25 +11665,36 @@ _JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boo
                "array": (list,), "object": (dict,), "null": (type(None),)}
 
 
-def _check_args(tool: dict, args: dict) -> None:
-    """Refuse arguments that miss a required property or have the wrong top-level type."""
+def _schema_kinds(tool: dict, key: str) -> List[str]:
+    """The JSON types the tool's inputSchema declares for the argument `key` ([] if none)."""
+    schema = tool.get("inputSchema")
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    prop = props.get(key) if isinstance(props, dict) else None
+    want = prop.get("type") if isinstance(prop, dict) else None
+    return [want] if isinstance(want, str) else [k for k in want if isinstance(k, str)] \
+        if isinstance(want, list) else []
+
+
+def _check_args(tool: dict, args: dict, source: str = "the file",
+                hint: Tuple[str, str] = ("", "")) -> None:
+    """Refuse arguments that miss a required property or have the wrong top-level type; the
+    data comes from `source`, and a mismatch of the argument hint[0] adds hint[1]."""
     schema = tool.get("inputSchema") or {}
-    props = schema.get("properties") or {}
     missing = [k for k in schema.get("required") or [] if k not in args]
     if missing:
-        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither the "
-                        f"file nor tool_args provides (use data_key to put the file's data under "
-                        f"one argument).")
+        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
+                        f"{source} nor tool_args provides (use data_key to put {source}'s data "
+                        f"under one argument).")
     for key, value in args.items():
-        want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
-        kinds = [want] if isinstance(want, str) else want if isinstance(want, list) else []
+        kinds = _schema_kinds(tool, key)
         types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
         bad_bool = isinstance(value, bool) and bool not in types
         # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
         whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
         if types and (not isinstance(value, types) or bad_bool) and not whole:
             raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
-                            f"{' or '.join(kinds)}, but the file gives {type(value).__name__}.")
+                            f"{' or '.join(kinds)}, but {source} gives {type(value).__name__}"
+                            + (f"; {hint[1]}" if key == hint[0] and hint[1] else "") + ".")
 
 
 def _file_args(call: _Call, data: Any, path: str) -> dict:
@@ -11435,16 +11715,36 @@ def _file_args(call: _Call, data: Any, path: str) -> dict:
     return {**extra, key: data}
 
 
-def _input_data(call: _Call) -> Tuple[Any, str]:
-    """(data, where it came from) for file input: a file in the sandbox, or a cached output."""
+def _input_data(call: _Call, as_text: bool) -> Tuple[Any, str, str]:
+    """(data, where it came from, what the answer calls that) for file input: a file in the
+    sandbox, or a cached output; parsed, or its text as it is when `as_text` (a cached
+    output's text: its text items, else its text view)."""
     cached = _cached_source(call)
     if cached is not None:
         if call.args.get("file_path") is not None:
             raise ToolError("Give file_path or cache_token, not both.")
         cache, entry = cached
-        return _extract(cache.result(entry)).data, f"cached output {entry.token}"
-    data, _, path = _load_input(call, call.required("file_path"))
-    return data, path
+        where = f"cached output {entry.token}"
+        res = cache.result(entry)
+        if not as_text:
+            return _extract(res).data, where, "the cached output"
+        texts = _result_texts(res)
+        return ("\n".join(texts) if texts else cache.text(entry)), where, "the cached output"
+    data, _, path = _load_input(call, call.required("file_path"), parse=not as_text)
+    return data, path, "the file"
+
+
+def _data_as(call: _Call, spec: dict) -> bool:
+    """Whether the data goes as text: data_as says, else the data_key argument's declared type
+    (a string takes the text as it is)."""
+    how, key = call.string("data_as"), call.string("data_key")
+    if how not in (None, "text", "parsed"):
+        raise ToolError(f"data_as must be text or parsed, not {_dumps(how)[:40]}.")
+    if how == "text" and key is None:
+        raise ToolError('data_as "text" needs data_key: the argument that receives the text.')
+    if how is not None:
+        return how == "text"
+    return key is not None and {k for k in _schema_kinds(spec, key) if k != "null"} == {"string"}
 
 
 def _tool_call_tool_with_file_content(call: _Call) -> dict:
@@ -11461,10 +11761,15 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     out_fmt = call.string("output_format") or "json"
     if out_fmt not in ("json", "string"):
         raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
-    data, source = _input_data(call)
+    spec = _find_tool(call.ctx.upstreams.get(server), tool)
+    as_text = _data_as(call, spec)
+    data, source, what = _input_data(call, as_text)
     args = _file_args(call, data, source)
-    up = call.ctx.upstreams.get(server)
-    _check_args(_find_tool(up, tool), args)
+    key = call.string("data_key") or ""
+    kinds = _schema_kinds(spec, key) if key else []
+    hint = ('data_as "parsed" sends its data parsed' if as_text and set(kinds) - {"string"} else
+            f'data_as "text" sends {what}\'s text as it is' if "string" in kinds else "")
+    _check_args(spec, args, what, (key, hint))
     response_format = call.format("response_format")
     if response_format is not None:
         return _store_result(call, server, tool, response_format,
@@ -11487,10 +11792,18 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
 _QUERY_LIMIT_MAX = 1000
 
 
-def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[str, Any]]:
+def _text_lines(text: str) -> Iterator[Dict[str, Any]]:
+    """Plain text as records, a line each: n (1-based, as start_line counts: lines end at
+    "\n") and line (without its "\n" or "\r\n")."""
+    for n, line in enumerate(io.StringIO(text, newline="\n"), 1):
+        yield {"n": n, "line": line[:-2] if line.endswith("\r\n") else line.rstrip("\n")}
+
+
+def _query_records(data: Any, pointer: Optional[str], label: str) -> Iterable[Dict[str, Any]]:
     """The records to load: the list at records_pointer, else the one list of records the data
     holds, as the store path finds it. Text that is a CSV or TSV table gives its rows (cells
-    typed as the CSV file reader types them), JSON Lines text its lines."""
+    typed as the CSV file reader types them), JSON Lines text its lines, other text a record
+    a line (_text_lines)."""
     if isinstance(data, str):
         rows = _tabular_text(data, "csv")
         if isinstance(rows, list):
@@ -11501,8 +11814,10 @@ def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[s
             except FormatError:
                 pass
     if isinstance(data, str):
-        raise ToolError(f"{label} is text, not records (JSON, JSON Lines or a CSV/TSV table); read "
-                        f"it with retrieve_cached_output or search_stored_outputs instead.")
+        if pointer is not None:
+            raise ToolError(f"records_pointer needs JSON data; {label} is text, queried a line "
+                            f"a row (columns n, line).")
+        return _text_lines(data)
     if pointer is not None:
         data = _json_pointer(data, pointer)
     rows, reason = _as_records(data)
@@ -11592,6 +11907,7 @@ def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]
 
 def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> dict:
     """The rows as a compact table within the retrieval window, and as records."""
+    sql = call.required("sql")
     window = int(call.ctx.settings.cache("max_window_chars"))
     shown_text, shown = _query_table_text(res.columns, res.rows, max(window - 500, 1000))
     ms = res.elapsed * 1000
@@ -11607,8 +11923,8 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
         lines.append(f"[{shown:,} of {res.total:,} rows shown. For others: LIMIT/OFFSET in the "
                      f"SQL, or limit (at most {_QUERY_LIMIT_MAX:,}); to keep them all, file_format "
                      f"stores the whole result as a file.]")
-    lines.extend(f"Note: {n}." for n in table.notes[:5])
-    records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows[:shown]]
+    lines.extend(f"Note: {n}." for n in table.notes[:5] + [_boolean_note(table, sql)] if n)
+    records = _result_records(res, sql, shown)
     info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total,
             "returned": shown,
             "elapsed_ms": round(ms, 2)}
@@ -11631,10 +11947,12 @@ def _tool_query_output(call: _Call) -> dict:
         return _query_answer(call, *_query(call, limit))
 
     def fetch() -> dict:
-        _, _, res = _query(call, None)
+        table, _, res = _query(call, None)
         if not res.rows:
-            raise ToolError("The query returned no rows, so nothing was stored.")
-        records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows]
+            note = _boolean_note(table, call.required("sql"))
+            raise ToolError("The query returned no rows, so nothing was stored."
+                            + (f" Note: {note}." if note else ""))
+        records = _result_records(res, call.required("sql"), len(res.rows))
         return {"content": [], "structuredContent": records}
 
     return _store_result(call, "abstract", "query_output", fmt, fetch)
@@ -12017,13 +12335,18 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "conversation (for bulk inserts, uploads, or feeding a stored result into another tool). The "
      "file must be in an allowed directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are "
      "parsed (also .gz). Without data_key the file must hold an object that is the whole "
-     "arguments; with data_key the data goes under that argument, next to tool_args.",
+     "arguments; with data_key the data goes under that argument, next to tool_args. An argument "
+     "the tool declares a string gets the file's text as it is (data_as decides otherwise).",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL,
               "file_path": {"type": "string", "description": "The input file: absolute inside an "
                                                              "allowed directory, "
                             "or relative to the first one."},
               "data_key": {"type": "string", "description": "Argument that receives the file's "
                                                             "data."},
+              "data_as": {"type": "string", "enum": ["text", "parsed"],
+                          "description": "text: the file's text as it is (decompressed); "
+                                         "parsed: its data, read by its extension. Default: "
+                                         "text when the tool declares data_key a string."},
               "tool_args": {**_P_ARGS, "description": "Other arguments (needs data_key)."},
               "output_format": {"type": "string", "enum": ["json", "string"], "default": "json",
                                 "description": "json: the whole upstream result as JSON; string: "
@@ -12050,8 +12373,8 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "Read part of a large result that call_tool cached instead of showing (its answer gives the "
      "token). Windows are bounded (20,000 characters by default): page with offset/length, or by "
      "line with start_line/end_line, or by record with record_offset/record_count, or for JSON "
-     "take a sub-value with an RFC 6901 pointer such as /results/10. To filter or count, "
-     "query_output is cheaper.",
+     "take a sub-value with an RFC 6901 pointer such as /results/10; pattern gives only the "
+     "lines that contain it, numbered. To filter or count, query_output is cheaper.",
      _schema({"token": {"type": "string", "description": "The token from the cached answer."},
               "offset": {"type": "integer", "minimum": 0, "default": 0,
                          "description": "First character."},
@@ -12067,16 +12390,23 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
                                 "description": "For records: the first record "
                                 "(0-based); records come one compact JSON object a line."},
               "record_count": {"type": "integer", "minimum": 1, "default": 100,
-                               "description": "For records: how many (capped by the window)."}},
+                               "description": "For records: how many (capped by the window)."},
+              "pattern": {"type": "string", "description": "Only the lines that contain this "
+                          "text (case ignored; not a regex), numbered, with context lines around "
+                          "each; start_line/end_line limit where to search."},
+              "context": {"type": "integer", "minimum": 0, "maximum": 10, "default": 2,
+                          "description": "With pattern: lines shown before and after each "
+                                         "match."}},
              ("token",)),
      _tool_retrieve_cached_output),
     ("query_output",
      "Ask a large output a question in SQL instead of reading it: the records of a cached output "
      "(its token) or of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, "
      "also .gz) are the table data, one column per field; nested values are JSON text "
-     "(json_extract(col, '$.key') reads them). One read-only SELECT (WITH allowed); returns at "
-     "most limit rows, the row count and the columns. With file_format the whole result is stored "
-     "as a file instead, and you get its path and a preview.",
+     "(json_extract(col, '$.key') reads them); text is a row a line (n, line). One read-only "
+     "SELECT (WITH allowed); returns at most limit rows, the row count and the columns. With "
+     "file_format the whole result is stored as a file instead, and you get its path and a "
+     "preview.",
      _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), "
                                                           "or a file path: "
                          "absolute inside an allowed directory, or relative to the first one."},

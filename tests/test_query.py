@@ -308,10 +308,12 @@ def test_a_wrapper_with_several_lists_needs_records_pointer(px, qw):
     assert res["isError"] and "no 'nope' in dict" in text_of(res)
 
 
-def test_text_that_is_not_records_is_refused(px, qw):
-    (qw.dir / "notes.txt").write_text("just some words\nand more\n")
-    res = query(px, source="notes.txt", sql="SELECT 1")
-    assert res["isError"] and "is text, not records" in text_of(res)
+def test_text_that_is_not_records_is_a_row_a_line(px, qw):
+    (qw.dir / "notes.txt").write_text("just some words\r\nand more\n")
+    res = query(px, source="notes.txt", sql="SELECT n, line FROM data")
+    assert ok(res)["rows"] == [{"n": 1, "line": "just some words"}, {"n": 2, "line": "and more"}]
+    res = query(px, source="notes.txt", sql="SELECT 1", records_pointer="/a")
+    assert res["isError"] and "records_pointer needs JSON data" in text_of(res)
 
 
 def test_a_loaded_file_is_reused_until_it_changes(px, qw):
@@ -428,7 +430,8 @@ def test_a_stored_answer_points_at_query_output_over_the_file(px):
     assert ok(follow_hint(px, text))["rows"] == [{"count(*)": 300}]
     txt = px.call_tool("call_tool_and_store", {"server": "up", "tool_name": "echo", "tool_args": {"text": "a\nb\nc"},
                                                "storage_path": "hinted"})
-    assert "Shape: text, 3 lines." in text_of(txt) and "query_output" not in text_of(txt)
+    assert "Shape: text, 3 lines." in text_of(txt)
+    assert ok(follow_hint(px, text_of(txt)))["rows"] == []  # (a row a line: none has "error")
 
 
 def test_retrieve_pages_by_record(px):
