@@ -6322,11 +6322,17 @@ class _Run:
 
     def watch(self) -> None:
         """Notice the process's exit even when a child it left behind keeps its stdout open:
-        pending calls then fail at once instead of waiting for their deadline."""
+        pending calls then fail at once instead of waiting for their deadline. Then close its
+        stdin, once the writer has stopped (its last writes fail at once: nobody reads them);
+        stdout and stderr are closed by their readers: a crashed run leaves no pipe open."""
+        conn: Connection = self.conn  # type: ignore[assignment]
         self.proc.wait()
-        if not self.conn.closed.wait(0.5):  # type: ignore[union-attr]
+        if not conn.closed.wait(0.5):
             _hard_kill(self.proc)  # the leftovers of its process group hold the pipe
-            self.conn.lost()  # type: ignore[union-attr]
+            conn.lost()
+        conn.finish(0.5)
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
 
     def exit_text(self) -> str:
         """How the run ended (its stdout closed), waiting briefly for the exit status. A process
