@@ -75,7 +75,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+                    Set, Tuple)
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
 # datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file URIs),
@@ -2358,6 +2358,46 @@ class Sandbox:
 _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
 
 
+class _Temps:
+    """The atomic writer's temporary files being written, so that a shutdown leaves none behind.
+    After stop() a write under way ends at its next piece (or before its fsync) with ECANCELED,
+    and none starts; sweep() deletes what a write still running at the exit left (one piece of
+    hundreds of megabytes, a slow disk). The names are random: the full path is safe to delete
+    even in a folder swapped meanwhile."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._paths: Set[str] = set()
+        self.stopping = False
+
+    def check(self) -> None:
+        if self.stopping:
+            raise OSError(errno.ECANCELED, "Abstract is shutting down")
+
+    def add(self, path: str) -> None:
+        with self._lock:
+            self.check()
+            self._paths.add(path)
+
+    def discard(self, path: str) -> None:
+        with self._lock:
+            self._paths.discard(path)
+
+    def stop(self, stopping: bool = True) -> None:
+        """Writes end at their next piece from now on (stop(False): they may run again)."""
+        self.stopping = stopping
+
+    def sweep(self) -> None:
+        with self._lock:
+            paths, self._paths = self._paths, set()
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+_TEMPS = _Temps()
+
+
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
                durable: bool = True, replace: bool = False) -> str:
     """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
@@ -2399,19 +2439,24 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
              | getattr(os, "O_BINARY", 0))
     for _ in range(100):
         tmp = f".abstract-{secrets.token_hex(8)}.tmp"
+        _TEMPS.add(os.path.join(directory, tmp))  # (ECANCELED at shutdown)
         try:
             fd = os.open(at(tmp), flags | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
             break
-        except FileExistsError:
-            continue
+        except OSError as e:
+            _TEMPS.discard(os.path.join(directory, tmp))
+            if not isinstance(e, FileExistsError):
+                raise
     else:
         raise FileExistsError(errno.EEXIST, "no free temporary file name (100 random names taken)",
                               directory)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
+                _TEMPS.check()
                 f.write(chunk)
             f.flush()
+            _TEMPS.check()
             if durable:
                 os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
@@ -2432,6 +2477,7 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
     finally:
         with contextlib.suppress(OSError):
             os.unlink(at(tmp), dir_fd=dfd)
+        _TEMPS.discard(os.path.join(directory, tmp))
 
 
 def _walk_in(dfd: Optional[int], path: str, level: int, depth: int, hidden_dirs: bool
@@ -10424,6 +10470,9 @@ def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) 
     """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
     model's error, naming the folder."""
     also = f" ({written.path} was written before it failed)" if written is not None else ""
+    if e.errno == errno.ECANCELED:  # _Temps.stop(): nothing to fix
+        return ToolError(f"The file was not written in {directory}: Abstract is shutting "
+                         f"down{also}.")
     return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some "
                      f"space or fix the folder, or store in another allowed directory "
                      f"(storage_path).")
@@ -12193,7 +12242,7 @@ def _recent_files(roots: List[str], limit: int = 500,
 
 
 class _Terminated(BaseException):
-    """Raised by Server.on_sigterm into the main thread's wait (a BaseException, so no handler's
+    """Raised by Server.on_signal into the main thread's wait (a BaseException, so no handler's
     `except Exception` can swallow it)."""
 
 
@@ -12250,49 +12299,55 @@ class Server:
             self.transparent = _Transparent(self.ctx)
         upstreams.listen(self.relay_log,
                          self.tools_changed if self.transparent is not None else None)
-        self.terminated = False  # SIGTERM arrived
+        self.terminated = 0  # the signal that ended serving (SIGTERM, SIGINT, SIGHUP), if any
         self._serving = self._stopping = False
 
     def serve(self) -> None:
-        """Answer the client until its stdin closes (or SIGTERM), then shut down within
-        _EXIT_BUDGET_S of that moment (`since`); docs/design.md#shutdown has the timeline.
+        """Answer the client until its stdin closes (or a signal: _on_signals), then shut down
+        within _EXIT_BUDGET_S of that moment (`since`); docs/design.md#shutdown has the timeline.
 
-        1. Serve: the reader hands requests to the pool until EOF (or SIGTERM).
-        2. Drain: requests still running get _DRAIN_S to answer. From here on SIGTERM only
+        1. Serve: the reader hands requests to the pool until EOF (or a signal).
+        2. Drain: requests still running get _DRAIN_S to answer. From here on a signal only
            notes itself, so the shutdown is never cut short half way.
         3. Stop every upstream at once (_stop_runs): a handler still waiting on one fails at
-           once, rather than at its timeout...
+           once, rather than at its timeout, and a file being written stops at its next piece
+           (_Temps)...
         4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer.
         5. Write what is queued for the client, then end the request workers: all within the
-           budget, before the client's SIGKILL.
+           budget, before the client's SIGKILL. A file still being written is deleted.
         """
         since = 0.0
         try:
             try:
                 self._serving = True
-                if self.terminated:  # SIGTERM came before serving began
+                if self.terminated:  # a signal came before serving began
                     raise _Terminated()
                 self.conn.start()  # 1.
-                self.conn.closed.wait()
+                # (Windows: a signal's handler runs only once the wait returns)
+                while not self.conn.closed.wait(1.0 if _WINDOWS else None):
+                    pass
                 since = time.monotonic()
                 self.conn.wait_idle(_DRAIN_S)  # 2. their answers still go out
             finally:
-                self._stopping = True  # from here on, SIGTERM only notes itself (see on_sigterm)
+                self._stopping = True  # from here on, a signal only notes itself (on_signal)
         except _Terminated:
             pass
         since = since or time.monotonic()
-        self.upstreams.close()  # 3. a handler still waiting on an upstream fails at once...
+        _TEMPS.stop()  # 3.
+        self.upstreams.close()  # a handler still waiting on an upstream fails at once...
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
         self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # 4. ...and says so
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())  # 5.
-        self._pool.close()  # (the reader closed it at EOF; after SIGTERM it may still be reading)
+        self._pool.close()  # (the reader closed it at EOF; after a signal it may still be reading)
         self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
+        _TEMPS.sweep()
 
-    def on_sigterm(self) -> None:
-        """SIGTERM (called in the main thread by the signal handler): stop serving as at EOF.
-        Once the shutdown has begun it just goes on, neither starting over nor cut short."""
-        self.terminated = True
+    def on_signal(self, signum: int) -> None:
+        """SIGTERM, SIGINT or SIGHUP (called in the main thread by _on_signals' handler): stop
+        serving as at EOF. Once the shutdown has begun it just goes on, neither starting over
+        nor cut short; the first signal's number makes the exit status."""
+        self.terminated = self.terminated or signum
         if self._serving and not self._stopping:
             raise _Terminated()
 
@@ -12877,22 +12932,36 @@ def _read_umask() -> int:
     return mask
 
 
+# SIGTERM (what MCP clients send 2 s after closing stdin), SIGINT (Ctrl-C), SIGHUP (its terminal
+# closed; POSIX) and SIGBREAK (Ctrl-Break; Windows): those the platform has
+_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
+
+
 @contextlib.contextmanager
-def _on_sigterm(server: Server) -> Iterator[None]:
-    """SIGTERM (what MCP clients send 2 s after closing stdin) ends serving through the normal
-    shutdown, so upstreams are stopped rather than orphaned. Main thread on POSIX only."""
-    if _WINDOWS or threading.current_thread() is not threading.main_thread():
+def _on_signals(server: Server) -> Iterator[None]:
+    """Each of _STOP_SIGNALS ends serving through the normal shutdown (the one EOF starts), so
+    upstreams are stopped rather than orphaned and running calls are answered. Main thread only.
+
+    The handler writes nothing and raises only into the main thread's wait (Server.on_signal):
+    a KeyboardInterrupt left to unwind instead ended the interpreter while the stdin reader
+    held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum: int, frame: Any) -> None:
-        server.on_sigterm()
+        server.on_signal(signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {}
+    for name in _STOP_SIGNALS:
+        if hasattr(signal, name):
+            previous[getattr(signal, name)] = signal.signal(getattr(signal, name), stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # (None: set outside Python, cannot be put back)
+                signal.signal(signum, handler)
 
 
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
@@ -12928,6 +12997,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory"
                                  if args.memory else "")
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
+        undo.callback(_TEMPS.stop, False)  # (Server.serve stops the writes: they may run again)
         if catalog is not None:
             undo.callback(catalog.close)
         if args.reindex:  # 3.
@@ -12969,9 +13039,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             undo.callback(stop_links)
         server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
                         args.memory, link)
-        with _on_sigterm(server):
+        with _on_signals(server):
             server.serve()
-        return 128 + int(signal.SIGTERM) if server.terminated else 0
+        return 128 + server.terminated if server.terminated else 0
 
 
 # ==== 20. Entry point =============================================================
@@ -12988,9 +13058,17 @@ def _exit_now(code: Any) -> None:
     os._exit(code if isinstance(code, int) else 1)
 
 
-if __name__ == "__main__":
-    sys.modules.setdefault("abstract", sys.modules["__main__"])
+def _console() -> None:
+    """The `abstract` command (pyproject's console script) and `python abstract.py`: main(),
+    then _exit_now. Ctrl-C before serving begins (or after it ends) exits with 130 too."""
     try:
         _exit_now(main())
-    except SystemExit as stop:  # --help, --version, usage errors, SIGTERM
+    except SystemExit as stop:  # --help, --version, usage errors
         _exit_now(0 if stop.code is None else stop.code)
+    except KeyboardInterrupt:
+        _exit_now(128 + int(signal.SIGINT))
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("abstract", sys.modules["__main__"])
+    _console()
