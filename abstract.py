@@ -6258,9 +6258,292 @@ class _HttpTransport:
             _log.debug("%s: DELETE of the session: %s", self.name, e)
 
 
-def _taskkill(pid: int, force: bool) -> None:
-    """Windows: end a process and its descendants (taskkill /T), bounded in time."""
-    args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
+# -- what the upstreams start in turn (docs/design.md#descendants)
+
+_PR_SET_CHILD_SUBREAPER = 36  # Linux, <linux/prctl.h>
+_REAP_EVERY_S = 5.0  # Linux: how often the adopted orphans that exited are reaped
+# Windows, <winnt.h>: SetInformationJobObject's JobObjectExtendedLimitInformation class, and the
+# limit that ends every process of a job when its last handle closes
+_JOB_EXTENDED_LIMITS = 9
+_JOB_KILL_ON_CLOSE = 0x2000
+
+
+def _job_limits_type() -> Any:
+    """JOBOBJECT_EXTENDED_LIMIT_INFORMATION as a ctypes Structure: 144 bytes on 64-bit Windows,
+    112 on 32-bit (https://learn.microsoft.com/windows/win32/api/winnt/
+    ns-winnt-jobobject_extended_limit_information). LARGE_INTEGER and ULONGLONG are 64-bit,
+    DWORD 32-bit, SIZE_T and ULONG_PTR the width of a pointer."""
+    import ctypes  # lazy: see Imports
+
+    class Basic(ctypes.Structure):  # JOBOBJECT_BASIC_LIMIT_INFORMATION
+        _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64),
+                    ("PerJobUserTimeLimit", ctypes.c_int64),
+                    ("LimitFlags", ctypes.c_uint32),
+                    ("MinimumWorkingSetSize", ctypes.c_size_t),
+                    ("MaximumWorkingSetSize", ctypes.c_size_t),
+                    ("ActiveProcessLimit", ctypes.c_uint32),
+                    ("Affinity", ctypes.c_size_t),
+                    ("PriorityClass", ctypes.c_uint32),
+                    ("SchedulingClass", ctypes.c_uint32)]
+
+    class Io(ctypes.Structure):  # IO_COUNTERS
+        _fields_ = [(f"{what}{unit}", ctypes.c_uint64) for unit in ("OperationCount",
+                                                                    "TransferCount")
+                    for what in ("Read", "Write", "Other")]
+
+    class Extended(ctypes.Structure):
+        _fields_ = [("BasicLimitInformation", Basic), ("IoInfo", Io),
+                    ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
+                    ("PeakProcessMemoryUsed", ctypes.c_size_t),
+                    ("PeakJobMemoryUsed", ctypes.c_size_t)]
+
+    return Extended
+
+
+def _kernel32() -> Any:
+    """Windows: kernel32 with the prototypes of the Job Object calls (HANDLE as c_void_p, so a
+    64-bit handle is never cut to an int)."""
+    import ctypes  # lazy: see Imports
+
+    k = getattr(ctypes, "WinDLL")("kernel32", use_last_error=True)  # (Windows only)
+    handle, ok, dword = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32  # HANDLE, BOOL, DWORD
+    for name, restype, argtypes in (
+            ("CreateJobObjectW", handle, (ctypes.c_void_p, ctypes.c_wchar_p)),
+            ("SetInformationJobObject", ok, (handle, ctypes.c_int, ctypes.c_void_p, dword)),
+            ("AssignProcessToJobObject", ok, (handle, handle)),
+            ("TerminateJobObject", ok, (handle, ctypes.c_uint)),
+            ("CloseHandle", ok, (handle,))):
+        fn = getattr(k, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return k
+
+
+class _WinJob:
+    """Windows: a Job Object holding one upstream's process and every process it starts from
+    then on (a child is created in its parent's job), made with kill-on-close: when its last
+    handle closes (close() at the run's end, or Abstract's exit, however it exits) every process
+    still in it ends. The handle is not inheritable, so no upstream holds the job open.
+    https://learn.microsoft.com/windows/win32/procthread/job-objects"""
+
+    def __init__(self, kernel32: Any, handle: int) -> None:
+        self._k, self._handle = kernel32, handle
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, kernel32: Any, limits: Any, proc: Any) -> "_WinJob":
+        """A new job holding `proc` (a Popen: its process handle), or OSError."""
+        import ctypes  # lazy: see Imports
+
+        def failed(call: str) -> OSError:  # (get_last_error: Windows only)
+            code = getattr(ctypes, "get_last_error", lambda: 0)()
+            return OSError(f"{call} failed with Windows error {code}")
+
+        handle = kernel32.CreateJobObjectW(None, None)  # no name, default (not inherited)
+        if not handle:
+            raise failed("CreateJobObjectW")
+        job = cls(kernel32, handle)
+        info = limits()
+        info.BasicLimitInformation.LimitFlags = _JOB_KILL_ON_CLOSE
+        for call, done in (
+                ("SetInformationJobObject", lambda: kernel32.SetInformationJobObject(
+                    handle, _JOB_EXTENDED_LIMITS, ctypes.byref(info), ctypes.sizeof(info))),
+                ("AssignProcessToJobObject", lambda: kernel32.AssignProcessToJobObject(
+                    handle, int(proc._handle)))):
+            if not done():
+                error = failed(call)
+                job.close()
+                raise error
+        return job
+
+    def terminate(self) -> None:
+        """End every process in the job at once (exit code 1)."""
+        with self._lock:
+            if self._handle:
+                self._k.TerminateJobObject(self._handle, 1)
+
+    def close(self) -> None:
+        """Close the handle (once): kill-on-close ends what is left in the job."""
+        with self._lock:
+            handle, self._handle = self._handle, 0
+        if handle:
+            self._k.CloseHandle(handle)
+
+
+def _prctl_subreaper(on: bool) -> None:
+    """Linux: make this process the subreaper of its descendants (or stop), or OSError."""
+    import ctypes  # lazy: see Imports
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = [ctypes.c_ulong(v) for v in (int(on), 0, 0, 0)]  # (prctl is variadic: unsigned long)
+    if libc.prctl(ctypes.c_int(_PR_SET_CHILD_SUBREAPER), *args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _children_of(pid: int) -> Dict[int, str]:
+    """Linux: each child of `pid` -> its state letter ("Z": exited, not yet reaped), from
+    /proc/<pid>/stat (its fields after the command's closing parenthesis: state, ppid...)."""
+    out: Dict[int, str] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out[int(name)] = fields[0].decode("ascii", "replace")
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+    return out
+
+
+def _an_upstreams(pid: int, parent: int) -> bool:
+    """Linux: whether process `pid` descends from one of the upstreams of Abstract `parent`: its
+    environment carries the ABSTRACT_PARENT=<parent> every upstream is started with."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return b"\0ABSTRACT_PARENT=%d\0" % parent in b"\0" + env + b"\0"
+
+
+class _Descendants:
+    """The upstream processes Abstract started, and what they start in turn, which must not
+    outlive Abstract (docs/design.md#descendants). An upstream's process group is signalled at
+    shutdown; what leaves the group (setsid, a double fork) is handled here:
+
+    - Linux, while Abstract serves its own stdio (adopt()): Abstract is the subreaper of its
+      descendants (prctl PR_SET_CHILD_SUBREAPER), so an orphan becomes its child rather than
+      init's. reap() reaps those that exited (a subreaper must, or they stay zombies), never
+      an upstream's own process (Popen waits for that: its exit status is the crash message);
+      end() kills those left at the exit.
+    - Windows: each upstream process is put in a Job Object of its own (_WinJob, kill-on-close).
+    - macOS has neither: a descendant that leaves its upstream's process group can outlive
+      Abstract (docs/reference.md#shutdown).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: Set[int] = set()  # the pid of each upstream process not released
+        self._jobs: Dict[int, _WinJob] = {}  # Windows: pid -> its job
+        self._win: Any = None  # Windows: (kernel32, the limits' Structure), once loaded
+        self._zombies: Set[int] = set()  # Linux: adopted children found exited by the last reap
+        self._stop = threading.Event()
+        self._reaper: Optional[threading.Thread] = None
+        self.adopting = False
+
+    # -- each upstream process, from _Run.__init__ to _Run.watch
+    def add(self, proc: Any) -> None:
+        pid = getattr(proc, "pid", None)
+        if not isinstance(pid, int):
+            return
+        with self._lock:
+            self._procs.add(pid)
+        if _WINDOWS:
+            self._contain(proc)
+
+    def _contain(self, proc: Any) -> None:
+        try:
+            if self._win is None:
+                self._win = (_kernel32(), _job_limits_type())
+            job = _WinJob.create(self._win[0], self._win[1], proc)
+        except (ImportError, AttributeError, OSError, ValueError) as e:
+            _log.warning("could not put upstream process %s in a Job Object (%s): what it starts "
+                         "may outlive Abstract", proc.pid, e)
+            return
+        with self._lock:
+            self._jobs[proc.pid] = job
+
+    def release(self, proc: Any) -> None:
+        """The process ended: forget it; Windows: close its job (ending what is left in it)."""
+        pid: Any = getattr(proc, "pid", None)
+        with self._lock:
+            self._procs.discard(pid)
+            job = self._jobs.pop(pid, None)
+        if job is not None:
+            job.close()
+
+    def end_tree(self, proc: Any) -> bool:
+        """Windows: end the process and all in its job at once; False if it has no job."""
+        with self._lock:
+            job = self._jobs.get(proc.pid)
+        if job is None:
+            return False
+        job.terminate()
+        return True
+
+    # -- Linux: the subreaper
+    def adopt(self) -> bool:
+        """Become the subreaper of the upstreams' descendants, reaping every _REAP_EVERY_S;
+        False (logged) where that cannot be done."""
+        if not sys.platform.startswith("linux"):
+            return False
+        try:
+            _prctl_subreaper(True)
+        except (ImportError, AttributeError, OSError) as e:  # no ctypes, no prctl in libc
+            _log.warning("could not become the subreaper of the upstreams' descendants (%s): "
+                         "one that leaves its process group may outlive Abstract", e)
+            return False
+        self.adopting = True
+        self._stop.clear()
+        self._reaper = threading.Thread(target=self._reap_every, name="abstract-reaper",
+                                        daemon=True)
+        self._reaper.start()
+        return True
+
+    def _reap_every(self) -> None:
+        while not self._stop.wait(_REAP_EVERY_S):
+            self.reap()
+
+    def reap(self, at_once: bool = False) -> None:
+        """Reap the adopted children that exited. A zombie is reaped once two passes in a row
+        found it (unless `at_once`): a process Popen just started is added a moment later."""
+        kids = _children_of(os.getpid())
+        with self._lock:
+            zombies = {pid for pid, state in kids.items()
+                       if state == "Z" and pid not in self._procs}
+            ripe, self._zombies = (zombies if at_once else zombies & self._zombies), zombies
+        for pid in ripe:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+    def end(self, timeout: float = _STOP_KILL_S) -> None:
+        """At the exit (the upstreams stopped): SIGKILL every adopted child that descends from an
+        upstream, again and again as their own children come to Abstract when they die, until
+        none is left or `timeout`; reap them; stop being a subreaper."""
+        if not self.adopting:
+            return
+        self._stop.set()
+        if self._reaper is not None:
+            self._reaper.join(_STOP_JOIN_S)
+        me, deadline = os.getpid(), time.monotonic() + timeout
+        while True:
+            live = [pid for pid, state in _children_of(me).items()
+                    if state != "Z" and _an_upstreams(pid, me)]
+            for pid in live:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap(at_once=True)
+            if not live or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)  # for the killed to die (bounded by the deadline)
+        self.reap(at_once=True)
+        with contextlib.suppress(ImportError, AttributeError, OSError):
+            _prctl_subreaper(False)
+        self.adopting = False
+
+
+_DESCENDANTS = _Descendants()
+
+
+def _taskkill(pid: int) -> None:
+    """Windows: end a process and its descendants (taskkill /T /F), bounded in time: for an
+    upstream that could not be put in a Job Object."""
+    args = ["taskkill", "/T", "/F", "/PID", str(pid)]
     try:
         subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL,
@@ -6271,10 +6554,12 @@ def _taskkill(pid: int, force: bool) -> None:
 
 
 def _terminate(proc: Any) -> None:
-    """SIGTERM to the process's group (Windows: taskkill of its tree)."""
+    """SIGTERM to the process's group. Windows has no SIGTERM for a windowless console process
+    (taskkill without /F does nothing to one): its whole tree is ended now, after the EOF wait."""
     try:
-        if _WINDOWS:  # the whole tree: npx.cmd's node child would outlive proc.terminate()
-            _taskkill(proc.pid, force=False)
+        if _WINDOWS:
+            if not _DESCENDANTS.end_tree(proc):
+                _taskkill(proc.pid)
         else:
             os.killpg(proc.pid, signal.SIGTERM)
     except OSError:
@@ -6282,10 +6567,12 @@ def _terminate(proc: Any) -> None:
 
 
 def _hard_kill(proc: Any) -> None:
-    """SIGKILL to the process's group (Windows: forced taskkill of its tree)."""
+    """SIGKILL to the process's group (Windows: its job's processes, or a forced taskkill of its
+    tree)."""
     try:
         if _WINDOWS:
-            _taskkill(proc.pid, force=True)
+            if not _DESCENDANTS.end_tree(proc):
+                _taskkill(proc.pid)
             proc.kill()
         else:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -6336,6 +6623,7 @@ class _Run:
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
+        _DESCENDANTS.add(proc)  # (Windows: in a Job Object; released by watch)
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
                                         daemon=True)
         self._stderr.start()
@@ -6379,6 +6667,7 @@ class _Run:
         conn.finish(0.5)
         with contextlib.suppress(OSError, ValueError):
             self.proc.stdin.close()
+        _DESCENDANTS.release(self.proc)
 
     def exit_text(self) -> str:
         """How the run ended (its stdout closed), waiting briefly for the exit status. A process
@@ -12975,7 +13264,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     4. Serve: keep the real stdout for protocol messages, sweep old temporary files, open the
        output cache (its sweeper, and --http's server), then answer until EOF or SIGTERM.
     5. On the way out `undo` stops what was started, last first, so that a caller of main()
-       in-process gets its process back as it was (threads, sys.stdout).
+       in-process gets its process back as it was (threads, sys.stdout). Serving its own
+       stdio, Abstract is (Linux) the subreaper of its upstreams' descendants until then, and
+       kills those left (_Descendants).
     """
     global _UMASK
     if env.get("ABSTRACT_PARENT") and not args.check:  # 1.
@@ -12998,6 +13289,10 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                                  if args.memory else "")
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
         undo.callback(_TEMPS.stop, False)  # (Server.serve stops the writes: they may run again)
+        # serving the process's own stdio (not in-process): Linux, no descendant of an upstream
+        # outlives Abstract (its subreaper; ended after the upstreams are stopped)
+        if stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt():
+            undo.callback(_DESCENDANTS.end)
         if catalog is not None:
             undo.callback(catalog.close)
         if args.reindex:  # 3.

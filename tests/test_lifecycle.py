@@ -7,19 +7,15 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
-import json
 import os
 import signal
-import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 import abstract
-from conftest import FAKE, pid_alive, read_lines, text_of, wait_for
+from conftest import FAKE, pid_alive, text_of, wait_for
 
 posix_only = pytest.mark.skipif(abstract._WINDOWS, reason="POSIX signals and process groups")
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -113,3 +109,167 @@ def test_sigint_in_the_middle_of_a_large_store_answers_it_and_leaves_no_temporar
         assert "shutting down" in text_of(result), result
     else:  # it was finished: whole
         assert Path(result["structuredContent"]["path"]).stat().st_size > 0
+
+
+# -- Linux: no descendant of an upstream outlives Abstract (its subreaper)
+
+def _daemon_pid(world, name: str) -> int:
+    [event] = wait_for(lambda: world.events(name, "daemon"), what="the grandchild's pid")
+    return event["pid"]
+
+
+@linux_only
+@pytest.mark.parametrize("end", ["EOF", "SIGINT"])
+def test_a_double_forked_grandchild_that_ignores_sigterm_is_gone_after_abstract(world, end):
+    """The upstream's child forks a grandchild and exits; the grandchild calls setsid (out of
+    the upstream's process group, which shutdown signals) and ignores SIGTERM. It survived
+    Abstract's exit; now it became Abstract's child (the subreaper) and is killed at the exit."""
+    world.fake("up", "--daemon-child", "120")
+    p = world.start()
+    assert text_of(p.upstream("up", "echo", {"text": "up"})) == "up"
+    pid = _daemon_pid(world, "up")
+    assert os.getsid(pid) == pid  # a session of its own: no group signal reaches it
+    if end == "EOF":
+        p.close_stdin()
+    else:
+        os.kill(p.pid, signal.SIGINT)
+    assert p.wait_exit(15) == (0 if end == "EOF" else 130), p.stderr[-3000:]
+    try:
+        wait_for(lambda: not pid_alive(pid), timeout=10, what="the grandchild to be gone")
+    finally:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@linux_only
+def test_an_adopted_orphan_that_exits_is_reaped_and_the_upstreams_exit_status_is_kept(world):
+    """As the subreaper Abstract must reap the orphans it adopts, or they stay zombies; but never
+    an upstream's own process, whose exit status says how it ended."""
+    world.fake("up", "--daemon-child", "0.2")
+    p = world.start()
+    assert text_of(p.upstream("up", "echo", {"text": "up"})) == "up"
+    pid = _daemon_pid(world, "up")
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=4 * abstract._REAP_EVERY_S + 10,
+             what="the exited grandchild to be reaped")
+    res = p.upstream("up", "crash", {"code": 3})
+    assert res["isError"] and "exited with code 3" in text_of(res), res
+
+
+# -- Windows: each upstream in a Job Object that kills on close
+
+def test_the_job_limits_structure_has_the_win32_layout():
+    """JOBOBJECT_EXTENDED_LIMIT_INFORMATION: 144 bytes on 64-bit Windows, 112 on 32-bit (winnt.h;
+    ctypes lays out these fixed-width fields on Linux as MSVC does)."""
+    limits = abstract._job_limits_type()
+    wide = ctypes.sizeof(ctypes.c_void_p) == 8
+    basic, io = dict(limits._fields_)["BasicLimitInformation"], dict(limits._fields_)["IoInfo"]
+    assert ctypes.sizeof(limits) == (144 if wide else 112)
+    assert ctypes.sizeof(basic) == (64 if wide else 48)
+    assert basic.LimitFlags.offset == 16
+    assert limits.IoInfo.offset == (64 if wide else 48)
+    assert ctypes.sizeof(io) == 48
+    assert limits.ProcessMemoryLimit.offset == (112 if wide else 96)
+
+
+class _FakeKernel32:
+    """Records the Job Object calls; `fail` names one that returns FALSE."""
+
+    def __init__(self, fail: str = "") -> None:
+        self.calls, self.fail = [], fail
+
+    def _call(self, name: str, *args):
+        if name == "SetInformationJobObject":  # what the kernel would read through the pointer
+            info = args[2]._obj
+            args = (*args[:2], ("LimitFlags", info.BasicLimitInformation.LimitFlags), args[3])
+        self.calls.append((name, *args))
+        return 0 if name == self.fail else (0x5A5A if name == "CreateJobObjectW" else 1)
+
+    def __getattr__(self, name: str):
+        return lambda *args: self._call(name, *args)
+
+
+class _Proc:
+    pid, _handle = 4242, 0x77
+
+    def kill(self) -> None:
+        pass
+
+
+def _windows(monkeypatch, k: _FakeKernel32):
+    """Windows as far as the Job Object code can tell, over the fake kernel32; taskkill recorded.
+    Returns a fresh _Descendants (the one _terminate uses) and a fake upstream process in it."""
+    monkeypatch.setattr(abstract, "_WINDOWS", True)
+    monkeypatch.setattr(abstract, "_kernel32", lambda: k)
+    monkeypatch.setattr(abstract, "_taskkill", lambda pid: k.calls.append(("taskkill", pid)))
+    d, proc = abstract._Descendants(), _Proc()
+    monkeypatch.setattr(abstract, "_DESCENDANTS", d)
+    d.add(proc)
+    return d, proc
+
+
+def test_an_upstream_process_is_put_in_a_kill_on_close_job_and_its_tree_ended_through_it(
+        monkeypatch):
+    k = _FakeKernel32()
+    d, proc = _windows(monkeypatch, k)
+    size = ctypes.sizeof(abstract._job_limits_type())
+    assert k.calls == [("CreateJobObjectW", None, None),
+                       ("SetInformationJobObject", 0x5A5A, 9, ("LimitFlags", 0x2000), size),
+                       ("AssignProcessToJobObject", 0x5A5A, 0x77)]
+    del k.calls[:]
+    abstract._terminate(proc)  # after the EOF wait: no SIGTERM on Windows, the tree ends
+    abstract._hard_kill(proc)
+    assert k.calls == [("TerminateJobObject", 0x5A5A, 1)] * 2
+    del k.calls[:]
+    d.release(proc)  # the run's end: closing the handle ends what is left in the job
+    d.release(proc)
+    assert k.calls == [("CloseHandle", 0x5A5A)]
+
+
+@pytest.mark.parametrize("fail", ["CreateJobObjectW", "SetInformationJobObject",
+                                  "AssignProcessToJobObject"])
+def test_an_upstream_that_cannot_be_put_in_a_job_is_ended_by_taskkill(monkeypatch, caplog, fail):
+    k = _FakeKernel32(fail)
+    d, proc = _windows(monkeypatch, k)
+    assert f"{fail} failed" in caplog.text and "may outlive Abstract" in caplog.text
+    assert k.calls[-1] == (("CreateJobObjectW", None, None) if fail == "CreateJobObjectW"
+                           else ("CloseHandle", 0x5A5A))  # a job made is not left open
+    del k.calls[:]
+    abstract._terminate(proc)
+    d.release(proc)
+    assert k.calls == [("taskkill", 4242)]
+
+
+def _win_alive(pid: int) -> bool:
+    """Windows: whether `pid` runs (os.kill(pid, 0) would end it there)."""
+    k = ctypes.WinDLL("kernel32", use_last_error=True)
+    k.OpenProcess.restype = ctypes.c_void_p
+    handle = k.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return False
+    code = ctypes.c_ulong()
+    try:
+        k.GetExitCodeProcess(ctypes.c_void_p(handle), ctypes.byref(code))
+        return code.value == 259  # STILL_ACTIVE
+    finally:
+        k.CloseHandle(ctypes.c_void_p(handle))
+
+
+@pytest.mark.skipif(not abstract._WINDOWS, reason="Job Objects need the real Windows kernel")
+@pytest.mark.parametrize("end", ["EOF", "killed"])
+def test_windows_a_child_that_ignores_eof_is_gone_when_abstract_exits_however_it_exits(world,
+                                                                                      end):
+    """The fake leaves a child that ignores its EOF (as node under npx can): Abstract's EOF
+    shutdown ends it through the job, and so does Abstract being killed outright (its handle to
+    the job closes with it)."""
+    world.fake("up", "--spawn-child")
+    p = world.start()
+    assert text_of(p.upstream("up", "echo", {"text": "up"})) == "up"
+    [child] = [e["pid"] for e in wait_for(lambda: world.events("up", "child"), what="the child")]
+    pids = world.pids("up") + [child]
+    if end == "EOF":
+        p.close_stdin()
+    else:
+        p.proc.kill()  # TerminateProcess: no shutdown at all
+    p.wait_exit(15)
+    wait_for(lambda: not [pid for pid in pids if _win_alive(pid)], timeout=10,
+             what="the upstream and its child to be gone")
