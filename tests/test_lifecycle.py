@@ -60,6 +60,29 @@ def test_descriptors_stay_flat_across_100_crash_and_restart_cycles(tmp_path):
         up.close()
 
 
+@linux_only
+def test_ten_upstreams_crashed_once_leave_no_pipe_open_in_abstract(world):
+    """The issue's figure, through a real Abstract: 10 upstreams, each crashed once, left 12
+    write ends open with no child left. Abstract's pipes come back to what it had before any
+    upstream started."""
+    names = [f"up{i}" for i in range(10)]
+    for name in names:
+        world.fake(name)
+    p = world.start()
+
+    def pipes() -> int:
+        return sum(os.readlink(f"/proc/{p.pid}/fd/{fd}").startswith("pipe:")
+                   for fd in os.listdir(f"/proc/{p.pid}/fd"))
+
+    before = pipes()
+    gc_note = "(Abstract's garbage collector may close some later; none may stay open)"
+    for name in names:
+        res = p.upstream(name, "crash", {"code": 3})
+        assert res["isError"] and "exited with code 3" in text_of(res), res
+    wait_for(lambda: pipes() <= before, timeout=10,
+             what=f"Abstract's pipes back to {before} (now {pipes()}) {gc_note}")
+
+
 # -- Ctrl-C (SIGINT) and SIGHUP: the shutdown EOF and SIGTERM run
 
 def _temps(root: Path) -> list:
@@ -273,3 +296,19 @@ def test_windows_a_child_that_ignores_eof_is_gone_when_abstract_exits_however_it
     p.wait_exit(15)
     wait_for(lambda: not [pid for pid in pids if _win_alive(pid)], timeout=10,
              what="the upstream and its child to be gone")
+
+
+def test_the_command_exits_with_130_on_ctrl_c_before_serving(monkeypatch):
+    """`abstract` (pyproject's console script) and `python abstract.py` go through _console:
+    a KeyboardInterrupt before the handlers are installed is exit status 130, no traceback."""
+    exits = []
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(abstract, "main", interrupted)
+    monkeypatch.setattr(abstract, "_exit_now", exits.append)
+    abstract._console()
+    assert exits == [130]
+    pyproject = (Path(abstract.__file__).parent / "pyproject.toml").read_text()
+    assert 'abstract = "abstract:_console"' in pyproject
