@@ -2779,13 +2779,19 @@ def _decode_long(places: Iterable[tuple]) -> None:
 class _Request:
     """An incoming request being handled: its id, cancellation state and cancel hooks."""
 
-    __slots__ = ("id", "method", "params", "cancelled", "_hooks", "_lock")
+    __slots__ = ("id", "method", "params", "cancelled", "_hooks", "_lock", "_answer")
 
     def __init__(self, mid: Any, method: str, params: Any) -> None:
         self.id, self.method, self.params = mid, method, params
         self.cancelled = threading.Event()
         self._hooks: List[Callable[[], None]] = []
         self._lock = threading.Lock()
+        self._answer = threading.Lock()  # held by whoever answers it (claim)
+
+    def claim(self) -> bool:
+        """True once: the caller is the one to answer it (its handler, or the shutdown that
+        gave up waiting for it: Connection.abandon)."""
+        return self._answer.acquire(blocking=False)
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Run `hook` when the client cancels this request (at once if it already did)."""
@@ -2982,6 +2988,17 @@ class Connection:
             _settle(fut, exc=UpstreamError(reason))
         if not self._half_close:
             self.finish(0)  # ends the writer (once a stuck write fails, when the peer dies)
+
+    def abandon(self, reason: str) -> int:
+        """Shutdown: answer every request still being handled with an error now (`reason`);
+        its handler's answer, if it comes, is dropped. How many there were."""
+        with self._plock:
+            reqs = list(self._inflight.values())
+        error = RpcError(CONNECTION_CLOSED, reason)
+        mine = [req for req in reqs if not req.cancelled.is_set() and req.claim()]
+        for req in mine:
+            self.send(_error_response(req.id, error))
+        return len(mine)
 
     def fail_pending(self, reason: str) -> None:
         """Close the session from outside (process gone): pending requests fail with `reason`."""
@@ -3253,7 +3270,8 @@ class Connection:
             reply = _error_response(req.id, RpcError(INTERNAL_ERROR,
                                                      f"Internal error: {type(e).__name__}: {e}"))
         try:
-            if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
+            # a cancelled request gets no response (spec); one abandoned was answered already
+            if reply and not req.cancelled.is_set() and req.claim():
                 self.send(reply)
         finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
@@ -12601,11 +12619,14 @@ class Server:
         3. Stop every upstream at once (_stop_runs): a handler still waiting on one fails at
            once, rather than at its timeout, and a file being written stops at its next piece
            (_Temps)...
-        4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer.
+        4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer;
+           one still running then (a long conversion) is answered with an error now
+           (Connection.abandon), its own answer dropped.
         5. Write what is queued for the client, then end the request workers: all within the
            budget, before the client's SIGKILL. A file still being written is deleted.
         """
         since = 0.0
+        _TEMPS.stop(False)  # (stopped by a server served before in this process)
         try:
             try:
                 self._serving = True
@@ -12627,6 +12648,9 @@ class Server:
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
         self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # 4. ...and says so
+        if self.conn.abandon("Abstract is shutting down: the request did not finish in time"):
+            _log.warning("answered the requests still running as not finished: Abstract is "
+                         "shutting down")
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())  # 5.
         self._pool.close()  # (the reader closed it at EOF; after a signal it may still be reading)
         self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))

@@ -7,15 +7,17 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
+import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 import abstract
-from conftest import FAKE, pid_alive, text_of, wait_for
+from conftest import FAKE, pid_alive, pipe_pair, text_of, wait_for
 
 posix_only = pytest.mark.skipif(abstract._WINDOWS, reason="POSIX signals and process groups")
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -132,6 +134,43 @@ def test_sigint_in_the_middle_of_a_large_store_answers_it_and_leaves_no_temporar
         assert "shutting down" in text_of(result), result
     else:  # it was finished: whole
         assert Path(result["structuredContent"]["path"]).stat().st_size > 0
+
+
+def test_a_request_still_running_when_the_shutdown_gives_up_is_answered_once_with_an_error():
+    """Over real pipes: a handler still running when the shutdown's budget is spent (a long
+    conversion) left its request unanswered; Connection.abandon answers it with an error, and the
+    handler's own answer, when it comes, is dropped (one answer per request)."""
+    rin, win = pipe_pair()
+    rout, wout = pipe_pair()
+    started, release = threading.Event(), threading.Event()
+
+    def slow(req) -> dict:
+        started.set()
+        release.wait(10)
+        return {"late": True}
+
+    pool = abstract._Pool(2, "test-abandon")
+    conn = abstract.Connection(rin, wout, requests={"slow": slow}, pool=pool, queued=True)
+    conn.start()
+    try:
+        win.write(b'{"jsonrpc":"2.0","id":7,"method":"slow"}\n')
+        assert started.wait(10)
+        assert conn.abandon("Abstract is shutting down: the request did not finish in time") == 1
+        release.set()
+        assert conn.wait_idle(10)
+        assert conn.abandon("again") == 0
+        assert conn.finish(10)
+    finally:
+        release.set()
+        win.close()
+        conn.closed.wait(10)  # the reader saw the EOF
+        rin.close()
+        pool.join(10)
+        wout.close()
+    lines = rout.read().splitlines()
+    rout.close()
+    assert [json.loads(line) for line in lines] == [{"jsonrpc": "2.0", "id": 7, "error": {
+        "code": -32000, "message": "Abstract is shutting down: the request did not finish in time"}}]
 
 
 # -- Linux: no descendant of an upstream outlives Abstract (its subreaper)
