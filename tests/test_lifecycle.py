@@ -169,8 +169,9 @@ def test_a_request_still_running_when_the_shutdown_gives_up_is_answered_once_wit
         wout.close()
     lines = rout.read().splitlines()
     rout.close()
-    assert [json.loads(line) for line in lines] == [{"jsonrpc": "2.0", "id": 7, "error": {
-        "code": -32000, "message": "Abstract is shutting down: the request did not finish in time"}}]
+    error = {"code": -32000,
+             "message": "Abstract is shutting down: the request did not finish in time"}
+    assert [json.loads(line) for line in lines] == [{"jsonrpc": "2.0", "id": 7, "error": error}]
 
 
 # -- Linux: no descendant of an upstream outlives Abstract (its subreaper)
