@@ -78,7 +78,7 @@ from pathlib import PurePath
 from pathlib import PurePosixPath
 from pathlib import PureWindowsPath
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+                    Set, Tuple)
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
 # datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
@@ -2455,6 +2455,46 @@ class Sandbox:
 _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
 
 
+class _Temps:
+    """The atomic writer's temporary files being written, so that a shutdown leaves none behind.
+    After stop() a write under way ends at its next piece (or before its fsync) with ECANCELED,
+    and none starts; sweep() deletes what a write still running at the exit left (one piece of
+    hundreds of megabytes, a slow disk). The names are random: the full path is safe to delete
+    even in a folder swapped meanwhile."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._paths: Set[str] = set()
+        self.stopping = False
+
+    def check(self) -> None:
+        if self.stopping:
+            raise OSError(errno.ECANCELED, "Abstract is shutting down")
+
+    def add(self, path: str) -> None:
+        with self._lock:
+            self.check()
+            self._paths.add(path)
+
+    def discard(self, path: str) -> None:
+        with self._lock:
+            self._paths.discard(path)
+
+    def stop(self, stopping: bool = True) -> None:
+        """Writes end at their next piece from now on (stop(False): they may run again)."""
+        self.stopping = stopping
+
+    def sweep(self) -> None:
+        with self._lock:
+            paths, self._paths = self._paths, set()
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+_TEMPS = _Temps()
+
+
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
                durable: bool = True, replace: bool = False) -> str:
     """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
@@ -2496,19 +2536,24 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
              | getattr(os, "O_BINARY", 0))
     for _ in range(100):
         tmp = f".abstract-{secrets.token_hex(8)}.tmp"
+        _TEMPS.add(os.path.join(directory, tmp))  # (ECANCELED at shutdown)
         try:
             fd = os.open(at(tmp), flags | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
             break
-        except FileExistsError:
-            continue
+        except OSError as e:
+            _TEMPS.discard(os.path.join(directory, tmp))
+            if not isinstance(e, FileExistsError):
+                raise
     else:
         raise FileExistsError(errno.EEXIST, "no free temporary file name (100 random names taken)",
                               directory)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
+                _TEMPS.check()
                 f.write(chunk)
             f.flush()
+            _TEMPS.check()
             if durable:
                 os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
@@ -2530,6 +2575,7 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
     finally:
         with contextlib.suppress(OSError):
             os.unlink(at(tmp), dir_fd=dfd)
+        _TEMPS.discard(os.path.join(directory, tmp))
 
 
 _REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
@@ -2878,13 +2924,19 @@ def _decode_long(places: Iterable[tuple]) -> None:
 class _Request:
     """An incoming request being handled: its id, cancellation state and cancel hooks."""
 
-    __slots__ = ("id", "method", "params", "cancelled", "_hooks", "_lock")
+    __slots__ = ("id", "method", "params", "cancelled", "_hooks", "_lock", "_answer")
 
     def __init__(self, mid: Any, method: str, params: Any) -> None:
         self.id, self.method, self.params = mid, method, params
         self.cancelled = threading.Event()
         self._hooks: List[Callable[[], None]] = []
         self._lock = threading.Lock()
+        self._answer = threading.Lock()  # held by whoever answers it (claim)
+
+    def claim(self) -> bool:
+        """True once: the caller is the one to answer it (its handler, or the shutdown that
+        gave up waiting for it: Connection.abandon)."""
+        return self._answer.acquire(blocking=False)
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Run `hook` when the client cancels this request (at once if it already did)."""
@@ -3081,6 +3133,17 @@ class Connection:
             _settle(fut, exc=UpstreamError(reason))
         if not self._half_close:
             self.finish(0)  # ends the writer (once a stuck write fails, when the peer dies)
+
+    def abandon(self, reason: str) -> int:
+        """Shutdown: answer every request still being handled with an error now (`reason`);
+        its handler's answer, if it comes, is dropped. How many there were."""
+        with self._plock:
+            reqs = list(self._inflight.values())
+        error = RpcError(CONNECTION_CLOSED, reason)
+        mine = [req for req in reqs if not req.cancelled.is_set() and req.claim()]
+        for req in mine:
+            self.send(_error_response(req.id, error))
+        return len(mine)
 
     def fail_pending(self, reason: str) -> None:
         """Close the session from outside (process gone): pending requests fail with `reason`."""
@@ -3352,7 +3415,8 @@ class Connection:
             reply = _error_response(req.id, RpcError(INTERNAL_ERROR,
                                                      f"Internal error: {type(e).__name__}: {e}"))
         try:
-            if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
+            # a cancelled request gets no response (spec); one abandoned was answered already
+            if reply and not req.cancelled.is_set() and req.claim():
                 self.send(reply)
         finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
@@ -6466,9 +6530,292 @@ class _HttpTransport:
             _log.debug("%s: DELETE of the session: %s", self.name, e)
 
 
-def _taskkill(pid: int, force: bool) -> None:
-    """Windows: end a process and its descendants (taskkill /T), bounded in time."""
-    args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
+# -- what the upstreams start in turn (docs/design.md#descendants)
+
+_PR_SET_CHILD_SUBREAPER = 36  # Linux, <linux/prctl.h>
+_REAP_EVERY_S = 5.0  # Linux: how often the adopted orphans that exited are reaped
+# Windows, <winnt.h>: SetInformationJobObject's JobObjectExtendedLimitInformation class, and the
+# limit that ends every process of a job when its last handle closes
+_JOB_EXTENDED_LIMITS = 9
+_JOB_KILL_ON_CLOSE = 0x2000
+
+
+def _job_limits_type() -> Any:
+    """JOBOBJECT_EXTENDED_LIMIT_INFORMATION as a ctypes Structure: 144 bytes on 64-bit Windows,
+    112 on 32-bit (https://learn.microsoft.com/windows/win32/api/winnt/
+    ns-winnt-jobobject_extended_limit_information). LARGE_INTEGER and ULONGLONG are 64-bit,
+    DWORD 32-bit, SIZE_T and ULONG_PTR the width of a pointer."""
+    import ctypes  # lazy: see Imports
+
+    class Basic(ctypes.Structure):  # JOBOBJECT_BASIC_LIMIT_INFORMATION
+        _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64),
+                    ("PerJobUserTimeLimit", ctypes.c_int64),
+                    ("LimitFlags", ctypes.c_uint32),
+                    ("MinimumWorkingSetSize", ctypes.c_size_t),
+                    ("MaximumWorkingSetSize", ctypes.c_size_t),
+                    ("ActiveProcessLimit", ctypes.c_uint32),
+                    ("Affinity", ctypes.c_size_t),
+                    ("PriorityClass", ctypes.c_uint32),
+                    ("SchedulingClass", ctypes.c_uint32)]
+
+    class Io(ctypes.Structure):  # IO_COUNTERS
+        _fields_ = [(f"{what}{unit}", ctypes.c_uint64) for unit in ("OperationCount",
+                                                                    "TransferCount")
+                    for what in ("Read", "Write", "Other")]
+
+    class Extended(ctypes.Structure):
+        _fields_ = [("BasicLimitInformation", Basic), ("IoInfo", Io),
+                    ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
+                    ("PeakProcessMemoryUsed", ctypes.c_size_t),
+                    ("PeakJobMemoryUsed", ctypes.c_size_t)]
+
+    return Extended
+
+
+def _kernel32() -> Any:
+    """Windows: kernel32 with the prototypes of the Job Object calls (HANDLE as c_void_p, so a
+    64-bit handle is never cut to an int)."""
+    import ctypes  # lazy: see Imports
+
+    k = getattr(ctypes, "WinDLL")("kernel32", use_last_error=True)  # (Windows only)
+    handle, ok, dword = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32  # HANDLE, BOOL, DWORD
+    for name, restype, argtypes in (
+            ("CreateJobObjectW", handle, (ctypes.c_void_p, ctypes.c_wchar_p)),
+            ("SetInformationJobObject", ok, (handle, ctypes.c_int, ctypes.c_void_p, dword)),
+            ("AssignProcessToJobObject", ok, (handle, handle)),
+            ("TerminateJobObject", ok, (handle, ctypes.c_uint)),
+            ("CloseHandle", ok, (handle,))):
+        fn = getattr(k, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return k
+
+
+class _WinJob:
+    """Windows: a Job Object holding one upstream's process and every process it starts from
+    then on (a child is created in its parent's job), made with kill-on-close: when its last
+    handle closes (close() at the run's end, or Abstract's exit, however it exits) every process
+    still in it ends. The handle is not inheritable, so no upstream holds the job open.
+    https://learn.microsoft.com/windows/win32/procthread/job-objects"""
+
+    def __init__(self, kernel32: Any, handle: int) -> None:
+        self._k, self._handle = kernel32, handle
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, kernel32: Any, limits: Any, proc: Any) -> "_WinJob":
+        """A new job holding `proc` (a Popen: its process handle), or OSError."""
+        import ctypes  # lazy: see Imports
+
+        def failed(call: str) -> OSError:  # (get_last_error: Windows only)
+            code = getattr(ctypes, "get_last_error", lambda: 0)()
+            return OSError(f"{call} failed with Windows error {code}")
+
+        handle = kernel32.CreateJobObjectW(None, None)  # no name, default (not inherited)
+        if not handle:
+            raise failed("CreateJobObjectW")
+        job = cls(kernel32, handle)
+        info = limits()
+        info.BasicLimitInformation.LimitFlags = _JOB_KILL_ON_CLOSE
+        for call, done in (
+                ("SetInformationJobObject", lambda: kernel32.SetInformationJobObject(
+                    handle, _JOB_EXTENDED_LIMITS, ctypes.byref(info), ctypes.sizeof(info))),
+                ("AssignProcessToJobObject", lambda: kernel32.AssignProcessToJobObject(
+                    handle, int(proc._handle)))):
+            if not done():
+                error = failed(call)
+                job.close()
+                raise error
+        return job
+
+    def terminate(self) -> None:
+        """End every process in the job at once (exit code 1)."""
+        with self._lock:
+            if self._handle:
+                self._k.TerminateJobObject(self._handle, 1)
+
+    def close(self) -> None:
+        """Close the handle (once): kill-on-close ends what is left in the job."""
+        with self._lock:
+            handle, self._handle = self._handle, 0
+        if handle:
+            self._k.CloseHandle(handle)
+
+
+def _prctl_subreaper(on: bool) -> None:
+    """Linux: make this process the subreaper of its descendants (or stop), or OSError."""
+    import ctypes  # lazy: see Imports
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = [ctypes.c_ulong(v) for v in (int(on), 0, 0, 0)]  # (prctl is variadic: unsigned long)
+    if libc.prctl(ctypes.c_int(_PR_SET_CHILD_SUBREAPER), *args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _children_of(pid: int) -> Dict[int, str]:
+    """Linux: each child of `pid` -> its state letter ("Z": exited, not yet reaped), from
+    /proc/<pid>/stat (its fields after the command's closing parenthesis: state, ppid...)."""
+    out: Dict[int, str] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out[int(name)] = fields[0].decode("ascii", "replace")
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+    return out
+
+
+def _an_upstreams(pid: int, parent: int) -> bool:
+    """Linux: whether process `pid` descends from one of the upstreams of Abstract `parent`: its
+    environment carries the ABSTRACT_PARENT=<parent> every upstream is started with."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return b"\0ABSTRACT_PARENT=%d\0" % parent in b"\0" + env + b"\0"
+
+
+class _Descendants:
+    """The upstream processes Abstract started, and what they start in turn, which must not
+    outlive Abstract (docs/design.md#descendants). An upstream's process group is signalled at
+    shutdown; what leaves the group (setsid, a double fork) is handled here:
+
+    - Linux, while Abstract serves its own stdio (adopt()): Abstract is the subreaper of its
+      descendants (prctl PR_SET_CHILD_SUBREAPER), so an orphan becomes its child rather than
+      init's. reap() reaps those that exited (a subreaper must, or they stay zombies), never
+      an upstream's own process (Popen waits for that: its exit status is the crash message);
+      end() kills those left at the exit.
+    - Windows: each upstream process is put in a Job Object of its own (_WinJob, kill-on-close).
+    - macOS has neither: a descendant that leaves its upstream's process group can outlive
+      Abstract (docs/reference.md#shutdown).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: Set[int] = set()  # the pid of each upstream process not released
+        self._jobs: Dict[int, _WinJob] = {}  # Windows: pid -> its job
+        self._win: Any = None  # Windows: (kernel32, the limits' Structure), once loaded
+        self._zombies: Set[int] = set()  # Linux: adopted children found exited by the last reap
+        self._stop = threading.Event()
+        self._reaper: Optional[threading.Thread] = None
+        self.adopting = False
+
+    # -- each upstream process, from _Run.__init__ to _Run.watch
+    def add(self, proc: Any) -> None:
+        pid = getattr(proc, "pid", None)
+        if not isinstance(pid, int):
+            return
+        with self._lock:
+            self._procs.add(pid)
+        if _WINDOWS:
+            self._contain(proc)
+
+    def _contain(self, proc: Any) -> None:
+        try:
+            if self._win is None:
+                self._win = (_kernel32(), _job_limits_type())
+            job = _WinJob.create(self._win[0], self._win[1], proc)
+        except (ImportError, AttributeError, OSError, ValueError) as e:
+            _log.warning("could not put upstream process %s in a Job Object (%s): what it starts "
+                         "may outlive Abstract", proc.pid, e)
+            return
+        with self._lock:
+            self._jobs[proc.pid] = job
+
+    def release(self, proc: Any) -> None:
+        """The process ended: forget it; Windows: close its job (ending what is left in it)."""
+        pid: Any = getattr(proc, "pid", None)
+        with self._lock:
+            self._procs.discard(pid)
+            job = self._jobs.pop(pid, None)
+        if job is not None:
+            job.close()
+
+    def end_tree(self, proc: Any) -> bool:
+        """Windows: end the process and all in its job at once; False if it has no job."""
+        with self._lock:
+            job = self._jobs.get(proc.pid)
+        if job is None:
+            return False
+        job.terminate()
+        return True
+
+    # -- Linux: the subreaper
+    def adopt(self) -> bool:
+        """Become the subreaper of the upstreams' descendants, reaping every _REAP_EVERY_S;
+        False (logged) where that cannot be done."""
+        if not sys.platform.startswith("linux"):
+            return False
+        try:
+            _prctl_subreaper(True)
+        except (ImportError, AttributeError, OSError) as e:  # no ctypes, no prctl in libc
+            _log.warning("could not become the subreaper of the upstreams' descendants (%s): "
+                         "one that leaves its process group may outlive Abstract", e)
+            return False
+        self.adopting = True
+        self._stop.clear()
+        self._reaper = threading.Thread(target=self._reap_every, name="abstract-reaper",
+                                        daemon=True)
+        self._reaper.start()
+        return True
+
+    def _reap_every(self) -> None:
+        while not self._stop.wait(_REAP_EVERY_S):
+            self.reap()
+
+    def reap(self, at_once: bool = False) -> None:
+        """Reap the adopted children that exited. A zombie is reaped once two passes in a row
+        found it (unless `at_once`): a process Popen just started is added a moment later."""
+        kids = _children_of(os.getpid())
+        with self._lock:
+            zombies = {pid for pid, state in kids.items()
+                       if state == "Z" and pid not in self._procs}
+            ripe, self._zombies = (zombies if at_once else zombies & self._zombies), zombies
+        for pid in ripe:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+    def end(self, timeout: float = _STOP_KILL_S) -> None:
+        """At the exit (the upstreams stopped): SIGKILL every adopted child that descends from an
+        upstream, again and again as their own children come to Abstract when they die, until
+        none is left or `timeout`; reap them; stop being a subreaper."""
+        if not self.adopting:
+            return
+        self._stop.set()
+        if self._reaper is not None:
+            self._reaper.join(_STOP_JOIN_S)
+        me, deadline = os.getpid(), time.monotonic() + timeout
+        while True:
+            live = [pid for pid, state in _children_of(me).items()
+                    if state != "Z" and _an_upstreams(pid, me)]
+            for pid in live:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap(at_once=True)
+            if not live or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)  # for the killed to die (bounded by the deadline)
+        self.reap(at_once=True)
+        with contextlib.suppress(ImportError, AttributeError, OSError):
+            _prctl_subreaper(False)
+        self.adopting = False
+
+
+_DESCENDANTS = _Descendants()
+
+
+def _taskkill(pid: int) -> None:
+    """Windows: end a process and its descendants (taskkill /T /F), bounded in time: for an
+    upstream that could not be put in a Job Object."""
+    args = ["taskkill", "/T", "/F", "/PID", str(pid)]
     try:
         subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL,
@@ -6479,10 +6826,12 @@ def _taskkill(pid: int, force: bool) -> None:
 
 
 def _terminate(proc: Any) -> None:
-    """SIGTERM to the process's group (Windows: taskkill of its tree)."""
+    """SIGTERM to the process's group. Windows has no SIGTERM for a windowless console process
+    (taskkill without /F does nothing to one): its whole tree is ended now, after the EOF wait."""
     try:
-        if _WINDOWS:  # the whole tree: npx.cmd's node child would outlive proc.terminate()
-            _taskkill(proc.pid, force=False)
+        if _WINDOWS:
+            if not _DESCENDANTS.end_tree(proc):
+                _taskkill(proc.pid)
         else:
             os.killpg(proc.pid, signal.SIGTERM)
     except OSError:
@@ -6490,10 +6839,12 @@ def _terminate(proc: Any) -> None:
 
 
 def _hard_kill(proc: Any) -> None:
-    """SIGKILL to the process's group (Windows: forced taskkill of its tree)."""
+    """SIGKILL to the process's group (Windows: its job's processes, or a forced taskkill of its
+    tree)."""
     try:
         if _WINDOWS:
-            _taskkill(proc.pid, force=True)
+            if not _DESCENDANTS.end_tree(proc):
+                _taskkill(proc.pid)
             proc.kill()
         else:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -6544,6 +6895,7 @@ class _Run:
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
+        _DESCENDANTS.add(proc)  # (Windows: in a Job Object; released by watch)
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
                                         daemon=True)
         self._stderr.start()
@@ -6576,11 +6928,18 @@ class _Run:
 
     def watch(self) -> None:
         """Notice the process's exit even when a child it left behind keeps its stdout open:
-        pending calls then fail at once instead of waiting for their deadline."""
+        pending calls then fail at once instead of waiting for their deadline. Then close its
+        stdin, once the writer has stopped (its last writes fail at once: nobody reads them);
+        stdout and stderr are closed by their readers: a crashed run leaves no pipe open."""
+        conn: Connection = self.conn  # type: ignore[assignment]
         self.proc.wait()
-        if not self.conn.closed.wait(0.5):  # type: ignore[union-attr]
+        if not conn.closed.wait(0.5):
             _hard_kill(self.proc)  # the leftovers of its process group hold the pipe
-            self.conn.lost()  # type: ignore[union-attr]
+            conn.lost()
+        conn.finish(0.5)
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+        _DESCENDANTS.release(self.proc)
 
     def exit_text(self) -> str:
         """How the run ended (its stdout closed), waiting briefly for the exit status. A process
@@ -10835,6 +11194,9 @@ def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) 
     """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
     model's error, naming the folder."""
     also = f" ({written.path} was written before it failed)" if written is not None else ""
+    if e.errno == errno.ECANCELED:  # _Temps.stop(): nothing to fix
+        return ToolError(f"The file was not written in {directory}: Abstract is shutting "
+                         f"down{also}.")
     return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some "
                      f"space or fix the folder, or store in another allowed directory "
                      f"(storage_path).")
@@ -12771,7 +13133,7 @@ def _recent_files(roots: List[str], limit: int = 500,
 
 
 class _Terminated(BaseException):
-    """Raised by Server.on_sigterm into the main thread's wait (a BaseException, so no handler's
+    """Raised by Server.on_signal into the main thread's wait (a BaseException, so no handler's
     `except Exception` can swallow it)."""
 
 
@@ -12828,49 +13190,61 @@ class Server:
             self.transparent = _Transparent(self.ctx)
         upstreams.listen(self.relay_log,
                          self.tools_changed if self.transparent is not None else None)
-        self.terminated = False  # SIGTERM arrived
+        self.terminated = 0  # the signal that ended serving (SIGTERM, SIGINT, SIGHUP), if any
         self._serving = self._stopping = False
 
     def serve(self) -> None:
-        """Answer the client until its stdin closes (or SIGTERM), then shut down within
-        _EXIT_BUDGET_S of that moment (`since`); docs/design.md#shutdown has the timeline.
+        """Answer the client until its stdin closes (or a signal: _on_signals), then shut down
+        within _EXIT_BUDGET_S of that moment (`since`); docs/design.md#shutdown has the timeline.
 
-        1. Serve: the reader hands requests to the pool until EOF (or SIGTERM).
-        2. Drain: requests still running get _DRAIN_S to answer. From here on SIGTERM only
+        1. Serve: the reader hands requests to the pool until EOF (or a signal).
+        2. Drain: requests still running get _DRAIN_S to answer. From here on a signal only
            notes itself, so the shutdown is never cut short half way.
         3. Stop every upstream at once (_stop_runs): a handler still waiting on one fails at
-           once, rather than at its timeout...
-        4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer.
+           once, rather than at its timeout, and a file being written stops at its next piece
+           (_Temps)...
+        4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer;
+           one still running then (a long conversion) is answered with an error now
+           (Connection.abandon), its own answer dropped.
         5. Write what is queued for the client, then end the request workers: all within the
-           budget, before the client's SIGKILL.
+           budget, before the client's SIGKILL. A file still being written is deleted.
         """
         since = 0.0
+        _TEMPS.stop(False)  # (stopped by a server served before in this process)
         try:
             try:
                 self._serving = True
-                if self.terminated:  # SIGTERM came before serving began
+                if self.terminated:  # a signal came before serving began
                     raise _Terminated()
                 self.conn.start()  # 1.
-                self.conn.closed.wait()
+                # (Windows: a signal's handler runs only once the wait returns)
+                while not self.conn.closed.wait(1.0 if _WINDOWS else None):
+                    pass
                 since = time.monotonic()
                 self.conn.wait_idle(_DRAIN_S)  # 2. their answers still go out
             finally:
-                self._stopping = True  # from here on, SIGTERM only notes itself (see on_sigterm)
+                self._stopping = True  # from here on, a signal only notes itself (on_signal)
         except _Terminated:
             pass
         since = since or time.monotonic()
-        self.upstreams.close()  # 3. a handler still waiting on an upstream fails at once...
+        _TEMPS.stop()  # 3.
+        self.upstreams.close()  # a handler still waiting on an upstream fails at once...
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
         self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # 4. ...and says so
+        if self.conn.abandon("Abstract is shutting down: the request did not finish in time"):
+            _log.warning("answered the requests still running as not finished: Abstract is "
+                         "shutting down")
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())  # 5.
-        self._pool.close()  # (the reader closed it at EOF; after SIGTERM it may still be reading)
+        self._pool.close()  # (the reader closed it at EOF; after a signal it may still be reading)
         self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
+        _TEMPS.sweep()
 
-    def on_sigterm(self) -> None:
-        """SIGTERM (called in the main thread by the signal handler): stop serving as at EOF.
-        Once the shutdown has begun it just goes on, neither starting over nor cut short."""
-        self.terminated = True
+    def on_signal(self, signum: int) -> None:
+        """SIGTERM, SIGINT or SIGHUP (called in the main thread by _on_signals' handler): stop
+        serving as at EOF. Once the shutdown has begun it just goes on, neither starting over
+        nor cut short; the first signal's number makes the exit status."""
+        self.terminated = self.terminated or signum
         if self._serving and not self._stopping:
             raise _Terminated()
 
@@ -13497,22 +13871,36 @@ def _read_umask() -> int:
     return mask
 
 
+# SIGTERM (what MCP clients send 2 s after closing stdin), SIGINT (Ctrl-C), SIGHUP (its terminal
+# closed; POSIX) and SIGBREAK (Ctrl-Break; Windows): those the platform has
+_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
+
+
 @contextlib.contextmanager
-def _on_sigterm(server: Server) -> Iterator[None]:
-    """SIGTERM (what MCP clients send 2 s after closing stdin) ends serving through the normal
-    shutdown, so upstreams are stopped rather than orphaned. Main thread on POSIX only."""
-    if _WINDOWS or threading.current_thread() is not threading.main_thread():
+def _on_signals(server: Server) -> Iterator[None]:
+    """Each of _STOP_SIGNALS ends serving through the normal shutdown (the one EOF starts), so
+    upstreams are stopped rather than orphaned and running calls are answered. Main thread only.
+
+    The handler writes nothing and raises only into the main thread's wait (Server.on_signal):
+    a KeyboardInterrupt left to unwind instead ended the interpreter while the stdin reader
+    held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum: int, frame: Any) -> None:
-        server.on_sigterm()
+        server.on_signal(signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {}
+    for name in _STOP_SIGNALS:
+        if hasattr(signal, name):
+            previous[getattr(signal, name)] = signal.signal(getattr(signal, name), stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # (None: set outside Python, cannot be put back)
+                signal.signal(signum, handler)
 
 
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
@@ -13526,7 +13914,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     4. Serve: keep the real stdout for protocol messages, sweep old temporary files, open the
        output cache (its sweeper, and --http's server), then answer until EOF or SIGTERM.
     5. On the way out `undo` stops what was started, last first, so that a caller of main()
-       in-process gets its process back as it was (threads, sys.stdout).
+       in-process gets its process back as it was (threads, sys.stdout). Serving its own
+       stdio, Abstract is (Linux) the subreaper of its upstreams' descendants until then, and
+       kills those left (_Descendants).
     """
     global _UMASK
     if env.get("ABSTRACT_PARENT") and not args.check:  # 1.
@@ -13548,6 +13938,11 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory"
                                  if args.memory else "")
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
+        undo.callback(_TEMPS.stop, False)  # (Server.serve stops the writes: they may run again)
+        # serving the process's own stdio (not in-process): Linux, no descendant of an upstream
+        # outlives Abstract (its subreaper; ended after the upstreams are stopped)
+        if stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt():
+            undo.callback(_DESCENDANTS.end)
         if catalog is not None:
             undo.callback(catalog.close)
         if args.reindex:  # 3.
@@ -13589,9 +13984,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             undo.callback(stop_links)
         server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
                         args.memory, link)
-        with _on_sigterm(server):
+        with _on_signals(server):
             server.serve()
-        return 128 + int(signal.SIGTERM) if server.terminated else 0
+        return 128 + server.terminated if server.terminated else 0
 
 
 # ==== 20. Entry point =============================================================
@@ -13608,9 +14003,17 @@ def _exit_now(code: Any) -> None:
     os._exit(code if isinstance(code, int) else 1)
 
 
-if __name__ == "__main__":
-    sys.modules.setdefault("abstract", sys.modules["__main__"])
+def _console() -> None:
+    """The `abstract` command (pyproject's console script) and `python abstract.py`: main(),
+    then _exit_now. Ctrl-C before serving begins (or after it ends) exits with 130 too."""
     try:
         _exit_now(main())
-    except SystemExit as stop:  # --help, --version, usage errors, SIGTERM
+    except SystemExit as stop:  # --help, --version, usage errors
         _exit_now(0 if stop.code is None else stop.code)
+    except KeyboardInterrupt:
+        _exit_now(128 + int(signal.SIGINT))
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("abstract", sys.modules["__main__"])
+    _console()

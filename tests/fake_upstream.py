@@ -195,6 +195,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
     ap.add_argument("--spawn-child", action="store_true", help="leave a child that holds stdout open")
     ap.add_argument("--stubborn", action="store_true", help="ignore SIGTERM and stdin EOF (only SIGKILL ends it)")
+    ap.add_argument("--daemon-child", type=float, default=None, metavar="S",
+                    help="leave a grandchild (a double fork, setsid, SIGTERM ignored, stdio closed) "
+                         "that lives S seconds; its pid goes to the state file as event 'daemon'")
     ap.add_argument("--stale-list-once", action="store_true",
                     help="first tools/list: change the tools and say so, then answer with the old list")
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
@@ -684,7 +687,28 @@ def main(argv: list) -> None:
     if opts.spawn_child:  # it inherits stdout, so the pipe stays open after this process dies
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
         fake.state(event="child", pid=child.pid)
+    if opts.daemon_child is not None:
+        _daemon(opts.daemon_child, opts.state_file)
     fake.serve()
+
+
+_DAEMON = """
+import json, os, signal, sys, time
+if os.fork():
+    os._exit(0)  # the middle process ends: the grandchild is an orphan from here on
+os.setsid()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if sys.argv[2]:
+    with open(sys.argv[2], "a") as f:
+        f.write(json.dumps({"event": "daemon", "pid": os.getpid()}) + "\\n")
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def _daemon(seconds: float, state_file) -> None:
+    """A double-forked grandchild that leaves the process group and ignores SIGTERM."""
+    subprocess.run([sys.executable, "-c", _DAEMON, str(seconds), state_file or ""], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
 
 
 if __name__ == "__main__":
