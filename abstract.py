@@ -116,6 +116,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 CONNECTION_CLOSED = -32000  # SDK-local codes, reused for a dead or timed-out upstream
+BUSY = -32000  # (JSON-RPC's first "server error" code) a peer's request over the bound held at once
 REQUEST_TIMEOUT = -32001
 RESOURCE_NOT_FOUND = -32002  # legacy era; the modern era uses INVALID_PARAMS
 UNSUPPORTED_VERSION = -32022
@@ -141,6 +142,9 @@ _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and u
 _STOP_JOIN_S = 5.0  # main() returning: the longest it waits for a helper thread it started to end
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
+# an upstream's own requests (sampling, elicitation, roots/list, ping) Abstract holds at once:
+# answered by 4 workers, the rest wait their turn; more are refused at once (docs: reference.md)
+_UPSTREAM_REQUESTS_MAX = 16
 _ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a person may be answering
 # a 2026-07-28 upstream's input_required rounds for one call before it is given up
 _INPUT_ROUNDS = 10
@@ -2791,6 +2795,7 @@ class Connection:
         max_line: int = _MAX_MESSAGE_MB << 20,
         half_close: bool = False,
         close_input: bool = False,
+        max_requests: int = 0,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -2812,6 +2817,10 @@ class Connection:
         # still runs must not make either one uncancellable, or the connection idle too soon
         self._inflight: Dict[int, _Request] = {}
         self._arrivals = itertools.count()
+        # incoming requests held at once (running or waiting for a worker); past it each is
+        # refused at once (_refuse), so a peer's flood queues nothing. 0: no bound.
+        self._max_requests = max_requests
+        self._refused = 0  # refused since the last one accepted (for the log)
         self.closed = threading.Event()
         self.close_reason = "connection closed"
         self._shutting = False
@@ -3173,12 +3182,33 @@ class Connection:
         req = _Request(msg["id"], msg["method"], msg.get("params"))
         key = next(self._arrivals)
         with self._plock:
-            self._inflight[key] = req
-            self._idle.clear()
+            full = 0 < self._max_requests <= len(self._inflight)
+            if not full:
+                self._inflight[key] = req
+                self._idle.clear()
+            refused, self._refused = self._refused, self._refused + 1 if full else 0
+        if full:
+            self._refuse(req, refused)
+            return
+        if refused:
+            _log.warning("%s: refused %s while %d were being handled", self.name,
+                         _plural(refused, "request"), self._max_requests)
         if self._pool is None:
             self._dispatch(req, key)
         else:
             self._pool.submit(self._dispatch, req, key)
+
+    def _refuse(self, req: _Request, before: int) -> None:
+        """A request over max_requests: an error at once, never queued. On the reader thread, so
+        it never waits: the error is dropped, as a notification would be, when the peer is not
+        reading its answers. Logged once per run of refusals, not per request."""
+        if not before:
+            _log.warning("%s: sent more than %d requests at once; refusing more until some are "
+                         "answered", self.name, self._max_requests)
+        self.send(_error_response(req.id, RpcError(
+            BUSY, f"Too many requests at once: Abstract holds at most {self._max_requests} "
+                  f"requests from this server at a time ({req.method} refused); send it again "
+                  f"once some are answered")), droppable=True)
 
     def _dispatch(self, req: _Request, key: int) -> None:
         """Run one request's handler and send its response: the one place errors become wire
@@ -5562,8 +5592,8 @@ class _ClientLink:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no "
                                              "roots)")
         if not self._asking.acquire(blocking=False):
-            raise RpcError(INTERNAL_ERROR, "too many roots/list requests at once; ask again when "
-                                           "one is answered")
+            raise RpcError(BUSY, "too many roots/list requests at once; ask again when one is "
+                                 "answered")
         try:
             res = self._conn.call("roots/list", None, self._timeout)
         finally:
@@ -6609,6 +6639,7 @@ class Upstream:
                           # the upstream's requests run off its reader: roots/list waits for the
                           # client's answer
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
+                          max_requests=_UPSTREAM_REQUESTS_MAX,
                           notifications={
                               "notifications/progress": self._on_progress,
                               "notifications/tools/list_changed":
