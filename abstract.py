@@ -235,6 +235,23 @@ class UpstreamError(RpcError):
         super().__init__(code, message)
 
 
+class _NotSent(UpstreamError):
+    """A request to a remote server that did not run: refused before it was sent (too many
+    waiting), or it never reached the server (_NotReached, _SessionGone). The message is all
+    there is to say: no "the server may have done part of the work"."""
+
+
+class _NotReached(_NotSent):
+    """A request whose connection to the remote server could not be made (refused, no route, a
+    failed TLS handshake): nothing of it was sent, so it cannot have run."""
+
+
+class _SessionGone(_NotSent):
+    """HTTP 404 to a request that carried Mcp-Session-Id: the server ended that session (it
+    restarted, or expired it) and did not process the request (2025-11-25 spec, basic/transports
+    #session-management). Upstream._anew sends it once more, in a new session."""
+
+
 class _Cancelled(Error):
     """The client cancelled the request; nothing is sent back."""
 
@@ -3271,11 +3288,14 @@ _PORTABLE_HEADERS = ("accept", "content-type", "last-event-id", "mcp-protocol-ve
 class HttpError(Error, OSError):
     """An HTTP exchange that failed: no connection, TLS, a timeout, a refused redirect, a body
     over its bound, or (raised by callers through HttpResponse.error) an unwanted status.
-    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query."""
+    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query;
+    `unsent`: no connection was made, so nothing of the request left (a refused connect)."""
 
-    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "") -> None:
+    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "",
+                 unsent: bool = False) -> None:
         super().__init__(message)
         self.url, self.status, self.first_line = url, status, first_line
+        self.unsent = unsent
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -3400,7 +3420,7 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
             why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
         else:
             why = getattr(e, "strerror", None) or str(e) or type(e).__name__
-    return HttpError(f"cannot reach {where}: {why}", where)
+    return HttpError(f"cannot reach {where}: {why}", where, unsent=not connected)
 
 
 def _abort(conn: Any, sock: Any = None) -> None:
@@ -3840,11 +3860,6 @@ class _AuthError(HttpError):
 class _LoginNeeded(UpstreamError):
     """A request to a remote server that waits for a login: the message says what to do. Not a
     fault of the server's: a handshake that fails with it does not count as a crash."""
-
-
-class _NotSent(UpstreamError):
-    """A request to a remote server that was refused before it was sent (too many waiting):
-    nothing ran, so the message is all there is to say."""
 
 
 def _span(seconds: float) -> str:
@@ -5717,8 +5732,10 @@ class _HttpTransport:
     on the Connection's writer thread; requests on threads of their own, at most _HTTP_POSTS_MAX
     at once: more wait in a bounded queue that a finished request's thread drains, so the writer
     never waits for a request to end (a cancel, or the answer to the server's own request, would
-    wait behind it). Nothing is ever sent twice: a call whose answer is lost fails, naming the
-    reason.
+    wait behind it). Nothing the server may have run is sent twice: a call whose answer is lost
+    fails, naming the reason. Only a request the server did not process because it no longer
+    knows the session (HTTP 404) fails as _SessionGone, which Upstream._anew sends again, once,
+    in a new session; one that never reached the server fails as _NotReached.
     """
 
     def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
@@ -5736,6 +5753,7 @@ class _HttpTransport:
         self._conn: Optional[Connection] = None
         self._closed = threading.Event()
         self.reason = "ended its session"
+        self.forgotten = False  # the server ended the session (HTTP 404): no crash of its own
         # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
         self._open: Dict[Any, Callable[[], None]] = {}
         self._live: set = set()  # ids of the requests being sent or answered (on a thread)
@@ -5865,7 +5883,7 @@ class _HttpTransport:
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
             raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
         except HttpError as e:
-            raise HttpError(self.mask(str(e)), e.url, e.status) from None
+            raise HttpError(self.mask(str(e)), e.url, e.status, unsent=e.unsent) from None
 
     def _post_headers(self, msg: dict) -> Dict[str, str]:
         hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -5897,6 +5915,7 @@ class _HttpTransport:
             with self._send("POST", self.post_url, data.rstrip(b"\n"), self._post_headers(msg),
                             _HTTP_NOTIFY_S) as resp:
                 if resp.status == 404 and self.session_id:
+                    self.forgotten = True
                     self._end("ended its session (HTTP 404); a new one starts on the next call")
                 elif resp.status >= 300:
                     what = msg.get("method") or "a response"
@@ -5918,7 +5937,12 @@ class _HttpTransport:
             text = text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
             self._fail(mid, f"server '{self.name}': {text}", _LoginNeeded if e.login else None)
         except HttpError as e:
-            self._fail(mid, f"server '{self.name}': {e}")
+            if e.unsent:  # (a kept-alive connection the server had closed is replaced, in
+                # _http_once: this is a server that does not take connections now)
+                self._fail(mid, f"server '{self.name}': {e}. The request never reached the "
+                                f"server, so nothing ran; call again once it is up", _NotReached)
+            else:
+                self._fail(mid, f"server '{self.name}': {e}")
         except Exception as e:  # a bug must fail the call, not leave it to its deadline
             _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
             self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
@@ -5951,12 +5975,12 @@ class _HttpTransport:
                     self._fall_back(resp.status)
                     return self._exchange(msg, body, mid)
                 return self._refused(resp, raw, mid)
-            if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
-                # ended before the call is answered: the next call must not come to this session
-                self._end("ended its session (HTTP 404); a new one starts on the next call")
-                self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from "
-                                f"{self.where()}); a new session starts on the next call")
-                return
+            if (resp.status in (400, 404) and self.session_id and not self.modern
+                    and msg.get("method") != "initialize"):  # (sent with the session id)
+                raw = self._small_body(resp)
+                if resp.status == 404 or self._names_session(raw):
+                    return self._forget_session(resp, raw, mid)
+                return self._refused(resp, raw, mid)
             if resp.status >= 300:
                 return self._refused(resp, self._small_body(resp), mid)
             if self.mode == "sse":  # HTTP+SSE: the answer comes on the event stream
@@ -5995,6 +6019,29 @@ class _HttpTransport:
             ctype = resp.content_type or "no Content-Type"
             self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} "
                                                              f"({ctype}) to server/discover"))
+
+    @classmethod
+    def _names_session(cls, raw: bytes) -> bool:
+        """An HTTP 400 whose JSON-RPC error is about the session: server-everything, and the
+        servers built on the TypeScript SDK's example, answer a session id they do not know
+        (after a restart) with 400 "Bad Request: No valid session ID provided", not 404."""
+        err = cls._rpc_error(raw)
+        return err is not None and "session" in str(err["error"].get("message", "")).lower()
+
+    def _forget_session(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
+        """The server no longer knows the session the request named: the session is gone and
+        the request was not processed (the spec's HTTP 404, basic/transports#session-management).
+        The request fails with _SessionGone, which Upstream._anew sends again in a new session;
+        the run is no longer handed out from the moment `forgotten` is set. It fails before the
+        session ends: the EOF that follows would fail it as a request that may have run."""
+        self.forgotten = True
+        said = ""
+        if resp.status != 404:
+            err = self._rpc_error(raw) or {"error": {}}
+            said = f": {self.mask(str(err['error'].get('message', ''))[:200])}"
+        self._fail(mid, f"server '{self.name}' ended its session (HTTP {resp.status} from "
+                        f"{self.where()}{said}) without running the request", _SessionGone)
+        self._end(f"ended its session (HTTP {resp.status}); a new one starts on the next call")
 
     def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
         """Register how to abort a request whose answer is awaited (its connection is open), so
@@ -6141,6 +6188,7 @@ class _HttpTransport:
                 with self._send("GET", self.url, None, self._get_headers(parser.last_id or ""),
                                 _HTTP_LISTEN_S) as resp:
                     if resp.status == 404 and self.session_id:
+                        self.forgotten = True
                         self._end("ended its session (HTTP 404); a new one starts on the next call")
                         return
                     if resp.status != 200 or resp.content_type != "text/event-stream":
@@ -6327,6 +6375,10 @@ class _Run:
     def usable(self) -> bool:
         return not self.ending and self.conn is not None and not self.conn.closing
 
+    def forgotten(self) -> bool:
+        """The server ended the session itself (a remote one's HTTP 404), which is no crash."""
+        return False
+
     def streams(self) -> Tuple[Any, Any]:
         """What its Connection reads from and writes to."""
         return io.BufferedReader(self.proc.stdout,
@@ -6423,7 +6475,11 @@ class _HttpRun(_Run):
     def usable(self) -> bool:
         # the session's end is known here before its Connection has read the EOF: a call made
         # in between (right after the answer that ended it) starts a new session
-        return super().usable() and not self.transport._closed.is_set()
+        return (super().usable() and not self.transport._closed.is_set()
+                and not self.transport.forgotten)
+
+    def forgotten(self) -> bool:
+        return self.transport.forgotten
 
     def streams(self) -> Tuple[Any, Any]:
         return self.transport, self.transport
@@ -7147,7 +7203,7 @@ class Upstream:
         with self._runs_lock:
             if run in self._runs:
                 self._runs.remove(run)
-        if not self._closing and not run.ending:  # it died on its own
+        if not self._closing and not run.ending and not run.forgotten():  # it died on its own
             self._note_crash(run.started, quick=not run.ready)
             self.last_error = reason
         return reason
@@ -7186,7 +7242,11 @@ class Upstream:
         return tools
 
     def listing(self, method: str, key: str) -> List[dict]:
-        """Every page of a paginated list (tools, resources, prompts), following nextCursor."""
+        """Every page of a paginated list (tools, resources, prompts), following nextCursor; from
+        the first page again in a new session if the server forgot this one (_anew)."""
+        return self._anew(lambda: self._pages(method, key))
+
+    def _pages(self, method: str, key: str) -> List[dict]:
         conn, items, cursor = self.session(), [], None
         for _ in range(10000):
             params = {"cursor": cursor} if cursor else {}
@@ -7207,8 +7267,9 @@ class Upstream:
         key = _dumps([method, self.name, params.get("uri", params.get("name"))])
         what = f"'{self.name}' {method} of {_dumps(params.get('uri', params.get('name')))[:200]}"
         limit = self.settings.timeout(self.name)
-        return self._rounds(req, key, what, lambda retry, follow: self.session().call(
-            method, self._params({**params, **retry}, follow), timeout=limit))
+        return self._rounds(req, key, what, lambda retry, follow: self._anew(
+            lambda: self.session().call(method, self._params({**params, **retry}, follow),
+                                        timeout=limit)))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None, task: Any = None,
@@ -7219,13 +7280,29 @@ class Upstream:
         key = _dumps(["tools/call", self.name, tool])
 
         def once(retry: dict, follow: Optional[_Follow]) -> Any:
-            res = self._call_once(tool, args, req, progress, retry, follow, task, longs)
+            res = self._anew(lambda: self._call_once(tool, args, req, progress, retry, follow,
+                                                     task, longs))
             if longs and isinstance(res, dict) and res.get("resultType") == "input_required":
                 _decode_long(longs)  # (a question is relayed as it came, never cached)
                 del longs[:]
             return res
 
         return self._rounds(req, key, f"'{self.name}' tool '{tool}'", once)
+
+    def _anew(self, send: Callable[[], Any]) -> Any:
+        """send(), and once more if a remote server answered HTTP 404 to its session (it
+        restarted, or expired the session): the request was not processed, and send() starts a
+        new session for it (the old one is no longer usable). Once only, so it runs at most
+        once; a second 404 is the answer."""
+        try:
+            return send()
+        except _SessionGone as e:
+            _log.info("%s; sending the request again, in a new session", e.message)
+        try:
+            return send()
+        except _SessionGone as e:
+            raise _SessionGone(f"{e.message}, twice (the second time in a new session); the "
+                               f"request did not run") from None
 
     def _rounds(self, req: Optional[_Request], key: str, what: str,
                 once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
@@ -7265,7 +7342,9 @@ class Upstream:
         3. A handshake-era upstream's question during a 2026-07-28 client's call holds the call
            and goes to the client as input_required (_hold); a task is awaited to its result.
         4. A session that dies with the call in flight fails it, and it is never replayed: the
-           server may have done part of the work.
+           server may have done part of the work. A call that did not run (_NotSent: never
+           sent, never reached the server, or refused with its session) says so instead; the
+           caller sends one refused with its session again (_anew).
         5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """

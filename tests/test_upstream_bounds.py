@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WAIT, Proxy, proc_status, text_of, wait_for
+from httpfake import SessionMcp
 
 import abstract
 
@@ -54,3 +56,96 @@ def test_a_flood_of_elicitations_is_refused_past_the_bound_and_memory_stays_flat
     assert text_of(proxy.upstream("asker", "echo", {"text": "still here"})) == "still here"
     proxy.wait_stderr("sent more than 16 requests at once")
     assert len([ln for ln in proxy.stderr_lines if "refusing more" in ln]) == 1  # not one per request
+
+
+# -- item 13: a remote server that restarted (forgot its sessions) or refuses connections
+
+
+@pytest.fixture
+def sessions():
+    made = []
+
+    def make() -> SessionMcp:
+        made.append(SessionMcp())
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _remote(world, fake) -> Proxy:
+    world.servers["phoenix"] = {"type": "http", "url": fake.url}
+    return world.start()
+
+
+def test_the_first_call_after_a_restart_runs_once_in_a_new_session(world, sessions):
+    """A 404 to a request carrying Mcp-Session-Id: that session is gone and the request was not
+    processed. Abstract starts a new session and sends the request again, once: it runs once."""
+    f = sessions()
+    p = _remote(world, f)
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "1"
+    f.restart()
+    res = p.upstream("phoenix", "count", {"key": "k"})
+    assert not res.get("isError") and text_of(res) == "2", res  # ran once: not 3, not an error
+    assert f.counts == {"k": 2}
+    assert f.calls() == [("tools/call", "s-1", 200), ("tools/call", "s-1", 404), ("tools/call", "s-2", 200)]
+    assert [p[1] for p in f.posts if p[0] == "initialize"] == [None, None]  # a second session
+    # the next call goes to the new session straight away; a restart is not counted as a crash
+    f.restart()
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "3"
+    f.restart()
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "4"
+    assert "failed" not in p.stderr
+
+
+def test_a_server_that_forgets_the_new_session_too_gets_the_request_twice_at_most(world, sessions):
+    f = sessions()
+    p = _remote(world, f)
+    assert text_of(p.upstream("phoenix", "echo", {"text": "up"})) == "up"
+    f.forget_calls = 3
+    res = p.upstream("phoenix", "count", {"key": "k"})
+    text = text_of(res)
+    assert res.get("isError") and "ended its session (HTTP 404" in text and "twice" in text, text
+    assert "did not run" in text and "may have done part of the work" not in text, text
+    assert f.counts == {} and [s for _, _, s in f.calls()] == [200, 404, 404]
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "1"  # (its third forgetting)
+    assert f.counts == {"k": 1}
+
+
+def test_a_refused_connection_says_the_request_never_reached_the_server(world, sessions):
+    f = sessions()
+    p = _remote(world, f)
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "1"
+    f.stop()
+    res = p.upstream("phoenix", "count", {"key": "k"})
+    text = text_of(res)
+    assert res.get("isError") and "connection refused" in text, text
+    assert "never reached the server, so nothing ran" in text, text
+    assert "may have done part of the work" not in text and "not retried" not in text, text
+    f.start()  # back, without the session: the next call opens a new one and runs once
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "2"
+    assert f.counts == {"k": 2}
+
+
+def test_server_everything_restarted_answers_the_first_call_after(world):
+    """server-everything (streamableHttp) answers a request with a session id it does not know
+    with HTTP 400 and -32000 "Bad Request: No valid session ID provided" (not the spec's 404)."""
+    from test_remote import EVERYTHING, Served, free_port
+
+    node = shutil.which("node")
+    if not EVERYTHING.exists() or node is None:
+        pytest.skip(f"server-everything not installed at {EVERYTHING} (bash tests/realservers/install.sh)")
+    port = free_port()
+    argv, env = [node, str(EVERYTHING), "streamableHttp"], {**os.environ, "PORT": str(port)}
+    s = Served(argv, port, env=env)
+    try:
+        world.servers["everything"] = {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}
+        p = world.start()
+        assert "hi" in text_of(p.upstream("everything", "echo", {"message": "hi"}))
+        s.stop()
+        s = Served(argv, port, env=env)
+        res = p.upstream("everything", "echo", {"message": "again"})
+        assert not res.get("isError") and "again" in text_of(res), res
+    finally:
+        s.stop()
