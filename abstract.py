@@ -77,10 +77,10 @@ from pathlib import Path
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
                     Tuple)
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
-# hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
-# datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file URIs),
-# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl (POSIX)
-# and msvcrt (Windows), one or the other, for the lock on a saved login;
+# hashlib, hmac and secrets (OpenSSL: ~5 ms), socket, selectors and http.server (~40 ms, --http
+# only), datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl; file
+# URIs), ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl
+# (POSIX) and msvcrt (Windows), one or the other, for the lock on a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
@@ -8726,10 +8726,13 @@ class OutputCache:
 
 
 def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
-    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once (the accept loop
-    waits for a free one, so more wait in the listen backlog, not in Abstract), each given
+    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
     `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
-    backlog that takes a burst of downloads."""
+    backlog that takes a burst of downloads. At the cap, the connection that has waited longest
+    without sending a byte is dropped to make room (_evict), so idle connections cannot keep a
+    request waiting; when none is idle, the accept loop waits for a free slot, and more
+    connections wait in the listen backlog, not in Abstract."""
+    import selectors  # lazy: see Imports
     import socket  # lazy: see Imports
 
     header_s, _, max_conn = limits
@@ -8741,7 +8744,10 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
         def server_activate(self) -> None:
             self._slots = threading.Semaphore(max_conn)
+            # connections whose request has not come whole, oldest first (dicts keep order)
             self._deadlines: Dict[Any, float] = {}
+            self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
+            self._evicted: set = set()  # dropped to make room, their slot not yet freed
             self._lock = threading.Lock()
             super().server_activate()
             self._stopped = threading.Event()
@@ -8757,21 +8763,66 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
                 watcher.join(_STOP_JOIN_S)
 
         def process_request(self, request: Any, client_address: Any) -> None:
-            self._slots.acquire()  # freed by a finished request or by the watchdog
+            # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
+            got = self._slots.acquire(blocking=False)
+            while not got:
+                self._evict()
+                got = self._slots.acquire(timeout=0.1)
             with self._lock:
                 self._deadlines[request] = time.monotonic() + header_s
             super().process_request(request, client_address)
+
+        def spoke(self, request: Any) -> None:
+            """The connection sent its first byte: it is no longer dropped to make room."""
+            with self._lock:
+                if request in self._deadlines:
+                    self._spoke.add(request)
 
         def request_started(self, request: Any) -> None:
             """The request line and headers are in: the header deadline no longer applies."""
             with self._lock:
                 self._deadlines.pop(request, None)
+                self._spoke.discard(request)
 
         def shutdown_request(self, request: Any) -> None:
             super().shutdown_request(request)
             with self._lock:
                 self._deadlines.pop(request, None)
+                self._spoke.discard(request)
+                self._evicted.discard(request)
             self._slots.release()
+
+        def _evict(self) -> None:
+            """Drop the connection that has waited longest without sending a byte (its handler
+            has seen none, and none waits unread), unless one dropped before still holds its
+            slot. Nothing was asked on it, so nothing is lost but the connection."""
+            with self._lock:
+                if self._evicted:
+                    return
+                idle = [r for r in self._deadlines if r not in self._spoke]
+            victim = next((r for r in idle if self._silent(r)), None)
+            if victim is None:
+                return
+            with self._lock:
+                if victim not in self._deadlines or victim in self._spoke:
+                    return  # (its request began meanwhile)
+                del self._deadlines[victim]
+                self._evicted.add(victim)
+            with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
+                victim.shutdown(socket.SHUT_RDWR)
+
+        @staticmethod
+        def _silent(request: Any) -> bool:
+            """No byte waits unread on the connection (a look that does not wait or read:
+            the handler thread may not have run yet)."""
+            sel = selectors.DefaultSelector()  # (not select(): no FD_SETSIZE limit)
+            try:
+                sel.register(request, selectors.EVENT_READ)
+                return not sel.select(0)
+            except (OSError, ValueError):
+                return False
+            finally:
+                sel.close()
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
@@ -8802,6 +8853,14 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
         timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
+
+        def handle(self) -> None:
+            # the first byte, waited for and left unread: from then on the connection has sent
+            # something, and is not dropped to make room for another (_link_server_class)
+            with contextlib.suppress(OSError):
+                self.connection.recv(1, socket.MSG_PEEK)
+            self.server.spoke(self.connection)  # type: ignore[attr-defined]
+            super().handle()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             self.server.request_started(self.connection)  # type: ignore[attr-defined]

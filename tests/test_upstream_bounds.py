@@ -13,6 +13,7 @@ import shutil
 import socket
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -149,3 +150,45 @@ def test_server_everything_restarted_answers_the_first_call_after(world):
         assert not res.get("isError") and "again" in text_of(res), res
     finally:
         s.stop()
+
+
+# -- item 12: idle connections to the --http link server
+
+
+def _closed(s: socket.socket) -> bool:
+    """The server closed `s` (a look that does not wait)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+
+
+def test_a_link_is_served_within_a_second_while_300_idle_connections_are_held(world):
+    """300 connections that send nothing, held open: at the cap (http_max_connections, 64) the
+    one idle longest is dropped for each new one, so a signed GET is answered at once; before,
+    it waited for the idle ones' 10 s header deadlines in turn."""
+    world.fake("up")
+    world.settings = {"output_cache": {"min_size": 1000}}
+    p = world.start("--http", "127.0.0.1:0", str(world.dir), env=world.env(ABSTRACT_CACHE_SECRET="k"))
+    url = p.upstream("up", "echo", {"text": "z" * 3000})["structuredContent"]["retrieve_url"]
+    u = urllib.parse.urlsplit(url)
+    socks = []
+    try:
+        for _ in range(300):
+            socks.append(socket.create_connection((u.hostname, u.port), timeout=5))
+        t0 = time.monotonic()
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            status, body = resp.status, resp.read()
+        took = time.monotonic() - t0
+        assert status == 200 and body == b"z" * 3000
+        # (the issue asks for 1 s: 0.05-0.28 s measured here; room for a loaded machine)
+        assert took < 2.0, f"the download took {took:.2f} s with 300 idle connections held"
+        # the idle ones made room (not their 10 s deadline): all but the 64 newest were dropped
+        wait_for(lambda: sum(map(_closed, socks)) >= 300 - 64, what="the oldest idle connections dropped")
+    finally:
+        for s in socks:
+            s.close()
+    assert p.request("ping")["result"] == {}
