@@ -154,6 +154,11 @@ _STATE_MAX = 1 << 20  # the longest requestState of an upstream's that Abstract 
 _HOLD_S = 600.0  # a handshake-era upstream's call held for a 2026-07-28 client's follow-up
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
+# an upstream's log lines on Abstract's stderr (its stderr lines and notifications/message
+# together): a burst of this many, then this many a second; each cut to _LOG_LINE_CHARS
+_LOG_BURST = 200
+_LOG_RATE = 20.0
+_LOG_LINE_CHARS = 2000
 _MAX_WORKERS = 256
 _MAX_MESSAGE_MB = 128  # longest JSON-RPC line read from an upstream (max_upstream_message_mb)
 _MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
@@ -420,12 +425,63 @@ class _Tail:
             return "\n".join(list(self._lines)[-n:])
 
 
-def _iter_lines(stream: Any, limit: int = 1 << 16):
+class _LogGate:
+    """How many of one upstream's log lines reach Abstract's stderr: a token bucket of `burst`
+    lines refilled at `rate` a second, for its stderr lines and its notifications/message alike,
+    so a flood costs a bounded number of lines. Lines past it are counted, and the count is
+    written ("dropped N log lines from '<server>'") before the next line that passes, and by
+    flush() (a pause in its stderr, the end of a run)."""
+
+    def __init__(self, name: str, rate: float = _LOG_RATE, burst: int = _LOG_BURST,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._name, self._rate, self._burst, self._clock = name, rate, burst, clock
+        self._tokens, self._at = float(burst), clock()
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def write(self, text: Callable[[], str]) -> None:
+        """Log the line text() at INFO (cut to _LOG_LINE_CHARS) if the bucket has room, else
+        count it (text() is not called: a dropped line costs no formatting)."""
+        if not _log.isEnabledFor(logging.INFO):
+            return  # (hidden anyway: nothing is dropped)
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self._burst), self._tokens + (now - self._at) * self._rate)
+            self._at = now
+            passes = self._tokens >= 1
+            if passes:
+                self._tokens -= 1
+                dropped, self._dropped = self._dropped, 0
+            else:
+                self._dropped, dropped = self._dropped + 1, 0
+        if dropped:
+            self._say(dropped)
+        if passes:
+            line = text()
+            if len(line) > _LOG_LINE_CHARS:
+                line = line[:_LOG_LINE_CHARS] + " [...]"
+            _log.info("%s", line)
+
+    def flush(self) -> None:
+        """Write the count of the lines dropped since the last line that passed, if any."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            self._say(dropped)
+
+    def _say(self, dropped: int) -> None:
+        _log.warning("dropped %s from '%s' (more than %d at once, or %g a second)",
+                     _plural(dropped, "log line"), self._name, self._burst, self._rate)
+
+
+def _iter_lines(stream: Any, limit: int = 1 << 16,
+                pause: Optional[Callable[[], None]] = None) -> Iterator[bytes]:
     """Yield the lines of a binary stream without ever holding more than `limit` bytes of one.
 
     Used for stderr, where a child may write megabytes without a newline: an overlong line is
     passed on in pieces of `limit` bytes (each marked " [...]"), so memory stays bounded
-    whatever the child does.
+    whatever the child does. `pause` is called once the lines of a read that found less than
+    it asked for are out: the stream had nothing more for now.
     """
     partial = b""
     read = getattr(stream, "read1", None) or stream.read
@@ -444,6 +500,8 @@ def _iter_lines(stream: Any, limit: int = 1 << 16):
         while len(partial) > limit:
             yield partial[:limit] + b" [...]"
             partial = partial[limit:]
+        if pause is not None and len(chunk) < 1 << 16:
+            pause()
 
 
 # ${VAR}, ${VAR:-default}, ${env:VAR} (Cursor, VS Code, Windsurf), ${input:id} (VS Code prompts)
@@ -6361,10 +6419,12 @@ class _Run:
     step at once.
     """
 
-    def __init__(self, name: str, proc: Any, started: float) -> None:
+    def __init__(self, name: str, proc: Any, started: float,
+                 gate: Optional[_LogGate] = None) -> None:
         self.name, self.proc, self.started = name, proc, started
         self.conn: Optional[Connection] = None
         self.tail = _Tail()  # this run's stderr only
+        self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its Upstream's)
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
@@ -6394,11 +6454,12 @@ class _Run:
     def _drain_stderr(self) -> None:
         prefix = f"[{self.name}] "
         try:
-            for raw in _iter_lines(self.proc.stderr):
+            for raw in _iter_lines(self.proc.stderr, pause=self.gate.flush):
                 line = raw.decode("utf-8", "replace").rstrip("\r")
                 self.tail.add(line)
-                _log.info("%s%s", prefix, line)
+                self.gate.write(lambda: prefix + line)
         finally:  # read to its end (or broken): the pipe is closed here, by its only reader
+            self.gate.flush()
             with contextlib.suppress(OSError):
                 self.proc.stderr.close()
 
@@ -6618,6 +6679,7 @@ class Upstream:
         self._progress: Dict[str, Callable[[dict], None]] = {}
         self.on_tools_changed: Optional[Callable[[str], None]] = None
         self.on_log: Optional[Callable[[str, dict], None]] = None
+        self._log_gate = _LogGate(spec.name)  # its lines on Abstract's stderr, across its runs
         self._tokens = itertools.count(1)
         # a remote server's auth provider (headers(url), on_unauthorized(response); HTTP client
         # section): given to every HTTP request of its sessions. An OAuth login (section 8c)
@@ -6758,7 +6820,7 @@ class Upstream:
             self.last_error = (f"server '{self.name}' could not start: {msg} "
                                f"({self._where()})")
             raise UpstreamError(self.last_error) from None
-        return _Run(self.name, proc, t0)
+        return _Run(self.name, proc, t0, self._log_gate)
 
     def _open_remote(self, t0: float) -> _Run:
         """A remote server's session: the transport (an "sse" server's event stream is opened
@@ -7192,14 +7254,15 @@ class Upstream:
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
-            _log.info("[%s] %s: %s", self.name, params.get("level", "info"),
-                      _dumps(params.get("data"))[:2000])
+            self._log_gate.write(lambda: f"[{self.name}] {params.get('level', 'info')}: "
+                                         f"{_dumps(params.get('data'))[:_LOG_LINE_CHARS]}")
             if self.on_log is not None:
                 self.on_log(self.name, params)
 
     def _on_close(self, run: _Run) -> str:
         """A run's stdout closed: say why, from its exit status and stderr tail."""
         reason = f"server '{self.name}' {run.exit_text()}{run.hint()}"
+        self._log_gate.flush()
         with self._runs_lock:
             if run in self._runs:
                 self._runs.remove(run)

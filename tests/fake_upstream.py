@@ -181,6 +181,8 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--page-size", type=int, default=0, help="tools/list page size (0: one page)")
     ap.add_argument("--garbage", action="store_true", help="print non-JSON lines to stdout")
     ap.add_argument("--stderr-flood", type=float, default=0, metavar="MB")
+    ap.add_argument("--stderr-lines", type=int, default=0, metavar="N",
+                    help="write N short lines ('line <i>') to stderr before serving")
     ap.add_argument("--exit-at-start", type=int, default=None, metavar="CODE")
     ap.add_argument("--no-handshake", action="store_true", help="never answer initialize")
     ap.add_argument("--start-delay", type=float, default=0, metavar="S")
@@ -718,6 +720,9 @@ def main(argv: list) -> None:
         sys.exit(opts.exit_at_start)
     if opts.stderr_flood:
         _flood_stderr(opts.stderr_flood)
+    if opts.stderr_lines:
+        sys.stderr.write("".join(f"line {i} " + "-" * 80 + "\n" for i in range(opts.stderr_lines)))
+        sys.stderr.flush()
     if opts.start_delay:
         time.sleep(opts.start_delay)
     fake = Fake(opts)

@@ -192,3 +192,65 @@ def test_a_link_is_served_within_a_second_while_300_idle_connections_are_held(wo
         for s in socks:
             s.close()
     assert p.request("ping")["result"] == {}
+
+
+# -- item 11: an upstream's log flood on Abstract's stderr
+
+
+class _Counted(Proxy):
+    """A Proxy that counts the bytes of Abstract's stderr, keeping only the first 2,000 lines
+    and those that say something was dropped (a flood would otherwise be held in the test)."""
+
+    stderr_bytes = 0
+
+    def _read_stderr(self) -> None:
+        for line in iter(self.proc.stderr.readline, b""):
+            with self._cond:
+                self.stderr_bytes += len(line)
+                text = line[:10000].decode("utf-8", "replace").rstrip("\n")
+                if len(self.stderr_lines) < 2000 or "dropped" in text:
+                    self.stderr_lines.append(text)
+                self._cond.notify_all()
+
+
+def _counted(world) -> _Counted:
+    p = _Counted([str(world.dir)], world.env())
+    world.proxies.append(p)
+    p.initialize()
+    return p
+
+
+def _dropped(p: Proxy, name: str) -> int:
+    """How many log lines of `name` Abstract said it dropped, in all."""
+    return sum(int(m.group(1).replace(",", "")) for line in p.stderr_lines
+               for m in [re.search(rf"dropped ([\d,]+) log lines? from '{name}'", line)] if m)
+
+
+def test_a_flood_of_log_notifications_is_rate_limited_on_stderr_with_a_count(world):
+    """100,000 notifications/message of 2 KiB (200 MB): Abstract's stderr gets a burst of them
+    and then a few a second, and says how many it dropped; the server goes on working."""
+    world.fake("loud")
+    p = _counted(world)
+    assert text_of(p.upstream("loud", "flood_logs", {"n": 100000, "kb": 2}, timeout=120)) == "sent 100000"
+    # the next line that passes says how many were dropped before it
+    note = {"method": "notifications/message", "params": {"level": "info", "data": "after the flood"}}
+    asked = []
+    wait_for(lambda: asked.append(p.upstream("loud", "notify_client", note)) or "after the flood" in p.stderr,
+             what="a log line let through after the flood")
+    shown = sum(1 for line in p.stderr_lines if "[loud] info:" in line and "llll" in line)
+    assert 200 <= shown < 2000, shown  # the burst of 200, then 20 a second
+    afters = sum(1 for line in p.stderr_lines if "after the flood" in line)  # (others were dropped)
+    assert shown + _dropped(p, "loud") == 100000 + len(asked) - afters, (shown, _dropped(p, "loud"), len(asked))
+    assert p.stderr_bytes < 4 << 20, f"{p.stderr_bytes:,} bytes on stderr for 200 MB of log messages"
+    assert text_of(p.upstream("loud", "echo", {"text": "still"})) == "still"
+
+
+def test_a_stderr_flood_is_rate_limited_with_a_count_at_the_pause(world):
+    """An upstream's own stderr lines share the bucket: 30,000 lines, then silence; the count
+    of those dropped is written when its stderr pauses, not only when a line passes again."""
+    world.fake("chatty", "--stderr-lines", "30000")
+    p = _counted(world)
+    assert text_of(p.upstream("chatty", "echo", {"text": "up"})) == "up"
+    wait_for(lambda: _dropped(p, "chatty") + sum(1 for ln in p.stderr_lines if "[chatty] line " in ln) == 30000,
+             what="every stderr line shown or counted as dropped")
+    assert p.stderr_bytes < 2 << 20, p.stderr_bytes
