@@ -6097,8 +6097,13 @@ class _HttpTransport:
         if resp.status != 404:
             err = self._rpc_error(raw) or {"error": {}}
             said = f": {self.mask(str(err['error'].get('message', ''))[:200])}"
-        self._fail(mid, f"server '{self.name}' ended its session (HTTP {resp.status} from "
-                        f"{self.where()}{said}) without running the request", _SessionGone)
+        gone = (f"server '{self.name}' ended its session (HTTP {resp.status} from "
+                f"{self.where()}{said})")
+        with self._olock:  # those waiting for their turn were never sent: sent anew too
+            unsent, self._waiting = list(self._waiting), collections.deque()
+        for msg, _ in unsent:
+            self._fail(msg["id"], f"{gone} before the request was sent", _SessionGone)
+        self._fail(mid, f"{gone} without running the request", _SessionGone)
         self._end(f"ended its session (HTTP {resp.status}); a new one starts on the next call")
 
     def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
