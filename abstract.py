@@ -80,10 +80,10 @@ from pathlib import PureWindowsPath
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
                     Set, Tuple)
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
-# hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
-# datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
-# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl (POSIX)
-# and msvcrt (Windows), one or the other, for the lock on a saved login;
+# hashlib, hmac and secrets (OpenSSL: ~5 ms), socket, selectors and http.server (~40 ms, --http
+# only), datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
+# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl
+# (POSIX) and msvcrt (Windows), one or the other, for the lock on a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
@@ -119,6 +119,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 CONNECTION_CLOSED = -32000  # SDK-local codes, reused for a dead or timed-out upstream
+BUSY = -32000  # (JSON-RPC's first "server error" code) a peer's request over the bound held at once
 REQUEST_TIMEOUT = -32001
 RESOURCE_NOT_FOUND = -32002  # legacy era; the modern era uses INVALID_PARAMS
 UNSUPPORTED_VERSION = -32022
@@ -144,6 +145,9 @@ _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and u
 _STOP_JOIN_S = 5.0  # main() returning: the longest it waits for a helper thread it started to end
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
+# an upstream's own requests (sampling, elicitation, roots/list, ping) Abstract holds at once:
+# answered by 4 workers, the rest wait their turn; more are refused at once (docs: reference.md)
+_UPSTREAM_REQUESTS_MAX = 16
 _ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a person may be answering
 # a 2026-07-28 upstream's input_required rounds for one call before it is given up
 _INPUT_ROUNDS = 10
@@ -153,6 +157,11 @@ _STATE_MAX = 1 << 20  # the longest requestState of an upstream's that Abstract 
 _HOLD_S = 600.0  # a handshake-era upstream's call held for a 2026-07-28 client's follow-up
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
+# an upstream's log lines on Abstract's stderr (its stderr lines and notifications/message
+# together): a burst of this many, then this many a second; each cut to _LOG_LINE_CHARS
+_LOG_BURST = 200
+_LOG_RATE = 20.0
+_LOG_LINE_CHARS = 2000
 _MAX_WORKERS = 256
 _MAX_MESSAGE_MB = 128  # longest JSON-RPC line read from an upstream (max_upstream_message_mb)
 _MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
@@ -232,6 +241,23 @@ class UpstreamError(RpcError):
 
     def __init__(self, message: str, code: int = CONNECTION_CLOSED) -> None:
         super().__init__(code, message)
+
+
+class _NotSent(UpstreamError):
+    """A request to a remote server that did not run: refused before it was sent (too many
+    waiting), or it never reached the server (_NotReached, _SessionGone). The message is all
+    there is to say: no "the server may have done part of the work"."""
+
+
+class _NotReached(_NotSent):
+    """A request whose connection to the remote server could not be made (refused, no route, a
+    failed TLS handshake): nothing of it was sent, so it cannot have run."""
+
+
+class _SessionGone(_NotSent):
+    """HTTP 404 to a request that carried Mcp-Session-Id: the server ended that session (it
+    restarted, or expired it) and did not process the request (2025-11-25 spec, basic/transports
+    #session-management). Upstream._anew sends it once more, in a new session."""
 
 
 class _Cancelled(Error):
@@ -402,12 +428,63 @@ class _Tail:
             return "\n".join(list(self._lines)[-n:])
 
 
-def _iter_lines(stream: Any, limit: int = 1 << 16):
+class _LogGate:
+    """How many of one upstream's log lines reach Abstract's stderr: a token bucket of `burst`
+    lines refilled at `rate` a second, for its stderr lines and its notifications/message alike,
+    so a flood costs a bounded number of lines. Lines past it are counted, and the count is
+    written ("dropped N log lines from '<server>'") before the next line that passes, and by
+    flush() (a pause in its stderr, the end of a run)."""
+
+    def __init__(self, name: str, rate: float = _LOG_RATE, burst: int = _LOG_BURST,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._name, self._rate, self._burst, self._clock = name, rate, burst, clock
+        self._tokens, self._at = float(burst), clock()
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def write(self, text: Callable[[], str]) -> None:
+        """Log the line text() at INFO (cut to _LOG_LINE_CHARS) if the bucket has room, else
+        count it (text() is not called: a dropped line costs no formatting)."""
+        if not _log.isEnabledFor(logging.INFO):
+            return  # (hidden anyway: nothing is dropped)
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self._burst), self._tokens + (now - self._at) * self._rate)
+            self._at = now
+            passes = self._tokens >= 1
+            if passes:
+                self._tokens -= 1
+                dropped, self._dropped = self._dropped, 0
+            else:
+                self._dropped, dropped = self._dropped + 1, 0
+        if dropped:
+            self._say(dropped)
+        if passes:
+            line = text()
+            if len(line) > _LOG_LINE_CHARS:
+                line = line[:_LOG_LINE_CHARS] + " [...]"
+            _log.info("%s", line)
+
+    def flush(self) -> None:
+        """Write the count of the lines dropped since the last line that passed, if any."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            self._say(dropped)
+
+    def _say(self, dropped: int) -> None:
+        _log.warning("dropped %s from '%s' (more than %d at once, or %g a second)",
+                     _plural(dropped, "log line"), self._name, self._burst, self._rate)
+
+
+def _iter_lines(stream: Any, limit: int = 1 << 16,
+                pause: Optional[Callable[[], None]] = None) -> Iterator[bytes]:
     """Yield the lines of a binary stream without ever holding more than `limit` bytes of one.
 
     Used for stderr, where a child may write megabytes without a newline: an overlong line is
     passed on in pieces of `limit` bytes (each marked " [...]"), so memory stays bounded
-    whatever the child does.
+    whatever the child does. `pause` is called once the lines of a read that found less than
+    it asked for are out: the stream had nothing more for now.
     """
     partial = b""
     read = getattr(stream, "read1", None) or stream.read
@@ -426,6 +503,8 @@ def _iter_lines(stream: Any, limit: int = 1 << 16):
         while len(partial) > limit:
             yield partial[:limit] + b" [...]"
             partial = partial[limit:]
+        if pause is not None and len(chunk) < 1 << 16:
+            pause()
 
 
 def _env_key(env: Dict[str, str], name: str) -> Optional[str]:
@@ -2988,6 +3067,7 @@ class Connection:
         max_line: int = _MAX_MESSAGE_MB << 20,
         half_close: bool = False,
         close_input: bool = False,
+        max_requests: int = 0,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -3009,6 +3089,10 @@ class Connection:
         # still runs must not make either one uncancellable, or the connection idle too soon
         self._inflight: Dict[int, _Request] = {}
         self._arrivals = itertools.count()
+        # incoming requests held at once (running or waiting for a worker); past it each is
+        # refused at once (_refuse), so a peer's flood queues nothing. 0: no bound.
+        self._max_requests = max_requests
+        self._refused = 0  # refused since the last one accepted (for the log)
         self.closed = threading.Event()
         self.close_reason = "connection closed"
         self._shutting = False
@@ -3381,12 +3465,33 @@ class Connection:
         req = _Request(msg["id"], msg["method"], msg.get("params"))
         key = next(self._arrivals)
         with self._plock:
-            self._inflight[key] = req
-            self._idle.clear()
+            full = 0 < self._max_requests <= len(self._inflight)
+            if not full:
+                self._inflight[key] = req
+                self._idle.clear()
+            refused, self._refused = self._refused, self._refused + 1 if full else 0
+        if full:
+            self._refuse(req, refused)
+            return
+        if refused:
+            _log.warning("%s: refused %s while %d were being handled", self.name,
+                         _plural(refused, "request"), self._max_requests)
         if self._pool is None:
             self._dispatch(req, key)
         else:
             self._pool.submit(self._dispatch, req, key)
+
+    def _refuse(self, req: _Request, before: int) -> None:
+        """A request over max_requests: an error at once, never queued. On the reader thread, so
+        it never waits: the error is dropped, as a notification would be, when the peer is not
+        reading its answers. Logged once per run of refusals, not per request."""
+        if not before:
+            _log.warning("%s: sent more than %d requests at once; refusing more until some are "
+                         "answered", self.name, self._max_requests)
+        self.send(_error_response(req.id, RpcError(
+            BUSY, f"Too many requests at once: Abstract holds at most {self._max_requests} "
+                  f"requests from this server at a time ({req.method} refused); send it again "
+                  f"once some are answered")), droppable=True)
 
     def _dispatch(self, req: _Request, key: int) -> None:
         """Run one request's handler and send its response: the one place errors become wire
@@ -3450,11 +3555,14 @@ _PORTABLE_HEADERS = ("accept", "content-type", "last-event-id", "mcp-protocol-ve
 class HttpError(Error, OSError):
     """An HTTP exchange that failed: no connection, TLS, a timeout, a refused redirect, a body
     over its bound, or (raised by callers through HttpResponse.error) an unwanted status.
-    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query."""
+    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query;
+    `unsent`: no connection was made, so nothing of the request left (a refused connect)."""
 
-    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "") -> None:
+    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "",
+                 unsent: bool = False) -> None:
         super().__init__(message)
         self.url, self.status, self.first_line = url, status, first_line
+        self.unsent = unsent
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -3579,7 +3687,7 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
             why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
         else:
             why = getattr(e, "strerror", None) or str(e) or type(e).__name__
-    return HttpError(f"cannot reach {where}: {why}", where)
+    return HttpError(f"cannot reach {where}: {why}", where, unsent=not connected)
 
 
 def _abort(conn: Any, sock: Any = None) -> None:
@@ -4019,11 +4127,6 @@ class _AuthError(HttpError):
 class _LoginNeeded(UpstreamError):
     """A request to a remote server that waits for a login: the message says what to do. Not a
     fault of the server's: a handshake that fails with it does not count as a crash."""
-
-
-class _NotSent(UpstreamError):
-    """A request to a remote server that was refused before it was sent (too many waiting):
-    nothing ran, so the message is all there is to say."""
 
 
 def _span(seconds: float) -> str:
@@ -5880,8 +5983,8 @@ class _ClientLink:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no "
                                              "roots)")
         if not self._asking.acquire(blocking=False):
-            raise RpcError(INTERNAL_ERROR, "too many roots/list requests at once; ask again when "
-                                           "one is answered")
+            raise RpcError(BUSY, "too many roots/list requests at once; ask again when one is "
+                                 "answered")
         try:
             res = self._conn.call("roots/list", None, self._timeout)
         finally:
@@ -6005,8 +6108,10 @@ class _HttpTransport:
     on the Connection's writer thread; requests on threads of their own, at most _HTTP_POSTS_MAX
     at once: more wait in a bounded queue that a finished request's thread drains, so the writer
     never waits for a request to end (a cancel, or the answer to the server's own request, would
-    wait behind it). Nothing is ever sent twice: a call whose answer is lost fails, naming the
-    reason.
+    wait behind it). Nothing the server may have run is sent twice: a call whose answer is lost
+    fails, naming the reason. Only a request the server did not process because it no longer
+    knows the session (HTTP 404) fails as _SessionGone, which Upstream._anew sends again, once,
+    in a new session; one that never reached the server fails as _NotReached.
     """
 
     def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
@@ -6024,6 +6129,7 @@ class _HttpTransport:
         self._conn: Optional[Connection] = None
         self._closed = threading.Event()
         self.reason = "ended its session"
+        self.forgotten = False  # the server ended the session (HTTP 404): no crash of its own
         # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
         self._open: Dict[Any, Callable[[], None]] = {}
         self._live: set = set()  # ids of the requests being sent or answered (on a thread)
@@ -6153,7 +6259,7 @@ class _HttpTransport:
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
             raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
         except HttpError as e:
-            raise HttpError(self.mask(str(e)), e.url, e.status) from None
+            raise HttpError(self.mask(str(e)), e.url, e.status, unsent=e.unsent) from None
 
     def _post_headers(self, msg: dict) -> Dict[str, str]:
         hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -6185,6 +6291,7 @@ class _HttpTransport:
             with self._send("POST", self.post_url, data.rstrip(b"\n"), self._post_headers(msg),
                             _HTTP_NOTIFY_S) as resp:
                 if resp.status == 404 and self.session_id:
+                    self.forgotten = True
                     self._end("ended its session (HTTP 404); a new one starts on the next call")
                 elif resp.status >= 300:
                     what = msg.get("method") or "a response"
@@ -6206,7 +6313,12 @@ class _HttpTransport:
             text = text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
             self._fail(mid, f"server '{self.name}': {text}", _LoginNeeded if e.login else None)
         except HttpError as e:
-            self._fail(mid, f"server '{self.name}': {e}")
+            if e.unsent:  # (a kept-alive connection the server had closed is replaced, in
+                # _http_once: this is a server that does not take connections now)
+                self._fail(mid, f"server '{self.name}': {e}. The request never reached the "
+                                f"server, so nothing ran; call again once it is up", _NotReached)
+            else:
+                self._fail(mid, f"server '{self.name}': {e}")
         except Exception as e:  # a bug must fail the call, not leave it to its deadline
             _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
             self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
@@ -6239,12 +6351,12 @@ class _HttpTransport:
                     self._fall_back(resp.status)
                     return self._exchange(msg, body, mid)
                 return self._refused(resp, raw, mid)
-            if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
-                # ended before the call is answered: the next call must not come to this session
-                self._end("ended its session (HTTP 404); a new one starts on the next call")
-                self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from "
-                                f"{self.where()}); a new session starts on the next call")
-                return
+            if (resp.status in (400, 404) and self.session_id and not self.modern
+                    and msg.get("method") != "initialize"):  # (sent with the session id)
+                raw = self._small_body(resp)
+                if resp.status == 404 or self._names_session(raw):
+                    return self._forget_session(resp, raw, mid)
+                return self._refused(resp, raw, mid)
             if resp.status >= 300:
                 return self._refused(resp, self._small_body(resp), mid)
             if self.mode == "sse":  # HTTP+SSE: the answer comes on the event stream
@@ -6283,6 +6395,34 @@ class _HttpTransport:
             ctype = resp.content_type or "no Content-Type"
             self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} "
                                                              f"({ctype}) to server/discover"))
+
+    @classmethod
+    def _names_session(cls, raw: bytes) -> bool:
+        """An HTTP 400 whose JSON-RPC error is about the session: server-everything, and the
+        servers built on the TypeScript SDK's example, answer a session id they do not know
+        (after a restart) with 400 "Bad Request: No valid session ID provided", not 404."""
+        err = cls._rpc_error(raw)
+        return err is not None and "session" in str(err["error"].get("message", "")).lower()
+
+    def _forget_session(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
+        """The server no longer knows the session the request named: the session is gone and
+        the request was not processed (the spec's HTTP 404, basic/transports#session-management).
+        The request fails with _SessionGone, which Upstream._anew sends again in a new session;
+        the run is no longer handed out from the moment `forgotten` is set. It fails before the
+        session ends: the EOF that follows would fail it as a request that may have run."""
+        self.forgotten = True
+        said = ""
+        if resp.status != 404:
+            err = self._rpc_error(raw) or {"error": {}}
+            said = f": {self.mask(str(err['error'].get('message', ''))[:200])}"
+        gone = (f"server '{self.name}' ended its session (HTTP {resp.status} from "
+                f"{self.where()}{said})")
+        with self._olock:  # those waiting for their turn were never sent: sent anew too
+            unsent, self._waiting = list(self._waiting), collections.deque()
+        for msg, _ in unsent:
+            self._fail(msg["id"], f"{gone} before the request was sent", _SessionGone)
+        self._fail(mid, f"{gone} without running the request", _SessionGone)
+        self._end(f"ended its session (HTTP {resp.status}); a new one starts on the next call")
 
     def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
         """Register how to abort a request whose answer is awaited (its connection is open), so
@@ -6429,6 +6569,7 @@ class _HttpTransport:
                 with self._send("GET", self.url, None, self._get_headers(parser.last_id or ""),
                                 _HTTP_LISTEN_S) as resp:
                     if resp.status == 404 and self.session_id:
+                        self.forgotten = True
                         self._end("ended its session (HTTP 404); a new one starts on the next call")
                         return
                     if resp.status != 200 or resp.content_type != "text/event-stream":
@@ -6888,10 +7029,12 @@ class _Run:
     step at once.
     """
 
-    def __init__(self, name: str, proc: Any, started: float) -> None:
+    def __init__(self, name: str, proc: Any, started: float,
+                 gate: Optional[_LogGate] = None) -> None:
         self.name, self.proc, self.started = name, proc, started
         self.conn: Optional[Connection] = None
         self.tail = _Tail()  # this run's stderr only
+        self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its Upstream's)
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
@@ -6902,6 +7045,10 @@ class _Run:
 
     def usable(self) -> bool:
         return not self.ending and self.conn is not None and not self.conn.closing
+
+    def forgotten(self) -> bool:
+        """The server ended the session itself (a remote one's HTTP 404), which is no crash."""
+        return False
 
     def streams(self) -> Tuple[Any, Any]:
         """What its Connection reads from and writes to."""
@@ -6918,11 +7065,12 @@ class _Run:
     def _drain_stderr(self) -> None:
         prefix = f"[{self.name}] "
         try:
-            for raw in _iter_lines(self.proc.stderr):
+            for raw in _iter_lines(self.proc.stderr, pause=self.gate.flush):
                 line = raw.decode("utf-8", "replace").rstrip("\r")
                 self.tail.add(line)
-                _log.info("%s%s", prefix, line)
+                self.gate.write(lambda: prefix + line)
         finally:  # read to its end (or broken): the pipe is closed here, by its only reader
+            self.gate.flush()
             with contextlib.suppress(OSError):
                 self.proc.stderr.close()
 
@@ -7006,7 +7154,11 @@ class _HttpRun(_Run):
     def usable(self) -> bool:
         # the session's end is known here before its Connection has read the EOF: a call made
         # in between (right after the answer that ended it) starts a new session
-        return super().usable() and not self.transport._closed.is_set()
+        return (super().usable() and not self.transport._closed.is_set()
+                and not self.transport.forgotten)
+
+    def forgotten(self) -> bool:
+        return self.transport.forgotten
 
     def streams(self) -> Tuple[Any, Any]:
         return self.transport, self.transport
@@ -7145,6 +7297,7 @@ class Upstream:
         self._progress: Dict[str, Callable[[dict], None]] = {}
         self.on_tools_changed: Optional[Callable[[str], None]] = None
         self.on_log: Optional[Callable[[str, dict], None]] = None
+        self._log_gate = _LogGate(spec.name)  # its lines on Abstract's stderr, across its runs
         self._tokens = itertools.count(1)
         # a remote server's auth provider (headers(url), on_unauthorized(response); HTTP client
         # section): given to every HTTP request of its sessions. An OAuth login (section 8c)
@@ -7222,6 +7375,7 @@ class Upstream:
                           # the upstream's requests run off its reader: roots/list waits for the
                           # client's answer
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
+                          max_requests=_UPSTREAM_REQUESTS_MAX,
                           notifications={
                               "notifications/progress": self._on_progress,
                               "notifications/tools/list_changed":
@@ -7284,7 +7438,7 @@ class Upstream:
             self.last_error = (f"server '{self.name}' could not start: {msg} "
                                f"({self._where()})")
             raise UpstreamError(self.last_error) from None
-        return _Run(self.name, proc, t0)
+        return _Run(self.name, proc, t0, self._log_gate)
 
     def _open_remote(self, t0: float) -> _Run:
         """A remote server's session: the transport (an "sse" server's event stream is opened
@@ -7718,18 +7872,19 @@ class Upstream:
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
-            _log.info("[%s] %s: %s", self.name, params.get("level", "info"),
-                      _dumps(params.get("data"))[:2000])
+            self._log_gate.write(lambda: f"[{self.name}] {params.get('level', 'info')}: "
+                                         f"{_dumps(params.get('data'))[:_LOG_LINE_CHARS]}")
             if self.on_log is not None:
                 self.on_log(self.name, params)
 
     def _on_close(self, run: _Run) -> str:
         """A run's stdout closed: say why, from its exit status and stderr tail."""
         reason = f"server '{self.name}' {run.exit_text()}{run.hint()}"
+        self._log_gate.flush()
         with self._runs_lock:
             if run in self._runs:
                 self._runs.remove(run)
-        if not self._closing and not run.ending:  # it died on its own
+        if not self._closing and not run.ending and not run.forgotten():  # it died on its own
             self._note_crash(run.started, quick=not run.ready)
             self.last_error = reason
         return reason
@@ -7768,7 +7923,11 @@ class Upstream:
         return tools
 
     def listing(self, method: str, key: str) -> List[dict]:
-        """Every page of a paginated list (tools, resources, prompts), following nextCursor."""
+        """Every page of a paginated list (tools, resources, prompts), following nextCursor; from
+        the first page again in a new session if the server forgot this one (_anew)."""
+        return self._anew(lambda: self._pages(method, key))
+
+    def _pages(self, method: str, key: str) -> List[dict]:
         conn, items, cursor = self.session(), [], None
         for _ in range(10000):
             params = {"cursor": cursor} if cursor else {}
@@ -7789,8 +7948,9 @@ class Upstream:
         key = _dumps([method, self.name, params.get("uri", params.get("name"))])
         what = f"'{self.name}' {method} of {_dumps(params.get('uri', params.get('name')))[:200]}"
         limit = self.settings.timeout(self.name)
-        return self._rounds(req, key, what, lambda retry, follow: self.session().call(
-            method, self._params({**params, **retry}, follow), timeout=limit))
+        return self._rounds(req, key, what, lambda retry, follow: self._anew(
+            lambda: self.session().call(method, self._params({**params, **retry}, follow),
+                                        timeout=limit)))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None, task: Any = None,
@@ -7801,13 +7961,29 @@ class Upstream:
         key = _dumps(["tools/call", self.name, tool])
 
         def once(retry: dict, follow: Optional[_Follow]) -> Any:
-            res = self._call_once(tool, args, req, progress, retry, follow, task, longs)
+            res = self._anew(lambda: self._call_once(tool, args, req, progress, retry, follow,
+                                                     task, longs))
             if longs and isinstance(res, dict) and res.get("resultType") == "input_required":
                 _decode_long(longs)  # (a question is relayed as it came, never cached)
                 del longs[:]
             return res
 
         return self._rounds(req, key, f"'{self.name}' tool '{tool}'", once)
+
+    def _anew(self, send: Callable[[], Any]) -> Any:
+        """send(), and once more if a remote server answered HTTP 404 to its session (it
+        restarted, or expired the session): the request was not processed, and send() starts a
+        new session for it (the old one is no longer usable). Once only, so it runs at most
+        once; a second 404 is the answer."""
+        try:
+            return send()
+        except _SessionGone as e:
+            _log.info("%s; sending the request again, in a new session", e.message)
+        try:
+            return send()
+        except _SessionGone as e:
+            raise _SessionGone(f"{e.message}, twice (the second time in a new session); the "
+                               f"request did not run") from None
 
     def _rounds(self, req: Optional[_Request], key: str, what: str,
                 once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
@@ -7847,7 +8023,9 @@ class Upstream:
         3. A handshake-era upstream's question during a 2026-07-28 client's call holds the call
            and goes to the client as input_required (_hold); a task is awaited to its result.
         4. A session that dies with the call in flight fails it, and it is never replayed: the
-           server may have done part of the work.
+           server may have done part of the work. A call that did not run (_NotSent: never
+           sent, never reached the server, or refused with its session) says so instead; the
+           caller sends one refused with its session again (_anew).
         5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """
@@ -9237,10 +9415,13 @@ class OutputCache:
 
 
 def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
-    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once (the accept loop
-    waits for a free one, so more wait in the listen backlog, not in Abstract), each given
+    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
     `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
-    backlog that takes a burst of downloads."""
+    backlog that takes a burst of downloads. At the cap, the connection that has waited longest
+    without sending a byte is dropped to make room (_evict), so idle connections cannot keep a
+    request waiting; when none is idle, the accept loop waits for a free slot, and more
+    connections wait in the listen backlog, not in Abstract."""
+    import selectors  # lazy: see Imports
     import socket  # lazy: see Imports
 
     header_s, _, max_conn = limits
@@ -9252,7 +9433,10 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
         def server_activate(self) -> None:
             self._slots = threading.Semaphore(max_conn)
+            # connections whose request has not come whole, oldest first (dicts keep order)
             self._deadlines: Dict[Any, float] = {}
+            self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
+            self._evicted: set = set()  # dropped to make room, their slot not yet freed
             self._lock = threading.Lock()
             super().server_activate()
             self._stopped = threading.Event()
@@ -9268,21 +9452,66 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
                 watcher.join(_STOP_JOIN_S)
 
         def process_request(self, request: Any, client_address: Any) -> None:
-            self._slots.acquire()  # freed by a finished request or by the watchdog
+            # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
+            got = self._slots.acquire(blocking=False)
+            while not got:
+                self._evict()
+                got = self._slots.acquire(timeout=0.1)
             with self._lock:
                 self._deadlines[request] = time.monotonic() + header_s
             super().process_request(request, client_address)
+
+        def spoke(self, request: Any) -> None:
+            """The connection sent its first byte: it is no longer dropped to make room."""
+            with self._lock:
+                if request in self._deadlines:
+                    self._spoke.add(request)
 
         def request_started(self, request: Any) -> None:
             """The request line and headers are in: the header deadline no longer applies."""
             with self._lock:
                 self._deadlines.pop(request, None)
+                self._spoke.discard(request)
 
         def shutdown_request(self, request: Any) -> None:
             super().shutdown_request(request)
             with self._lock:
                 self._deadlines.pop(request, None)
+                self._spoke.discard(request)
+                self._evicted.discard(request)
             self._slots.release()
+
+        def _evict(self) -> None:
+            """Drop the connection that has waited longest without sending a byte (its handler
+            has seen none, and none waits unread), unless one dropped before still holds its
+            slot. Nothing was asked on it, so nothing is lost but the connection."""
+            with self._lock:
+                if self._evicted:
+                    return
+                idle = [r for r in self._deadlines if r not in self._spoke]
+            victim = next((r for r in idle if self._silent(r)), None)
+            if victim is None:
+                return
+            with self._lock:
+                if victim not in self._deadlines or victim in self._spoke:
+                    return  # (its request began meanwhile)
+                del self._deadlines[victim]
+                self._evicted.add(victim)
+            with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
+                victim.shutdown(socket.SHUT_RDWR)
+
+        @staticmethod
+        def _silent(request: Any) -> bool:
+            """No byte waits unread on the connection (a look that does not wait or read:
+            the handler thread may not have run yet)."""
+            sel = selectors.DefaultSelector()  # (not select(): no FD_SETSIZE limit)
+            try:
+                sel.register(request, selectors.EVENT_READ)
+                return not sel.select(0)
+            except (OSError, ValueError):
+                return False
+            finally:
+                sel.close()
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
@@ -9313,6 +9542,14 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
         timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
+
+        def handle(self) -> None:
+            # the first byte, waited for and left unread: from then on the connection has sent
+            # something, and is not dropped to make room for another (_link_server_class)
+            with contextlib.suppress(OSError):
+                self.connection.recv(1, socket.MSG_PEEK)
+            self.server.spoke(self.connection)  # type: ignore[attr-defined]
+            super().handle()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             self.server.request_started(self.connection)  # type: ignore[attr-defined]

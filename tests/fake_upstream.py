@@ -69,6 +69,10 @@ TOOLS = [
      {"records": {"type": "array"}, "table": _S}),
     ("endless", "Start the answer, then write this many megabytes with no newline, and hang.", {"mb": _N}),
     ("deep", "Answer with a result nested this many arrays deep.", {"n": {"type": "integer"}}),
+    ("flood_asks", "Send the client n requests of this method (elicitation/create by default) with a "
+                   "kb-KiB message each, at once; answer once `errors` of them got an error (or after "
+                   "`wait` s) with the counts.", {"n": _N, "kb": _N, "method": _S, "errors": _N, "wait": _N}),
+    ("flood_logs", "Send n notifications/message of kb KiB each, then answer.", {"n": _N, "kb": _N}),
     ("long", "Answer with long strings of awkward text (make_long), escaped or raw UTF-8, or with "
              "the line `raw` as given.", {"shape": _S, "mb": _N, "ascii": {"type": "boolean"}, "raw": _S}),
 ]
@@ -177,6 +181,8 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--page-size", type=int, default=0, help="tools/list page size (0: one page)")
     ap.add_argument("--garbage", action="store_true", help="print non-JSON lines to stdout")
     ap.add_argument("--stderr-flood", type=float, default=0, metavar="MB")
+    ap.add_argument("--stderr-lines", type=int, default=0, metavar="N",
+                    help="write N short lines ('line <i>') to stderr before serving")
     ap.add_argument("--exit-at-start", type=int, default=None, metavar="CODE")
     ap.add_argument("--no-handshake", action="store_true", help="never answer initialize")
     ap.add_argument("--start-delay", type=float, default=0, metavar="S")
@@ -250,6 +256,8 @@ class Fake:
         self.listening = None  # --modern-only: the id of the open subscriptions/listen
         self.params_of: dict = {}  # tools/call id -> its params, while the tool runs
         self.tasks: dict = {}  # --tasks: taskId -> {"done": Event, "result": ..., "status": ...}
+        self.flooded = {"errors": 0, "results": 0, "codes": [], "message": ""}  # flood_asks' answers
+        self.flood_cond = threading.Condition()
 
     # -- output
     def send(self, msg: dict) -> None:
@@ -307,6 +315,8 @@ class Fake:
             self.on_request(msg["id"], method, msg.get("params") or {})
 
     def on_answer(self, msg: dict) -> None:
+        if str(msg.get("id")).startswith("flood-"):
+            return self.on_flood_answer(msg)
         slot = self.answers.get(msg.get("id"))
         if slot is not None:
             slot[1] = msg
@@ -520,6 +530,38 @@ class Fake:
             return None
         return _result_text(json.dumps(answer))
 
+    def on_flood_answer(self, msg: dict) -> None:
+        with self.flood_cond:
+            if "error" in msg:
+                self.flooded["errors"] += 1
+                code = msg["error"].get("code")
+                if code not in self.flooded["codes"]:
+                    self.flooded["codes"].append(code)
+                self.flooded["message"] = self.flooded["message"] or msg["error"].get("message", "")
+            else:
+                self.flooded["results"] += 1
+            self.flood_cond.notify_all()
+
+    def tool_flood_asks(self, mid, args: dict, meta: dict) -> dict:
+        method = str(args.get("method", "elicitation/create"))
+        message = "x" * int(float(args.get("kb", 4)) * 1024)
+        params = {"mode": "form", "message": message, "requestedSchema": {"type": "object", "properties": {}}}
+        n = int(args.get("n", 1000))
+        for i in range(n):
+            self.send({"jsonrpc": "2.0", "id": f"flood-{i}", "method": method, "params": params})
+        with self.flood_cond:
+            self.flood_cond.wait_for(lambda: self.flooded["errors"] >= int(args.get("errors", n)),
+                                     float(args.get("wait", 60)))
+            return _result_text(json.dumps({"sent": n, **self.flooded}))
+
+    def tool_flood_logs(self, mid, args: dict, meta: dict) -> dict:
+        data = "l" * int(float(args.get("kb", 2)) * 1024)
+        n = int(args.get("n", 1000))
+        for i in range(n):
+            self.send({"jsonrpc": "2.0", "method": "notifications/message",
+                       "params": {"level": "info", "logger": "flood", "data": f"{i} {data}"}})
+        return _result_text(f"sent {n}")
+
     def tool_mrtr(self, mid, args: dict, meta: dict) -> dict:
         params = self.params_of.get(mid, {})
         return self.mrtr(params, args.get("inputRequests") or {}, int(args.get("rounds", 1)), "tools/call",
@@ -681,6 +723,9 @@ def main(argv: list) -> None:
         sys.exit(opts.exit_at_start)
     if opts.stderr_flood:
         _flood_stderr(opts.stderr_flood)
+    if opts.stderr_lines:
+        sys.stderr.write("".join(f"line {i} " + "-" * 80 + "\n" for i in range(opts.stderr_lines)))
+        sys.stderr.flush()
     if opts.start_delay:
         time.sleep(opts.start_delay)
     fake = Fake(opts)

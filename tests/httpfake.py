@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import select
 import shutil
 import socket
@@ -25,7 +26,7 @@ class FakeHTTP:
     """A threading HTTP server whose answers come from `handle(req)`; every request seen is
     kept in `seen` as (method, path, headers dict, body bytes)."""
 
-    def __init__(self, handle: Handler, tls: Optional[ssl.SSLContext] = None) -> None:
+    def __init__(self, handle: Handler, tls: Optional[ssl.SSLContext] = None, port: int = 0) -> None:
         outer = self
         self.seen: List[tuple] = []
         self.peers: List[tuple] = []  # each request's client (address, port): its connection
@@ -52,7 +53,7 @@ class FakeHTTP:
         class Server(http.server.ThreadingHTTPServer):
             request_queue_size = 128  # (5 by default: a burst of connections would be reset)
 
-        self.httpd = Server(("127.0.0.1", 0), H)
+        self.httpd = Server(("127.0.0.1", port), H)
         self.httpd.daemon_threads = True
         if tls is not None:
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
@@ -276,3 +277,96 @@ class RawServer(Listener):
                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
                 if self.after is not None and self.after(c, -self.requests) == "close":
                     return  # (closed by `after`, or now, by `with`)
+
+
+class SessionMcp:
+    """A handshake-era Streamable HTTP MCP server that keeps sessions, as a real one does: each
+    initialize opens a session (Mcp-Session-Id s-1, s-2, ...), and a request naming a session it
+    does not know gets 404 (the spec's answer once a session ended). restart() forgets every
+    session, as a restarted process does; forget_calls=n makes the next n tools/call forget
+    them all first (a server that restarts again and again). stop() closes the port (connections
+    are refused) and start() listens on it again, forgetting the sessions. Tools: count(key)
+    (how many times it ran with `key`, kept across restarts, so a call run twice shows), echo.
+    Every answer closes its connection, so a stopped server keeps none open."""
+
+    TOOLS = [{"name": "count", "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}}},
+             {"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
+
+    def __init__(self) -> None:
+        self.sessions: set = set()
+        self.opened = 0
+        self.counts: Dict[str, int] = {}
+        self.forget_calls = 0
+        self.posts: List[tuple] = []  # (method, session id sent, status answered) of every POST
+        self.http: Optional[FakeHTTP] = FakeHTTP(self.handle)
+        self.port = self.http.port
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def restart(self) -> None:
+        self.sessions.clear()
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+
+    def start(self) -> None:
+        self.restart()
+        self.http = FakeHTTP(self.handle, port=self.port)
+
+    def close(self) -> None:
+        self.stop()
+
+    def calls(self) -> List[tuple]:
+        return [p for p in self.posts if p[0] == "tools/call"]
+
+    def handle(self, r) -> None:
+        close = {"Connection": "close"}
+        if r.command in ("GET", "DELETE"):
+            return reply(r, 405 if r.command == "GET" else 200, b"", headers=close)
+        msg = json.loads(r.body)
+        method, mid, sid = msg.get("method"), msg.get("id"), r.headers.get("Mcp-Session-Id")
+        status = self._status(method, mid, sid)
+        self.posts.append((method, sid, status))
+        if status == 404:
+            return reply(r, 404, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32001, "message": "Session not found"}}).encode(), headers=close)
+        if status == 400:  # server/discover: a handshake-era server, as the TypeScript SDK answers
+            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "Bad Request: Server not initialized"}}).encode(), headers=close)
+        if mid is None:
+            return reply(r, 202, b"", headers=close)
+        if method == "initialize":
+            self.opened += 1
+            sid = f"s-{self.opened}"
+            self.sessions.add(sid)
+            result: dict = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "sessions", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": self.TOOLS}
+        elif method == "tools/call":
+            result = self._call(msg["params"])
+        else:
+            result = {}
+        body = json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode()
+        reply(r, 200, body, headers={"Mcp-Session-Id": sid, **close})
+
+    def _status(self, method: str, mid, sid: Optional[str]) -> int:
+        if method == "server/discover":
+            return 400
+        if method == "tools/call" and self.forget_calls > 0:
+            self.forget_calls -= 1
+            self.restart()
+        if method != "initialize" and sid not in self.sessions:
+            return 404
+        return 200 if mid is not None else 202
+
+    def _call(self, params: dict) -> dict:
+        args = params.get("arguments") or {}
+        if params.get("name") == "count":
+            key = str(args.get("key"))
+            self.counts[key] = self.counts.get(key, 0) + 1
+            text = str(self.counts[key])
+        else:
+            text = str(args.get("text"))
+        return {"content": [{"type": "text", "text": text}]}
