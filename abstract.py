@@ -492,6 +492,7 @@ class _Tail:
     def add(self, line: str) -> None:
         if len(line) > _STDERR_LINE_MAX:
             line = line[:_STDERR_LINE_MAX] + " [...]"
+        line = _clean(line)  # (an upstream's words: quoted in errors, answers and --check)
         with self._lock:
             self._lines.append(line)
 
@@ -10775,7 +10776,8 @@ def _tool_list_available_tools(call: _Call) -> dict:
     failed: List[dict] = []
     for name, got in ups.each(lambda up: up.tools(), names).items():
         if isinstance(got, Exception):
-            failed.append({"server": name, "error": getattr(got, "message", None) or str(got)})
+            failed.append({"server": name,
+                           "error": _clean(getattr(got, "message", None) or str(got))})
         else:
             lists[name] = got
     lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first

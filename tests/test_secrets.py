@@ -246,3 +246,29 @@ def test_no_tool_answers_internal_error_to_lone_surrogates_or_nul(world):
     assert tried > 50
     p.stop()
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
+
+
+ENVSECRET = "ENVSECRET_k1l2m3n4o5"
+
+
+def test_a_stdio_servers_secret_env_values_are_masked_in_its_errors_and_stderr(world):
+    """A local server's env value named like a secret (SERVICE_API_KEY) quoted in an isError
+    result, or on its stderr as it dies (the 'Last stderr lines' of every error that follows,
+    list_available_tools' 'not available' line too)."""
+    world.fake("up", env={"SERVICE_API_KEY": ENVSECRET, "MODE": "verbose-mode"})
+    dying = ("import os, sys; sys.stderr.write('key=' + os.environ['SERVICE_API_KEY'] + "
+             "' \\x1b[2J\\n'); sys.exit(3)")
+    world.servers["dying"] = {"command": sys.executable, "args": ["-c", dying],
+                              "env": {"SERVICE_API_KEY": ENVSECRET}}
+    p = world.start()
+    res = p.upstream("up", "result", {"result": {"content": [{"type": "text", "text": f"bad key {ENVSECRET}"}],
+                                                 "isError": True}})
+    assert res.get("isError") and text_of(res) == "bad key ***", res
+    assert ENVSECRET in text_of(p.upstream("up", "echo", {"text": ENVSECRET}))  # data, as it came
+    assert "verbose-mode" in text_of(p.upstream("up", "echo", {"text": "verbose-mode"}))
+    died = text_of(p.upstream("dying", "anything"))
+    listed = text_of(p.call_tool("list_available_tools", {}))
+    for text in (died, listed):
+        assert "key=*** \\x1b[2J" in text and ENVSECRET not in text and "\x1b" not in text, text
+    p.stop()
+    assert ENVSECRET not in p.stderr and "\x1b" not in p.stderr
