@@ -352,6 +352,15 @@ class _Secrets:
         """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...)."""
         self.add(*(v for k, v in env.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8))
 
+    def add_args(self, args: List[str]) -> None:
+        """The values of a command line's options named like secrets (--api-key V, --token=V)."""
+        for i, arg in enumerate(args):
+            name, eq, value = arg.lstrip("-").replace("-", "_").partition("=")
+            if arg.startswith("-") and _SECRET_ENV_RE.search(name):
+                value = arg.partition("=")[2] if eq else (args[i + 1] if i + 1 < len(args)
+                                                          else "")
+                self.add(value if len(value) >= 8 else None)
+
     def mask(self, text: str) -> str:
         pattern = self._re
         return text if pattern is None else pattern.sub("***", text)
@@ -5064,6 +5073,7 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
     args = [_expand_path(a, environ, missing, known) for a in args]
     env = {k: _expand(v, environ, missing, known) for k, v in env.items()}
     _SECRETS.add_env(env)
+    _SECRETS.add_args(args)
     cwd = _expand_path(cwd, environ, missing, known) if cwd else None
     spec = ServerSpec(name, command, args, env, cwd)
     if missing:

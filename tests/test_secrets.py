@@ -258,7 +258,8 @@ def test_a_stdio_servers_secret_env_values_are_masked_in_its_errors_and_stderr(w
     world.fake("up", env={"SERVICE_API_KEY": ENVSECRET, "MODE": "verbose-mode"})
     dying = ("import os, sys; sys.stderr.write('key=' + os.environ['SERVICE_API_KEY'] + "
              "' \\x1b[2J\\n'); sys.exit(3)")
-    world.servers["dying"] = {"command": sys.executable, "args": ["-c", dying],
+    world.servers["dying"] = {"command": sys.executable, "args": ["-c", dying, "--api-key", "ARGSECRET_1234",
+                                                                  "--auth-token=ARGSECRET_5678"],
                               "env": {"SERVICE_API_KEY": ENVSECRET}}
     p = world.start()
     res = p.upstream("up", "result", {"result": {"content": [{"type": "text", "text": f"bad key {ENVSECRET}"}],
@@ -270,5 +271,6 @@ def test_a_stdio_servers_secret_env_values_are_masked_in_its_errors_and_stderr(w
     listed = text_of(p.call_tool("list_available_tools", {}))
     for text in (died, listed):
         assert "key=*** \\x1b[2J" in text and ENVSECRET not in text and "\x1b" not in text, text
+        assert "--api-key *** --auth-token=***" in text and "ARGSECRET" not in text, text
     p.stop()
     assert ENVSECRET not in p.stderr and "\x1b" not in p.stderr
