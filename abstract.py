@@ -501,13 +501,14 @@ class _Tail:
     def add(self, line: str) -> None:
         if len(line) > _STDERR_LINE_MAX:
             line = line[:_STDERR_LINE_MAX] + " [...]"
-        line = _clean(line)  # (an upstream's words: quoted in errors, answers and --check)
         with self._lock:
             self._lines.append(line)
 
     def text(self, n: int = 5) -> str:
+        """The last `n` lines, cleaned (_clean): an upstream's words, quoted in errors, answers
+        and --check."""
         with self._lock:
-            return "\n".join(list(self._lines)[-n:])
+            return _clean("\n".join(list(self._lines)[-n:]))
 
 
 def _iter_lines(stream: Any, limit: int = 1 << 16):

@@ -274,3 +274,14 @@ def test_a_stdio_servers_secret_env_values_are_masked_in_its_errors_and_stderr(w
         assert "--api-key *** --auth-token=***" in text and "ARGSECRET" not in text, text
     p.stop()
     assert ENVSECRET not in p.stderr and "\x1b" not in p.stderr
+
+
+def test_client_secrets_and_tokens_are_known_as_they_arrive(tmp_path):
+    """The settings' client_secret is masked from the moment its server's login hook exists; a
+    token from a saved file from the moment it is read (the flows above show both on the wire)."""
+    store = abstract._TokenStore(environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    abstract._OAuth("s", "https://x.example/mcp", {"client_id": "c", "client_secret": "CLIENTSECRET_s1"},
+                    store)
+    assert abstract._clean("invalid_client: CLIENTSECRET_s1 \x1b[0m") == "invalid_client: *** \\x1b[0m"
+    assert abstract._clean("secret=CLIENTSECRET_s1") == "secret=***"
+    assert abstract._clean('{"a": "Bearer x"}') == '{"a": "Bearer x"}'  # short and unknown: kept
