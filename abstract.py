@@ -4038,7 +4038,7 @@ def _check_url(v: Any, what: str, name: str) -> None:
     which), holds whitespace or control characters: it is not shown raw, opened or used."""
     if isinstance(v, str) and _URL_BAD_RE.search(v):
         raise _AuthError(f"{name}: {what} holds whitespace or control characters "
-                         f"({_escape_controls(v[:200])!r}); Abstract does not use it. Ask the "
+                         f"({v[:200]!r}); Abstract does not use it. Ask the "
                          f"server's operator to fix its metadata")
 
 

@@ -283,7 +283,8 @@ class EchoMcp:
     as careless servers do: its tools answer with a JSON-RPC error over HTTP 200 (rpc_error), an
     HTTP 500 or 400 body (http500, http400), an isError result (is_error) or an ordinary result
     (echo), each quoting the Authorization and X-Api-Key headers and the path, with an ESC
-    sequence in the error ones; notifications/initialized is refused (400) the same way.
+    sequence in the error ones; notifications/initialized is refused (400) the same way, and
+    tools/list too (a JSON-RPC error) with `list_fails`.
 
     It is a login's resource and authorization server too: with `bearer` set, /mcp wants
     `Authorization: Bearer <bearer>` (else 401 naming its resource metadata), and the OAuth
@@ -300,6 +301,7 @@ class EchoMcp:
         self.token_answer: Dict[str, object] = {}
         self.grants: List[Dict[str, str]] = []
         self.challenge = ""  # WWW-Authenticate of a 401 (default: names the resource metadata)
+        self.list_fails = False  # tools/list answered as rpc_error is
         self.http = FakeHTTP(self.handle)
         self.base = self.http.url
         self.url = self.base + "/mcp"
@@ -350,10 +352,10 @@ class EchoMcp:
         if method == "initialize":
             return answer({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                            "serverInfo": {"name": "echo", "version": "1"}})
-        if method == "tools/list":
+        if method == "tools/list" and not self.list_fails:
             return answer({"tools": self.TOOLS})
-        name = msg["params"]["name"]
-        if name == "rpc_error":
+        name = msg["params"].get("name")
+        if name == "rpc_error" or method == "tools/list":
             return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
                 "code": -32000, "message": said, "data": json.loads(self.quote(r))}}).encode())
         if name == "http500":

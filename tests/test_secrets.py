@@ -90,8 +90,14 @@ def test_static_headers_and_url_query_values_are_masked_in_every_failure(world, 
         if not what.endswith("is_error"):  # (an isError result is the server's own: data)
             assert "\x1b" not in text and "\\x1b[31m" in text, (what, text)
     assert f.http.seen[-1][2]["Authorization"] == f"Bearer {STATIC}"  # (sent all the same)
+    listless = echo()
+    listless.list_fails = True
+    world.servers["listless"] = dict(world.servers["remote"], url=f"{listless.url}?key={QUERY}")
     check = world.check(env=_env(world, tmp_path))
-    _no_secret(check.stdout.decode() + check.stderr.decode(), STATIC, APIKEY, QUERY)
+    out = check.stdout.decode() + check.stderr.decode()
+    assert "listless  FAILED: bad \\x1b[31m" in out and '"auth": "***"' in out, out
+    _no_secret(out, STATIC, APIKEY, QUERY)
+    assert "\x1b" not in out
     p.stop()
     assert "refused notifications/initialized" in p.stderr, p.stderr[-3000:]
     _no_secret(p.stderr, STATIC, APIKEY, QUERY)
@@ -191,7 +197,7 @@ def test_login_in_a_terminal_refuses_hostile_metadata_and_prints_no_control_char
     assert run.returncode == 2, out
     assert "\x1b" not in out and "\x07" not in out, out
     assert "authorization_endpoint" in out and "holds whitespace or control characters" in out, out
-    assert "\\x1b]8;;" in out, out  # shown escaped
+    assert "/authorize\\x1b]8;;https://evil.example/\\x07click here" in out, out  # escaped once
 
 
 # -- item 9: no string from a client makes a tool answer -32603
