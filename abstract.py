@@ -2217,13 +2217,10 @@ def _folds_case(path: str) -> bool:
         return False
 
 
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")  # (in a str, only a lone one is left)
-
-
 def _unicode_problem(text: str) -> Optional[str]:
     """Why `text` cannot name a file, or be stored or queried: a lone surrogate (a \\ud800
     escape without its pair) has no UTF-8 form."""
-    m = _SURROGATE_RE.search(text)
+    m = _LONE_SURROGATE.search(text)
     if m:
         return (f"is not valid Unicode (it holds a lone surrogate, \\u{ord(m.group()):04x} at "
                 f"character {m.start()})")
@@ -9830,9 +9827,11 @@ def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
         if isinstance(spec, dict) and isinstance(spec.get("description"), str):
             params.append(spec["description"][:500])
     title = tool.get("title") or (ann.get("title") if isinstance(ann, dict) else None)
-    return (name + " " + _CAMEL.sub(" ", name), str(title or ""),
-            str(tool.get("description") or "")[:4000],
-            " ".join(params))
+    # a server's lone surrogate (a \\ud800 escape) is U+FFFD here: SQLite takes only UTF-8
+    words, heading, about, args = (_LONE_SURROGATE.sub("\ufffd", c) for c in (
+        name + " " + _CAMEL.sub(" ", name), str(title or ""),
+        str(tool.get("description") or "")[:4000], " ".join(params)))
+    return words, heading, about, args
 
 
 class _ToolIndex:

@@ -291,3 +291,14 @@ def test_client_secrets_and_tokens_are_known_as_they_arrive(tmp_path):
     assert abstract._clean("invalid_client: CLIENTSECRET_s1 \x1b[0m") == "invalid_client: *** \\x1b[0m"
     assert abstract._clean("secret=CLIENTSECRET_s1") == "secret=***"
     assert abstract._clean('{"a": "Bearer x"}') == '{"a": "Bearer x"}'  # short and unknown: kept
+
+
+def test_an_upstream_tool_name_with_a_lone_surrogate_does_not_break_the_tool_search(world):
+    """list_available_tools' query indexed a server's tool names in SQLite, which refused a lone
+    surrogate (UnicodeEncodeError, -32603). (The fake's argv carries it as byte 0xff.)"""
+    world.fake("up", "--extra-tool", "odd\udcff_lookup")
+    p = world.start()
+    res = p.call_tool("list_available_tools", {"query": "lookup"})
+    assert not res.get("isError") and "odd\udcff_lookup" in text_of(res), res
+    p.stop()
+    assert "Traceback" not in p.stderr
