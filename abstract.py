@@ -5898,12 +5898,6 @@ class _HttpTransport:
         self._fallback_lock = threading.Lock()
         self.delete_thread: Optional[threading.Thread] = None
 
-    @staticmethod
-    def mask(text: str) -> str:
-        """Text of the server's for an error or a log line: no secret (its headers' values,
-        its URL's query values, its login's tokens: _SECRETS), no control characters."""
-        return _clean(text)
-
     def where(self) -> str:
         return _safe_url(self.url)
 
@@ -5997,9 +5991,9 @@ class _HttpTransport:
                                 read_timeout=read_timeout or self._read_s, pool=self._pool,
                                 watch=None if mid is None else lambda stop: self._watch(mid, stop))
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
-            raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
+            raise _AuthError(_clean(str(e)), e.refused, e.login) from None
         except HttpError as e:
-            raise HttpError(self.mask(str(e)), e.url, e.status) from None
+            raise HttpError(_clean(str(e)), e.url, e.status) from None
 
     def _post_headers(self, msg: dict) -> Dict[str, str]:
         hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -6035,7 +6029,7 @@ class _HttpTransport:
                 elif resp.status >= 300:
                     what = msg.get("method") or "a response"
                     refused = resp.error(f"server '{self.name}' refused {what}")
-                    _log.warning("%s", self.mask(str(refused)))
+                    _log.warning("%s", _clean(str(refused)))
         except HttpError as e:
             _log.warning("%s", e)
             return
@@ -6175,7 +6169,7 @@ class _HttpTransport:
         err = self._rpc_error(raw)
         if err is not None and self._conn is not None:
             e = RpcError.from_dict(err["error"])
-            self._conn.forget(mid, RpcError(e.code, self.mask(e.message),
+            self._conn.forget(mid, RpcError(e.code, _clean(e.message),
                                             _SECRETS.mask_json(e.data)))
             return
         line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines()
@@ -6185,12 +6179,12 @@ class _HttpTransport:
             hint = "; the server wants credentials: give them in the entry's \"headers\""
         self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from "
                         f"{self.where()}"
-                        + (f": {self.mask(line[:200])}" if line else "") + hint)
+                        + (f": {_clean(line[:200])}" if line else "") + hint)
 
     # -- receiving
     def _fail(self, mid: Any, message: str, kind: Optional[type] = None) -> None:
         if self._conn is not None:
-            self._conn.forget(mid, (kind or UpstreamError)(self.mask(message)))
+            self._conn.forget(mid, (kind or UpstreamError)(_clean(message)))
 
     def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
         """One JSON-RPC message from the server; True if it is the answer to `mid`."""
@@ -6311,7 +6305,7 @@ class _HttpTransport:
         if resp.status != 200 or resp.content_type != "text/event-stream":
             err = resp.error()
             resp.close()
-            raise HttpError(self.mask(f"{err} (expected an SSE event stream)"), self.where(),
+            raise HttpError(_clean(f"{err} (expected an SSE event stream)"), self.where(),
                             err.status)
         parser = SseParser(self.max_message)
         events = resp.events(parser)
@@ -6350,7 +6344,7 @@ class _HttpTransport:
         with self._olock:
             if self._closed.is_set():
                 return
-            self.reason = self.mask(reason)
+            self.reason = _clean(reason)
             self._closed.set()
             open_, self._open = list(self._open.values()), {}
             self._waiting.clear()  # (the Connection fails them at the EOF that follows)
