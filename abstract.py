@@ -10827,7 +10827,8 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
 def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] = None,
                   total: int = 0) -> str:
     """The compact listing for the model: a line per tool under its server (search hits: best
-    first, each with its server and score), then the servers that failed."""
+    first, each with its server and score), then the servers that failed; control characters
+    escaped (structuredContent keeps the names as the servers gave them)."""
     how = ("Call one with call_tool (server, tool_name, tool_args); list_tool_details shows its "
            "arguments.")
     if query is None:
@@ -10850,7 +10851,7 @@ def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] 
             lines.append(f"[{server}]")
         lines.append(line)
     lines.extend(f"[{f['server']}] not available: {f['error']}" for f in failed)
-    return "\n".join(lines)
+    return _escape_controls("\n".join(lines))  # (the servers' names and words: ESC, BEL, ...)
 
 
 def _find_tool(up: Upstream, tool: str) -> dict:

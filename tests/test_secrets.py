@@ -295,11 +295,15 @@ def test_client_secrets_and_tokens_are_known_as_they_arrive(tmp_path):
 
 def test_an_upstream_tool_name_with_a_lone_surrogate_does_not_break_the_tool_search(world):
     """list_available_tools' query indexed a server's tool names in SQLite, which refused a lone
-    surrogate (UnicodeEncodeError, -32603). (The fake's argv carries it as byte 0xff.)"""
-    world.fake("up", "--extra-tool", "odd\udcff_lookup")
+    surrogate (UnicodeEncodeError, -32603). (The fake's argv carries it as byte 0xff.) A name
+    with an ESC sequence is listed escaped in the text, as it is in structuredContent."""
+    world.fake("up", "--extra-tool", "odd\udcff_lookup", "--extra-tool", "esc\x1b[2J_lookup")
     p = world.start()
     res = p.call_tool("list_available_tools", {"query": "lookup"})
     assert not res.get("isError") and "odd\udcff_lookup" in text_of(res), res
+    assert "esc\\x1b[2J_lookup" in text_of(res) and "\x1b" not in text_of(res), res
+    assert "esc\x1b[2J_lookup" in [t["tool"] for t in res["structuredContent"]["tools"]]
+    assert "\x1b" not in text_of(p.call_tool("list_available_tools", {}))
     p.stop()
     assert "Traceback" not in p.stderr
 
