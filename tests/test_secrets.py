@@ -27,6 +27,10 @@ QUERY = "QUERYSECRET_q1w2e3r4"
 ACCESS = "AT_secret_value_0123456789"
 CRLF = "AT_crlf_secret_value\r\nX-Injected: 1"
 NO_BROWSER = f"{sys.executable} -c pass"  # $BROWSER: a browser that opens nothing
+# the login folder follows XDG_CONFIG_HOME on Linux and other Unixes only: elsewhere these
+# tests would write in the user's own (macOS: ~/Library/Application Support; Windows: %APPDATA%)
+OWN_LOGIN_FOLDER = pytest.mark.skipif(sys.platform in ("darwin", "win32"),
+                                      reason="the login folder is the user's real one here")
 
 
 @pytest.fixture
@@ -104,6 +108,7 @@ def test_static_headers_and_url_query_values_are_masked_in_every_failure(world, 
     assert "\x1b" not in p.stderr
 
 
+@OWN_LOGIN_FOLDER
 def test_an_oauth_access_token_is_masked_in_every_failure_and_log_line(world, echo, tmp_path):
     f = echo(bearer=ACCESS)
     _save_login(tmp_path, f, {"access_token": ACCESS, "expires_at": time.time() + 3600,
@@ -120,6 +125,7 @@ def test_an_oauth_access_token_is_masked_in_every_failure_and_log_line(world, ec
     _no_secret(p.stderr, ACCESS)
 
 
+@OWN_LOGIN_FOLDER
 def test_a_token_a_header_cannot_carry_is_refused_and_never_saved(world, echo, tmp_path):
     """The refresh brings an access token holding CR LF: the call fails saying so (not with
     http.client's 'Invalid header value' quoting it), the file keeps the old tokens, and no
@@ -146,6 +152,7 @@ def test_a_token_a_header_cannot_carry_is_refused_and_never_saved(world, echo, t
     _no_secret(p.stderr, "AT_crlf", "RT_value_0123456789", "AT_old_value_0123456789")
 
 
+@OWN_LOGIN_FOLDER
 def test_a_saved_token_a_header_cannot_carry_is_not_used(world, echo, tmp_path):
     f = echo(bearer=ACCESS)
     _save_login(tmp_path, f, {"access_token": CRLF, "expires_at": time.time() + 3600})
@@ -162,6 +169,7 @@ def test_a_saved_token_a_header_cannot_carry_is_not_used(world, echo, tmp_path):
 HOSTILE = "/authorize\x1b]8;;https://evil.example/\x07click here\x1b]8;;\x07"
 
 
+@OWN_LOGIN_FOLDER
 @pytest.mark.parametrize("where", ["authorization_endpoint", "registration_endpoint", "challenge"])
 def test_metadata_urls_with_control_characters_are_refused(world, echo, tmp_path, where):
     """An authorization_endpoint holding ESC and BEL was put raw into the model's "A login is
@@ -182,6 +190,7 @@ def test_metadata_urls_with_control_characters_are_refused(world, echo, tmp_path
     assert "\x1b" not in p.stderr and "\x07" not in p.stderr
 
 
+@OWN_LOGIN_FOLDER
 def test_login_in_a_terminal_refuses_hostile_metadata_and_prints_no_control_character(world, echo, tmp_path):
     """--login printed an authorization_endpoint's ESC and BEL sequences raw to the terminal. (A
     pasted answer ends the login at once on the code without the check.)"""
