@@ -313,6 +313,125 @@ def _text_result(text: str, structured: Any = None, is_error: bool = False) -> d
     return res
 
 
+_SECRET_MIN = 4  # a shorter value is not masked: it would hide common words (and "***" itself)
+# OAuth tokens (in all their forms) remembered at once; past it the oldest (spent) are let go.
+# The config's secrets are kept for good: the config bounds them.
+_SECRETS_PASSING = 128
+# the name of an environment variable whose value is a secret (GITHUB_TOKEN, OPENAI_API_KEY, ...)
+_SECRET_ENV_RE = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|AUTH|"
+                            r"CREDENTIALS?|COOKIE|PAT)(?:_|$)", re.IGNORECASE)
+# C0 and C1 controls (a terminal's escape sequences, CR that overwrites a line, BEL, NUL), and
+# the line separators and bidirectional overrides that make text show other than it is; tab and
+# newline are kept
+_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+class _Secrets:
+    """Every secret Abstract holds, in one place: the values of remote entries' headers, the
+    credentials and query values of their URLs, secret-named env values of stdio entries, OAuth
+    access and refresh tokens and client secrets (as they are loaded, received or set), and
+    ABSTRACT_CACHE_SECRET. `mask` writes each as *** in a text: every error, log line and CLI
+    report passes through it (_clean), whatever path made the text. Each secret is also known
+    in the forms an echo may take (percent-encoded, JSON-escaped). Tokens are `passing`: at most
+    _SECRETS_PASSING of their forms are kept, the oldest let go first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lasting: Dict[str, None] = {}
+        self._passing: Dict[str, None] = {}  # insertion order: the oldest is let go first
+        self._all: Tuple[str, ...] = ()  # both, the longest first (no secret masked in part)
+
+    def add(self, *values: Any, passing: bool = False) -> None:
+        """Remember secrets (non-strings and short ones are ignored); cheap when known (it runs
+        for every request to a server with a login)."""
+        new = [v for v in values if isinstance(v, str) and len(v) >= _SECRET_MIN
+               and v not in self._lasting and v not in self._passing]
+        if not new:
+            return
+        with self._lock:
+            into = self._passing if passing else self._lasting
+            for v in new:
+                for form in self._forms(v):
+                    into[form] = None
+            while len(self._passing) > _SECRETS_PASSING:
+                del self._passing[next(iter(self._passing))]
+            self._all = tuple(sorted({**self._lasting, **self._passing}, key=len, reverse=True))
+
+    @staticmethod
+    def _forms(v: str) -> List[str]:
+        """`v` as it is, percent-encoded (a URL echoed) and JSON-escaped (a document echoed)."""
+        forms = [v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]]
+        with contextlib.suppress(UnicodeEncodeError):  # (a lone surrogate has no UTF-8)
+            forms += [urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)]
+        return forms
+
+    def add_header(self, value: str) -> None:
+        """A header value's secrets: the whole value, its words (a Bearer's token alone) and
+        a Basic credential's password (where a URL's user:password@ went)."""
+        self.add(value, *(w for w in value.split() if len(w) >= 8))
+        scheme, _, cred = value.partition(" ")
+        if scheme.lower() == "basic":
+            with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
+                self.add(base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2])
+
+    def add_url(self, url: str) -> None:
+        """A URL's secrets: its password and its query's values, decoded and as written."""
+        with contextlib.suppress(ValueError):
+            p = urllib.parse.urlsplit(url)
+            self.add(p.password, urllib.parse.unquote(p.password or ""),
+                     *(v for _, v in urllib.parse.parse_qsl(p.query)),
+                     *(part.partition("=")[2] for part in p.query.split("&")))
+
+    def add_env(self, env: Dict[str, str]) -> None:
+        """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...)."""
+        self.add(*(v for k, v in env.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8))
+
+    def add_args(self, args: List[str]) -> None:
+        """The values of a command line's options named like secrets (--api-key V, --token=V)."""
+        for i, arg in enumerate(args):
+            name, eq, value = arg.lstrip("-").replace("-", "_").partition("=")
+            if arg.startswith("-") and _SECRET_ENV_RE.search(name):
+                value = arg.partition("=")[2] if eq else (args[i + 1] if i + 1 < len(args)
+                                                          else "")
+                self.add(value if len(value) >= 8 else None)
+
+    def mask(self, text: str) -> str:
+        """`text` with every secret written ***. (str.find per secret: faster than one regex of
+        them all, which sre tries branch by branch at every position, and nothing to compile.)"""
+        for form in self._all:
+            if form in text:
+                text = text.replace(form, "***")
+        return text
+
+    def mask_json(self, value: Any) -> Any:
+        """`mask` through a JSON value's strings, keys too (an upstream error's `data`)."""
+        if not self._all:
+            return value
+        if isinstance(value, str):
+            return self.mask(value)
+        if isinstance(value, list):
+            return [self.mask_json(v) for v in value]
+        if isinstance(value, dict):
+            return {self.mask(k): self.mask_json(v) for k, v in value.items()}
+        return value
+
+
+_SECRETS = _Secrets()
+
+
+def _escape_controls(text: str) -> str:
+    """`text` with its control characters (_CONTROL_RE) written as \\x1b, \\u202e, ..."""
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                           else f"\\u{ord(m.group()):04x}", text)
+
+
+def _clean(text: str) -> str:
+    """Text fit to show: secrets masked, control characters escaped. For errors, log lines and
+    CLI reports, which may carry what an upstream or an authorization server sent."""
+    text = _SECRETS.mask(text)
+    return _escape_controls(text) if _CONTROL_RE.search(text) else text
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n:,} {word}s"
 
@@ -424,8 +543,10 @@ class _Tail:
             self._lines.append(line)
 
     def text(self, n: int = 5) -> str:
+        """The last `n` lines, cleaned (_clean): an upstream's words, quoted in errors, answers
+        and --check."""
         with self._lock:
-            return "\n".join(list(self._lines)[-n:])
+            return _clean("\n".join(list(self._lines)[-n:]))
 
 
 class _LogGate:
@@ -2281,11 +2402,12 @@ def _below(real: str, root: str, pure: type = PurePath,
 
 
 def _unicode_problem(text: str) -> Optional[str]:
-    """Why `text` cannot name a file: a lone surrogate (a \\ud800 escape) has no UTF-8 form."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid Unicode (it holds a lone surrogate such as \\ud800)"
+    """Why `text` cannot name a file, or be stored or queried: a lone surrogate (a \\ud800
+    escape without its pair) has no UTF-8 form."""
+    m = _LONE_SURROGATE.search(text)
+    if m:
+        return (f"is not valid Unicode (it holds a lone surrogate, \\u{ord(m.group()):04x} at "
+                f"character {m.start()})")
     return None
 
 
@@ -2921,7 +3043,12 @@ def _no_nan(name: str) -> None:
 
 
 def _error_response(mid: Any, err: RpcError) -> dict:
-    return {"jsonrpc": "2.0", "id": mid, "error": err.to_dict()}
+    """The response carrying `err`, cleaned (_clean): every error Abstract answers with."""
+    d = err.to_dict()
+    d["message"] = _clean(str(d["message"]))
+    if "data" in d:
+        d["data"] = _SECRETS.mask_json(d["data"])
+    return {"jsonrpc": "2.0", "id": mid, "error": d}
 
 
 _LONG_STRING = 1 << 20  # bytes: a longer string value in an answer may be left undecoded
@@ -3437,8 +3564,9 @@ class Connection:
             self._long.pop(msg["id"], None)
         if fut is None:
             _log.warning("%s: dropped a response to unknown id %r", self.name, msg["id"])
-        elif "error" in msg:
-            _settle(fut, exc=RpcError.from_dict(msg["error"]))
+        elif "error" in msg:  # cleaned as it arrives: it may be shown anywhere from here on
+            err = RpcError.from_dict(msg["error"])
+            _settle(fut, exc=RpcError(err.code, _clean(err.message), _SECRETS.mask_json(err.data)))
         else:
             _settle(fut, msg.get("result"))
 
@@ -4218,6 +4346,34 @@ def _http_url(v: Any) -> bool:
     return isinstance(v, str) and v.startswith(("https://", "http://")) and len(v) < 4096
 
 
+# what no URL of a metadata document may hold: whitespace, controls (a terminal's escape
+# sequences, BEL) and the invisible or reordering characters that make a URL read as another
+_URL_BAD_RE = re.compile("[\\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _check_url(v: Any, what: str, name: str) -> None:
+    """_AuthError when `v`, a URL an authorization or resource server gave (`what`: whose and
+    which), holds whitespace or control characters: it is not shown raw, opened or used."""
+    if isinstance(v, str) and _URL_BAD_RE.search(v):
+        raise _AuthError(f"{name}: {what} holds whitespace or control characters "
+                         f"({v[:200]!r}); Abstract does not use it. Ask the "
+                         f"server's operator to fix its metadata")
+
+
+# an access or refresh token Abstract takes: visible ASCII only, all an HTTP header value (or a
+# form's field) can carry as it is (RFC 6750's b64token is narrower)
+_TOKEN_RE = re.compile("[!-~]+")
+
+
+def _token_problem(tokens: dict) -> str:
+    """The kind of the first token in `tokens` a header cannot carry ("" if none)."""
+    for kind in ("access_token", "refresh_token"):
+        v = tokens.get(kind)
+        if v is not None and not (isinstance(v, str) and _TOKEN_RE.fullmatch(v)):
+            return kind
+    return ""
+
+
 def _check_as_metadata(doc: Any, issuer: str, name: str, legacy: bool = False) -> dict:
     """The authorization server's metadata, if Abstract can use it; else _AuthError saying why.
 
@@ -4232,6 +4388,9 @@ def _check_as_metadata(doc: Any, issuer: str, name: str, legacy: bool = False) -
     if not isinstance(doc, dict) or got != issuer:
         raise _AuthError(f"{name}: the authorization server's metadata names issuer {got!r}, "
                          f"not {issuer!r}; Abstract does not use it")
+    for key in ("authorization_endpoint", "token_endpoint", "registration_endpoint",
+                "revocation_endpoint"):
+        _check_url(doc.get(key), f"the {key} of the authorization server {issuer}", name)
     for key in ("authorization_endpoint", "token_endpoint"):
         if not _http_url(doc.get(key)):
             raise _AuthError(f"{name}: the authorization server {issuer} gives no usable {key}")
@@ -4250,6 +4409,8 @@ def _check_prm(doc: Any, server_url: str, name: str) -> Tuple[str, str]:
     RFC 9728 section 3.3: the resource it names must be the server's (here: its URL or a
     prefix of it, as for metadata found at the root)."""
     servers = doc.get("authorization_servers") if isinstance(doc, dict) else None
+    if isinstance(servers, list) and servers:
+        _check_url(servers[0], "the authorization server its resource metadata names", name)
     if not isinstance(servers, list) or not servers or not _http_url(servers[0]):
         raise _AuthError(f"{name}: the server's protected resource metadata names no "
                          f"authorization server")
@@ -4630,6 +4791,8 @@ class _OAuth:
         self.sent = ""  # the access token last sent, to tell a stale 401 from a fresh one
         self.fresh = ""  # the access token the last 401 refreshed to: a 401 on it means log in
         self.start_logins = True  # False (--check): a needed login is reported, not started
+        self._refused_saved = ""  # the saved token last refused (warned about once)
+        _SECRETS.add(self.conf.get("client_secret"))
 
     # -- the saved login
 
@@ -4640,7 +4803,18 @@ class _OAuth:
         if doc.get("server_url") != self.url:
             return {}, {}
         entry = doc.get("issuers", {}).get(doc.get("issuer"), {})
-        return doc, entry if isinstance(entry, dict) else {}
+        entry = entry if isinstance(entry, dict) else {}
+        tokens = entry.get("tokens") if isinstance(entry.get("tokens"), dict) else {}
+        _SECRETS.add((entry.get("client") or {}).get("client_secret"))
+        _SECRETS.add(tokens.get("access_token"), tokens.get("refresh_token"), passing=True)
+        bad = _token_problem(tokens)
+        if bad:  # (a file edited by hand, or written by an older Abstract): as if logged out
+            if self._refused_saved != str(tokens.get(bad)):
+                self._refused_saved = str(tokens.get(bad))
+                _log.warning("%s: the saved %s holds characters an HTTP header cannot carry; "
+                             "it is not used: log in again", self.name, bad)
+            entry = {k: v for k, v in entry.items() if k != "tokens"}
+        return doc, entry
 
     def _save(self, issuer: str, resource: str, entry: dict) -> None:
         with self.store.locked(self.name):
@@ -4757,6 +4931,8 @@ class _OAuth:
         origin is its authorization server, and without metadata there the default endpoints
         /authorize, /token and /register at the origin are used, as that revision says."""
         legacy = False
+        _check_url(challenge.get("resource_metadata"), "the resource_metadata URL of its 401",
+                   self.name)
         for url in _prm_urls(self.url, challenge.get("resource_metadata", "")):
             status, prm = self._json("GET", url)
             if status == 200 and isinstance(prm, dict):
@@ -4817,6 +4993,7 @@ class _OAuth:
                      "in the entry's \"headers\")") if meta.get("defaults") else ""
             raise _AuthError(f"{self.name}: the client registration at {endpoint} failed "
                              f"(HTTP {status}{': ' + str(why)[:200] if why else ''}){guess}")
+        _SECRETS.add(doc.get("client_secret"))
         doc.setdefault("redirect_uris", [redirect_uri])
         # a confidential client after all (the server gave a secret): by the method it names
         doc["token_endpoint_auth_method"] = _token_auth_method(
@@ -4837,6 +5014,12 @@ class _OAuth:
             raise _AuthError(f"{self.name}: the token endpoint refused (HTTP {status}"
                              f"{': ' + err if err else ''}{': ' + why if why else ''})",
                              refused=err == "invalid_grant")
+        _SECRETS.add(doc["access_token"], doc.get("refresh_token"), passing=True)
+        bad = _token_problem(doc)
+        if bad:
+            raise _AuthError(f"{self.name}: the token endpoint's {bad} holds characters an HTTP "
+                             f"header cannot carry (line breaks, controls, spaces or non-ASCII); "
+                             f"it was refused and not saved. Ask the server's operator to fix it")
         life = doc.get("expires_in")
         if not (isinstance(life, (int, float)) and not isinstance(life, bool) and 0 < life < 1e9):
             life = None
@@ -5215,6 +5398,8 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
     command = _expand_path(command, environ, missing, known)
     args = [_expand_path(a, environ, missing, known) for a in args]
     env = {k: _expand(v, environ, missing, known) for k, v in env.items()}
+    _SECRETS.add_env(env)
+    _SECRETS.add_args(args)
     cwd = _expand_path(cwd, environ, missing, known) if cwd else None
     spec = ServerSpec(name, command, args, env, cwd)
     if missing:
@@ -5246,6 +5431,9 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     missing: List[str] = []
     url = _expand(url, environ, missing, known)
     headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
+    _SECRETS.add_url(url)
+    for v in headers.values():
+        _SECRETS.add_header(v)
     spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
     bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
            or any(c in v for c in "\r\n\0")]
@@ -5278,6 +5466,7 @@ def _userinfo_to_header(spec: ServerSpec, path: str) -> None:
                         f"too; keep one of them")
         return
     spec.headers["Authorization"] = _basic_auth(p)
+    _SECRETS.add_header(spec.headers["Authorization"])
     spec.url = _strip_userinfo(spec.url)
 
 
@@ -5816,7 +6005,9 @@ class _LinkSigner:
         import hashlib
         import hmac
 
-        return hmac.new(self._secret, f"{token}:{expires}".encode(), hashlib.sha256).hexdigest()
+        # surrogatepass: a client's requestState may hold a lone surrogate (it then fails check)
+        return hmac.new(self._secret, f"{token}:{expires}".encode("utf-8", "surrogatepass"),
+                        hashlib.sha256).hexdigest()
 
     def check(self, token: str, expires: int, sig: str) -> bool:
         import hmac
@@ -6121,7 +6312,6 @@ class _HttpTransport:
         self._static = dict(spec.headers)
         self._environ, self.auth = environ, auth
         self._read_s, self.max_message = read_timeout, max_message
-        self._secrets = self._find_secrets(spec)
         self.session_id = ""
         self.version = ""  # the negotiated version, for MCP-Protocol-Version
         self._init_id: Any = None
@@ -6140,29 +6330,6 @@ class _HttpTransport:
         self._waiting: "collections.deque[Tuple[dict, bytes]]" = collections.deque()
         self._fallback_lock = threading.Lock()
         self.delete_thread: Optional[threading.Thread] = None
-
-    @staticmethod
-    def _find_secrets(spec: ServerSpec) -> List[str]:
-        """What must never be shown: header values (a Bearer's token alone too, and a Basic
-        credential's password, which is where the URL's user:password@ went) and the URL's
-        query values."""
-        out = []
-        for v in spec.headers.values():
-            out.append(v)
-            out.extend(w for w in v.split() if len(w) >= 8)
-            scheme, _, cred = v.partition(" ")
-            if scheme.lower() == "basic":  # (the url's user:password@ is one): its password too
-                with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
-                    pair = base64.b64decode(cred.strip(), validate=True).decode()
-                    out.append(pair.partition(":")[2])
-        p = urllib.parse.urlsplit(spec.url)
-        out.extend(v for _, v in urllib.parse.parse_qsl(p.query))
-        return sorted({s for s in out if len(s) >= 4}, key=len, reverse=True)
-
-    def mask(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
 
     def where(self) -> str:
         return _safe_url(self.url)
@@ -6257,9 +6424,9 @@ class _HttpTransport:
                                 read_timeout=read_timeout or self._read_s, pool=self._pool,
                                 watch=None if mid is None else lambda stop: self._watch(mid, stop))
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
-            raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
+            raise _AuthError(_clean(str(e)), e.refused, e.login) from None
         except HttpError as e:
-            raise HttpError(self.mask(str(e)), e.url, e.status, unsent=e.unsent) from None
+            raise HttpError(_clean(str(e)), e.url, e.status, unsent=e.unsent) from None
 
     def _post_headers(self, msg: dict) -> Dict[str, str]:
         hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -6296,7 +6463,7 @@ class _HttpTransport:
                 elif resp.status >= 300:
                     what = msg.get("method") or "a response"
                     refused = resp.error(f"server '{self.name}' refused {what}")
-                    _log.warning("%s", self.mask(str(refused)))
+                    _log.warning("%s", _clean(str(refused)))
         except HttpError as e:
             _log.warning("%s", e)
             return
@@ -6414,7 +6581,7 @@ class _HttpTransport:
         said = ""
         if resp.status != 404:
             err = self._rpc_error(raw) or {"error": {}}
-            said = f": {self.mask(str(err['error'].get('message', ''))[:200])}"
+            said = f": {_clean(str(err['error'].get('message', ''))[:200])}"
         gone = (f"server '{self.name}' ended its session (HTTP {resp.status} from "
                 f"{self.where()}{said})")
         with self._olock:  # those waiting for their turn were never sent: sent anew too
@@ -6469,7 +6636,8 @@ class _HttpTransport:
         err = self._rpc_error(raw)
         if err is not None and self._conn is not None:
             e = RpcError.from_dict(err["error"])
-            self._conn.forget(mid, RpcError(e.code, self.mask(e.message), e.data))
+            self._conn.forget(mid, RpcError(e.code, _clean(e.message),
+                                            _SECRETS.mask_json(e.data)))
             return
         line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines()
                      if ln.strip()), "")
@@ -6478,12 +6646,12 @@ class _HttpTransport:
             hint = "; the server wants credentials: give them in the entry's \"headers\""
         self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from "
                         f"{self.where()}"
-                        + (f": {self.mask(line[:200])}" if line else "") + hint)
+                        + (f": {_clean(line[:200])}" if line else "") + hint)
 
     # -- receiving
     def _fail(self, mid: Any, message: str, kind: Optional[type] = None) -> None:
         if self._conn is not None:
-            self._conn.forget(mid, (kind or UpstreamError)(self.mask(message)))
+            self._conn.forget(mid, (kind or UpstreamError)(_clean(message)))
 
     def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
         """One JSON-RPC message from the server; True if it is the answer to `mid`."""
@@ -6605,7 +6773,7 @@ class _HttpTransport:
         if resp.status != 200 or resp.content_type != "text/event-stream":
             err = resp.error()
             resp.close()
-            raise HttpError(self.mask(f"{err} (expected an SSE event stream)"), self.where(),
+            raise HttpError(_clean(f"{err} (expected an SSE event stream)"), self.where(),
                             err.status)
         parser = SseParser(self.max_message)
         events = resp.events(parser)
@@ -6644,7 +6812,7 @@ class _HttpTransport:
         with self._olock:
             if self._closed.is_set():
                 return
-            self.reason = self.mask(reason)
+            self.reason = _clean(reason)
             self._closed.set()
             open_, self._open = list(self._open.values()), {}
             self._waiting.clear()  # (the Connection fails them at the EOF that follows)
@@ -6951,6 +7119,17 @@ class _Descendants:
 
 
 _DESCENDANTS = _Descendants()
+
+
+def _mask_error_result(res: dict) -> None:
+    """An upstream's isError result is an error too: its text items' secrets are masked, in
+    place (a long text left undecoded, and a result that is no error, are the upstream's data,
+    relayed as they came: docs/reference/errors.md)."""
+    content = res.get("content")
+    for item in content if isinstance(content, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("text"), str):
+            item["text"] = _SECRETS.mask(item["text"])
+
 
 
 def _taskkill(pid: int) -> None:
@@ -7963,6 +8142,8 @@ class Upstream:
         def once(retry: dict, follow: Optional[_Follow]) -> Any:
             res = self._anew(lambda: self._call_once(tool, args, req, progress, retry, follow,
                                                      task, longs))
+            if isinstance(res, dict) and res.get("isError") is True:
+                _mask_error_result(res)
             if longs and isinstance(res, dict) and res.get("resultType") == "input_required":
                 _decode_long(longs)  # (a question is relayed as it came, never cached)
                 del longs[:]
@@ -10508,9 +10689,11 @@ def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
         if isinstance(spec, dict) and isinstance(spec.get("description"), str):
             params.append(spec["description"][:500])
     title = tool.get("title") or (ann.get("title") if isinstance(ann, dict) else None)
-    return (name + " " + _CAMEL.sub(" ", name), str(title or ""),
-            str(tool.get("description") or "")[:4000],
-            " ".join(params))
+    # a server's lone surrogate (a \\ud800 escape) is U+FFFD here: SQLite takes only UTF-8
+    words, heading, about, args = (_LONE_SURROGATE.sub("\ufffd", c) for c in (
+        name + " " + _CAMEL.sub(" ", name), str(title or ""),
+        str(tool.get("description") or "")[:4000], " ".join(params)))
+    return words, heading, about, args
 
 
 class _ToolIndex:
@@ -11142,6 +11325,15 @@ class _ToolContext:
         self.links = links  # --http: the signed download link of a cached output
 
 
+def _text_arg(key: str, v: str) -> str:
+    """`v` if it is text; a ToolError for a lone surrogate, which no file, database or UTF-8
+    stream can hold."""
+    why = _unicode_problem(v)
+    if why:
+        raise ToolError(f"Argument '{key}' {why}: send valid Unicode text.")
+    return v
+
+
 class _Call:
     """One tools/call being handled: the arguments, the client request, the tools' context."""
 
@@ -11157,7 +11349,7 @@ class _Call:
             return None
         if not isinstance(v, str):
             raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
-        return v
+        return _text_arg(key, v)
 
     def required(self, key: str) -> str:
         """A string argument the tool cannot do without: present and not empty."""
@@ -11166,7 +11358,7 @@ class _Call:
             raise ToolError(f"Missing required argument '{key}' (a string).")
         if not isinstance(v, str) or not v:
             raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
-        return v
+        return _text_arg(key, v)
 
     def obj(self, key: str) -> dict:
         v = self.args.get(key)
@@ -11615,7 +11807,8 @@ def _tool_list_available_tools(call: _Call) -> dict:
     failed: List[dict] = []
     for name, got in ups.each(lambda up: up.tools(), names).items():
         if isinstance(got, Exception):
-            failed.append({"server": name, "error": getattr(got, "message", None) or str(got)})
+            failed.append({"server": name,
+                           "error": _clean(getattr(got, "message", None) or str(got))})
         else:
             lists[name] = got
     lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first
@@ -11652,7 +11845,8 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
 def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] = None,
                   total: int = 0) -> str:
     """The compact listing for the model: a line per tool under its server (search hits: best
-    first, each with its server and score), then the servers that failed."""
+    first, each with its server and score), then the servers that failed; control characters
+    escaped (structuredContent keeps the names as the servers gave them)."""
     how = ("Call one with call_tool (server, tool_name, tool_args); list_tool_details shows its "
            "arguments.")
     if query is None:
@@ -11675,7 +11869,7 @@ def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] 
             lines.append(f"[{server}]")
         lines.append(line)
     lines.extend(f"[{f['server']}] not available: {f['error']}" for f in failed)
-    return "\n".join(lines)
+    return _escape_controls("\n".join(lines))  # (the servers' names and words: ESC, BEL, ...)
 
 
 def _find_tool(up: Upstream, tool: str) -> dict:
@@ -13618,13 +13812,14 @@ class Server:
             target = self.transparent.lookup(name) if self.transparent is not None else None
             if target is not None:
                 return self.transparent.call(call, target)  # type: ignore[union-attr]
-        except ToolError as e:
-            return _text_result(str(e), is_error=True)
+        except ToolError as e:  # (cleaned: it may quote an upstream's or a server's words)
+            return _text_result(_clean(str(e)), is_error=True)
         # a file operation no handler expected to fail: still an answer the model reads
         except OSError as e:
             _log.warning("tools/call %s: %s", name, e, exc_info=True)
             where = f" ({e.filename})" if isinstance(e.filename, str) else ""
-            return _text_result(f"{name} failed: {e.strerror or e}{where}.", is_error=True)
+            return _text_result(_clean(f"{name} failed: {e.strerror or e}{where}."),
+                                is_error=True)
         names = list(self.tools)
         if self.transparent is not None:
             names += self.transparent.names()
@@ -13905,13 +14100,39 @@ def _reindex_report(catalog: Catalog, sandbox: Sandbox, config: ClientConfig,
     return 0
 
 
+class _CleanText:
+    """A text stream whose writes pass through _clean (no secret, no control character): what
+    the CLI prints may quote a server's or an authorization server's words."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(_clean(text))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+class _CleanFormatter(logging.Formatter):
+    """Log lines through _clean, tracebacks too (their newlines are kept)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _clean(super().format(record))
+
+
 def _to_text(stdout: Any, report: Callable[[Any], int]) -> int:
-    """Run a report (--check, --reindex) on main's binary stdout, or on sys.stdout."""
+    """Run a report (--check, --reindex, --login) on main's binary stdout, or on sys.stdout,
+    cleaned (_CleanText)."""
     if stdout is None:
-        return report(sys.stdout)
+        return report(_CleanText(sys.stdout))
     text = io.TextIOWrapper(stdout, "utf-8", newline="\n", write_through=True)
     try:
-        return report(text)
+        return report(_CleanText(text))
     finally:
         text.detach()  # flush, but leave the caller's stream open
 
@@ -14084,7 +14305,7 @@ def _main(args: argparse.Namespace, stdin: Any, stdout: Any, err: Any,
                   f"{level!r}\n")
         return 2
     handler = logging.StreamHandler(err)
-    handler.setFormatter(logging.Formatter("abstract: %(message)s"))
+    handler.setFormatter(_CleanFormatter("abstract: %(message)s"))
     was = _log.level, _log.propagate  # put back on return: a caller in-process keeps its logging
     _log.addHandler(handler)
     _log.setLevel(level)
@@ -14092,7 +14313,7 @@ def _main(args: argparse.Namespace, stdin: Any, stdout: Any, err: Any,
     try:
         return _run(args, env, stdin, stdout, err)
     except ConfigError as e:
-        err.write(f"abstract: {e}\n")
+        err.write(_clean(f"abstract: {e}\n"))
         return 2
     finally:
         _log.removeHandler(handler)
@@ -14162,6 +14383,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                           f"itself. Remove that entry, or leave it out of ABSTRACT_PROXY_SERVERS; "
                           f"it is not started, to avoid endless recursion.")
     _UMASK = _read_umask()  # 2. (once, before any thread starts)
+    _SECRETS.add(env.get("ABSTRACT_CACHE_SECRET"))
     settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
     if args.login or args.logout:
         return _to_text(stdout, lambda out: _login_cli(args, settings, env, stdin, out))

@@ -370,3 +370,95 @@ class SessionMcp:
         else:
             text = str(args.get("text"))
         return {"content": [{"type": "text", "text": text}]}
+
+
+class EchoMcp:
+    """A handshake-era Streamable HTTP MCP server (stdlib) whose failures quote the request back,
+    as careless servers do: its tools answer with a JSON-RPC error over HTTP 200 (rpc_error), an
+    HTTP 500 or 400 body (http500, http400), an isError result (is_error) or an ordinary result
+    (echo), each quoting the Authorization and X-Api-Key headers and the path, with an ESC
+    sequence in the error ones; notifications/initialized is refused (400) the same way, and
+    tools/list too (a JSON-RPC error) with `list_fails`.
+
+    It is a login's resource and authorization server too: with `bearer` set, /mcp wants
+    `Authorization: Bearer <bearer>` (else 401 naming its resource metadata), and the OAuth
+    documents (resource metadata; authorization server metadata, `meta` merged in), /register
+    and /token (answered with `token_answer`, each grant kept in `grants`) are served at the
+    same origin."""
+
+    TOOLS = [{"name": n, "inputSchema": {"type": "object"}}
+             for n in ("rpc_error", "http500", "http400", "is_error", "echo")]
+
+    def __init__(self, bearer: Optional[str] = None) -> None:
+        self.bearer = bearer
+        self.meta: Dict[str, object] = {}
+        self.token_answer: Dict[str, object] = {}
+        self.grants: List[Dict[str, str]] = []
+        self.challenge = ""  # WWW-Authenticate of a 401 (default: names the resource metadata)
+        self.list_fails = False  # tools/list answered as rpc_error is
+        self.http = FakeHTTP(self.handle)
+        self.base = self.http.url
+        self.url = self.base + "/mcp"
+
+    def quote(self, r) -> str:
+        import json
+
+        return json.dumps({"auth": r.headers.get("Authorization"), "key": r.headers.get("X-Api-Key"),
+                           "path": r.path})
+
+    def handle(self, r) -> None:
+        import json
+
+        path = urllib.parse.urlsplit(r.path).path
+        if path.startswith("/.well-known/oauth-protected-resource"):
+            return reply(r, 200, json.dumps({"resource": self.url, "authorization_servers": [self.base]}).encode())
+        if path == "/.well-known/oauth-authorization-server":
+            doc = {"issuer": self.base, "authorization_endpoint": self.base + "/authorize",
+                   "token_endpoint": self.base + "/token", "registration_endpoint": self.base + "/register",
+                   "code_challenge_methods_supported": ["S256"], **self.meta}
+            return reply(r, 200, json.dumps(doc).encode())
+        if path == "/register":
+            asked = json.loads(r.body)
+            return reply(r, 201, json.dumps({"client_id": "client-1", "redirect_uris": asked["redirect_uris"],
+                                             "token_endpoint_auth_method": "none"}).encode())
+        if path == "/token":
+            self.grants.append(dict(urllib.parse.parse_qsl(r.body.decode())))
+            return reply(r, 200, json.dumps(self.token_answer).encode())
+        if r.command in ("GET", "DELETE"):
+            return reply(r, 405 if r.command == "GET" else 200, b"")
+        if self.bearer is not None and r.headers.get("Authorization") != f"Bearer {self.bearer}":
+            www = self.challenge or f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"'
+            return reply(r, 401, b"", headers={"WWW-Authenticate": www})
+        msg = json.loads(r.body)
+        method, mid = msg.get("method"), msg.get("id")
+        said = "bad \x1b[31m" + self.quote(r)
+        if method == "notifications/initialized":
+            return reply(r, 400, said.encode(), "text/plain")
+        if mid is None:
+            return reply(r, 202, b"")
+
+        def answer(result: dict) -> None:
+            reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode())
+
+        if method == "server/discover":
+            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "Bad Request: Server not initialized"}}).encode())
+        if method == "initialize":
+            return answer({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "echo", "version": "1"}})
+        if method == "tools/list" and not self.list_fails:
+            return answer({"tools": self.TOOLS})
+        name = msg["params"].get("name")
+        if name == "rpc_error" or method == "tools/list":
+            return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
+                "code": -32000, "message": said, "data": json.loads(self.quote(r))}}).encode())
+        if name == "http500":
+            return reply(r, 500, said.encode(), "text/plain")
+        if name == "http400":
+            return reply(r, 400, said.encode(), "text/plain")
+        if name == "is_error":
+            return answer({"content": [{"type": "text", "text": said}], "isError": True})
+        return answer({"content": [{"type": "text", "text": self.quote(r)}]})
+
+    def close(self) -> None:
+        self.http.close()
