@@ -11375,6 +11375,18 @@ def _grep_block(text: str, rx: Any, start: int, n: int, lo: int, hi: int
     return out, hits, pos
 
 
+def _grep_fit(lines: List[str], room: int, first: bool) -> int:
+    """How many of `lines` (from the first) fit in `room` characters, a newline after each; at
+    least one when they are the `first` shown (it is cut to the window)."""
+    take = 0
+    for line in lines:
+        room -= len(line) + 1
+        if room < 0 and (take or not first):
+            break
+        take += 1
+    return take
+
+
 def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str, dict]:
     """The lines of `text` that contain `pattern` (case ignored; plain text, never a regular
     expression), with `context` lines around each, from start_line to end_line, within `limit`
@@ -11401,15 +11413,17 @@ def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str,
         n += text.count("\n", pos, start)
         lo, hi = max(n - context, shown + 1, first), min(n + context, last)
         block, found, after = _grep_block(text, rx, start, n, lo, hi)
-        if lo > shown + 1 and out:
-            block.insert(0, "--")
-        size = sum(len(b) + 1 for b in block)
-        if out and used + size > limit:
-            more = lo
+        sep = ["--"] * bool(lo > shown + 1 and out)
+        take = _grep_fit(block, limit - used - 3 * len(sep), not out)
+        if take < len(block):  # the lines that fit; the next call starts at the first that did not
+            more = lo + take
+        if not take:
             break
-        out.extend(block)
-        used += size
-        hits.extend(found)
+        out.extend(sep + block[:take])
+        used += sum(len(b) + 1 for b in sep + block[:take])
+        hits.extend(k for k in found if k < lo + take)
+        if more:
+            break
         shown, pos, n = hi, min(after, len(text)), hi + 1
         if pos >= stop:
             break

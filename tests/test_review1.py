@@ -1,0 +1,42 @@
+"""Review of the merges of issue 29 (sandbox, winlaunch) and issue 25 (newdata): a regression
+test for each defect found, through the wire where the defect shows there."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import World, text_of
+
+
+@pytest.fixture
+def proxy(world: World):
+    world.fake("up")
+    world.dir.mkdir()
+    return world.start(str(world.dir))
+
+
+def cached_token(proxy, text: str) -> str:
+    res = proxy.upstream("up", "result", {"result": {"content": [{"type": "text", "text": text}]}})
+    return re.search(r"Token: (\S+) ", text_of(res)).group(1)
+
+
+def test_a_pattern_match_is_never_cut_from_its_window(proxy):
+    """A block of long context lines larger than the window was cut at the window's end with the
+    match itself in the cut part, while matching_lines named it and the search said it ended."""
+    text = "".join(f"{'x' * 3000}\n" for _ in range(30)) + "HIT here\n" + "y\n" * 5
+    token = cached_token(proxy, text)
+    shown, start = {}, 1
+    for _ in range(10):
+        res = proxy.call_tool("retrieve_cached_output", {"token": token, "pattern": "hit",
+                                                         "context": 10, "start_line": start})
+        where = res["structuredContent"]
+        lines = re.findall(r"^(\d+)([:-]) ", res["content"][0]["text"], re.M)
+        shown.update((int(k), mark) for k, mark in lines)
+        assert set(where["matching_lines"]) <= {int(k) for k, _ in lines}
+        assert len(res["content"][0]["text"]) <= 20000
+        if where["next_line"] is None:
+            break
+        start = where["next_line"]
+    assert shown.get(31) == ":"
