@@ -4487,7 +4487,10 @@ class _OAuth:
 
     def status(self) -> str:
         """One line for --check, with the token's expiry but never the token."""
-        _, entry = self._saved()
+        try:
+            _, entry = self._saved()
+        except _AuthError as e:  # (a login file held by another program: Windows)
+            return f"unknown, {e}"
         tokens = entry.get("tokens") or {}
         if not tokens.get("access_token"):
             return f"login needed: run python abstract.py --login {self.name}"

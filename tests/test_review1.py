@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+import abstract
+
 from conftest import World, text_of
 
 
@@ -40,3 +42,18 @@ def test_a_pattern_match_is_never_cut_from_its_window(proxy):
             break
         start = where["next_line"]
     assert shown.get(31) == ":"
+
+
+def test_check_reports_a_locked_login_file_instead_of_a_traceback(tmp_path, monkeypatch):
+    """Issue 29.9 made _TokenStore.load raise _AuthError for a login file another program holds
+    (Windows); --check's login report (status) did not catch it: a traceback, not a line."""
+    store = abstract._TokenStore(environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    auth = abstract._OAuth("s", "https://x.example/mcp", None, store)
+    store.save("s", {"server_url": "https://x.example/mcp", "issuer": "i", "issuers": {}})
+
+    def held(fn, *args, **kw):
+        e = PermissionError(13, "The process cannot access the file", args[0])
+        e.winerror = 32
+        raise e
+    monkeypatch.setattr(abstract, "_retry_shared", held)
+    assert re.match(r"unknown, s: the saved login .* stayed locked", auth.status())
