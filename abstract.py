@@ -10446,11 +10446,15 @@ def _arm_flags(tokens: List[str], depths: List[int], items: List[Tuple[int, int]
 
 def _boolean_note(table: _Table, sql: str) -> str:
     """A note for a statement that names a column of booleans and quotes 'true' or 'false':
-    SQLite holds them as 1 and 0, so the quoted word equals none of them."""
+    SQLite holds them as 1 and 0, so the quoted word equals none of them. "true" counts too
+    unless a column has that name: SQLite reads a double-quoted name that is no column as a
+    string (https://sqlite.org/quirks.html#dblquote)."""
     if not table.booleans:
         return ""
     tokens = _sql_tokens(sql)
-    if not any(t.casefold() in ("'true'", "'false'") for t in tokens):
+    columns = {c.casefold() for c in table.columns}
+    if not any(t.casefold() in ("'true'", "'false'") or t[:1] == '"' and _sql_unquoted(t) in
+               ("true", "false") and _sql_unquoted(t) not in columns for t in tokens):
         return ""
     names = {_sql_unquoted(t) for t in tokens}
     cols = [c for c in table.booleans if c.casefold() in names]

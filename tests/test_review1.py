@@ -3,6 +3,7 @@ test for each defect found, through the wire where the defect shows there."""
 
 from __future__ import annotations
 
+import json
 import re
 import tracemalloc
 
@@ -76,3 +77,17 @@ def test_a_huge_statement_is_not_tokenized_whole(proxy, world):
     short = proxy.call_tool("query_output", {"source": "one.json",
                                              "sql": "SELECT json_array(1) AS j FROM data"})
     assert short["structuredContent"]["rows"] == [{"j": [1]}]
+
+
+def test_a_boolean_compared_to_a_double_quoted_true_is_explained(proxy, world):
+    """SQLite reads "true" (no such column) as the string 'true': the count was 0 with no note,
+    as for 'true' before issue 25.5; a column named true is left alone."""
+    (world.dir / "flags.json").write_text(json.dumps(
+        [{"id": i, "active": i % 2 == 0, "true": i} for i in range(6)]))
+    res = proxy.call_tool("query_output", {
+        "source": "flags.json", "sql": 'SELECT count(*) AS n FROM data WHERE active = "false"'})
+    assert res["structuredContent"]["rows"] == [{"n": 0}]
+    assert "active holds booleans as 1 (true) and 0 (false)" in text_of(res)
+    res = proxy.call_tool("query_output", {
+        "source": "flags.json", "sql": 'SELECT count(*) AS n FROM data WHERE active = "true"'})
+    assert "Note:" not in text_of(res)  # "true" is the column here
