@@ -10495,9 +10495,9 @@ def _result_records(res: _QueryResult, sql: str, count: int) -> List[Dict[str, A
     for row in res.rows[:count]:
         cells = list(map(_json_cell, row))
         for i in made:
-            if isinstance(row[i], str):  # (SQL NULL stays null)
-                with contextlib.suppress(ValueError, RecursionError):
-                    cells[i] = json.loads(row[i], parse_constant=_reject_constant)
+            if isinstance(row[i], str):  # (SQL NULL stays null; json('1e999') stays text)
+                with contextlib.suppress(FormatError):
+                    cells[i] = _load_json(row[i])
         out.append(dict(zip(res.columns, cells)))
     return out
 

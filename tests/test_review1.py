@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import re
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
 import abstract
-
 from conftest import World, text_of
 
 
@@ -91,3 +91,23 @@ def test_a_boolean_compared_to_a_double_quoted_true_is_explained(proxy, world):
     res = proxy.call_tool("query_output", {
         "source": "flags.json", "sql": 'SELECT count(*) AS n FROM data WHERE active = "true"'})
     assert "Note:" not in text_of(res)  # "true" is the column here
+
+
+def test_sqlite_json_too_large_for_a_double_stays_text(proxy, world):
+    """json('1e999') is JSON text SQLite accepts; read as a JSON value it was infinity, which
+    went on the wire as the non-JSON word Infinity (a strict client cannot parse the answer) and
+    into stored .json and .csv files."""
+    (world.dir / "one.json").write_text('[{"a": 1}]')
+    sql = "SELECT json('1e999') AS j, json('[1e400, 2]') AS k, json_array(1.5) AS ok FROM data"
+    proxy.send_request("tools/call", {"name": "query_output",
+                                      "arguments": {"source": "one.json", "sql": sql}}, rid=901)
+    raw = proxy.wait_response(901)
+    assert raw["result"]["structuredContent"]["rows"] == [
+        {"j": "1e999", "k": "[1e400,2]", "ok": [1.5]}]
+    res = proxy.call_tool("query_output", {"source": "one.json", "sql": sql,
+                                           "file_format": "json"})
+    path = res["structuredContent"]["path"]
+    text = Path(path).read_text(encoding="utf-8")
+    assert "Infinity" not in text
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == [
+        {"j": "1e999", "k": "[1e400,2]", "ok": [1.5]}]
