@@ -11708,8 +11708,10 @@ def _check_args(tool: dict, args: dict, source: str = "the file",
                 hint: Tuple[str, str] = ("", "")) -> None:
     """Refuse arguments that miss a required property or have the wrong top-level type; the
     data comes from `source`, and a mismatch of the argument hint[0] adds hint[1]."""
-    schema = tool.get("inputSchema") or {}
-    missing = [k for k in schema.get("required") or [] if k not in args]
+    schema = tool.get("inputSchema")  # an upstream's: anything at all
+    required = schema.get("required") if isinstance(schema, dict) else None
+    missing = [k for k in required if isinstance(k, str) and k not in args] if isinstance(
+        required, list) else []
     if missing:
         raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
                         f"{source} nor tool_args provides (use data_key to put {source}'s data "

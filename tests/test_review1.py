@@ -111,3 +111,20 @@ def test_sqlite_json_too_large_for_a_double_stays_text(proxy, world):
     assert "Infinity" not in text
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == [
         {"j": "1e999", "k": "[1e400,2]", "ok": [1.5]}]
+
+
+@pytest.mark.parametrize("schema", ["x", {"required": 5}, {"required": [1, "data"]},
+                                    {"properties": ["content"]}, {"required": {"a": 1}}])
+def test_a_hostile_input_schema_is_no_internal_error(world: World, schema):
+    """_check_args (reworked for data_as) read an upstream's inputSchema as a dict with a list of
+    names under required: a string schema or a number there was -32603 Internal error."""
+    tool = {"name": "odd", "description": "An upstream's odd tool.", "inputSchema": schema}
+    world.fake("up", "--tool-def", json.dumps(tool))
+    world.dir.mkdir()
+    (world.dir / "in.json").write_text('{"data": [1, 2]}')
+    proxy = world.start(str(world.dir))
+    for extra in ({}, {"data_key": "content"}):
+        res = proxy.request("tools/call", {"name": "call_tool_with_file_content", "arguments": {
+            "server": "up", "tool_name": "odd", "file_path": "in.json", **extra}})
+        assert "error" not in res, res  # the call goes through, or the model is told why
+        assert '"data"' in text_of(res["result"]) or "requires data" in text_of(res["result"])
