@@ -4828,7 +4828,10 @@ class _OAuth:
 
     def status(self) -> str:
         """One line for --check, with the token's expiry but never the token."""
-        _, entry = self._saved()
+        try:
+            _, entry = self._saved()
+        except _AuthError as e:  # (a login file held by another program: Windows)
+            return f"unknown, {e}"
         tokens = entry.get("tokens") or {}
         if not tokens.get("access_token"):
             return f"login needed: run python abstract.py --login {self.name}"
@@ -11103,8 +11106,16 @@ _SQL_TOKEN = re.compile(r"""\s+|--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*'?|"(?:[^
                         r"""|->>|->|\|\||[<>=!]=|<>|.""", re.S)
 
 
+# Longest statement _sql_tokens reads (for _json_columns and _boolean_note): a longer one (a
+# huge IN list) keeps every value as text and gets no note. Tokens cost ~100 bytes each: a 6 MB
+# statement SQLite runs in 3 s took 7 s and 600 MB more to read.
+_SQL_SCAN_MAX = 100_000
+
+
 def _sql_tokens(sql: str) -> List[str]:
-    """The statement's tokens, comments and blanks left out."""
+    """The statement's tokens, comments and blanks left out; none past _SQL_SCAN_MAX."""
+    if len(sql) > _SQL_SCAN_MAX:
+        return []
     return [t for t in _SQL_TOKEN.findall(sql) if not t[:1].isspace() and t[:2] not in ("--", "/*")]
 
 
@@ -11214,11 +11225,15 @@ def _arm_flags(tokens: List[str], depths: List[int], items: List[Tuple[int, int]
 
 def _boolean_note(table: _Table, sql: str) -> str:
     """A note for a statement that names a column of booleans and quotes 'true' or 'false':
-    SQLite holds them as 1 and 0, so the quoted word equals none of them."""
+    SQLite holds them as 1 and 0, so the quoted word equals none of them. "true" counts too
+    unless a column has that name: SQLite reads a double-quoted name that is no column as a
+    string (https://sqlite.org/quirks.html#dblquote)."""
     if not table.booleans:
         return ""
     tokens = _sql_tokens(sql)
-    if not any(t.casefold() in ("'true'", "'false'") for t in tokens):
+    columns = {c.casefold() for c in table.columns}
+    if not any(t.casefold() in ("'true'", "'false'") or t[:1] == '"' and _sql_unquoted(t) in
+               ("true", "false") and _sql_unquoted(t) not in columns for t in tokens):
         return ""
     names = {_sql_unquoted(t) for t in tokens}
     cols = [c for c in table.booleans if c.casefold() in names]
@@ -11259,9 +11274,9 @@ def _result_records(res: _QueryResult, sql: str, count: int) -> List[Dict[str, A
     for row in res.rows[:count]:
         cells = list(map(_json_cell, row))
         for i in made:
-            if isinstance(row[i], str):  # (SQL NULL stays null)
-                with contextlib.suppress(ValueError, RecursionError):
-                    cells[i] = json.loads(row[i], parse_constant=_reject_constant)
+            if isinstance(row[i], str):  # (SQL NULL stays null; json('1e999') stays text)
+                with contextlib.suppress(FormatError):
+                    cells[i] = _load_json(row[i])
         out.append(dict(zip(res.columns, cells)))
     return out
 
@@ -12168,6 +12183,18 @@ def _grep_block(text: str, rx: Any, start: int, n: int, lo: int, hi: int
     return out, hits, pos
 
 
+def _grep_fit(lines: List[str], room: int, first: bool) -> int:
+    """How many of `lines` (from the first) fit in `room` characters, a newline after each; at
+    least one when they are the `first` shown (it is cut to the window)."""
+    take = 0
+    for line in lines:
+        room -= len(line) + 1
+        if room < 0 and (take or not first):
+            break
+        take += 1
+    return take
+
+
 def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str, dict]:
     """The lines of `text` that contain `pattern` (case ignored; plain text, never a regular
     expression), with `context` lines around each, from start_line to end_line, within `limit`
@@ -12194,15 +12221,17 @@ def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str,
         n += text.count("\n", pos, start)
         lo, hi = max(n - context, shown + 1, first), min(n + context, last)
         block, found, after = _grep_block(text, rx, start, n, lo, hi)
-        if lo > shown + 1 and out:
-            block.insert(0, "--")
-        size = sum(len(b) + 1 for b in block)
-        if out and used + size > limit:
-            more = lo
+        sep = ["--"] * bool(lo > shown + 1 and out)
+        take = _grep_fit(block, limit - used - 3 * len(sep), not out)
+        if take < len(block):  # the lines that fit; the next call starts at the first that did not
+            more = lo + take
+        if not take:
             break
-        out.extend(block)
-        used += size
-        hits.extend(found)
+        out.extend(sep + block[:take])
+        used += sum(len(b) + 1 for b in sep + block[:take])
+        hits.extend(k for k in found if k < lo + take)
+        if more:
+            break
         shown, pos, n = hi, min(after, len(text)), hi + 1
         if pos >= stop:
             break
@@ -12472,8 +12501,10 @@ def _check_args(tool: dict, args: dict, source: str = "the file",
                 hint: Tuple[str, str] = ("", "")) -> None:
     """Refuse arguments that miss a required property or have the wrong top-level type; the
     data comes from `source`, and a mismatch of the argument hint[0] adds hint[1]."""
-    schema = tool.get("inputSchema") or {}
-    missing = [k for k in schema.get("required") or [] if k not in args]
+    schema = tool.get("inputSchema")  # an upstream's: anything at all
+    required = schema.get("required") if isinstance(schema, dict) else None
+    missing = [k for k in required if isinstance(k, str) and k not in args] if isinstance(
+        required, list) else []
     if missing:
         raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
                         f"{source} nor tool_args provides (use data_key to put {source}'s data "

@@ -214,6 +214,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
+    ap.add_argument("--tool-def", action="append", default=[], metavar="JSON",
+                    help="also offer this tool definition as it is (a hostile inputSchema, say); "
+                         "it works like echo_args")
     return ap.parse_args(argv)
 
 
@@ -434,6 +437,7 @@ class Fake:
                  for n, d, p in TOOLS]
         tools += [{"name": n, "description": "Like echo_args.", "inputSchema": {"type": "object"}}
                   for n in self.opts.extra_tool]
+        tools += [json.loads(t) for t in self.opts.tool_def]
         for t in tools:
             if t["name"] in REQUIRED:
                 t["inputSchema"]["required"] = REQUIRED[t["name"]]
@@ -465,7 +469,9 @@ class Fake:
         if self.opts.tasks and name == "job":
             self.job(mid, args, params)
             return
-        handler = self.tool_echo_args if name in self.opts.extra_tool else getattr(self, f"tool_{name}", None)
+        defined = {json.loads(t).get("name") for t in self.opts.tool_def}
+        handler = (self.tool_echo_args if name in self.opts.extra_tool or name in defined
+                   else getattr(self, f"tool_{name}", None))
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
             return
