@@ -14292,6 +14292,9 @@ class _Replacing:
     def flush(self) -> None:
         self._stream.flush()
 
+    def __getattr__(self, name: str) -> Any:  # buffer, fileno, isatty...: the stream's own
+        return getattr(self._stream, name)
+
 
 def _utf8_text(stream: Any, undo: contextlib.ExitStack) -> Any:
     """`stream` writing UTF-8, a character it cannot encode (a lone surrogate of a file name)
@@ -14320,7 +14323,9 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
     with contextlib.ExitStack() as undo:  # the streams as they were, for a caller in-process
         err = _utf8_text(stderr if stderr is not None else sys.stderr, undo)
         if stdout is None:  # --check, --login, --reindex write their reports there
-            _utf8_text(sys.stdout, undo)
+            out = _utf8_text(sys.stdout, undo)
+            if out is not sys.stdout:
+                undo.enter_context(contextlib.redirect_stdout(out))
         args = _parser().parse_args(argv)
         return _main(args, stdin, stdout, err,
                      dict(os.environ if environ is None else environ))

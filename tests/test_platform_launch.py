@@ -313,21 +313,23 @@ def test_check_on_a_cp1252_strict_stdout_writes_utf8(world, monkeypatch):
     assert (out.encoding, out.errors, err.encoding, err.errors) == ("cp1252", "strict") * 2
 
 
+class Ascii:
+    """A text stream without reconfigure that raises on what ASCII cannot hold."""
+    encoding = "ascii"
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, s: str) -> int:
+        s.encode("ascii")
+        self.text += s
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
 def test_a_stream_that_cannot_be_reconfigured_gets_replacements():
-    class Ascii:
-        encoding = "ascii"
-
-        def __init__(self) -> None:
-            self.text = ""
-
-        def write(self, s: str) -> int:
-            s.encode("ascii")
-            self.text += s
-            return len(s)
-
-        def flush(self) -> None:
-            pass
-
     err = Ascii()
     code = abstract.main(["--check", "x"], stderr=err, stdout=io.BytesIO(),
                          environ={"ABSTRACT_LOG_LEVEL": "Ünknown"})
@@ -434,3 +436,14 @@ def test_the_model_refuses_what_list2cmdline_writes():
         line = subprocess.list2cmdline(["C:\\npm\\npx.cmd", arg])
         with pytest.raises(AssertionError):
             assert run_by_cmd(f'"{CMD}" /d /e:ON /v:OFF /s /c "{line}"', ENV)[1:] == [arg]
+
+
+def test_a_stdout_that_cannot_be_reconfigured_gets_replacements_in_the_report(world, monkeypatch):
+    """--check's report on a sys.stdout without reconfigure (an unusual host): written with
+    replacements through the same wrapper as stderr, not a UnicodeEncodeError."""
+    world.fake("café ☃")
+    out = Ascii()
+    monkeypatch.setattr(sys, "stdout", out)
+    code = abstract.main(["--check", str(world.dir)], stderr=cp1252(False), environ=world.env())
+    assert code == 0 and "caf? ?  started" in out.text, out.text
+    assert sys.stdout is out
