@@ -9841,9 +9841,10 @@ def rows(cur, job, send):
 
 def connect(job):
     db = sqlite3.connect(job["uri"], uri=True, isolation_level=None)
-    # temp_store MEMORY: a sort too big for the heap limit fails, rather than filling the disk
+    # (a sort larger than the page cache goes on in temporary files, removed when the worker
+    # ends however it ends: it takes no more memory)
     for pragma in ("query_only = ON", "hard_heap_limit = %d" % job["heap"],
-                   "cache_size = -%d" % job["cache_kb"], "temp_store = MEMORY"):
+                   "cache_size = -%d" % job["cache_kb"], "temp_store = FILE"):
         db.execute("PRAGMA " + pragma)
     if hasattr(db, "enable_load_extension"):
         db.enable_load_extension(False)
@@ -10144,6 +10145,8 @@ class _Tables:
         if spare is not None:
             spare.kill()
             spare.wait(_QUERY_KILL_S)
+            spare.stdin.close()
+            spare.stdout.close()
         for t in tables:
             t.kill_workers()
             t.close()
@@ -10264,7 +10267,9 @@ def _query_job(table: _Table, sql: str, keep: Optional[int], timeout: float, max
     return {"uri": Path(table.path).as_uri() + "?mode=ro&immutable=1", "sql": sql, "keep": keep,
             "budget": max_chars if keep is None else 4 * max_chars, "cell": max_chars,
             "floor": _QUERY_CELL, "timeout": timeout, "cpu": int(timeout) + 2, "memory": memory,
-            "heap": memory // 2, "value": _QUERY_MAX_VALUE, "cache_kb": _QUERY_CACHE_KB,
+            "heap": memory // 2, "value": _QUERY_MAX_VALUE,
+            # the page cache, and as much for a sort: within the heap, with room for values
+            "cache_kb": min(_QUERY_CACHE_KB, memory >> 13),
             "functions": sorted(_QUERY_FUNCTIONS), "vtabs": _QUERY_VTABS, "table": _QUERY_TABLE}
 
 

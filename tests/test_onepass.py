@@ -247,7 +247,7 @@ def test_id_columns_are_indexed_when_loaded_and_joins_use_them():
         "EXPLAIN QUERY PLAN SELECT a.id, b.id FROM data a JOIN data b ON b.id = a.id + 1"))
     assert "SEARCH b USING COVERING INDEX data_id_0 (id=?)" in plan and "AUTOMATIC" not in plan
     db.close()
-    assert abstract._query_job(table, "", 1, 1.0, 1, 64)["cache_kb"] == abstract._QUERY_CACHE_KB
+    assert abstract._query_job(table, "", 1, 1.0, 1, 256)["cache_kb"] == abstract._QUERY_CACHE_KB
     res = abstract._run_query(table, "SELECT count(*) FROM data a JOIN data b ON b.id = a.id + 1", 10, 5, 1 << 20)
     assert res.rows == [(299,)]
     table.close()

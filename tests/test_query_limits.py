@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import List, Tuple
 
 import pytest
 
+import abstract
 from conftest import World, proc_status, text_of, wait_for
 
 WORKER_MARK = b"import json, sqlite3, sys, time"
@@ -70,12 +73,18 @@ def something_runs(pid: int) -> bool:
     return "R" in threads or not none_running(pid)
 
 
+LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/status").exists(),
+                                reason="reads Abstract's and its workers' state in /proc (Linux)")
+
+
 # ==== 1. memory ======================================================================
 
 
+@LINUX_PROC
 def test_a_huge_value_in_every_row_leaves_abstracts_memory_flat(world):
     """Before: SELECT zeroblob(16000000) with limit 1 over 100 records took Abstract to 1.6 GB
-    (every row fetched into Abstract, 1,000 at a time); a recursive CTE over one record, 2.6 GB."""
+    (every row fetched into Abstract, 1,000 at a time); a recursive CTE over one record,
+    2.6 GB."""
     px = start(world, timeout_seconds=20)
     src = write_records(world, "h100.json", [{"id": i} for i in range(100)])
     one = write_records(world, "one.json", [{"id": 1}])
@@ -97,20 +106,20 @@ def test_a_huge_value_in_every_row_leaves_abstracts_memory_flat(world):
 def test_a_query_needing_more_than_the_worker_memory_is_stopped_and_names_the_setting(world):
     px = start(world, worker_memory_mb=64, timeout_seconds=30)
     src = write_records(world, "one.json", [{"id": 1}])
-    # a sort of 300 MB: SQLite's heap limit (and the worker's address space) stops it
-    sql = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c LIMIT 300) "
-           "SELECT x FROM c, data ORDER BY printf('%.*c', 1000000, 'a') || x")
+    # a row of 120 MB: SQLite's heap limit (and the worker's address space) stops it
+    sql = "SELECT " + ", ".join(f"printf('%.*c', 15000000, 'a') AS c{i}" for i in range(8))
     res = query(px, source=src, sql=sql)
     assert res.get("isError"), text_of(res)[:300]
     assert "more than 64 MB of memory" in text_of(res), text_of(res)
     assert "(query.worker_memory_mb in Abstract's settings)" in text_of(res)
-    assert query(px, source=src, sql="SELECT count(*) AS n FROM data")["structuredContent"]["rows"] \
-        == [{"n": 1}]
+    again = query(px, source=src, sql="SELECT count(*) AS n FROM data")
+    assert again["structuredContent"]["rows"] == [{"n": 1}]
 
 
 # ==== 2. time, cancel, no blocking ======================================================
 
 
+@LINUX_PROC
 def test_one_slow_function_is_stopped_at_the_time_limit_and_burns_no_more_cpu(world):
     """Before: timeout_seconds 5 answered after 53 s, the CPU burning all along."""
     px = start(world, timeout_seconds=2)
@@ -125,6 +134,7 @@ def test_one_slow_function_is_stopped_at_the_time_limit_and_burns_no_more_cpu(wo
     wait_for(lambda: none_running(px.pid), 1.0, "the worker gone")
 
 
+@LINUX_PROC
 def test_a_runaway_query_blocks_no_other_and_a_cancel_stops_it(world):
     """Before: a second query on the same source waited behind the runaway one (the table's
     lock), and after notifications/cancelled the CPU kept burning."""
@@ -154,7 +164,8 @@ def test_a_runaway_query_blocks_no_other_and_a_cancel_stops_it(world):
 
 @pytest.mark.parametrize("expr, kind", [("printf('%.*c', 1000000, 'a')", "text"),
                                         ("CAST(printf('%.*c', 1000000, 'a') AS BLOB)", "blob")])
-def test_the_structured_part_is_bounded_like_the_text_and_cut_cells_are_marked(world, expr, kind):
+def test_the_structured_part_is_bounded_like_the_text_and_cut_cells_are_marked(world, expr,
+                                                                               kind):
     """Before: 50 rows of a 1 MB text gave a 10.6 KB text part but a 50 MB answer (a blob:
     100 MB of hex)."""
     px = start(world)
@@ -214,8 +225,8 @@ def test_the_functions_analysts_use_are_allowed(world):
          "q": 4.0, "c": "z", "p": 5, "l": 1}], text_of(res)
     win = query(px, source=src, sql="SELECT id, row_number() OVER (ORDER BY x DESC) AS r, "
                                     "lag(id) OVER (ORDER BY id) AS p FROM data ORDER BY id")
-    assert win["structuredContent"]["rows"] == [{"id": 0, "r": 3, "p": None},
-                                                {"id": 1, "r": 2, "p": 0}, {"id": 2, "r": 1, "p": 1}]
+    assert win["structuredContent"]["rows"] == [
+        {"id": 0, "r": 3, "p": None}, {"id": 1, "r": 2, "p": 0}, {"id": 2, "r": 1, "p": 1}]
 
 
 # ==== 9. hostile keys ==================================================================
@@ -241,3 +252,40 @@ def test_records_with_more_keys_than_sqlite_has_columns_get_a_clear_error(world)
     res = query(px, source=src, sql="SELECT count(*) FROM data")
     assert res.get("isError"), text_of(res)
     assert "more than 2,000 distinct keys" in text_of(res) and "records_pointer" in text_of(res)
+
+
+def test_hostile_sql_text_gets_a_tool_error(world):
+    px = start(world)
+    src = write_records(world, "rows.json", [{"id": 1}])
+    for sql in ('SELECT 1 AS "a\0b"', "SELECT '\ud800'", "SELECT char(55296)"):
+        res = query(px, source=src, sql=sql)
+        assert res.get("isError") and text_of(res).startswith("The query failed (SQLite: "), sql
+
+
+# ==== the worker process on each platform =================================================
+
+
+def test_the_worker_starts_as_each_platform_wants(monkeypatch):
+    """Windows: no console window flashing up; POSIX: a session of its own (recorded, not run)."""
+    seen = []
+    monkeypatch.setattr(abstract.subprocess, "Popen", lambda argv, **kw: seen.append((argv, kw)))
+    for windows in (True, False):
+        monkeypatch.setattr(abstract, "_WINDOWS", windows)
+        abstract._start_worker()
+    (argv, win), (_, posix) = seen
+    assert argv == [sys.executable, "-I", "-S", "-c", abstract._QUERY_WORKER]
+    assert win["creationflags"] == getattr(subprocess, "CREATE_NO_WINDOW", 0)
+    assert "start_new_session" not in win and posix["start_new_session"]
+    assert "creationflags" not in posix
+
+
+@pytest.mark.skipif(sys.platform != "win32", reason="Windows only: TerminateProcess ends the "
+                                                     "worker and no RLIMIT applies there")
+def test_on_windows_the_time_and_heap_limits_hold(world):
+    px = start(world, timeout_seconds=2, worker_memory_mb=64)
+    src = write_records(world, "one.json", [{"id": 1}])
+    t0 = time.monotonic()
+    assert "longer than 2 s" in text_of(query(px, source=src, sql=SLOW_INSTR))
+    assert time.monotonic() - t0 < 4.5
+    sql = "SELECT " + ", ".join(f"printf('%.*c', 15000000, 'a') AS c{i}" for i in range(8))
+    assert "more than 64 MB of memory" in text_of(query(px, source=src, sql=sql))
