@@ -9758,6 +9758,7 @@ _QUERY_CELL = 200  # characters of a cell in the answer's table
 _ID_COLUMN = re.compile(r"(?:(?i:id)|.*_(?i:id)|.*[a-z0-9]Id)\Z")
 _QUERY_CACHE_KB = 16384  # SQLite page cache of a query: sorts (GROUP BY, ORDER BY) stay in memory
 _QUERY_KILL_S = 2.0  # how long a worker that sent its answer, or was killed, is waited for
+_QUERY_WORKERS_MAX = 16  # queries running at once (each in a worker of query.worker_memory_mb)
 # SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
 _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
                 4: "CREATE TEMP TABLE",
@@ -9780,13 +9781,15 @@ _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
 # {"total": rows}, {"over": bytes} or {"error": message, "kind": class, "refused": [...]}.
 # A row is fetched, counted against the byte budget and written one at a time.
 _QUERY_WORKER = r'''
-import json, sqlite3, sys, time
+import json, os, sqlite3, sys, time
+try:
+    import resource
+except ImportError:  # Windows: SQLite's heap limit, and the kill at the time limit
+    resource = None
 
 
 def limit(job):
-    try:
-        import resource
-    except ImportError:  # Windows: SQLite's heap limit, and the kill at the time limit
+    if resource is None:
         return
     try:  # Linux: what the interpreter already maps, plus the budget
         with open("/proc/self/statm") as f:
@@ -9842,9 +9845,10 @@ def rows(cur, job, send):
 def connect(job):
     db = sqlite3.connect(job["uri"], uri=True, isolation_level=None)
     # (a sort larger than the page cache goes on in temporary files, removed when the worker
-    # ends however it ends: it takes no more memory)
+    # ends however it ends: it takes no more memory; the table is read mapped, not copied)
     for pragma in ("query_only = ON", "hard_heap_limit = %d" % job["heap"],
-                   "cache_size = -%d" % job["cache_kb"], "temp_store = FILE"):
+                   "cache_size = -%d" % job["cache_kb"], "temp_store = FILE",
+                   "mmap_size = %d" % job["mmap"]):
         db.execute("PRAGMA " + pragma)
     if hasattr(db, "enable_load_extension"):
         db.enable_load_extension(False)
@@ -9888,6 +9892,7 @@ def main():
     except BaseException as e:  # MemoryError, sqlite3.Error, Warning: said, never raised
         send({"error": str(e)[:1000], "kind": type(e).__name__, "refused": refused[:20]})
     out.flush()
+    os._exit(0)  # at once: the interpreter's finalization would add ~10 ms to every query
 
 
 main()
@@ -9940,14 +9945,12 @@ class _Table:
     """One source's records in a database file of their own, read by the queries' workers.
     The file is removed once the table is closed (evicted) and no query reads it any more."""
 
-    __slots__ = ("path", "columns", "rows", "size", "notes", "lock", "users", "workers", "closed",
-                 "load_s")
+    __slots__ = ("path", "columns", "rows", "size", "notes", "lock", "users", "closed", "load_s")
 
     def __init__(self, path: str, columns: List[str], rows: int, notes: List[str]) -> None:
         self.path, self.columns, self.rows, self.notes = path, columns, rows, notes
         self.lock = threading.Lock()
         self.users = 0  # queries reading the file now
-        self.workers: set = set()  # their worker processes (killed by kill_workers)
         self.closed = False
         # seconds its loading took, until the first query says so
         self.load_s: Optional[float] = None
@@ -9975,12 +9978,6 @@ class _Table:
             gone = not self.users
         if gone:
             self._remove()
-
-    def kill_workers(self) -> None:
-        with self.lock:
-            procs = list(self.workers)
-        for proc in procs:
-            proc.kill()
 
     def _remove(self) -> None:
         with contextlib.suppress(OSError):
@@ -10078,6 +10075,9 @@ def _start_worker() -> Any:
         kw["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
     else:  # out of the terminal's process group: a Ctrl-C there goes to Abstract only
         kw["start_new_session"] = True
+    if not sys.executable or getattr(sys, "frozen", False):  # (a frozen app is not a Python)
+        raise ToolError("query_output needs a Python interpreter to run its queries in, and "
+                        "this Abstract has none (sys.executable is not one).")
     try:
         # -I: no PYTHON* variables, user site or script directory; -S: no site (faster start)
         return subprocess.Popen([sys.executable, "-I", "-S", "-c", _QUERY_WORKER], **kw)
@@ -10094,16 +10094,26 @@ class _Tables:
         self._lock = threading.Lock()
         self._tables: "collections.OrderedDict[Any, _Table]" = collections.OrderedDict()
         self._spare: Any = None  # a worker started ahead, waiting for its job
+        self._live: set = set()  # the workers given out (those not ended yet)
         self._closed = False
 
     def worker(self) -> Any:
         """A query's worker: the one started ahead when it is still there (its interpreter has
-        started meanwhile: ~20 ms less to wait), and another started ahead for the next."""
+        started meanwhile: ~20 ms less to wait), and another started ahead for the next. At most
+        _QUERY_WORKERS_MAX run at once: past it a query is refused, never kept waiting."""
+        with self._lock:
+            self._live = {p for p in self._live if p.poll() is None}
+            if len(self._live) >= _QUERY_WORKERS_MAX:
+                raise ToolError(f"{_QUERY_WORKERS_MAX} queries are running already, the most at "
+                                f"once; run this one when one of them has answered (each ends "
+                                f"by query.timeout_seconds).")
         spare = None if self._closed else _start_worker()
         with self._lock:
             proc, self._spare = self._spare, spare
         if proc is None or proc.poll() is not None:
             proc = _start_worker()
+        with self._lock:
+            self._live.add(proc)
         return proc
 
     def get(self, key: Any) -> Optional[_Table]:
@@ -10142,13 +10152,15 @@ class _Tables:
             tables = list(self._tables.values())
             self._tables.clear()
             spare, self._spare, self._closed = self._spare, None, True
+            live = list(self._live)
+        for proc in live:  # (their queries answer that they failed)
+            proc.kill()
         if spare is not None:
             spare.kill()
             spare.wait(_QUERY_KILL_S)
             spare.stdin.close()
             spare.stdout.close()
         for t in tables:
-            t.kill_workers()
             t.close()
 
 
@@ -10217,12 +10229,11 @@ def _read_worker(out: Any, limit: int) -> Tuple[List[str], List[tuple], dict]:
         return columns, rows, {}
 
 
-def _in_worker(table: _Table, job: dict, limit: int, deadline: float,
+def _in_worker(job: dict, limit: int, deadline: float,
                on_cancel: Optional[Callable[[Callable[[], None]], None]],
                spawn: Callable[[], Any]) -> Tuple[List[str], List[tuple], dict, List[str]]:
-    """Run `job` in a new worker (from `spawn`) over the table's file: (columns, rows, end,
-    why it was killed: "time" at the deadline, "cancel" when the request is cancelled, or
-    nothing)."""
+    """Run `job` in a new worker (from `spawn`): (columns, rows, end, why it was killed:
+    "time" at the deadline, "cancel" when the request is cancelled, or nothing)."""
     proc = spawn()
     stopped: List[str] = []
 
@@ -10230,8 +10241,6 @@ def _in_worker(table: _Table, job: dict, limit: int, deadline: float,
         stopped.append(why)
         proc.kill()  # (Popen.kill does nothing to a process already waited for)
 
-    with table.lock:
-        table.workers.add(proc)
     timer = threading.Timer(max(0.0, deadline - time.monotonic()), stop, ("time",))
     timer.daemon = True
     timer.start()
@@ -10255,8 +10264,6 @@ def _in_worker(table: _Table, job: dict, limit: int, deadline: float,
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(_QUERY_KILL_S)
         proc.stdout.close()
-        with table.lock:
-            table.workers.discard(proc)
     return columns, rows, end, stopped
 
 
@@ -10268,8 +10275,9 @@ def _query_job(table: _Table, sql: str, keep: Optional[int], timeout: float, max
             "budget": max_chars if keep is None else 4 * max_chars, "cell": max_chars,
             "floor": _QUERY_CELL, "timeout": timeout, "cpu": int(timeout) + 2, "memory": memory,
             "heap": memory // 2, "value": _QUERY_MAX_VALUE,
-            # the page cache, and as much for a sort: within the heap, with room for values
-            "cache_kb": min(_QUERY_CACHE_KB, memory >> 13),
+            # the page cache, and as much for a sort: within the heap, with room for values;
+            # the table's file mapped (a quarter: mapping counts in the address space)
+            "cache_kb": min(_QUERY_CACHE_KB, memory >> 13), "mmap": memory // 4,
             "functions": sorted(_QUERY_FUNCTIONS), "vtabs": _QUERY_VTABS, "table": _QUERY_TABLE}
 
 
@@ -10289,8 +10297,7 @@ def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max
     job = _query_job(table, sql, keep, timeout, max_chars, memory_mb)
     try:
         # (the slack: rows of cells cut to _QUERY_CELL past the budget, a table's worth)
-        columns, rows, end, stopped = _in_worker(table, job,
-                                                 job["budget"] + 64 * max_chars + (1 << 20),
+        columns, rows, end, stopped = _in_worker(job, job["budget"] + 64 * max_chars + (1 << 20),
                                                  start + timeout, on_cancel, spawn)
     finally:
         table.release()

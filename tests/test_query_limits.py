@@ -22,7 +22,7 @@ import pytest
 import abstract
 from conftest import World, proc_status, text_of, wait_for
 
-WORKER_MARK = b"import json, sqlite3, sys, time"
+WORKER_MARK = b"import json, os, sqlite3, sys, time"
 # one slow C function: about 50 s of a core on the machine; no progress handler runs
 # inside it, so only a process kill stops it
 SLOW_INSTR = ("SELECT instr(printf('%.*c', 2400000, 'a'), printf('%.*c', 1200000, 'a') || 'b') "
@@ -289,3 +289,18 @@ def test_on_windows_the_time_and_heap_limits_hold(world):
     assert time.monotonic() - t0 < 4.5
     sql = "SELECT " + ", ".join(f"printf('%.*c', 15000000, 'a') AS c{i}" for i in range(8))
     assert "more than 64 MB of memory" in text_of(query(px, source=src, sql=sql))
+
+
+def test_at_most_so_many_workers_run_at_once_and_the_next_query_is_refused(monkeypatch):
+    class Running:
+        def poll(self):
+            return None
+
+    monkeypatch.setattr(abstract, "_start_worker", Running)
+    monkeypatch.setattr(abstract, "_QUERY_WORKERS_MAX", 2)
+    tables = abstract._Tables()
+    tables.worker(), tables.worker()
+    with pytest.raises(abstract.ToolError, match=r"^2 queries are running already, the most at"):
+        tables.worker()
+    Running.poll = lambda self: 0  # they ended: room again
+    assert isinstance(tables.worker(), Running)
