@@ -9759,6 +9759,7 @@ _ID_COLUMN = re.compile(r"(?:(?i:id)|.*_(?i:id)|.*[a-z0-9]Id)\Z")
 _QUERY_CACHE_KB = 16384  # SQLite page cache of a query: sorts (GROUP BY, ORDER BY) stay in memory
 _QUERY_KILL_S = 2.0  # how long a worker that sent its answer, or was killed, is waited for
 _QUERY_WORKERS_MAX = 16  # queries running at once (each in a worker of query.worker_memory_mb)
+_QUERY_IDLE_MAX = 4  # workers kept warm between queries (two a table at most)
 # SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
 _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
                 4: "CREATE TEMP TABLE",
@@ -9788,20 +9789,25 @@ except ImportError:  # Windows: SQLite's heap limit, and the kill at the time li
     resource = None
 
 
-def limit(job):
+def limit(job, first):
     if resource is None:
         return
-    try:  # Linux: what the interpreter already maps, plus the budget
-        with open("/proc/self/statm") as f:
-            base = int(f.read().split()[0]) * resource.getpagesize()
-    except (OSError, ValueError):
-        base = 256 << 20
-    for what, value in ((getattr(resource, "RLIMIT_AS", None), base + job["memory"]),
-                        (resource.RLIMIT_CPU, job["cpu"])):
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    # the CPU time: this job's share on top of what is used so far (the soft limit only, so the
+    # next job can raise it); the address space once: what the interpreter maps, plus the budget
+    todo = [(resource.RLIMIT_CPU, int(used.ru_utime + used.ru_stime) + job["cpu"], False)]
+    if first:
+        try:  # (Linux; elsewhere a generous allowance for the interpreter)
+            with open("/proc/self/statm") as f:
+                base = int(f.read().split()[0]) * resource.getpagesize()
+        except (OSError, ValueError):
+            base = 256 << 20
+        todo.append((getattr(resource, "RLIMIT_AS", None), base + job["memory"], True))
+    for what, value, hard_too in todo:
         try:  # (macOS accepts RLIMIT_AS but does not enforce it)
             hard = resource.getrlimit(what)[1]
             value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(what, (value, value))
+            resource.setrlimit(what, (value, value if hard_too else hard))
         except (TypeError, ValueError, OSError):
             pass
 
@@ -9861,17 +9867,15 @@ def connect(job):
 
 
 def main():
-    job = json.loads(sys.stdin.readline())
-    limit(job)
     out = sys.stdout.buffer
-    refused = []
-    allowed, vtabs, table = frozenset(job["functions"]), tuple(job["vtabs"]), job["table"]
+    db = uri = None
+    refused, deadline = [], [0.0]
 
     def authorize(action, arg1, arg2, dbname, source):
         if action in (21, 33):  # SELECT, RECURSIVE (a WITH RECURSIVE)
             return 0
         # READ of data's columns, the json functions' columns, or of no column (count(*))
-        if action == 20 and (arg1 == table or arg1 in vtabs or arg2 == ""):
+        if action == 20 and (arg1 == job["table"] or arg1 in job["vtabs"] or arg2 == ""):
             return 0
         if action == 31 and str(arg2).lower() in allowed:
             return 0
@@ -9881,18 +9885,25 @@ def main():
     def send(obj):
         out.write(obj if isinstance(obj, bytes) else json.dumps(obj).encode() + b"\n")
 
-    try:
-        db = connect(job)
-        db.set_authorizer(authorize)
-        deadline = time.monotonic() + job["timeout"]
-        db.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
-        cur = db.execute(job["sql"])
-        send({"columns": [str(d[0]) for d in cur.description or ()]})
-        send(rows(cur, job, send))
-    except BaseException as e:  # MemoryError, sqlite3.Error, Warning: said, never raised
-        send({"error": str(e)[:1000], "kind": type(e).__name__, "refused": refused[:20]})
-    out.flush()
-    os._exit(0)  # at once: the interpreter's finalization would add ~10 ms to every query
+    for line in sys.stdin.buffer:  # one job a line, until Abstract closes the pipe
+        job = json.loads(line)
+        limit(job, uri is None)
+        allowed = frozenset(job["functions"])
+        del refused[:]
+        try:
+            if uri != job["uri"]:
+                db, uri = connect(job), job["uri"]
+                db.set_authorizer(authorize)
+                db.set_progress_handler(lambda: time.monotonic() > deadline[0], 1000)
+            deadline[0] = time.monotonic() + job["timeout"]
+            cur = db.execute(job["sql"])
+            send({"columns": [str(d[0]) for d in cur.description or ()]})
+            send(rows(cur, job, send))
+            cur.close()
+        except BaseException as e:  # MemoryError, sqlite3.Error, Warning: said, never raised
+            send({"error": str(e)[:1000], "kind": type(e).__name__, "refused": refused[:20]})
+        out.flush()
+    os._exit(0)  # at once: the interpreter's finalization would only take time
 
 
 main()
@@ -10086,35 +10097,84 @@ def _start_worker() -> Any:
                         f"{e}).") from None
 
 
+def _end_worker(proc: Any, kill: bool = False) -> None:
+    """End a worker and reap it: its stdin closed (an idle one ends by itself), killed when
+    `kill` says so or when it does not end in _QUERY_KILL_S."""
+    if kill:
+        proc.kill()
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(_QUERY_KILL_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(_QUERY_KILL_S)
+    proc.stdout.close()
+
+
 class _Tables:
     """Loaded tables by source, within a size budget: the least recently used are closed
-    first, and the newest always stays (a source bigger than the budget still answers)."""
+    first, and the newest always stays (a source bigger than the budget still answers).
+
+    It also hands out the queries' workers: a warm one that answered a query on the same table
+    before (its page cache is full: the next query is as quick as one in Abstract's own
+    process), else one started ahead. At most _QUERY_WORKERS_MAX run at once, and
+    _QUERY_IDLE_MAX (two a table) wait warm; a worker that failed or was killed is never kept."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tables: "collections.OrderedDict[Any, _Table]" = collections.OrderedDict()
-        self._spare: Any = None  # a worker started ahead, waiting for its job
+        self._spare: Any = None  # a worker started ahead, waiting for its first job
+        self._idle: List[Tuple[str, Any]] = []  # (table file, warm worker), oldest first
         self._live: set = set()  # the workers given out (those not ended yet)
         self._closed = False
 
-    def worker(self) -> Any:
-        """A query's worker: the one started ahead when it is still there (its interpreter has
-        started meanwhile: ~20 ms less to wait), and another started ahead for the next. At most
-        _QUERY_WORKERS_MAX run at once: past it a query is refused, never kept waiting."""
+    def worker(self, path: str) -> Any:
+        """A worker for a query on the table file `path`; ToolError past _QUERY_WORKERS_MAX."""
         with self._lock:
             self._live = {p for p in self._live if p.poll() is None}
             if len(self._live) >= _QUERY_WORKERS_MAX:
                 raise ToolError(f"{_QUERY_WORKERS_MAX} queries are running already, the most at "
                                 f"once; run this one when one of them has answered (each ends "
                                 f"by query.timeout_seconds).")
-        spare = None if self._closed else _start_worker()
-        with self._lock:
-            proc, self._spare = self._spare, spare
+            warm = [i for i, (p, proc) in enumerate(self._idle) if p == path]
+            proc = self._idle.pop(warm[-1])[1] if warm else None
         if proc is None or proc.poll() is not None:
-            proc = _start_worker()
+            spare = None if self._closed else _start_worker()
+            with self._lock:
+                proc, self._spare = self._spare, spare
+            if proc is None or proc.poll() is not None:
+                proc = _start_worker()
         with self._lock:
             self._live.add(proc)
         return proc
+
+    def done(self, path: str, proc: Any, ok: bool) -> None:
+        """A worker back from a query: kept warm for the next on the same table when it
+        answered (`ok`) and there is room, else ended (killed unless `ok`)."""
+        with self._lock:
+            self._live.discard(proc)
+            keep = (ok and not self._closed and sum(p == path for p, _ in self._idle) < 2
+                    and any(t.path == path for t in self._tables.values()))
+            if keep:
+                self._idle.append((path, proc))
+            ended = [] if keep else [proc]
+            if len(self._idle) > _QUERY_IDLE_MAX:
+                ended.append(self._idle.pop(0)[1])
+        for p in ended:
+            _end_worker(p, kill=p is proc and not ok)
+
+    def _forget(self, tables: List[_Table]) -> None:
+        """Close dropped tables, their warm workers ended first (Windows removes no open file)."""
+        paths = {t.path for t in tables}
+        with self._lock:
+            ended = [proc for p, proc in self._idle if p in paths]
+            self._idle = [(p, proc) for p, proc in self._idle if p not in paths]
+        for proc in ended:
+            _end_worker(proc)
+        for t in tables:  # (a query reading one still ends normally: see _Table.close)
+            t.close()
 
     def get(self, key: Any) -> Optional[_Table]:
         with self._lock:
@@ -10133,21 +10193,19 @@ class _Tables:
                 _, first = self._tables.popitem(last=False)
                 total -= first.size
                 dropped.append(first)
-        for t in dropped:  # (a query reading one still ends normally: see _Table.close)
-            t.close()
+        self._forget(dropped)
 
     def drop(self, key: Any) -> None:
         with self._lock:
             table = self._tables.pop(key, None)
-        if table is not None:
-            table.close()
+        self._forget([table] if table is not None else [])
 
     def sizes(self) -> List[int]:
         with self._lock:
             return [t.size for t in self._tables.values()]
 
     def close(self) -> None:
-        """At shutdown: kill the queries' workers and remove every table's file."""
+        """At shutdown: kill the running workers, end the others, remove every table's file."""
         with self._lock:
             tables = list(self._tables.values())
             self._tables.clear()
@@ -10156,12 +10214,8 @@ class _Tables:
         for proc in live:  # (their queries answer that they failed)
             proc.kill()
         if spare is not None:
-            spare.kill()
-            spare.wait(_QUERY_KILL_S)
-            spare.stdin.close()
-            spare.stdout.close()
-        for t in tables:
-            t.close()
+            _end_worker(spare)
+        self._forget(tables)
 
 
 class _Closed(Error):
@@ -10231,39 +10285,46 @@ def _read_worker(out: Any, limit: int) -> Tuple[List[str], List[tuple], dict]:
 
 def _in_worker(job: dict, limit: int, deadline: float,
                on_cancel: Optional[Callable[[Callable[[], None]], None]],
-               spawn: Callable[[], Any]) -> Tuple[List[str], List[tuple], dict, List[str]]:
-    """Run `job` in a new worker (from `spawn`): (columns, rows, end, why it was killed:
-    "time" at the deadline, "cancel" when the request is cancelled, or nothing)."""
-    proc = spawn()
+               take: Callable[[], Any], give: Callable[[Any, bool], None]
+               ) -> Tuple[List[str], List[tuple], dict, List[str]]:
+    """Run `job` in a worker from `take`, given back to `give` with whether it answered:
+    (columns, rows, end, why it was killed: "time" at the deadline, "cancel" when the request
+    is cancelled, or nothing)."""
+    proc = take()
     stopped: List[str] = []
+    guard = threading.Lock()
+    answered: List[bool] = []  # set once the query is over: no kill after that
 
     def stop(why: str) -> None:
-        stopped.append(why)
-        proc.kill()  # (Popen.kill does nothing to a process already waited for)
+        with guard:
+            if answered:
+                return
+            stopped.append(why)
+        proc.kill()
 
     timer = threading.Timer(max(0.0, deadline - time.monotonic()), stop, ("time",))
     timer.daemon = True
     timer.start()
+    columns: List[str] = []
+    rows: List[tuple] = []
+    end: dict = {}
     try:
         if on_cancel is not None:
             on_cancel(lambda: stop("cancel"))
         try:
             proc.stdin.write(json.dumps(job).encode() + b"\n")
-        except OSError:  # (a worker that died at once says nothing: the caller reports it)
+            proc.stdin.flush()
+        except OSError:  # (a worker that died says nothing: the caller reports it)
             pass
-        finally:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
         columns, rows, end = _read_worker(proc.stdout, limit)
     finally:
         timer.cancel()
-        try:
-            proc.wait(_QUERY_KILL_S)
-        except subprocess.TimeoutExpired:  # it answered but has not ended, or sent too much
-            proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(_QUERY_KILL_S)
-        proc.stdout.close()
+        with guard:
+            answered.append(True)
+            # (it answered: rows, or SQLite's refusal; not when it ran out of memory or time)
+            ok = not stopped and ("total" in end or "error" in end and end.get(
+                "kind") != "MemoryError" and end.get("error") != "interrupted")
+        give(proc, ok)
     return columns, rows, end, stopped
 
 
@@ -10284,21 +10345,26 @@ def _query_job(table: _Table, sql: str, keep: Optional[int], timeout: float, max
 def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max_chars: int,
                memory_mb: float = 256.0,
                on_cancel: Optional[Callable[[Callable[[], None]], None]] = None,
-               spawn: Callable[[], Any] = _start_worker) -> _QueryResult:
-    """Run one read-only statement over `table` in a worker process (from `spawn`): the first
-    `keep` rows, cells cut to `max_chars` and fewer when they would not fit in the answer (see
-    _QUERY_WORKER), or with keep None every row, within max_chars bytes of JSON; and the number
-    of rows in all. The worker is killed at the time limit, or when the hook given to
-    `on_cancel` runs (_Cancelled). ToolError for a refused statement, a syntax error, an unknown
-    column, the time, memory or size limit."""
+               tables: Optional[_Tables] = None) -> _QueryResult:
+    """Run one read-only statement over `table` in a worker process (from `tables`; without,
+    a new one, ended after): the first `keep` rows, cells cut to `max_chars` and fewer when they
+    would not fit in the answer (see _QUERY_WORKER), or with keep None every row, within
+    max_chars bytes of JSON; and the number of rows in all. The worker is killed at the time
+    limit, or when the hook given to `on_cancel` runs (_Cancelled). ToolError for a refused
+    statement, a syntax error, an unknown column, the time, memory or size limit."""
     if not table.acquire():
         raise _Closed()
     start = time.monotonic()
     job = _query_job(table, sql, keep, timeout, max_chars, memory_mb)
+    path = table.path
     try:
+        if tables is None:
+            take, give = _start_worker, lambda proc, ok: _end_worker(proc, kill=not ok)
+        else:
+            take, give = lambda: tables.worker(path), lambda proc, ok: tables.done(path, proc, ok)
         # (the slack: rows of cells cut to _QUERY_CELL past the budget, a table's worth)
         columns, rows, end, stopped = _in_worker(job, job["budget"] + 64 * max_chars + (1 << 20),
-                                                 start + timeout, on_cancel, spawn)
+                                                 start + timeout, on_cancel, take, give)
     finally:
         table.release()
     if "total" in end:
@@ -11660,7 +11726,7 @@ def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]
         table, label = _query_table(call)
         try:
             return table, label, _run_query(table, sql, keep, timeout, max_chars, memory_mb,
-                                            call.req.on_cancel, call.ctx.tables.worker)
+                                            call.req.on_cancel, call.ctx.tables)
         except _Closed:
             if attempt == 2:
                 raise ToolError("The loaded table was dropped to make room for another while this "
