@@ -9803,6 +9803,7 @@ def limit(job, first):
         except (OSError, ValueError):
             base = 256 << 20
         todo.append((getattr(resource, "RLIMIT_AS", None), base + job["memory"], True))
+        todo.append((resource.RLIMIT_CORE, 0, True))  # (SIGXCPU would dump a core)
     for what, value, hard_too in todo:
         try:  # (macOS accepts RLIMIT_AS but does not enforce it)
             hard = resource.getrlimit(what)[1]
