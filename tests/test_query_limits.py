@@ -327,3 +327,26 @@ def test_a_worker_that_answered_stays_warm_for_its_table_and_one_that_failed_doe
     finally:
         tables.close()
     assert not Path(t.path).exists()  # removed at shutdown, its workers ended first
+
+
+@LINUX_PROC
+def test_at_shutdown_the_workers_end_and_the_table_files_are_removed(world, tmp_path):
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    world.fake("up")
+    world.dir.mkdir()
+    world.settings = {"query": {"timeout_seconds": 30}}
+    px = world.start(env=world.env(TMPDIR=str(tmp), TEMP=str(tmp), TMP=str(tmp)))
+    src = write_records(world, "rows.json", [{"id": i} for i in range(10)])
+    assert query(px, source=src, sql="SELECT count(*) AS n FROM data")["structuredContent"][
+        "rows"] == [{"n": 10}]
+    slow = px.send_request("tools/call", {"name": "query_output",
+                                          "arguments": {"source": src, "sql": SLOW_INSTR}})
+    wait_for(lambda: any(s == "R" for _, s in workers(px.pid)), 10.0, "the slow query running")
+    pids = [pid for pid, _ in workers(px.pid)]
+    assert len(pids) >= 2 and [p.name for p in tmp.glob("abstract-query-*")]  # warm, spare, slow
+    px.close_stdin()
+    assert px.wait_exit(10) == 0
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), 5.0, "workers gone")
+    assert not list(tmp.glob("abstract-query-*"))
+    assert not px.has_response(slow) or px.wait_response(slow).get("result", {}).get("isError")
