@@ -10238,11 +10238,13 @@ class _QueryResult(NamedTuple):
 
 
 def _result_columns(names: Iterable[str]) -> List[str]:
-    """The statement's column names, made unique ("id", "id_2") so rows can become records."""
+    """The statement's column names, made unique ("id", "id_2") so rows can become records
+    (each cut to _QUERY_CELL characters: a name is the SQL's own text, `SELECT '...long'`)."""
     out: List[str] = []
     seen = set()
     for name in names:
-        unique, n = str(name), 1
+        name = str(name)[:_QUERY_CELL]
+        unique, n = name, 1
         while unique in seen:
             n += 1
             unique = f"{name}_{n}"

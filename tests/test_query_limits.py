@@ -184,6 +184,14 @@ def test_the_structured_part_is_bounded_like_the_text_and_cut_cells_are_marked(w
     assert cut[0] == {"row": 0, "column": "big", "chars": 1000000 * (2 if kind == "blob" else 1)}
 
 
+def test_a_long_column_name_is_cut_too(world):
+    px = start(world)
+    src = write_records(world, "rows.json", [{"id": i} for i in range(50)])
+    res = query(px, source=src, sql="SELECT id AS \"" + "n" * 100000 + "\" FROM data")
+    assert len(json.dumps(res)) < 2 * 20000 + 2000 and res["structuredContent"]["rows"]
+    assert res["structuredContent"]["columns"] == ["n" * 200]
+
+
 def test_small_values_come_back_whole(world):
     px = start(world)
     rows = [{"id": i, "name": f"n{i}", "note": "x" * 300} for i in range(20)]
