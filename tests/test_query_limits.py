@@ -20,7 +20,7 @@ from typing import List, Tuple
 import pytest
 
 import abstract
-from conftest import World, proc_status, text_of, wait_for
+from conftest import Proxy, World, proc_status, text_of, wait_for
 
 WORKER_MARK = b"import json, os, sqlite3, sys, time"
 # one slow C function: about 50 s of a core on the issue's machine; no progress handler runs
@@ -29,7 +29,7 @@ SLOW_INSTR = ("SELECT instr(printf('%.*c', 2400000, 'a'), printf('%.*c', 1200000
               "FROM data")
 
 
-def start(world: World, **query: object) -> object:
+def start(world: World, **query: object) -> Proxy:
     world.fake("up")
     world.dir.mkdir(exist_ok=True)
     world.settings = {"output_cache": {"min_size": 1000}, "query": query}
@@ -42,12 +42,12 @@ def write_records(world: World, name: str, rows: list) -> str:
     return str(path)
 
 
-def query(px, timeout: float = 120, **args) -> dict:
+def query(px: Proxy, timeout: float = 120, **args) -> dict:
     return px.call_tool("query_output", args, timeout=timeout)
 
 
 def workers(pid: int) -> List[Tuple[int, str]]:
-    """(pid, state letter) of Abstract's query workers (a spare one waits for its job: S)."""
+    """(pid, state letter) of Abstract's query workers (a warm or spare one waits: S)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -61,7 +61,7 @@ def workers(pid: int) -> List[Tuple[int, str]]:
 
 
 def none_running(pid: int) -> bool:
-    return all(state in "SZ" for _, state in workers(pid))  # sleeping (the spare) or gone
+    return all(state in "SZ" for _, state in workers(pid))  # waiting (warm, spare) or gone
 
 
 def something_runs(pid: int) -> bool:
