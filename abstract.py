@@ -5591,8 +5591,9 @@ _CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024",
                     64),
 }
-# query_output (section 14): how long one query may run, how much memory loaded tables may keep,
-# the largest file it reads, and the largest result it stores with file_format.
+# query_output (section 14): how long one query may run, how large the loaded tables may be in
+# all, the largest file it reads, the largest result it stores with file_format, and the memory
+# of the worker process each query runs in.
 _QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (lambda v: _positive(v) and v <= 3600, "a number of seconds > 0 and at most "
                                                               "3600", 5),
@@ -5600,6 +5601,8 @@ _QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
                                                              "most 65536", 512),
     "max_file_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 200),
     "max_result_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 100),
+    "worker_memory_mb": (lambda v: _positive(v) and 32 <= v <= 65536, "a number of megabytes "
+                                                                      "from 32 to 65536", 256),
 }
 # Quotas of the allowed directories: storage.max_total_mb for each of them, or
 # storage.directories.<dir>.max_total_mb for one. Abstract refuses a store then; it never deletes.
@@ -10760,22 +10763,47 @@ class _ToolIndex:
 
 
 # ==== 14. Queries (sqlite3) =======================================================
-# query_output's engine. The records of an output load into an in-memory SQLite table `data`
-# (one per source, kept for reuse within a memory budget, least recently used dropped first),
-# and one read-only SELECT runs over it: an authorizer allows only reading `data` (and the
-# json_each/json_tree functions) and calling functions, PRAGMA query_only is on, a progress
-# handler stops it at the time limit, and the rows it may hold are bounded.
+# query_output's engine. The records of an output load into a SQLite database file of their own
+# (table `data`; one per source, kept for reuse within a size budget, least recently used dropped
+# first), and each query runs in a worker process of its own (_QUERY_WORKER), which opens that
+# file read-only: an authorizer allows reading `data` (and json_each/json_tree) and calling the
+# functions of _QUERY_FUNCTIONS only, PRAGMA query_only is on, SQLite's heap is bounded, and
+# Abstract kills the worker at the time limit or a cancel, so that no statement (not even one
+# slow C function, which no progress handler interrupts) outlives them or blocks another query.
 
 _QUERY_TABLE = "data"
 _QUERY_VTABS = ("json_each", "json_tree")  # table-valued functions a query may read from
-_QUERY_DENIED_FUNCTIONS = frozenset(("load_extension",))
+# The functions a query may call (the authorizer's allow-list): SQLite's aggregates and window
+# functions, its string, math, date and time and JSON functions. Any other (fts3_tokenizer, which
+# gives out a pointer; load_extension; zeroblob; sqlite_*) is refused by name.
+_QUERY_FUNCTIONS = frozenset("""
+    avg count group_concat max min string_agg sum total median percentile percentile_cont
+    percentile_disc json_group_array json_group_object jsonb_group_array jsonb_group_object
+    row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value
+    nth_value
+    char coalesce concat concat_ws format glob hex if ifnull iif instr length like likelihood
+    likely lower ltrim nullif octet_length printf quote replace rtrim soundex substr substring trim
+    typeof unhex unicode unistr unistr_quote unlikely upper
+    abs acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor ln log log10
+    log2 mod pi pow power radians random round sign sin sinh sqrt tan tanh trunc
+    date time datetime julianday unixepoch strftime timediff current_date current_time
+    current_timestamp
+    json json_array json_array_length json_error_position json_extract json_insert json_object
+    json_patch json_pretty json_quote json_remove json_replace json_set json_type json_valid jsonb
+    jsonb_array jsonb_extract jsonb_insert jsonb_object jsonb_patch jsonb_remove jsonb_replace
+    jsonb_set -> ->>
+    """.split())
 # longest text or blob one expression may make (setlimit, 3.11+)
 _QUERY_MAX_VALUE = 16 * 1024 * 1024
+_QUERY_MAX_COLUMNS = 2000  # SQLite's default SQLITE_MAX_COLUMN: columns of a table (and a result)
 _QUERY_CELL = 200  # characters of a cell in the answer's table
 # Columns named as ids (id, user_id, orderId, ID) get an index when loaded: joins and lookups on
 # them are the common case, and SQLite would otherwise build an automatic index at every query.
 _ID_COLUMN = re.compile(r"(?:(?i:id)|.*_(?i:id)|.*[a-z0-9]Id)\Z")
-_QUERY_CACHE_KB = 16384  # SQLite page cache per table: sorts (GROUP BY, ORDER BY) stay in memory
+_QUERY_CACHE_KB = 16384  # SQLite page cache of a query: sorts (GROUP BY, ORDER BY) stay in memory
+_QUERY_KILL_S = 2.0  # how long a worker that sent its answer, or was killed, is waited for
+_QUERY_WORKERS_MAX = 16  # queries running at once (each in a worker of query.worker_memory_mb)
+_QUERY_IDLE_MAX = 4  # workers kept warm between queries (two a table at most)
 # SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
 _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
                 4: "CREATE TEMP TABLE",
@@ -10790,7 +10818,141 @@ _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
                 29: "CREATE VIRTUAL TABLE", 30: "DROP VIRTUAL TABLE", 31: "FUNCTION",
                 32: "SAVEPOINT",
                 33: "RECURSIVE"}
-_SQL_OK, _SQL_DENY = 0, 1
+
+# The program a query runs in (`python -I -S -c`, ~20 ms to start). It reads its job, one JSON
+# line, on stdin, bounds itself (POSIX: address space and CPU time; everywhere: SQLite's heap,
+# value length, attached databases), and writes JSON lines: the columns, the rows it sends (a
+# blob {"x": hex, "n": bytes}, a text it cut {"s": start, "n": characters}), then the end:
+# {"total": rows}, {"over": bytes} or {"error": message, "kind": class, "refused": [...]}.
+# A row is fetched, counted against the byte budget and written one at a time.
+_QUERY_WORKER = r'''
+import json, os, sqlite3, sys, time
+try:
+    import resource
+except ImportError:  # Windows: SQLite's heap limit, and the kill at the time limit
+    resource = None
+
+
+def limit(job, first):
+    if resource is None:
+        return
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    # the CPU time: this job's share on top of what is used so far (the soft limit only, so the
+    # next job can raise it); the address space once: what the interpreter maps, plus the budget
+    todo = [(resource.RLIMIT_CPU, int(used.ru_utime + used.ru_stime) + job["cpu"], False)]
+    if first:
+        try:  # (Linux; elsewhere a generous allowance for the interpreter)
+            with open("/proc/self/statm") as f:
+                base = int(f.read().split()[0]) * resource.getpagesize()
+        except (OSError, ValueError):
+            base = 256 << 20
+        todo.append((getattr(resource, "RLIMIT_AS", None), base + job["memory"], True))
+        todo.append((resource.RLIMIT_CORE, 0, True))  # (SIGXCPU would dump a core)
+    for what, value, hard_too in todo:
+        try:  # (macOS accepts RLIMIT_AS but does not enforce it)
+            hard = resource.getrlimit(what)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(what, (value, value if hard_too else hard))
+        except (TypeError, ValueError, OSError):
+            pass
+
+
+def cell(value, room):
+    """(the value to send, cut to `room` characters when None is not, its length as sent)."""
+    if isinstance(value, bytes):
+        cut = value if room is None or len(value) * 2 <= room else value[:room // 2]
+        return {"x": cut.hex(), "n": len(value)}, len(cut) * 2 + 16
+    if isinstance(value, str):
+        if room is not None and len(value) > room:
+            return {"s": value[:room], "n": len(value)}, room + 16
+        return value, len(value) + 3
+    return value, len(str(value)) + 1
+
+
+def rows(cur, job, send):
+    """Send the rows, one at a time: all of them within `budget` bytes (keep None), or the
+    first `keep`, each cell cut to what is left of the budget (at least `floor` characters,
+    what the answer's table shows) until they would fill the table (`width` characters)."""
+    keep, budget, width, floor = job["keep"], job["budget"], job["cell"], job["floor"]
+    total = sent = shown = 0
+    for row in cur:
+        total += 1
+        if keep is not None and (total > keep or shown > width):
+            continue
+        cells, room = [], budget - sent
+        for value in row:
+            value, used = cell(value, None if keep is None else max(floor, min(width, room)))
+            cells.append(value)
+            room -= used
+            shown += min(used, floor) + 3
+        line = json.dumps(cells, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+        sent += len(line)
+        if keep is None and sent > budget:
+            return {"over": sent}
+        send(line)
+    return {"total": total}
+
+
+def connect(job):
+    db = sqlite3.connect(job["uri"], uri=True, isolation_level=None)
+    # (a sort larger than the page cache goes on in temporary files, removed when the worker
+    # ends however it ends: it takes no more memory; the table is read mapped, not copied)
+    for pragma in ("query_only = ON", "hard_heap_limit = %d" % job["heap"],
+                   "cache_size = -%d" % job["cache_kb"], "temp_store = FILE",
+                   "mmap_size = %d" % job["mmap"]):
+        db.execute("PRAGMA " + pragma)
+    if hasattr(db, "enable_load_extension"):
+        db.enable_load_extension(False)
+    if hasattr(db, "setlimit"):  # Python 3.11+
+        db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, job["value"])
+    # the schema, read before the authorizer is in place
+    db.execute("SELECT * FROM data, json_each('[]'), json_tree('[]') LIMIT 0").fetchall()
+    return db
+
+
+def main():
+    out = sys.stdout.buffer
+    db = uri = None
+    refused, deadline = [], [0.0]
+
+    def authorize(action, arg1, arg2, dbname, source):
+        if action in (21, 33):  # SELECT, RECURSIVE (a WITH RECURSIVE)
+            return 0
+        # READ of data's columns, the json functions' columns, or of no column (count(*))
+        if action == 20 and (arg1 == job["table"] or arg1 in job["vtabs"] or arg2 == ""):
+            return 0
+        if action == 31 and str(arg2).lower() in allowed:
+            return 0
+        refused.append([action, arg1, arg2])
+        return 1
+
+    def send(obj):
+        out.write(obj if isinstance(obj, bytes) else json.dumps(obj).encode() + b"\n")
+
+    for line in sys.stdin.buffer:  # one job a line, until Abstract closes the pipe
+        job = json.loads(line)
+        limit(job, uri is None)
+        allowed = frozenset(job["functions"])
+        del refused[:]
+        try:
+            if uri != job["uri"]:
+                db, uri = connect(job), job["uri"]
+                db.set_authorizer(authorize)
+                db.set_progress_handler(lambda: time.monotonic() > deadline[0], 1000)
+            deadline[0] = time.monotonic() + job["timeout"]
+            cur = db.execute(job["sql"])
+            send({"columns": [str(d[0]) for d in cur.description or ()]})
+            send(rows(cur, job, send))
+            cur.close()
+        except BaseException as e:  # MemoryError, sqlite3.Error, Warning: said, never raised
+            send({"error": str(e)[:1000], "kind": type(e).__name__, "refused": refused[:20]})
+        out.flush()
+    os._exit(0)  # at once: the interpreter's finalization would only take time
+
+
+main()
+'''
 
 
 def _sql_name(name: str) -> str:
@@ -10813,14 +10975,16 @@ def _sql_value(value: Any) -> Any:
 
 def _sql_columns(keys: Iterable[str], seen: set) -> Tuple[List[str], List[str]]:
     """(column names for new keys, notes): SQLite folds the case of column names, so a key that
-    differs from one before only in case (or is empty) gets a numbered name. `seen`: the names
-    taken so far, casefolded (added to)."""
+    differs from one before only in case (or is empty) gets a numbered name, and one SQLite
+    cannot name (a NUL, a lone surrogate) has those replaced by U+FFFD. `seen`: the names taken
+    so far, casefolded (added to)."""
     names, notes = [], []
     for key in keys:
-        name, n = key or "column", 1
+        base = _clean_text(key).replace("\0", "\ufffd") or "column"
+        name, n = base, 1
         while name.casefold() in seen:
             n += 1
-            name = f"{key or 'column'}_{n}"
+            name = f"{base}_{n}"
         seen.add(name.casefold())
         names.append(name)
         if name != key:
@@ -10828,43 +10992,87 @@ def _sql_columns(keys: Iterable[str], seen: set) -> Tuple[List[str], List[str]]:
     return names, notes
 
 
-class _Table:
-    """One source's records in its own in-memory database, with the lock its queries take."""
-
-    __slots__ = ("db", "columns", "rows", "size", "notes", "lock", "refused", "deadline", "closed",
-                 "load_s", "booleans")
-
-    def __init__(self, db: Any, columns: List[str], rows: int, notes: List[str]) -> None:
-        self.db, self.columns, self.rows, self.notes = db, columns, rows, notes
-        self.booleans: List[str] = []  # columns of booleans (stored as 1/0) in the first records
-        self.lock = threading.Lock()
-        self.refused: List[str] = []  # what the authorizer refused in the statement being prepared
-        self.deadline = 0.0  # monotonic time the running query must end by
-        self.closed = False
-        # seconds its loading took, until the first query says so
-        self.load_s: Optional[float] = None
-        page = db.execute("PRAGMA page_size").fetchone()[0]
-        self.size = page * db.execute("PRAGMA page_count").fetchone()[0]
-
-    def close(self) -> None:
-        with self.lock:
-            self.db.close()
-            self.closed = True
-
-
 def _clean_text(value: Any) -> Any:
     """A string SQLite can take (UTF-8): lone surrogates replaced by U+FFFD."""
     return _LONE_SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
 
 
-def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
-    """The records as table `data` in a new in-memory database, then locked down for queries.
+class _Table:
+    """One source's records in a database file of their own, read by the queries' workers.
+    The file is removed once the table is closed (evicted) and no query reads it any more."""
+
+    __slots__ = ("path", "columns", "rows", "size", "notes", "lock", "users", "closed", "load_s",
+                 "booleans")
+
+    def __init__(self, path: str, columns: List[str], rows: int, notes: List[str]) -> None:
+        self.path, self.columns, self.rows, self.notes = path, columns, rows, notes
+        self.booleans: List[str] = []  # columns of booleans (stored as 1/0) in the first records
+        self.lock = threading.Lock()
+        self.users = 0  # queries reading the file now
+        self.closed = False
+        # seconds its loading took, until the first query says so
+        self.load_s: Optional[float] = None
+        self.size = os.path.getsize(path)
+
+    def acquire(self) -> bool:
+        """Count one more query reading the file (False: closed already)."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.users += 1
+            return True
+
+    def release(self) -> None:
+        with self.lock:
+            self.users -= 1
+            gone = self.closed and not self.users
+        if gone:
+            self._remove()
+
+    def close(self) -> None:
+        """Drop the table: its file goes now, or when the last query reading it ends."""
+        with self.lock:
+            self.closed = True
+            gone = not self.users
+        if gone:
+            self._remove()
+
+    def _remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000,
+                folder: Optional[str] = None) -> _Table:
+    """The records as table `data` in a new database file in `folder` (default: the temporary
+    directory), which the queries' workers open read-only.
 
     The rows are read once, a batch at a time (a cached output's view is streamed in line by
     line): a key first seen in a later batch adds a column, null in the rows before, so the
     columns are the union of the keys in first-seen order however the rows come."""
-    db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    db.execute(f"PRAGMA cache_size = -{_QUERY_CACHE_KB}")
+    fd, path = tempfile.mkstemp(prefix="abstract-query-", suffix=".sqlite3", dir=folder)
+    os.close(fd)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    try:
+        for pragma in ("journal_mode = OFF", "synchronous = OFF",
+                       f"cache_size = -{_QUERY_CACHE_KB}"):
+            db.execute(f"PRAGMA {pragma}")
+        names, notes, count, booleans = _fill_table(db, iter(rows), batch)
+        db.close()
+        table = _Table(os.path.abspath(path), names or ["value"], count, notes)
+        table.booleans = booleans
+        return table
+    except BaseException:
+        db.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+
+
+def _fill_table(db: Any, it: Iterator[Dict[str, Any]], batch: int
+                ) -> Tuple[List[str], List[str], int, List[str]]:
+    """Create and fill table `data` from the rows: (column names, notes, rows, the columns of
+    booleans in the first batch)."""
     keys: List[str] = []
     names: List[str] = []
     notes: List[str] = []
@@ -10872,48 +11080,43 @@ def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
     known: set = set()  # keys that have a column
     count = keyless = 0  # rows in all; rows before the first key (all null, whatever the columns)
     bools: Optional[set] = None  # the keys of booleans in the first batch
-    try:
-        db.execute("BEGIN")
-        it = iter(rows)
-        while True:
-            chunk = list(itertools.islice(it, batch))
-            if bools is None:
-                bools = {k for row in chunk for k, v in row.items() if v is True or v is False}
-            new = [k for k in dict.fromkeys(itertools.chain.from_iterable(chunk))
-                   if isinstance(k, str) and k not in known]
-            if new:
-                added, said = _sql_columns(new, seen)
-                if not keys:
-                    db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, added))})")
-                else:
-                    for name in added:
-                        db.execute(f"ALTER TABLE {_QUERY_TABLE} ADD COLUMN {_sql_name(name)}")
-                keys, names, notes = keys + new, names + added, notes + said
-                known.update(new)
-                if keyless:
-                    _insert(db, len(keys), [{}] * keyless, keys)
-                    keyless = 0
-            count += len(chunk)
+    db.execute("BEGIN")
+    while True:
+        chunk = list(itertools.islice(it, batch))
+        if bools is None:
+            bools = {k for row in chunk for k, v in row.items() if v is True or v is False}
+        new = [k for k in dict.fromkeys(itertools.chain.from_iterable(chunk))
+               if isinstance(k, str) and k not in known]
+        if new:
+            if len(keys) + len(new) > _QUERY_MAX_COLUMNS:
+                raise ToolError(f"The records have more than {_QUERY_MAX_COLUMNS:,} distinct keys, "
+                                f"SQLite's limit of columns in a table. Give records_pointer to a "
+                                f"list of records with fewer keys.")
+            added, said = _sql_columns(new, seen)
             if not keys:
-                keyless += len(chunk)
-            elif chunk:
-                _insert(db, len(keys), chunk, keys)
-            if len(chunk) < batch:
-                break
-        if not keys:  # no row has a key: one column, "value", null in every row
-            db.execute(f"CREATE TABLE {_QUERY_TABLE} (value)")
-            db.executemany(f"INSERT INTO {_QUERY_TABLE} VALUES (NULL)",
-                           itertools.repeat((), keyless))
-        for i, name in enumerate(n for n in names if _ID_COLUMN.match(n)):
-            db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
-        db.execute("COMMIT")
-        table = _Table(db, names or ["value"], count, notes)
-        table.booleans = [n for k, n in zip(keys, names) if k in (bools or ())]
-        _lock_down(table)
-    except BaseException:
-        db.close()
-        raise
-    return table
+                db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, added))})")
+            else:
+                for name in added:
+                    db.execute(f"ALTER TABLE {_QUERY_TABLE} ADD COLUMN {_sql_name(name)}")
+            keys, names, notes = keys + new, names + added, notes + said
+            known.update(new)
+            if keyless:
+                _insert(db, len(keys), [{}] * keyless, keys)
+                keyless = 0
+        count += len(chunk)
+        if not keys:
+            keyless += len(chunk)
+        elif chunk:
+            _insert(db, len(keys), chunk, keys)
+        if len(chunk) < batch:
+            break
+    if not keys:  # no row has a key: one column, "value", null in every row
+        db.execute(f"CREATE TABLE {_QUERY_TABLE} (value)")
+        db.executemany(f"INSERT INTO {_QUERY_TABLE} VALUES (NULL)", itertools.repeat((), keyless))
+    for i, name in enumerate(n for n in names if _ID_COLUMN.match(n)):
+        db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
+    db.execute("COMMIT")
+    return names, notes, count, [n for k, n in zip(keys, names) if k in (bools or ())]
 
 
 def _insert(db: Any, width: int, rows: List[Dict[str, Any]], keys: List[str]) -> None:
@@ -10928,47 +11131,103 @@ def _insert(db: Any, width: int, rows: List[Dict[str, Any]], keys: List[str]) ->
         db.executemany(insert, [tuple(map(_clean_text, t)) for t in values[done:]])
 
 
-def _lock_down(table: _Table) -> None:
-    """Make the table's database read-only for the queries to come: query_only, no attached
-    databases, no extensions, bounded values; the authorizer and the time limit installed once."""
-    db = table.db
-    db.execute("SELECT * FROM json_each('[]'), json_tree('[]')")  # their first use reads the schema
-    db.execute("PRAGMA query_only = ON")
-    if hasattr(db, "enable_load_extension"):
-        db.enable_load_extension(False)
-    if hasattr(db, "setlimit"):  # Python 3.11+
-        db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _QUERY_MAX_VALUE)
+def _start_worker() -> Any:
+    """A query's worker process: this Python running _QUERY_WORKER, with pipes."""
+    kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
+                          "stderr": subprocess.DEVNULL}
+    if _WINDOWS:  # no console window flashing up for each query
+        kw["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
+    else:  # out of the terminal's process group: a Ctrl-C there goes to Abstract only
+        kw["start_new_session"] = True
+    if not sys.executable or getattr(sys, "frozen", False):  # (a frozen app is not a Python)
+        raise ToolError("query_output needs a Python interpreter to run its queries in, and "
+                        "this Abstract has none (sys.executable is not one).")
+    try:
+        # -I: no PYTHON* variables, user site or script directory; -S: no site (faster start)
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _QUERY_WORKER], **kw)
+    except (OSError, ValueError) as e:
+        raise ToolError(f"query_output could not start its worker process ({sys.executable!r}: "
+                        f"{e}).") from None
 
-    def authorize(action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
-        if action in (21, 33):  # SELECT, RECURSIVE (a WITH RECURSIVE)
-            return _SQL_OK
-        # READ: of data's columns, the json functions' columns, or of no column at all (a count(*)
-        # of a table, a WITH's own table), which reveals nothing
-        if action == 20 and (arg1 == _QUERY_TABLE or arg1 in _QUERY_VTABS or arg2 == ""):
-            return _SQL_OK
-        if action == 31 and str(arg2).lower() not in _QUERY_DENIED_FUNCTIONS:
-            return _SQL_OK
-        what = _SQL_ACTIONS.get(action, f"action {action}")
-        detail = {20: f"reading table {arg1}", 31: f"the function {arg2}()", 19: f"PRAGMA {arg1}",
-                  24: "ATTACH"}.get(action, what)
-        if str(arg1).startswith("sqlite_") and action in (9, 18, 23):
-            # (CREATE, DROP: the first thing a schema change asks for)
-            detail = "changing the schema"
-        table.refused.append(detail)
-        return _SQL_DENY
 
-    db.set_authorizer(authorize)
-    db.set_progress_handler(lambda: time.monotonic() > table.deadline, 1000)
+def _end_worker(proc: Any, kill: bool = False) -> None:
+    """End a worker and reap it: its stdin closed (an idle one ends by itself), killed when
+    `kill` says so or when it does not end in _QUERY_KILL_S."""
+    if kill:
+        proc.kill()
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(_QUERY_KILL_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(_QUERY_KILL_S)
+    proc.stdout.close()
 
 
 class _Tables:
-    """Loaded tables by source, within a memory budget: the least recently used are closed
-    first, and the newest always stays (a source bigger than the budget still answers)."""
+    """Loaded tables by source, within a size budget: the least recently used are closed
+    first, and the newest always stays (a source bigger than the budget still answers).
+
+    It also hands out the queries' workers: a warm one that answered a query on the same table
+    before (its page cache is full: the next query is as quick as one in Abstract's own
+    process), else one started ahead. At most _QUERY_WORKERS_MAX run at once, and
+    _QUERY_IDLE_MAX (two a table) wait warm; a worker that failed or was killed is never kept."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tables: "collections.OrderedDict[Any, _Table]" = collections.OrderedDict()
+        self._spare: Any = None  # a worker started ahead, waiting for its first job
+        self._idle: List[Tuple[str, Any]] = []  # (table file, warm worker), oldest first
+        self._live: set = set()  # the workers given out (those not ended yet)
+        self._closed = False
+
+    def worker(self, path: str) -> Any:
+        """A worker for a query on the table file `path`; ToolError past _QUERY_WORKERS_MAX."""
+        with self._lock:
+            self._live = {p for p in self._live if p.poll() is None}
+            if len(self._live) >= _QUERY_WORKERS_MAX:
+                raise ToolError(f"{_QUERY_WORKERS_MAX} queries are running already, the most at "
+                                f"once; run this one when one of them has answered (each ends "
+                                f"by query.timeout_seconds).")
+            warm = [i for i, (p, proc) in enumerate(self._idle) if p == path]
+            proc = self._idle.pop(warm[-1])[1] if warm else None
+        if proc is None or proc.poll() is not None:
+            spare = None if self._closed else _start_worker()
+            with self._lock:
+                proc, self._spare = self._spare, spare
+            if proc is None or proc.poll() is not None:
+                proc = _start_worker()
+        with self._lock:
+            self._live.add(proc)
+        return proc
+
+    def done(self, path: str, proc: Any, ok: bool) -> None:
+        """A worker back from a query: kept warm for the next on the same table when it
+        answered (`ok`) and there is room, else ended (killed unless `ok`)."""
+        with self._lock:
+            self._live.discard(proc)
+            keep = (ok and not self._closed and sum(p == path for p, _ in self._idle) < 2
+                    and any(t.path == path for t in self._tables.values()))
+            if keep:
+                self._idle.append((path, proc))
+            ended = [] if keep else [proc]
+            if len(self._idle) > _QUERY_IDLE_MAX:
+                ended.append(self._idle.pop(0)[1])
+        for p in ended:
+            _end_worker(p, kill=p is proc and not ok)
+
+    def _forget(self, tables: List[_Table]) -> None:
+        """Close dropped tables, their warm workers ended first (Windows removes no open file)."""
+        paths = {t.path for t in tables}
+        with self._lock:
+            ended = [proc for p, proc in self._idle if p in paths]
+            self._idle = [(p, proc) for p, proc in self._idle if p not in paths]
+        for proc in ended:
+            _end_worker(proc)
+        for t in tables:  # (a query reading one still ends normally: see _Table.close)
+            t.close()
 
     def get(self, key: Any) -> Optional[_Table]:
         with self._lock:
@@ -10987,80 +11246,199 @@ class _Tables:
                 _, first = self._tables.popitem(last=False)
                 total -= first.size
                 dropped.append(first)
-        for t in dropped:  # after a running query on it ends (its lock)
-            t.close()
+        self._forget(dropped)
 
     def drop(self, key: Any) -> None:
         with self._lock:
             table = self._tables.pop(key, None)
-        if table is not None:
-            table.close()
+        self._forget([table] if table is not None else [])
 
     def sizes(self) -> List[int]:
         with self._lock:
             return [t.size for t in self._tables.values()]
 
+    def close(self) -> None:
+        """At shutdown: kill the running workers, end the others, remove every table's file."""
+        with self._lock:
+            tables = list(self._tables.values())
+            self._tables.clear()
+            spare, self._spare, self._closed = self._spare, None, True
+            live = list(self._live)
+        for proc in live:  # (their queries answer that they failed)
+            proc.kill()
+        if spare is not None:
+            _end_worker(spare)
+        self._forget(tables)
+
 
 class _Closed(Error):
-    """The table was closed (evicted) before the query got its lock."""
+    """The table was closed (evicted) before the query began to read it."""
+
+
+class _Cut(NamedTuple):
+    """A value the worker sent cut: its start (a blob's as hex) and its whole length."""
+    text: str
+    length: int  # characters (text) or bytes (blob)
+    blob: bool
 
 
 class _QueryResult(NamedTuple):
     columns: List[str]
-    rows: List[tuple]  # the rows kept (at most `keep`)
+    rows: List[tuple]  # the rows kept (at most `keep`, within the byte budget)
     total: int  # rows the statement returned
     elapsed: float  # seconds
 
 
-def _result_columns(description: Any) -> List[str]:
-    """The statement's column names, made unique ("id", "id_2") so rows can become records."""
+def _result_columns(names: Iterable[str]) -> List[str]:
+    """The statement's column names, made unique ("id", "id_2") so rows can become records
+    (each cut to _QUERY_CELL characters: a name is the SQL's own text, `SELECT '...long'`)."""
     out: List[str] = []
     seen = set()
-    for d in description or []:
-        name, n = str(d[0]), 1
-        while name in seen:
+    for name in names:
+        name = str(name)[:_QUERY_CELL]
+        unique, n = name, 1
+        while unique in seen:
             n += 1
-            name = f"{d[0]}_{n}"
-        seen.add(name)
-        out.append(name)
+            unique = f"{name}_{n}"
+        seen.add(unique)
+        out.append(unique)
     return out
 
 
-def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float,
-               max_chars: int) -> _QueryResult:
-    """Run one read-only statement over `table`: the first `keep` rows (all when None, then at
-    most about `max_chars` characters of them) and the number of rows in all. ToolError for a
-    refused statement, a syntax error, an unknown column, the time limit or the size bound."""
-    with table.lock:
-        if table.closed:
-            raise _Closed()
-        table.refused = []
-        start = time.monotonic()
-        table.deadline = start + timeout
-        kept: List[tuple] = []
-        total = used = 0
+def _worker_cell(value: Any) -> Any:
+    """A cell as the worker sent it: a blob back to bytes, a cut value as _Cut."""
+    if not isinstance(value, dict):
+        return value
+    if "x" in value:
+        hexed, n = str(value["x"]), int(value["n"])
+        return bytes.fromhex(hexed) if len(hexed) == 2 * n else _Cut(hexed, n, True)
+    return _Cut(str(value["s"]), int(value["n"]), False)
+
+
+def _read_worker(out: Any, limit: int) -> Tuple[List[str], List[tuple], dict]:
+    """(columns, rows, the end message) from a worker's stdout, at most `limit` bytes of it:
+    the end is {} when it ended without one (killed, or it died)."""
+    columns: List[str] = []
+    rows: List[tuple] = []
+    used = 0
+    try:
+        while True:
+            line = out.readline(limit - used + 1)
+            used += len(line)
+            if not line or not line.endswith(b"\n"):
+                return columns, rows, {"over": used} if used > limit else {}
+            msg = json.loads(line.decode("utf-8", "replace"))
+            if isinstance(msg, list):
+                rows.append(tuple(map(_worker_cell, msg)))
+            elif "columns" in msg:
+                columns = _result_columns(msg["columns"])
+            else:
+                return columns, rows, msg
+    except (ValueError, TypeError, KeyError, AttributeError, OSError):  # not its protocol
+        return columns, rows, {}
+
+
+def _in_worker(job: dict, limit: int, deadline: float,
+               on_cancel: Optional[Callable[[Callable[[], None]], None]],
+               take: Callable[[], Any], give: Callable[[Any, bool], None]
+               ) -> Tuple[List[str], List[tuple], dict, List[str]]:
+    """Run `job` in a worker from `take`, given back to `give` with whether it answered:
+    (columns, rows, end, why it was killed: "time" at the deadline, "cancel" when the request
+    is cancelled, or nothing)."""
+    proc = take()
+    stopped: List[str] = []
+    guard = threading.Lock()
+    answered: List[bool] = []  # set once the query is over: no kill after that
+
+    def stop(why: str) -> None:
+        with guard:
+            if answered:
+                return
+            stopped.append(why)
+        proc.kill()
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), stop, ("time",))
+    timer.daemon = True
+    timer.start()
+    columns: List[str] = []
+    rows: List[tuple] = []
+    end: dict = {}
+    try:
+        if on_cancel is not None:
+            on_cancel(lambda: stop("cancel"))
         try:
-            cur = table.db.execute(sql)
-            columns = _result_columns(cur.description)
-            while True:
-                batch = cur.fetchmany(1000)
-                if not batch:
-                    break
-                total += len(batch)
-                if keep is None:
-                    used += sum(len(str(v)) + 1 for row in batch for v in row)
-                    if used > max_chars:
-                        raise ToolError(f"The query's result is larger than "
-                                        f"{max_chars // (1 << 20)} MB (query.max_result_mb in "
-                                        f"Abstract's settings); select fewer rows or columns.")
-                    kept.extend(batch)
-                elif len(kept) < keep:
-                    kept.extend(batch[:keep - len(kept)])
-        except (sqlite3.Error, sqlite3.Warning) as e:  # Warning: a second statement (Python < 3.12)
-            raise _query_error(table, e, timeout, sql) from None
-        finally:
-            table.deadline = 0.0
-    return _QueryResult(columns, kept, total, time.monotonic() - start)
+            proc.stdin.write(json.dumps(job).encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:  # (a worker that died says nothing: the caller reports it)
+            pass
+        columns, rows, end = _read_worker(proc.stdout, limit)
+    finally:
+        timer.cancel()
+        with guard:
+            answered.append(True)
+            # (it answered: rows, or SQLite's refusal; not when it ran out of memory or time)
+            ok = not stopped and ("total" in end or "error" in end and end.get(
+                "kind") != "MemoryError" and end.get("error") != "interrupted")
+        give(proc, ok)
+    return columns, rows, end, stopped
+
+
+def _query_job(table: _Table, sql: str, keep: Optional[int], timeout: float, max_chars: int,
+               memory_mb: float) -> dict:
+    """What a worker is told: the file, the statement and every bound (see _QUERY_WORKER)."""
+    memory = int(memory_mb * (1 << 20))
+    return {"uri": Path(table.path).as_uri() + "?mode=ro&immutable=1", "sql": sql, "keep": keep,
+            "budget": max_chars if keep is None else 4 * max_chars, "cell": max_chars,
+            "floor": _QUERY_CELL, "timeout": timeout, "cpu": int(timeout) + 2, "memory": memory,
+            "heap": memory // 2, "value": _QUERY_MAX_VALUE,
+            # the page cache, and as much for a sort: within the heap, with room for values;
+            # the table's file mapped (a quarter: mapping counts in the address space)
+            "cache_kb": min(_QUERY_CACHE_KB, memory >> 13), "mmap": memory // 4,
+            "functions": sorted(_QUERY_FUNCTIONS), "vtabs": _QUERY_VTABS, "table": _QUERY_TABLE}
+
+
+def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max_chars: int,
+               memory_mb: float = 256.0,
+               on_cancel: Optional[Callable[[Callable[[], None]], None]] = None,
+               tables: Optional[_Tables] = None) -> _QueryResult:
+    """Run one read-only statement over `table` in a worker process (from `tables`; without,
+    a new one, ended after): the first `keep` rows, cells cut to `max_chars` and fewer when they
+    would not fit in the answer (see _QUERY_WORKER), or with keep None every row, within
+    max_chars bytes of JSON; and the number of rows in all. The worker is killed at the time
+    limit, or when the hook given to `on_cancel` runs (_Cancelled). ToolError for a refused
+    statement, a syntax error, an unknown column, the time, memory or size limit."""
+    if not table.acquire():
+        raise _Closed()
+    start = time.monotonic()
+    job = _query_job(table, sql, keep, timeout, max_chars, memory_mb)
+    path = table.path
+    try:
+        if tables is None:
+            take, give = _start_worker, lambda proc, ok: _end_worker(proc, kill=not ok)
+        else:
+            take, give = lambda: tables.worker(path), lambda proc, ok: tables.done(path, proc, ok)
+        # (the slack: rows of cells cut to _QUERY_CELL past the budget, a table's worth)
+        columns, rows, end, stopped = _in_worker(job, job["budget"] + 64 * max_chars + (1 << 20),
+                                                 start + timeout, on_cancel, take, give)
+    finally:
+        table.release()
+    if "total" in end:
+        return _QueryResult(columns, rows, int(end["total"]), time.monotonic() - start)
+    if "cancel" in stopped:
+        raise _Cancelled()
+    if "time" in stopped or end.get("error") == "interrupted":
+        raise ToolError(f"The query ran longer than {timeout:g} s and was stopped "
+                        f"(query.timeout_seconds in Abstract's settings). Narrow it: a WHERE, a "
+                        f"LIMIT, fewer joins.")
+    if "over" in end:
+        raise ToolError(f"The query's result is larger than {max_chars // (1 << 20)} MB "
+                        f"(query.max_result_mb in Abstract's settings); select fewer rows or "
+                        f"columns.")
+    if "error" in end:
+        raise _query_error(table.columns, end, sql, memory_mb)
+    raise ToolError(f"The query's worker process ended without an answer: most likely it needed "
+                    f"more than {memory_mb:g} MB of memory (query.worker_memory_mb in Abstract's "
+                    f"settings). Narrow it: fewer or shorter values, a LIMIT.")
 
 
 def _sql_verb(sql: str) -> str:
@@ -11070,21 +11448,34 @@ def _sql_verb(sql: str) -> str:
     return f"{m.group(1)} {m.group(2)}".upper() if m else "changing the schema"
 
 
-def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolError:
+def _refusal(action: int, arg1: Any, arg2: Any, sql: str) -> str:
+    """What the authorizer refused, for the model: "DELETE", "the function x()", ..."""
+    if str(arg1).startswith("sqlite_") and action in (9, 18, 23):
+        # (CREATE, DROP: the first thing a schema change asks for)
+        return _sql_verb(sql)
+    what = _SQL_ACTIONS.get(action, f"action {action}")
+    return {20: f"reading table {arg1}", 31: f"the function {arg2}()", 19: f"PRAGMA {arg1}",
+            24: "ATTACH"}.get(action, what)
+
+
+def _query_error(columns: List[str], end: dict, sql: str, memory_mb: float) -> ToolError:
     """A failed statement as the model's error: what was refused, or SQLite's own message."""
-    msg = str(e)
-    cols = ", ".join(table.columns)
-    if table.refused:
-        said = [_sql_verb(sql) if d == "changing the schema" else d
-                for d in dict.fromkeys(table.refused)]
+    msg = str(end.get("error"))
+    cols = ", ".join(columns)
+    refused = [r for r in end.get("refused") or () if isinstance(r, list) and len(r) == 3]
+    if refused:
+        said = dict.fromkeys(_refusal(int(a), b, c, sql) for a, b, c in refused)
         return ToolError(f"Refused: {'; '.join(said)}. query_output runs one read-only "
                          f"SELECT (WITH allowed) over the table {_QUERY_TABLE}: it may read "
-                         f"{_QUERY_TABLE} (and json_each/json_tree) and call functions, nothing "
-                         f"else.")
-    if msg == "interrupted":
-        return ToolError(f"The query ran longer than {timeout:g} s and was stopped "
-                         f"(query.timeout_seconds in Abstract's settings). Narrow it: a WHERE, a "
-                         f"LIMIT, fewer joins.")
+                         f"{_QUERY_TABLE} (and json_each/json_tree) and call SQLite's aggregate, "
+                         f"window, string, math, date and time and JSON functions, nothing else.")
+    if end.get("kind") == "MemoryError" or "out of memory" in msg:
+        return ToolError(f"The query needed more than {memory_mb:g} MB of memory and was stopped "
+                         f"(query.worker_memory_mb in Abstract's settings). Narrow it: fewer or "
+                         f"shorter values, a LIMIT.")
+    if "too big" in msg:
+        return ToolError(f"The query made a value longer than {_QUERY_MAX_VALUE >> 20} MB, the "
+                         f"longest a query may make (SQLite: {msg}).")
     if "one statement at a time" in msg:
         return ToolError("Give one statement only (a single SELECT; a trailing ';' is fine).")
     if msg.startswith("no such column"):
@@ -11096,7 +11487,7 @@ def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolE
     if "syntax error" in msg or "incomplete input" in msg or "unrecognized token" in msg:
         return ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table "
                          f"{_QUERY_TABLE}.")
-    return ToolError(f"The query failed (SQLite: {msg}).")
+    return ToolError(f"The query failed (SQLite: {msg[:500]}).")
 
 
 # SQL's tokens, enough to find names, literals and the outermost select list: comments and
@@ -11249,17 +11640,24 @@ def _cell(value: Any) -> str:
     """A value on one line of the answer's table, cut at _QUERY_CELL characters."""
     if value is None:
         return "null"
-    if isinstance(value, bytes):
+    cut = isinstance(value, _Cut)
+    if cut:
+        value = "x'" + value.text[:_QUERY_CELL] + "'" if value.blob else value.text[:_QUERY_CELL]
+    elif isinstance(value, bytes):
         value = "x'" + value[:_QUERY_CELL // 2].hex() + "'"
     text = str(value).replace("\\", "\\\\").replace("\n",
                                                     "\\n").replace("\r", "\\r").replace("|", "\\|")
-    return text if len(text) <= _QUERY_CELL else text[:_QUERY_CELL - 1] + "…"
+    if len(text) > _QUERY_CELL or cut:
+        return text[:_QUERY_CELL - 1] + "…"
+    return text
 
 
 def _json_cell(value: Any) -> Any:
-    """A value for JSON: blobs as hex text, infinities as text."""
+    """A value for JSON: blobs as hex text, infinities as text (a cut value: its start)."""
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, _Cut):
+        return value.text
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
@@ -12711,16 +13109,23 @@ def _query_table(call: _Call) -> Tuple[_Table, str]:
 
 
 def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]:
-    """Load (or reuse) the source's table and run the call's SQL over it; a table dropped by
-    another query's load meanwhile is loaded once more."""
+    """Load (or reuse) the source's table and run the call's SQL over it in a worker; a table
+    dropped by another query's load meanwhile is loaded once more. With `keep`, cells are cut to
+    the retrieval window (no more is ever shown); without, the result is bounded by
+    query.max_result_mb."""
     sql = call.required("sql")
     settings = call.ctx.settings
     timeout = float(settings.query("timeout_seconds"))
-    max_chars = int(float(settings.query("max_result_mb")) * (1 << 20))
+    memory_mb = float(settings.query("worker_memory_mb"))
+    if keep is None:
+        max_chars = int(float(settings.query("max_result_mb")) * (1 << 20))
+    else:
+        max_chars = int(settings.cache("max_window_chars"))
     for attempt in (1, 2):
         table, label = _query_table(call)
         try:
-            return table, label, _run_query(table, sql, keep, timeout, max_chars)
+            return table, label, _run_query(table, sql, keep, timeout, max_chars, memory_mb,
+                                            call.req.on_cancel, call.ctx.tables)
         except _Closed:
             if attempt == 2:
                 raise ToolError("The loaded table was dropped to make room for another while this "
@@ -12729,8 +13134,58 @@ def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]
     raise AssertionError("unreachable")
 
 
+def _cut_level(lengths: List[int], excess: int) -> int:
+    """The longest length to cut strings of `lengths` to that removes `excess` characters, a
+    cut one ending in "…" (one more character)."""
+    low, high = 0, max(lengths, default=0)
+    while low < high:  # the largest cap whose cut removes enough
+        mid = (low + high + 1) // 2
+        if sum(n - mid - 1 for n in lengths if n > mid) >= excess:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _fit_records(columns: List[str], rows: List[tuple], budget: int, made: Sequence[int] = ()
+                 ) -> Tuple[List[dict], List[dict]]:
+    """(the rows as records in about `budget` characters of JSON, the cells cut): past it the
+    longest texts are cut to one length, the longest that fits, and end in "…" (as does a value
+    the worker cut), then rows are left off the end. A cut cell: {"row", "column", "chars"}.
+    The uncut cells of the columns `made` (SQLite made them as JSON) are the values they hold."""
+    cells = [[_json_cell(v) for v in row] for row in rows]
+    full = {(i, j): v.length * (2 if v.blob else 1) for i, row in enumerate(rows)
+            for j, v in enumerate(row) if isinstance(v, _Cut)}
+    excess = len(_compact_json([dict(zip(columns, r)) for r in cells])) - budget
+    if excess > 0:
+        cap = _cut_level([len(v) for r in cells for v in r if isinstance(v, str)], excess)
+        for i, r in enumerate(cells):
+            for j, v in enumerate(r):
+                if isinstance(v, str) and len(v) > cap:
+                    full.setdefault((i, j), len(v))
+                    r[j] = v[:cap]
+    for i, j in full:
+        cells[i][j] += "…"
+    for i, r in enumerate(cells):
+        for j in made:
+            if (i, j) not in full and isinstance(r[j], str):  # (json('1e999') stays text)
+                with contextlib.suppress(FormatError):
+                    r[j] = _load_json(r[j])
+    records, used = [], 2
+    for r in cells:
+        record = dict(zip(columns, r))
+        used += len(_compact_json(record)) + 1
+        if used > budget and records:
+            break
+        records.append(record)
+    cut = [{"row": i, "column": columns[j], "chars": n} for (i, j), n in sorted(full.items())
+           if i < len(records)]
+    return records, cut
+
+
 def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> dict:
-    """The rows as a compact table within the retrieval window, and as records."""
+    """The rows as a compact table within the retrieval window, and as records within it too
+    (long cells cut and listed under "cut"; a column SQLite made as JSON as its values)."""
     sql = call.required("sql")
     window = int(call.ctx.settings.cache("max_window_chars"))
     shown_text, shown = _query_table_text(res.columns, res.rows, max(window - 500, 1000))
@@ -12748,10 +13203,12 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
                      f"SQL, or limit (at most {_QUERY_LIMIT_MAX:,}); to keep them all, file_format "
                      f"stores the whole result as a file.]")
     lines.extend(f"Note: {n}." for n in table.notes[:5] + [_boolean_note(table, sql)] if n)
-    records = _result_records(res, sql, shown)
-    info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total,
-            "returned": shown,
-            "elapsed_ms": round(ms, 2)}
+    records, cut = _fit_records(res.columns, res.rows[:shown], max(window - 1000, 1000),
+                                _json_columns(sql, len(res.columns)))
+    info = {"source": label, "columns": res.columns[:_QUERY_MAX_COLUMNS], "rows": records,
+            "row_count": res.total, "returned": len(records), "elapsed_ms": round(ms, 2)}
+    if cut:
+        info["cut"], info["cut_count"] = cut[:20], len(cut)
     if loaded is not None:
         info["load_ms"] = round(loaded * 1000, 2)
     return _text_result("\n".join(lines), info)
@@ -13701,6 +14158,7 @@ class Server:
         self._pool.close()  # (the reader closed it at EOF; after a signal it may still be reading)
         self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
         _TEMPS.sweep()
+        self.ctx.tables.close()  # query_output's workers killed, its tables' files removed
 
     def on_signal(self, signum: int) -> None:
         """SIGTERM, SIGINT or SIGHUP (called in the main thread by _on_signals' handler): stop
