@@ -6652,10 +6652,12 @@ def _prctl_subreaper(on: bool) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def _children_of(pid: int) -> Dict[int, str]:
-    """Linux: each child of `pid` -> its state letter ("Z": exited, not yet reaped), from
-    /proc/<pid>/stat (its fields after the command's closing parenthesis: state, ppid...)."""
-    out: Dict[int, str] = {}
+def _children_of(pid: int) -> Dict[int, Tuple[str, int, int]]:
+    """Linux: each child of `pid` -> (its state letter ("Z": exited, not yet reaped), its session,
+    its start time in clock ticks since boot), from /proc/<pid>/stat (its fields after the
+    command's closing parenthesis: state, ppid, pgrp, session... starttime is the 20th). A zombie
+    keeps all three: its start time tells it from a later process given the same pid."""
+    out: Dict[int, Tuple[str, int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -6666,7 +6668,8 @@ def _children_of(pid: int) -> Dict[int, str]:
                 with open(f"/proc/{name}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
                 if int(fields[1]) == pid:
-                    out[int(name)] = fields[0].decode("ascii", "replace")
+                    out[int(name)] = (fields[0].decode("ascii", "replace"), int(fields[3]),
+                                      int(fields[19]))
             except (OSError, IndexError, ValueError):
                 pass  # gone meanwhile
     return out
@@ -6690,8 +6693,8 @@ class _Descendants:
 
     - Linux, while Abstract serves its own stdio (adopt()): Abstract is the subreaper of its
       descendants (prctl PR_SET_CHILD_SUBREAPER), so an orphan becomes its child rather than
-      init's. reap() reaps those that exited (a subreaper must, or they stay zombies), never
-      an upstream's own process (Popen waits for that: its exit status is the crash message);
+      init's. reap() reaps those that exited (a subreaper must, or they stay zombies), never a
+      process Popen started (an upstream, a browser, a worker: its wait() takes its exit status);
       end() kills those left at the exit.
     - Windows: each upstream process is put in a Job Object of its own (_WinJob, kill-on-close).
     - macOS has neither: a descendant that leaves its upstream's process group can outlive
@@ -6703,7 +6706,8 @@ class _Descendants:
         self._procs: Set[int] = set()  # the pid of each upstream process not released
         self._jobs: Dict[int, _WinJob] = {}  # Windows: pid -> its job
         self._win: Any = None  # Windows: (kernel32, the limits' Structure), once loaded
-        self._zombies: Set[int] = set()  # Linux: adopted children found exited by the last reap
+        # Linux: the children seen running with an upstream's mark (_an_upstreams): pid -> start
+        self._marked: Dict[int, int] = {}
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self.adopting = False
@@ -6771,14 +6775,29 @@ class _Descendants:
         while not self._stop.wait(_REAP_EVERY_S):
             self.reap()
 
-    def reap(self, at_once: bool = False) -> None:
-        """Reap the adopted children that exited. A zombie is reaped once two passes in a row
-        found it (unless `at_once`): a process Popen just started is added a moment later."""
-        kids = _children_of(os.getpid())
+    def reap(self) -> None:
+        """Reap the adopted orphans that exited, and no other child: one that Popen started (an
+        upstream, a browser, a worker) is reaped by its own wait(), which would otherwise return
+        0 or fail with ChildProcessError. An exited child is an orphan when a pass saw it run
+        with an upstream's mark (the same pid and start time), or when its session is neither
+        Abstract's nor its own (a process Abstract starts stays in Abstract's session or leads a
+        new one). One that ran less than a pass in a session of its own stays a zombie until
+        Abstract exits (init reaps it then)."""
+        me, sid = os.getpid(), os.getsid(0)
+        kids = _children_of(me)
         with self._lock:
-            zombies = {pid for pid, state in kids.items()
-                       if state == "Z" and pid not in self._procs}
-            ripe, self._zombies = (zombies if at_once else zombies & self._zombies), zombies
+            procs, marked = set(self._procs), self._marked
+        ripe, seen = [], {}
+        for pid, (state, session, start) in kids.items():
+            if pid in procs:
+                continue
+            if state != "Z":
+                if marked.get(pid) == start or _an_upstreams(pid, me):
+                    seen[pid] = start
+            elif marked.get(pid) == start or session not in (sid, pid):
+                ripe.append(pid)
+        with self._lock:
+            self._marked = seen
         for pid in ripe:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, os.WNOHANG)
@@ -6794,16 +6813,18 @@ class _Descendants:
             self._reaper.join(_STOP_JOIN_S)
         me, deadline = os.getpid(), time.monotonic() + timeout
         while True:
-            live = [pid for pid, state in _children_of(me).items()
-                    if state != "Z" and _an_upstreams(pid, me)]
+            live = {pid: start for pid, (state, _, start) in _children_of(me).items()
+                    if state != "Z" and _an_upstreams(pid, me)}
+            with self._lock:
+                self._marked.update(live)  # (reaped once dead)
             for pid in live:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-            self.reap(at_once=True)
+            self.reap()
             if not live or time.monotonic() > deadline:
                 break
             time.sleep(0.01)  # for the killed to die (bounded by the deadline)
-        self.reap(at_once=True)
+        self.reap()
         with contextlib.suppress(ImportError, AttributeError, OSError):
             _prctl_subreaper(False)
         self.adopting = False
@@ -13883,7 +13904,9 @@ def _on_signals(server: Server) -> Iterator[None]:
 
     The handler writes nothing and raises only into the main thread's wait (Server.on_signal):
     a KeyboardInterrupt left to unwind instead ended the interpreter while the stdin reader
-    held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6)."""
+    held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6). A signal
+    ignored when Abstract started (`nohup` ignores SIGHUP; a shell ignores SIGINT for a job in
+    the background) stays ignored, as Python leaves an ignored SIGINT."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -13893,8 +13916,9 @@ def _on_signals(server: Server) -> Iterator[None]:
 
     previous = {}
     for name in _STOP_SIGNALS:
-        if hasattr(signal, name):
-            previous[getattr(signal, name)] = signal.signal(getattr(signal, name), stop)
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) != signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
     try:
         yield
     finally:
@@ -13941,7 +13965,8 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
         undo.callback(_TEMPS.stop, False)  # (Server.serve stops the writes: they may run again)
         # serving the process's own stdio (not in-process): Linux, no descendant of an upstream
         # outlives Abstract (its subreaper; ended after the upstreams are stopped)
-        if stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt():
+        adopted = stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt()
+        if adopted:
             undo.callback(_DESCENDANTS.end)
         if catalog is not None:
             undo.callback(catalog.close)
@@ -13986,6 +14011,11 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                         args.memory, link)
         with _on_signals(server):
             server.serve()
+            # the adopted descendants go at once, with the handlers still in place: a signal
+            # from now on (the client's SIGTERM, 2 s after EOF) would end Abstract before undo
+            # got to them, and with it their only way out
+            if adopted:
+                _DESCENDANTS.end()
         return 128 + server.terminated if server.terminated else 0
 
 
