@@ -2460,7 +2460,8 @@ class _Temps:
     After stop() a write under way ends at its next piece (or before its fsync) with ECANCELED,
     and none starts; sweep() deletes what a write still running at the exit left (one piece of
     hundreds of megabytes, a slow disk). The names are random: the full path is safe to delete
-    even in a folder swapped meanwhile."""
+    even in a folder swapped meanwhile. Each Server has its own (the writes of its requests:
+    _temps), so its shutdown stops no other session's writes in the same process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -2480,9 +2481,9 @@ class _Temps:
         with self._lock:
             self._paths.discard(path)
 
-    def stop(self, stopping: bool = True) -> None:
-        """Writes end at their next piece from now on (stop(False): they may run again)."""
-        self.stopping = stopping
+    def stop(self) -> None:
+        """Writes end at their next piece from now on."""
+        self.stopping = True
 
     def sweep(self) -> None:
         with self._lock:
@@ -2492,7 +2493,13 @@ class _Temps:
                 os.unlink(path)
 
 
-_TEMPS = _Temps()
+_TEMPS = _Temps()  # the writes made outside a Server's request (never stopped)
+_WRITES = threading.local()  # .temps: the _Temps of the Server whose request this thread runs
+
+
+def _temps() -> _Temps:
+    """Where the write this thread makes is registered (Server._enveloped sets it)."""
+    return getattr(_WRITES, "temps", _TEMPS)
 
 
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
@@ -2534,14 +2541,15 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
 
     flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
              | getattr(os, "O_BINARY", 0))
+    temps = _temps()
     for _ in range(100):
         tmp = f".abstract-{secrets.token_hex(8)}.tmp"
-        _TEMPS.add(os.path.join(directory, tmp))  # (ECANCELED at shutdown)
+        temps.add(os.path.join(directory, tmp))  # (ECANCELED at shutdown)
         try:
             fd = os.open(at(tmp), flags | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
             break
         except OSError as e:
-            _TEMPS.discard(os.path.join(directory, tmp))
+            temps.discard(os.path.join(directory, tmp))
             if not isinstance(e, FileExistsError):
                 raise
     else:
@@ -2550,10 +2558,10 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
-                _TEMPS.check()
+                temps.check()
                 f.write(chunk)
             f.flush()
-            _TEMPS.check()
+            temps.check()
             if durable:
                 os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
@@ -2575,7 +2583,7 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
     finally:
         with contextlib.suppress(OSError):
             os.unlink(at(tmp), dir_fd=dfd)
-        _TEMPS.discard(os.path.join(directory, tmp))
+        temps.discard(os.path.join(directory, tmp))
 
 
 _REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
@@ -13170,6 +13178,7 @@ class Server:
         self.sandbox, self.upstreams, self.settings = sandbox, upstreams, settings
         self.cache = cache
         self.catalog = catalog
+        self.temps = _Temps()  # the files its requests are writing (_WRITES)
         self.client = ""  # the legacy client's clientInfo name (initialize)
         # the negotiated legacy version (until initialize says)
         self.version = HANDSHAKE_VERSIONS[0]
@@ -13231,7 +13240,6 @@ class Server:
            budget, before the client's SIGKILL. A file still being written is deleted.
         """
         since = 0.0
-        _TEMPS.stop(False)  # (stopped by a server served before in this process)
         try:
             try:
                 self._serving = True
@@ -13248,7 +13256,7 @@ class Server:
         except _Terminated:
             pass
         since = since or time.monotonic()
-        _TEMPS.stop()  # 3.
+        self.temps.stop()  # 3.
         self.upstreams.close()  # a handler still waiting on an upstream fails at once...
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
@@ -13259,7 +13267,7 @@ class Server:
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())  # 5.
         self._pool.close()  # (the reader closed it at EOF; after a signal it may still be reading)
         self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
-        _TEMPS.sweep()
+        self.temps.sweep()
 
     def on_signal(self, signum: int) -> None:
         """SIGTERM, SIGINT or SIGHUP (called in the main thread by _on_signals' handler): stop
@@ -13272,6 +13280,13 @@ class Server:
     # -- eras
     def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
         def handle(req: _Request) -> dict:
+            _WRITES.temps = self.temps  # its files: stopped and swept by this server's shutdown
+            try:
+                return enveloped(req)
+            finally:
+                del _WRITES.temps
+
+        def enveloped(req: _Request) -> dict:
             modern = self._is_modern(req)
             if modern:  # its sampling and elicitation: offered to upstreams that start from now on
                 self.upstreams.client.modern_declared(req.meta.get(_META_CAPS))
@@ -13962,7 +13977,6 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory"
                                  if args.memory else "")
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
-        undo.callback(_TEMPS.stop, False)  # (Server.serve stops the writes: they may run again)
         # serving the process's own stdio (not in-process): Linux, no descendant of an upstream
         # outlives Abstract (its subreaper; ended after the upstreams are stopped)
         adopted = stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt()

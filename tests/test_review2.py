@@ -4,17 +4,21 @@ late signal can end Abstract, a signal ignored at start-up (nohup) stays ignored
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 import abstract
-from conftest import ROOT, Proxy, pid_alive, text_of, wait_for
+from conftest import ROOT, Proxy, pid_alive, pipe_pair, text_of, wait_for
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the subreaper (prctl PR_SET_CHILD_SUBREAPER) and /proc")
@@ -147,3 +151,48 @@ def test_a_sighup_ignored_at_start_as_under_nohup_stays_ignored(world, tmp_path)
     assert text_of(p.upstream("up", "echo", {"text": "still here"})) == "still here"
     p.close_stdin()
     assert p.wait_exit(15) == 0, p.stderr[-3000:]
+
+
+def test_one_sessions_shutdown_does_not_refuse_the_writes_made_elsewhere_in_the_process(world,
+                                                                                      tmp_path):
+    """main() in-process (a host running sessions on threads): the switch that refuses writes
+    during a shutdown was one for the whole process, so while session A shut down (its stubborn
+    upstream takes 1.6 s to stop) every write elsewhere failed with 'Abstract is shutting
+    down' (ECANCELED). Now each Server stops only the writes of its own requests."""
+    world.fake("stubborn", "--stubborn")
+    world.dir.mkdir()
+    rin, win = pipe_pair()
+    rout, wout = pipe_pair()
+    err, lines = io.StringIO(), queue.Queue()
+    session = threading.Thread(target=abstract.main, args=([str(world.dir)],),
+                               kwargs={"stdin": rin, "stdout": wout, "stderr": err,
+                                       "environ": world.env()}, daemon=True)
+    session.start()
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in iter(rout.readline, b"")],
+                              daemon=True)
+    reader.start()
+    try:
+        for msg in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "0"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                        "name": "call_tool", "arguments": {"server": "stubborn",
+                                                           "tool_name": "echo",
+                                                           "tool_args": {"text": "up"}}}}):
+            win.write(json.dumps(msg).encode() + b"\n")
+        answers = [json.loads(lines.get(timeout=30)) for _ in range(2)]
+        assert text_of(answers[1]["result"]) == "up", answers
+        win.close()  # EOF: session A shuts down
+        wait_for(lambda: "stopping" in err.getvalue(), timeout=30, what="A stopping its upstream")
+        path = abstract._write_new(str(tmp_path), "elsewhere", ".txt", b"written meanwhile")
+        assert Path(path).read_bytes() == b"written meanwhile"
+        session.join(30)
+        assert not session.is_alive()
+    finally:
+        win.close()
+        session.join(30)
+        for f in (rin, wout):
+            f.close()
+        reader.join(10)
+        rout.close()
