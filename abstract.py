@@ -13230,9 +13230,9 @@ class Server:
         1. Serve: the reader hands requests to the pool until EOF (or a signal).
         2. Drain: requests still running get _DRAIN_S to answer. From here on a signal only
            notes itself, so the shutdown is never cut short half way.
-        3. Stop every upstream at once (_stop_runs): a handler still waiting on one fails at
-           once, rather than at its timeout, and a file being written stops at its next piece
-           (_Temps)...
+        3. Stop every upstream at once (_stop_runs), then kill what they left (_Descendants): a
+           handler still waiting on one fails at once, rather than at its timeout, and a file
+           being written stops at its next piece (_Temps)...
         4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer;
            one still running then (a long conversion) is answered with an error now
            (Connection.abandon), its own answer dropped.
@@ -13258,6 +13258,10 @@ class Server:
         since = since or time.monotonic()
         self.temps.stop()  # 3.
         self.upstreams.close()  # a handler still waiting on an upstream fails at once...
+        # Linux, serving its own stdio: the upstreams' adopted descendants are killed now, in
+        # the budget (before the client's SIGKILL) and while a signal only notes itself; at
+        # undo's end a signal's default action could end Abstract before them
+        _DESCENDANTS.end()
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
         self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # 4. ...and says so
@@ -13979,9 +13983,8 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
         # serving the process's own stdio (not in-process): Linux, no descendant of an upstream
         # outlives Abstract (its subreaper; ended after the upstreams are stopped)
-        adopted = stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt()
-        if adopted:
-            undo.callback(_DESCENDANTS.end)
+        if stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt():
+            undo.callback(_DESCENDANTS.end)  # (serve() ends them first: see there)
         if catalog is not None:
             undo.callback(catalog.close)
         if args.reindex:  # 3.
@@ -14025,11 +14028,6 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                         args.memory, link)
         with _on_signals(server):
             server.serve()
-            # the adopted descendants go at once, with the handlers still in place: a signal
-            # from now on (the client's SIGTERM, 2 s after EOF) would end Abstract before undo
-            # got to them, and with it their only way out
-            if adopted:
-                _DESCENDANTS.end()
         return 128 + server.terminated if server.terminated else 0
 
 
