@@ -2499,7 +2499,7 @@ _WRITES = threading.local()  # .temps: the _Temps of the Server whose request th
 
 def _temps() -> _Temps:
     """Where the write this thread makes is registered (Server._enveloped sets it)."""
-    return getattr(_WRITES, "temps", _TEMPS)
+    return getattr(_WRITES, "temps", None) or _TEMPS
 
 
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
@@ -13284,11 +13284,12 @@ class Server:
     # -- eras
     def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
         def handle(req: _Request) -> dict:
+            outer = getattr(_WRITES, "temps", None)
             _WRITES.temps = self.temps  # its files: stopped and swept by this server's shutdown
             try:
                 return enveloped(req)
             finally:
-                del _WRITES.temps
+                _WRITES.temps = outer
 
         def enveloped(req: _Request) -> dict:
             modern = self._is_modern(req)
