@@ -13250,9 +13250,10 @@ class Server:
                 while not self.conn.closed.wait(1.0 if _WINDOWS else None):
                     pass
                 since = time.monotonic()
-                self.conn.wait_idle(_DRAIN_S)  # 2. their answers still go out
+                self._stopping = True  # 2. the sequence has begun: a signal only notes itself
+                self.conn.wait_idle(_DRAIN_S)  # their answers still go out
             finally:
-                self._stopping = True  # from here on, a signal only notes itself (on_signal)
+                self._stopping = True  # (a signal ended serving: the same from here on)
         except _Terminated:
             pass
         since = since or time.monotonic()

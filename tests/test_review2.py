@@ -196,3 +196,32 @@ def test_one_sessions_shutdown_does_not_refuse_the_writes_made_elsewhere_in_the_
             f.close()
         reader.join(10)
         rout.close()
+
+
+@posix_only
+def test_a_signal_during_the_drain_does_not_cut_it_short(world, tmp_path):
+    """After EOF, requests still running get the drain (1 s) to answer; the shutdown is documented
+    as going on unchanged when a signal comes during it. A SIGTERM in the drain raised into its
+    wait instead: the upstreams were stopped at once and a call that needed 0.5 s more failed
+    with 'Abstract is shutting down'. The wrapper marks the drain's start."""
+    marker = tmp_path / "draining"
+    script = _wrapper(tmp_path, f"""
+        import threading
+        wait_idle = abstract.Connection.wait_idle
+        def marked(self, timeout):
+            if threading.current_thread() is threading.main_thread() and self.name == "client":
+                open({str(marker)!r}, "a").close()
+            return wait_idle(self, timeout)
+        abstract.Connection.wait_idle = marked
+    """)
+    world.fake("up")
+    p = _start(world, script)
+    assert text_of(p.upstream("up", "echo", {"text": "up"})) == "up"
+    rid = p.send_request("tools/call", {"name": "call_tool", "arguments": {
+        "server": "up", "tool_name": "slow", "tool_args": {"seconds": 0.5, "text": "done"}}})
+    p.close_stdin()
+    wait_for(marker.exists, timeout=15, what="the drain to begin")
+    os.kill(p.pid, signal.SIGTERM)
+    answer = p.wait_response(rid, timeout=15)
+    assert p.wait_exit(15) == 128 + signal.SIGTERM, p.stderr[-3000:]
+    assert text_of(answer["result"]) == "done", answer
