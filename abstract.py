@@ -2661,7 +2661,8 @@ class _Temps:
     After stop() a write under way ends at its next piece (or before its fsync) with ECANCELED,
     and none starts; sweep() deletes what a write still running at the exit left (one piece of
     hundreds of megabytes, a slow disk). The names are random: the full path is safe to delete
-    even in a folder swapped meanwhile."""
+    even in a folder swapped meanwhile. Each Server has its own (the writes of its requests:
+    _temps), so its shutdown stops no other session's writes in the same process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -2681,9 +2682,9 @@ class _Temps:
         with self._lock:
             self._paths.discard(path)
 
-    def stop(self, stopping: bool = True) -> None:
-        """Writes end at their next piece from now on (stop(False): they may run again)."""
-        self.stopping = stopping
+    def stop(self) -> None:
+        """Writes end at their next piece from now on."""
+        self.stopping = True
 
     def sweep(self) -> None:
         with self._lock:
@@ -2693,7 +2694,13 @@ class _Temps:
                 os.unlink(path)
 
 
-_TEMPS = _Temps()
+_TEMPS = _Temps()  # the writes made outside a Server's request (never stopped)
+_WRITES = threading.local()  # .temps: the _Temps of the Server whose request this thread runs
+
+
+def _temps() -> _Temps:
+    """Where the write this thread makes is registered (Server._enveloped sets it)."""
+    return getattr(_WRITES, "temps", None) or _TEMPS
 
 
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
@@ -2735,14 +2742,15 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
 
     flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
              | getattr(os, "O_BINARY", 0))
+    temps = _temps()
     for _ in range(100):
         tmp = f".abstract-{secrets.token_hex(8)}.tmp"
-        _TEMPS.add(os.path.join(directory, tmp))  # (ECANCELED at shutdown)
+        temps.add(os.path.join(directory, tmp))  # (ECANCELED at shutdown)
         try:
             fd = os.open(at(tmp), flags | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
             break
         except OSError as e:
-            _TEMPS.discard(os.path.join(directory, tmp))
+            temps.discard(os.path.join(directory, tmp))
             if not isinstance(e, FileExistsError):
                 raise
     else:
@@ -2751,10 +2759,10 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
-                _TEMPS.check()
+                temps.check()
                 f.write(chunk)
             f.flush()
-            _TEMPS.check()
+            temps.check()
             if durable:
                 os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
@@ -2776,7 +2784,7 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
     finally:
         with contextlib.suppress(OSError):
             os.unlink(at(tmp), dir_fd=dfd)
-        _TEMPS.discard(os.path.join(directory, tmp))
+        temps.discard(os.path.join(directory, tmp))
 
 
 _REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
@@ -6967,10 +6975,12 @@ def _prctl_subreaper(on: bool) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def _children_of(pid: int) -> Dict[int, str]:
-    """Linux: each child of `pid` -> its state letter ("Z": exited, not yet reaped), from
-    /proc/<pid>/stat (its fields after the command's closing parenthesis: state, ppid...)."""
-    out: Dict[int, str] = {}
+def _children_of(pid: int) -> Dict[int, Tuple[str, int, int]]:
+    """Linux: each child of `pid` -> (its state letter ("Z": exited, not yet reaped), its session,
+    its start time in clock ticks since boot), from /proc/<pid>/stat (its fields after the
+    command's closing parenthesis: state, ppid, pgrp, session... starttime is the 20th). A zombie
+    keeps all three: its start time tells it from a later process given the same pid."""
+    out: Dict[int, Tuple[str, int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -6981,7 +6991,8 @@ def _children_of(pid: int) -> Dict[int, str]:
                 with open(f"/proc/{name}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
                 if int(fields[1]) == pid:
-                    out[int(name)] = fields[0].decode("ascii", "replace")
+                    out[int(name)] = (fields[0].decode("ascii", "replace"), int(fields[3]),
+                                      int(fields[19]))
             except (OSError, IndexError, ValueError):
                 pass  # gone meanwhile
     return out
@@ -7005,8 +7016,8 @@ class _Descendants:
 
     - Linux, while Abstract serves its own stdio (adopt()): Abstract is the subreaper of its
       descendants (prctl PR_SET_CHILD_SUBREAPER), so an orphan becomes its child rather than
-      init's. reap() reaps those that exited (a subreaper must, or they stay zombies), never
-      an upstream's own process (Popen waits for that: its exit status is the crash message);
+      init's. reap() reaps those that exited (a subreaper must, or they stay zombies), never a
+      process Popen started (an upstream, a browser, a worker: its wait() takes its exit status);
       end() kills those left at the exit.
     - Windows: each upstream process is put in a Job Object of its own (_WinJob, kill-on-close).
     - macOS has neither: a descendant that leaves its upstream's process group can outlive
@@ -7018,7 +7029,8 @@ class _Descendants:
         self._procs: Set[int] = set()  # the pid of each upstream process not released
         self._jobs: Dict[int, _WinJob] = {}  # Windows: pid -> its job
         self._win: Any = None  # Windows: (kernel32, the limits' Structure), once loaded
-        self._zombies: Set[int] = set()  # Linux: adopted children found exited by the last reap
+        # Linux: the children seen running with an upstream's mark (_an_upstreams): pid -> start
+        self._marked: Dict[int, int] = {}
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self.adopting = False
@@ -7086,14 +7098,29 @@ class _Descendants:
         while not self._stop.wait(_REAP_EVERY_S):
             self.reap()
 
-    def reap(self, at_once: bool = False) -> None:
-        """Reap the adopted children that exited. A zombie is reaped once two passes in a row
-        found it (unless `at_once`): a process Popen just started is added a moment later."""
-        kids = _children_of(os.getpid())
+    def reap(self) -> None:
+        """Reap the adopted orphans that exited, and no other child: one that Popen started (an
+        upstream, a browser, a worker) is reaped by its own wait(), which would otherwise return
+        0 or fail with ChildProcessError. An exited child is an orphan when a pass saw it run
+        with an upstream's mark (the same pid and start time), or when its session is neither
+        Abstract's nor its own (a process Abstract starts stays in Abstract's session or leads a
+        new one). One that ran less than a pass in a session of its own stays a zombie until
+        Abstract exits (init reaps it then)."""
+        me, sid = os.getpid(), os.getsid(0)
+        kids = _children_of(me)
         with self._lock:
-            zombies = {pid for pid, state in kids.items()
-                       if state == "Z" and pid not in self._procs}
-            ripe, self._zombies = (zombies if at_once else zombies & self._zombies), zombies
+            procs, marked = set(self._procs), self._marked
+        ripe, seen = [], {}
+        for pid, (state, session, start) in kids.items():
+            if pid in procs:
+                continue
+            if state != "Z":
+                if marked.get(pid) == start or _an_upstreams(pid, me):
+                    seen[pid] = start
+            elif marked.get(pid) == start or session not in (sid, pid):
+                ripe.append(pid)
+        with self._lock:
+            self._marked = seen
         for pid in ripe:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, os.WNOHANG)
@@ -7109,16 +7136,18 @@ class _Descendants:
             self._reaper.join(_STOP_JOIN_S)
         me, deadline = os.getpid(), time.monotonic() + timeout
         while True:
-            live = [pid for pid, state in _children_of(me).items()
-                    if state != "Z" and _an_upstreams(pid, me)]
+            live = {pid: start for pid, (state, _, start) in _children_of(me).items()
+                    if state != "Z" and _an_upstreams(pid, me)}
+            with self._lock:
+                self._marked.update(live)  # (reaped once dead)
             for pid in live:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-            self.reap(at_once=True)
+            self.reap()
             if not live or time.monotonic() > deadline:
                 break
             time.sleep(0.01)  # for the killed to die (bounded by the deadline)
-        self.reap(at_once=True)
+        self.reap()
         with contextlib.suppress(ImportError, AttributeError, OSError):
             _prctl_subreaper(False)
         self.adopting = False
@@ -14068,6 +14097,7 @@ class Server:
         self.sandbox, self.upstreams, self.settings = sandbox, upstreams, settings
         self.cache = cache
         self.catalog = catalog
+        self.temps = _Temps()  # the files its requests are writing (_WRITES)
         self.client = ""  # the legacy client's clientInfo name (initialize)
         # the negotiated legacy version (until initialize says)
         self.version = HANDSHAKE_VERSIONS[0]
@@ -14119,9 +14149,9 @@ class Server:
         1. Serve: the reader hands requests to the pool until EOF (or a signal).
         2. Drain: requests still running get _DRAIN_S to answer. From here on a signal only
            notes itself, so the shutdown is never cut short half way.
-        3. Stop every upstream at once (_stop_runs): a handler still waiting on one fails at
-           once, rather than at its timeout, and a file being written stops at its next piece
-           (_Temps)...
+        3. Stop every upstream at once (_stop_runs), then kill what they left (_Descendants): a
+           handler still waiting on one fails at once, rather than at its timeout, and a file
+           being written stops at its next piece (_Temps)...
         4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer;
            one still running then (a long conversion) is answered with an error now
            (Connection.abandon), its own answer dropped.
@@ -14129,7 +14159,6 @@ class Server:
            budget, before the client's SIGKILL. A file still being written is deleted.
         """
         since = 0.0
-        _TEMPS.stop(False)  # (stopped by a server served before in this process)
         try:
             try:
                 self._serving = True
@@ -14140,14 +14169,19 @@ class Server:
                 while not self.conn.closed.wait(1.0 if _WINDOWS else None):
                     pass
                 since = time.monotonic()
-                self.conn.wait_idle(_DRAIN_S)  # 2. their answers still go out
+                self._stopping = True  # 2. the sequence has begun: a signal only notes itself
+                self.conn.wait_idle(_DRAIN_S)  # their answers still go out
             finally:
-                self._stopping = True  # from here on, a signal only notes itself (on_signal)
+                self._stopping = True  # (a signal ended serving: the same from here on)
         except _Terminated:
             pass
         since = since or time.monotonic()
-        _TEMPS.stop()  # 3.
+        self.temps.stop()  # 3.
         self.upstreams.close()  # a handler still waiting on an upstream fails at once...
+        # Linux, serving its own stdio: the upstreams' adopted descendants are killed now, in
+        # the budget (before the client's SIGKILL) and while a signal only notes itself; at
+        # undo's end a signal's default action could end Abstract before them
+        _DESCENDANTS.end()
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
         self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # 4. ...and says so
@@ -14157,7 +14191,7 @@ class Server:
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())  # 5.
         self._pool.close()  # (the reader closed it at EOF; after a signal it may still be reading)
         self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
-        _TEMPS.sweep()
+        self.temps.sweep()
         self.ctx.tables.close()  # query_output's workers killed, its tables' files removed
 
     def on_signal(self, signum: int) -> None:
@@ -14171,6 +14205,14 @@ class Server:
     # -- eras
     def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
         def handle(req: _Request) -> dict:
+            outer = getattr(_WRITES, "temps", None)
+            _WRITES.temps = self.temps  # its files: stopped and swept by this server's shutdown
+            try:
+                return enveloped(req)
+            finally:
+                _WRITES.temps = outer
+
+        def enveloped(req: _Request) -> dict:
             modern = self._is_modern(req)
             if modern:  # its sampling and elicitation: offered to upstreams that start from now on
                 self.upstreams.client.modern_declared(req.meta.get(_META_CAPS))
@@ -14835,7 +14877,9 @@ def _on_signals(server: Server) -> Iterator[None]:
 
     The handler writes nothing and raises only into the main thread's wait (Server.on_signal):
     a KeyboardInterrupt left to unwind instead ended the interpreter while the stdin reader
-    held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6)."""
+    held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6). A signal
+    ignored when Abstract started (`nohup` ignores SIGHUP; a shell ignores SIGINT for a job in
+    the background) stays ignored, as Python leaves an ignored SIGINT."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -14845,8 +14889,9 @@ def _on_signals(server: Server) -> Iterator[None]:
 
     previous = {}
     for name in _STOP_SIGNALS:
-        if hasattr(signal, name):
-            previous[getattr(signal, name)] = signal.signal(getattr(signal, name), stop)
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) != signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
     try:
         yield
     finally:
@@ -14891,11 +14936,10 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory"
                                  if args.memory else "")
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
-        undo.callback(_TEMPS.stop, False)  # (Server.serve stops the writes: they may run again)
         # serving the process's own stdio (not in-process): Linux, no descendant of an upstream
         # outlives Abstract (its subreaper; ended after the upstreams are stopped)
         if stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt():
-            undo.callback(_DESCENDANTS.end)
+            undo.callback(_DESCENDANTS.end)  # (serve() ends them first: see there)
         if catalog is not None:
             undo.callback(catalog.close)
         if args.reindex:  # 3.

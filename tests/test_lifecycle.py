@@ -207,12 +207,16 @@ def test_a_double_forked_grandchild_that_ignores_sigterm_is_gone_after_abstract(
 @linux_only
 def test_an_adopted_orphan_that_exits_is_reaped_and_the_upstreams_exit_status_is_kept(world):
     """As the subreaper Abstract must reap the orphans it adopts, or they stay zombies; but never
-    an upstream's own process, whose exit status says how it ended."""
-    world.fake("up", "--daemon-child", "0.2")
+    an upstream's own process, whose exit status says how it ended. The orphan (in a session of
+    its own) lives long enough for a pass to see it run with the upstreams' mark: a process
+    Abstract started itself is never reaped by the reaper (test_review2)."""
+    lives = 1.5 * abstract._REAP_EVERY_S
+    world.fake("up", "--daemon-child", str(lives))
     p = world.start()
     assert text_of(p.upstream("up", "echo", {"text": "up"})) == "up"
     pid = _daemon_pid(world, "up")
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=4 * abstract._REAP_EVERY_S + 10,
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"),
+             timeout=lives + 4 * abstract._REAP_EVERY_S + 10,
              what="the exited grandchild to be reaped")
     res = p.upstream("up", "crash", {"code": 3})
     assert res["isError"] and "exited with code 3" in text_of(res), res
