@@ -676,6 +676,8 @@ def _expand(value: str, env: Dict[str, str], missing: List[str],
             return known[name]
         value = _env_get(env, name)
         if value:
+            if _SECRET_ENV_RE.search(name) and len(value) >= 8:  # wherever it lands (args, a
+                _SECRETS.add(value)  # URL, a header), a secret's value is masked in errors
             return value
         if m.group(3) is not None:
             return default or ""

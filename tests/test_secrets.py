@@ -325,3 +325,22 @@ def test_spent_tokens_are_let_go_before_any_config_secret():
     last = f"AT_token_{abstract._SECRETS_PASSING + 9:06d}"
     assert known.mask(f"Bearer CONFIGSECRET_0001 {last} AT_token_000000") == "*** *** AT_token_000000"
     assert known.mask("x CONFIGSECRET_0001 y") == "x *** y"  # the Bearer's token alone too
+
+
+def test_a_secret_variable_expanded_into_args_is_masked_where_the_command_line_is_shown(world):
+    """${env:GITHUB_TOKEN} (or ${GITHUB_TOKEN}) as a plain argument (mcp-remote's --header
+    'Authorization:${AUTH}' style): the expanded command line in a start error, in
+    list_available_tools' 'not available' line and on stderr shows *** for it."""
+    token = "ghp_EXPANDEDSECRET_0a9b8c7d"
+    dying = "import sys; sys.stderr.write('bad ' + sys.argv[1] + '\\n'); sys.exit(3)"
+    world.servers["dying"] = {"command": sys.executable,
+                              "args": ["-c", dying, "Authorization:Bearer ${env:GITHUB_TOKEN}",
+                                       "${SERVICE_TOKEN}"]}
+    p = world.start(env=world.env(GITHUB_TOKEN=token, SERVICE_TOKEN=token[::-1]))
+    died = text_of(p.upstream("dying", "anything"))
+    listed = text_of(p.call_tool("list_available_tools", {}))
+    for text in (died, listed):
+        assert "Authorization:Bearer ***" in text and token not in text, text
+        assert token[::-1] not in text, text
+    p.stop()
+    assert token not in p.stderr and token[::-1] not in p.stderr
