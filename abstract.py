@@ -4311,6 +4311,7 @@ class _OAuth:
         self.sent = ""  # the access token last sent, to tell a stale 401 from a fresh one
         self.fresh = ""  # the access token the last 401 refreshed to: a 401 on it means log in
         self.start_logins = True  # False (--check): a needed login is reported, not started
+        self.asked = False  # the server asked for authorization (a 401, or a 403 for scopes)
 
     # -- the saved login
 
@@ -4333,11 +4334,16 @@ class _OAuth:
             self.store.save(self.name, {"server_url": self.url, "issuer": issuer,
                                         "resource": resource, "issuers": issuers})
 
-    def status(self) -> str:
-        """One line for --check, with the token's expiry but never the token."""
+    def status(self, reached: Optional[bool] = None) -> str:
+        """One line for --check, with the token's expiry but never the token. Without a saved
+        login: `reached` (--check started the server) tells a server that answered without
+        asking for authorization from one that asked (a login is needed only for that one)."""
         _, entry = self._saved()
         tokens = entry.get("tokens") or {}
         if not tokens.get("access_token"):
+            if reached is not None and not self.asked:
+                return ("no login needed (it answered without asking for one)" if reached
+                        else "no saved login (the server was not reached)")
             return f"login needed: run python abstract.py --login {self.name}"
         expires = tokens.get("expires_at")
         left = "no expiry given" if not isinstance(expires, (int, float)) else (
@@ -4385,6 +4391,7 @@ class _OAuth:
         if status == 403 and challenge.get("error") != "insufficient_scope":
             return False  # not about scopes: the caller reports the 403 (and reads its body)
         response.close()  # neither a retry nor an _AuthError needs the body
+        self.asked = True
         if status == 403:
             wanted = challenge.get("scope", "")
             with self.lock:
@@ -12819,17 +12826,19 @@ def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str]
     return 0
 
 
-def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], out: Any) -> None:
-    """--check: the login state of each remote server (expiry shown; tokens never)."""
+def _auth_report(config: ClientConfig, upstreams: Upstreams, out: Any) -> None:
+    """--check (after _check started the servers): the login state of each remote server
+    (expiry shown; tokens never); a login is said to be needed only where the server asked."""
     urls = _remote_urls(config)
     if urls:
         out.write("logins (remote servers):\n")
-    for name, url in urls.items():
-        if any(k.lower() == "authorization" for k in config.specs[name].headers):
+    for name in urls:
+        up = upstreams.get(name)
+        if not isinstance(up.auth, _OAuth):
             out.write(f"  {name}: the entry's own Authorization header or user:password@ in its "
                       f"url (no OAuth login)\n")
         else:
-            out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
+            out.write(f"  {name}: {up.auth.status(reached=bool(up.protocol_version))}\n")
 
 
 def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None,
@@ -12938,7 +12947,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                     if isinstance(auth, _OAuth):
                         auth.start_logins = False
                 code = _check(config, upstreams, out, catalog.describe() if catalog else why)
-                _auth_report(config, settings, env, out)
+                _auth_report(config, upstreams, out)
                 return code
 
             return _to_text(stdout, check)
