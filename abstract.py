@@ -156,6 +156,9 @@ _MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
 _TOOLS_PAGE = 100
 _CRASH_WINDOW_S = 10.0  # an upstream that dies this soon after starting counts as a quick crash
 _BACKOFF_MAX_S = 60.0
+_START_BACKOFF_S = 5.0  # a failed start is not tried again for 5, 10, 20 ... s (at most 60)
+_LIST_WAIT_S = 5.0  # list_available_tools waits this long for servers still starting
+_CHECK_WAIT_S = 10.0  # --check waits this long for each server (all at once) to answer
 # 2026-07-28 upstreams: how long a stdio server's answer to the server/discover probe is awaited
 # before it is taken for a handshake-era server that stays silent (docs/reference/protocol.md)
 _PROBE_S = 5.0
@@ -229,6 +232,15 @@ class UpstreamError(RpcError):
 
     def __init__(self, message: str, code: int = CONNECTION_CLOSED) -> None:
         super().__init__(code, message)
+
+
+class _StillStarting(UpstreamError):
+    """An upstream whose start (in the background, Upstream._current) has not answered within
+    the wait: `since` is how long it has been starting, in seconds."""
+
+    def __init__(self, message: str, since: float) -> None:
+        super().__init__(message, REQUEST_TIMEOUT)
+        self.since = since
 
 
 class _Cancelled(Error):
@@ -2856,10 +2868,10 @@ class Connection:
             if not self._out_done:
                 self._out_done = True
                 self._outq.put(None)
-        if self._writer is not None:
+        if self._writer is not None and self._writer is not threading.current_thread():
             self._writer.join(max(0.0, timeout))
             return not self._writer.is_alive()
-        return True
+        return True  # (the writer itself, whose write failed: it returns once this does)
 
     def lost(self) -> None:
         """The peer is gone though its stream did not close (a grandchild may hold it open):
@@ -6296,6 +6308,7 @@ class _Run:
         self.tail = _Tail()  # this run's stderr only
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
+        self.counted = False  # its failure was counted for the back-off (Upstream._count_crash)
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
                                         daemon=True)
@@ -6394,7 +6407,7 @@ class _HttpRun(_Run):
         self.name, self.proc, self.started, self.transport = name, None, started, transport
         self.conn = None
         self.tail = _Tail()
-        self.ready = self.ending = False
+        self.ready = self.ending = self.counted = False
         self.listen = None
 
     def usable(self) -> bool:
@@ -6515,6 +6528,8 @@ class Upstream:
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # starting a run
         self._run: Optional[_Run] = None  # the current run
+        # the start under way in the background (_begin_start): when it began, and its outcome
+        self._starting: Optional[Tuple[float, Future]] = None
         self._runs: List[_Run] = []  # every run not yet stopped (close() stops them all)
         self._runs_lock = threading.Lock()
         self.last_error = ""
@@ -6552,27 +6567,66 @@ class Upstream:
         return self.spec.name
 
     # -- start
-    def session(self) -> Connection:
-        """The live session, starting the process first if needed."""
-        return self._current().conn  # type: ignore[return-value]
+    def session(self, wait: Optional[float] = None) -> Connection:
+        """The live session, starting the process first if needed (see _current)."""
+        return self._current(wait).conn  # type: ignore[return-value]
 
-    def _current(self) -> _Run:
+    def _current(self, wait: Optional[float] = None) -> _Run:
+        """The usable run. Without one, a start begins in the background (one at a time, shared
+        by every caller) and is waited for up to `wait` seconds (the call's own time limit when
+        None): its run, its failure, or _StillStarting when it has not answered by then. A
+        failed start is not tried again until its back-off has passed: the reason at once."""
         with self._lock:
             if self._closing:  # a handler still running at shutdown must not start a new run
                 raise UpstreamError(self._shutting_down())
             run = self._run
             if run is not None and run.usable():
                 return run
-            if self.spec.problem:
-                raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
-            wait = self._retry_at - self._clock()
-            if wait > 0:
-                raise UpstreamError(f"server '{self.name}' failed "
-                                    f"{_plural(self._quick_crashes, 'time')} in a row right after "
-                                    f"starting, so it is not restarted for another {wait:.0f} s. "
-                                    f"Last failure: {self.last_error}")
-            self._run = self._start()
-            return self._run
+            starting = self._starting
+            if starting is None:
+                starting = self._begin_start()
+        since, fut = starting
+        limit = self.settings.timeout(self.name) if wait is None else wait
+        try:
+            return fut.result(max(0.0, limit))
+        except FutureTimeout:
+            took = self._clock() - since
+            raise _StillStarting(f"server '{self.name}' is still starting (since {took:.0f} s); "
+                                 f"its tools will be listed once it answers", took) from None
+
+    def _begin_start(self) -> Tuple[float, Future]:
+        """(Under _lock) a start on a thread of its own, so that no caller waits longer than it
+        chose to; UpstreamError at once for an entry that cannot be used or a back-off."""
+        if self.spec.problem:
+            raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
+        wait = self.retry_in()
+        if wait > 0:
+            n = self._quick_crashes
+            times = f" {n} times in a row" if n > 1 else ""
+            raise UpstreamError(f"server '{self.name}' failed{times} right after starting, so it "
+                                f"is not restarted for another {wait:.0f} s. Last failure: "
+                                f"{self.last_error}")
+        self._starting = (self._clock(), Future())
+        threading.Thread(target=self._start_in_background, args=(self._starting,),
+                         name=f"start-{self.name}", daemon=True).start()
+        return self._starting
+
+    def retry_in(self) -> float:
+        """Seconds until a failed server may be started again (0: at the next call)."""
+        return max(0.0, self._retry_at - self._clock())
+
+    def _start_in_background(self, starting: Tuple[float, Future]) -> None:
+        run: Optional[_Run] = None
+        error: Optional[BaseException] = None
+        try:
+            run = self._start()
+        except Exception as e:  # the callers get it (a bug too: the dispatcher logs it)
+            error = e
+        with self._lock:
+            self._starting = None
+            if run is not None:
+                self._run = run
+        _settle(starting[1], run, error)
 
     def _shutting_down(self) -> str:
         return f"server '{self.name}' is not available: Abstract is shutting down"
@@ -6643,6 +6697,7 @@ class Upstream:
             self._stop(run, f"server '{self.name}' exited on the server/discover probe")
             raise
         except RpcError as e:
+            self._count_crash(run, quick=True)  # (a server that never answers backs off too)
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
             self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
@@ -7124,17 +7179,30 @@ class Upstream:
             if run in self._runs:
                 self._runs.remove(run)
         if not self._closing and not run.ending:  # it died on its own
-            self._note_crash(run.started, quick=not run.ready)
+            self._count_crash(run, quick=not run.ready)
             self.last_error = reason
         return reason
 
+    def _count_crash(self, run: _Run, quick: bool) -> None:
+        """Count a run's failure once, whether its exit or its failed handshake is seen first."""
+        with self._runs_lock:
+            if run.counted:
+                return
+            run.counted = True
+        self._note_crash(run.started, quick)
+
     def _note_crash(self, started: float, quick: bool = False) -> None:
+        """Count a crash for the back-off. `quick`: a failed start, not tried again for
+        _START_BACKOFF_S, doubled each time in a row (at most _BACKOFF_MAX_S); a run that dies
+        within _CRASH_WINDOW_S: from the second in a row, 1, 2, 4 ... s."""
         if quick or self._clock() - started < _CRASH_WINDOW_S:
             self._quick_crashes += 1
         else:
             self._quick_crashes = 1
-        if self._quick_crashes >= 2:
-            self._retry_at = self._clock() + min(2.0 ** (self._quick_crashes - 2), _BACKOFF_MAX_S)
+        n = self._quick_crashes
+        wait = _START_BACKOFF_S * 2.0 ** (n - 1) if quick else 2.0 ** (n - 2) if n >= 2 else 0.0
+        if wait:
+            self._retry_at = self._clock() + min(wait, _BACKOFF_MAX_S)
 
     def _cmdline(self) -> str:
         return " ".join(shlex.quote(a) for a in self.spec.argv())
@@ -7145,13 +7213,14 @@ class Upstream:
                 else f"command: {self._cmdline()}")
 
     # -- requests
-    def tools(self) -> List[dict]:
+    def tools(self, wait: Optional[float] = None) -> List[dict]:
         """The upstream's tools (every page) as Abstract shows them (Settings.shape_tools: hidden
-        ones left out, renamed ones renamed), cached until it says the list changed."""
+        ones left out, renamed ones renamed), cached until it says the list changed. `wait`:
+        for a start, as _current."""
         cached = self._tools
         if cached is not None:
             return cached
-        self._current()  # (a start resets the list: read the generation after it)
+        self._current(wait)  # (a start resets the list: read the generation after it)
         gen = self._tools_gen
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
         self._tools_seen = tools
@@ -10588,8 +10657,10 @@ def _first_sentence(text: str, limit: int = 150) -> str:
 
 def _tool_list_available_tools(call: _Call) -> dict:
     """Every upstream's tools (or one server's, filter_by_server), asked of all at once; with
-    `query`, ranked by the tool index. A server that fails is listed with its error rather than
-    failing the listing; the compact form gives each tool's first sentence only."""
+    `query`, ranked by the tool index. A server that fails is listed with its error (and when it
+    is tried again) rather than failing the listing; one still starting after _LIST_WAIT_S (one
+    server asked for by name: the call's own time limit) is named as such, its start going on.
+    The compact form gives each tool's first sentence only."""
     ups = call.ctx.upstreams
     detailed, only = call.flag("detailed"), call.string("filter_by_server")
     query = call.string("query")
@@ -10603,9 +10674,16 @@ def _tool_list_available_tools(call: _Call) -> dict:
                         f"restart Abstract.")
     lists: Dict[str, List[dict]] = {}
     failed: List[dict] = []
-    for name, got in ups.each(lambda up: up.tools(), names).items():
-        if isinstance(got, Exception):
+    wait = None if only is not None else _LIST_WAIT_S
+    for name, got in ups.each(lambda up: up.tools(wait), names).items():
+        if isinstance(got, _StillStarting):
+            failed.append({"server": name, "starting": True, "since_s": round(got.since),
+                           "error": got.message})
+        elif isinstance(got, Exception):
             failed.append({"server": name, "error": getattr(got, "message", None) or str(got)})
+            retry = ups.get(name).retry_in()
+            if retry:
+                failed[-1]["retry_in_s"] = math.ceil(retry)
         else:
             lists[name] = got
     lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first
@@ -10619,8 +10697,12 @@ def _tool_list_available_tools(call: _Call) -> dict:
     out: dict = {"tools": entries, "total_tools": total}
     if query is not None:
         out["query"] = query
-    if failed:
-        out["failed_servers"] = failed
+    starting = [f for f in failed if f.get("starting")]
+    if len(starting) < len(failed):
+        out["failed_servers"] = [f for f in failed if not f.get("starting")]
+    if starting:
+        out["starting_servers"] = [{"server": f["server"], "since_s": f["since_s"]}
+                                   for f in starting]
     if detailed:
         return _text_result(_dumps(out), out)
     return _text_result(_listing_text(entries, failed, query, total), out)
@@ -10664,7 +10746,14 @@ def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] 
             server = e["server"]
             lines.append(f"[{server}]")
         lines.append(line)
-    lines.extend(f"[{f['server']}] not available: {f['error']}" for f in failed)
+    for f in failed:
+        if f.get("starting"):
+            lines.append(f"[{f['server']}] {f['error']}")
+            continue
+        again = f.get("retry_in_s")
+        after = (f" It is started again on a call made {again} s from now or later."
+                 if again and "not restarted for another" not in f["error"] else "")
+        lines.append(f"[{f['server']}] not available: {f['error']}{after}")
     return "\n".join(lines)
 
 
@@ -12739,12 +12828,17 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
     out.write(f"config: {config.path}: {_plural(len(config.specs), 'server')} selected\n")
     for name in config.missing:
         out.write(f"  {name}: FAILED: named in ABSTRACT_PROXY_SERVERS but not in the config\n")
-    results = upstreams.each(lambda up: up.tools())
+    results = upstreams.each(lambda up: up.tools(_CHECK_WAIT_S))
     width = max([len(n) for n in results] + [4])
     ok = not config.missing
     for name, got in results.items():
         up = upstreams.get(name)
-        if isinstance(got, Exception):
+        if isinstance(got, _StillStarting):
+            ok = False
+            out.write(f"  {name:<{width}}  NOT ANSWERING: no answer within {_CHECK_WAIT_S:g} s of "
+                      f"starting ({up._where()}); a first start that downloads (npx, uvx) may "
+                      f"take longer: run --check again\n")
+        elif isinstance(got, Exception):
             ok = False
             out.write(f"  {name:<{width}}  FAILED: {getattr(got, 'message', None) or got}\n")
         else:

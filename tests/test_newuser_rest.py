@@ -95,3 +95,111 @@ def test_check_says_a_login_is_needed_only_where_the_server_asked_for_one(world)
         guarded.close()
     out = got.stdout.decode()
     assert "  guarded: login needed: run python abstract.py --login guarded\n" in out, out
+
+
+# -- item 4: a server that never answers, and one slow to start
+
+
+def test_a_server_that_never_answers_stalls_neither_the_listing_nor_its_calls(world):
+    """`sleep 600` as a server: the listing answers after _LIST_WAIT_S with server-memory's tools
+    and a line for 'hang'; a call to it waits within its own time limit; once its start has
+    failed, calls fail at once with the reason until the back-off has passed; no traceback."""
+    world.servers["memory"] = {"command": real("memory"), "args": [],
+                               "env": {"MEMORY_FILE_PATH": str(world.tmp / "memory.jsonl")}}
+    world.servers["hang"] = {"command": shutil.which("sleep") or "sleep", "args": ["600"]}
+    p = start(world, {}, settings={"servers": {"hang": {"startup_timeout_seconds": 5,
+                                                        "timeout_seconds": 2}}})
+    assert not call(p, "call_tool", server="memory", tool_name="read_graph",
+                    tool_args={}).get("isError")  # (server-memory is up: the listing's wait is hang's)
+    t0 = time.monotonic()
+    res = call(p, "list_available_tools", timeout=30)
+    took = time.monotonic() - t0
+    text = text_of(res)
+    assert took < 5 + 4, took  # _LIST_WAIT_S, then the answer (was 35.8 s)
+    assert "create_entities" in text and "read_graph" in text, text
+    assert re.search(r"^\[hang\] server 'hang' is still starting \(since [4-6] s\); its tools will "
+                     r"be listed once it answers$", text, re.M), text
+    assert res["structuredContent"]["starting_servers"][0]["server"] == "hang"
+    # a call waits for the start within its own time limit (2 s): the start goes on meanwhile
+    t0 = time.monotonic()
+    waited = call(p, "call_tool", server="hang", tool_name="anything", tool_args={}, timeout=30)
+    assert waited["isError"] and "'hang' is still starting" in text_of(waited), waited
+    assert time.monotonic() - t0 < 2 + 3
+    # the start fails (5 s probe, then 5 s for initialize): the next calls fail at once, saying why
+    failed = ""
+    deadline = time.monotonic() + 30
+    while "did not complete the MCP handshake" not in failed and time.monotonic() < deadline:
+        failed = text_of(call(p, "call_tool", server="hang", tool_name="x", tool_args={}))
+    assert "no answer to initialize within 5 s" in failed, failed
+    t0 = time.monotonic()
+    again = text_of(call(p, "call_tool", server="hang", tool_name="x", tool_args={}))
+    assert time.monotonic() - t0 < 2, again
+    assert re.match(r"server 'hang' failed right after starting, so it is not restarted for "
+                    r"another [45] s\. Last failure: server 'hang' did not complete", again), again
+    listing = call(p, "list_available_tools")
+    assert "[hang] not available: server 'hang' failed right after starting" in text_of(listing)
+    assert listing["structuredContent"]["failed_servers"][0]["retry_in_s"] <= 5
+    no_traceback(p)
+
+
+def test_a_slow_first_start_goes_on_in_the_background_and_is_listed_once_it_answers(world):
+    world.fake("slow", "--start-delay", "7")  # an npx download: longer than the probe's 5 s
+    world.fake("quick")
+    p = world.start()
+    first = p.listing()
+    assert [s["server"] for s in first["starting_servers"]] == ["slow"], first
+    assert {t["server"] for t in first["tools"]} == {"quick"}
+    assert len(world.pids("slow")) == 1
+    # the same start answers (one process, never started twice), then its tools are listed
+    deadline = time.monotonic() + 60
+    while "starting_servers" in p.listing() and time.monotonic() < deadline:
+        pass
+    later = p.listing()
+    assert {t["server"] for t in later["tools"]} == {"quick", "slow"}, later
+    assert len(world.pids("slow")) == 1
+    no_traceback(p)
+
+
+def test_check_reports_a_server_that_never_answers_after_a_bounded_wait(world):
+    world.servers["memory"] = {"command": real("memory"), "args": [],
+                               "env": {"MEMORY_FILE_PATH": str(world.tmp / "memory.jsonl")}}
+    world.servers["hang"] = {"command": shutil.which("sleep") or "sleep", "args": ["600"]}
+    world.dir.mkdir()
+    t0 = time.monotonic()
+    got = world.check(timeout=60)
+    took = time.monotonic() - t0
+    out, err = got.stdout.decode(), got.stderr.decode()
+    assert took < 10 + 8, took  # _CHECK_WAIT_S, then the report and the stop (was 36 s)
+    assert got.returncode == 1, out
+    assert re.search(r"^  hang\s+NOT ANSWERING: no answer within 10 s of starting \(command: "
+                     r"\S*sleep 600\)", out, re.M), out
+    assert re.search(r"^  memory\s+started\s+protocol", out, re.M), out
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+
+
+def test_a_writer_whose_stream_breaks_ends_the_session_without_joining_itself(monkeypatch):
+    """The upstream's stdin closed under the writer (a stopped run): the write fails, the writer
+    ends the session, and no 'cannot join current thread' escapes its thread."""
+    import threading
+
+    import abstract
+    from conftest import pipe_pair
+
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    rfile, wpeer = pipe_pair()
+    rpeer, wfile = pipe_pair()
+    rpeer.close()  # nobody reads: the write fails (EPIPE)
+    conn = abstract.Connection(rfile, wfile, name="t", strict=False, queued=True).start()
+    try:
+        assert conn.send({"jsonrpc": "2.0", "method": "x"})
+        assert conn.closed.wait(10)
+        assert conn._writer.join(10) is None and not conn._writer.is_alive()
+        assert raised == []
+    finally:
+        wpeer.close()
+        for f in (rfile, wfile):
+            try:
+                f.close()
+            except OSError:  # (the broken pipe's last flush)
+                pass
