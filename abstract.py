@@ -300,6 +300,15 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n:,} {word}s"
 
 
+def _word_cut(text: str, limit: int) -> int:
+    """Where to cut `text` to at most `limit` characters: after the last whole word, unless
+    that loses more than half (one very long word is cut inside)."""
+    if len(text) <= limit:
+        return len(text)
+    cut = text.rfind(" ", 0, limit + 1)
+    return cut if cut > limit // 2 else limit
+
+
 def _names_list(names: List[str], limit: int = 40) -> str:
     """'a, b, c' for an error message, cut after `limit` names."""
     names = sorted(names)
@@ -7761,10 +7770,17 @@ def _tabular_text(data: Any, fmt: str) -> Any:
     return data
 
 
-def _error_text(result: dict) -> str:
+def _error_text(result: dict, limit: int = 2000) -> str:
+    """An upstream's error result as text for the model: its first `limit` characters, cut after
+    a whole word and saying how much was left out."""
     texts = [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
              and i.get("type") == "text"]
-    return "\n".join(texts)[:2000] or "(no message)"
+    text = "\n".join(texts)
+    cut = _word_cut(text, limit)
+    if cut < len(text):
+        return (f"{text[:cut].rstrip()} … (cut here: {len(text) - cut:,} more characters of "
+                f"{len(text):,})")
+    return text or "(no message)"
 
 
 
@@ -10650,8 +10666,7 @@ def _first_sentence(text: str, limit: int = 150) -> str:
     if m is not None:
         text = text[:m.end()]
     if len(text) > limit:
-        cut = text.rfind(" ", 0, limit - 1)
-        text = text[:cut if cut > limit // 2 else limit - 1].rstrip(",;:- ") + "…"
+        text = text[:_word_cut(text, limit - 1)].rstrip(",;:- ") + "…"
     return text
 
 

@@ -203,3 +203,25 @@ def test_a_writer_whose_stream_breaks_ends_the_session_without_joining_itself(mo
                 f.close()
             except OSError:  # (the broken pipe's last flush)
                 pass
+
+
+# -- item 7: smaller things
+
+
+def test_a_long_upstream_error_is_cut_after_a_word_and_says_so(world):
+    """server-filesystem's refusal names the path asked for: over 2,000 characters here."""
+    data = world.tmp / "data"
+    data.mkdir()
+    world.servers["filesystem"] = {"command": real("filesystem"), "args": [str(data)]}
+    p = start(world, {})
+    words = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota")
+    path = "/elsewhere/" + " ".join(words[i % len(words)] for i in range(600))
+    res = call(p, "call_tool_and_store", server="filesystem", tool_name="read_text_file",
+               tool_args={"path": path})
+    text = text_of(res)
+    assert res["isError"] and "Access denied" in text, text
+    m = re.search(r"(\S+) … \(cut here: ([\d,]+) more characters of ([\d,]+)\)$", text)
+    assert m and m.group(1) in words, text[-300:]
+    full = int(m.group(3).replace(",", ""))
+    assert full > 2000 and full - int(m.group(2).replace(",", "")) <= 2000
+    assert len(text.encode()) < 2300
