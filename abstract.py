@@ -9728,6 +9728,33 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str],
 _TOOL_COLUMNS = ("name", "title", "description", "params")
 _TOOL_WEIGHTS = "6.0, 4.0, 2.0, 1.0"
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Job words: what people call a tool's job where its description says it otherwise ("download a
+# web page" for fetch's "Fetches a URL"). A query word of a group adds the group's other words to
+# the search, each counting _JOB_WEIGHT of a word the query has. Kept short: each group is one job.
+_JOB_GROUPS = (
+    ("download", "fetch", "web", "webpage", "website", "page", "url", "http", "internet", "html"),
+    ("read", "open", "view", "load"),
+    ("file", "document"),
+    ("folder", "directory"),
+    ("find", "search", "lookup", "locate"),
+    ("delete", "remove", "erase"),
+    ("save", "write", "store"),
+    ("edit", "modify", "change", "update"),
+    ("image", "picture", "photo", "screenshot"),
+    ("history", "log"),
+)
+_JOB_WEIGHT = 0.5
+# A tool its description calls deprecated ranks below its replacement: its score is multiplied
+# by _DEPRECATED_WEIGHT (and its summary keeps the warning, _tool_summary)
+_DEPRECATED = re.compile(r"\bdeprecated\b", re.I)
+_DEPRECATED_WEIGHT = 0.5
+
+
+def _job_words(words: List[str]) -> List[str]:
+    """The other words of the job groups the query's words belong to (not the query's own)."""
+    have = {_fold(w) for w in words}
+    extra = [w for group in _JOB_GROUPS if have.intersection(group) for w in group]
+    return [w for w in dict.fromkeys(extra) if w not in have]
 
 
 def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
@@ -9760,14 +9787,25 @@ class _ToolIndex:
 
     def search(self, lists: Dict[str, List[dict]], query: str,
                limit: int) -> List[Tuple[float, str, dict]]:
-        """(score, server, tool) of the best matches, best first; [] when no word matches."""
+        """(score, server, tool) of the best matches, best first; [] when no word matches. The
+        score adds the query's words and, at _JOB_WEIGHT, its job words (_job_words); a
+        deprecated tool's is multiplied by _DEPRECATED_WEIGHT."""
         words = _query_words(query)
         if not words:
             return []
         with self._lock:  # a search of other lists may rebuild the index as soon as it is released
             self._refresh(lists)
-            found = self._fts(words, limit) if self._db is not None else self._plain(words, limit)
-            return [(score, *self._rows[i]) for score, i in found]
+            scores: Dict[int, float] = {}
+            for terms, weight in ((words, 1.0), (_job_words(words), _JOB_WEIGHT)):
+                rank = self._fts if self._db is not None else self._plain
+                for i, score in rank(terms).items() if terms else ():
+                    scores[i] = scores.get(i, 0.0) + score * weight
+            for i in scores:
+                desc = self._rows[i][1].get("description")
+                if isinstance(desc, str) and _DEPRECATED.search(desc):
+                    scores[i] *= _DEPRECATED_WEIGHT
+            found = sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
+            return [(round(score, 3), *self._rows[i]) for i, score in found]
 
     def _refresh(self, lists: Dict[str, List[dict]]) -> None:
         current = list(lists.values())
@@ -9788,23 +9826,23 @@ class _ToolIndex:
             self._db.executemany(f"INSERT INTO tools(rowid, {cols}) VALUES (?, ?, ?, ?, ?)",
                                  [(i + 1, *_tool_text(t)) for i, (_, t) in enumerate(self._rows)])
 
-    def _fts(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+    def _fts(self, words: List[str]) -> Dict[int, float]:
+        """Row -> bm25 score (higher is better) of every tool that has one of the words."""
         match = " OR ".join('"' + w + '"' for w in dict.fromkeys(words))  # words hold no quote
-        rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) AS r FROM tools "
-                                f"WHERE tools MATCH ? ORDER BY r, rowid LIMIT ?",
-                                (match, limit)).fetchall()
-        return [(round(-r, 3), rowid - 1) for rowid, r in rows]
+        rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) FROM tools "
+                                f"WHERE tools MATCH ?", (match,)).fetchall()
+        return {rowid - 1: -r for rowid, r in rows}
 
-    def _plain(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+    def _plain(self, words: List[str]) -> Dict[int, float]:
+        """Row -> how many of the words the tool has (without FTS5)."""
         want = list(dict.fromkeys(_fold(w) for w in words))
-        scored = []
+        scored = {}
         for i, (_, t) in enumerate(self._rows):
             text = _terms(*_tool_text(t))
             hits = sum(1 for w in want if f" {w} " in text)
             if hits:
-                scored.append((float(hits), i))
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        return scored[:limit]
+                scored[i] = float(hits)
+        return scored
 
 
 # ==== 14. Queries (sqlite3) =======================================================
@@ -10670,6 +10708,19 @@ def _first_sentence(text: str, limit: int = 150) -> str:
     return text
 
 
+def _tool_summary(desc: str, limit: int = 150) -> str:
+    """A tool's one-line summary: its first sentence, plus the sentence that says it is
+    deprecated when that comes later ("DEPRECATED: Use read_text_file instead.")."""
+    first = _first_sentence(desc, limit)
+    m = _DEPRECATED.search(desc)
+    if m is None or _DEPRECATED.search(first):
+        return first
+    dot = desc.rfind(". ", 0, m.start())
+    start = max(dot + 2 if dot >= 0 else 0, desc.rfind("\n", 0, m.start()) + 1)
+    warn = _first_sentence(desc[start:], limit // 2)
+    return f"{_first_sentence(desc, limit - len(warn) - 1)} {warn}"
+
+
 def _tool_list_available_tools(call: _Call) -> dict:
     """Every upstream's tools (or one server's, filter_by_server), asked of all at once; with
     `query`, ranked by the tool index. A server that fails is listed with its error (and when it
@@ -10728,7 +10779,7 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
     desc = tool.get("description")
     desc = desc if isinstance(desc, str) else ""  # an upstream may send anything
     e: dict = {"server": server, "tool": tool["name"], "description": desc if detailed
-               else _first_sentence(desc)}
+               else _tool_summary(desc)}
     if score is not None:
         e["score"] = score
     if detailed:

@@ -205,6 +205,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
+    ap.add_argument("--tools-file", default=None, metavar="JSON",
+                    help="offer exactly the tool definitions in this JSON file (each works like "
+                         "echo_args): another server's real tool list, as data")
     return ap.parse_args(argv)
 
 
@@ -424,6 +427,9 @@ class Fake:
         for t in tools:
             if t["name"] in REQUIRED:
                 t["inputSchema"]["required"] = REQUIRED[t["name"]]
+        if self.opts.tools_file:
+            with open(self.opts.tools_file, encoding="utf-8") as f:
+                tools = json.load(f)
         if self.opts.tasks:
             tools.append(dict(JOB_TOOL))
         if self.opts.extras:
@@ -452,7 +458,8 @@ class Fake:
         if self.opts.tasks and name == "job":
             self.job(mid, args, params)
             return
-        handler = self.tool_echo_args if name in self.opts.extra_tool else getattr(self, f"tool_{name}", None)
+        handler = (self.tool_echo_args if name in self.opts.extra_tool or self.opts.tools_file
+                   else getattr(self, f"tool_{name}", None))
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
             return

@@ -225,3 +225,71 @@ def test_a_long_upstream_error_is_cut_after_a_word_and_says_so(world):
     full = int(m.group(3).replace(",", ""))
     assert full > 2000 and full - int(m.group(2).replace(",", "")) <= 2000
     assert len(text.encode()) < 2300
+
+
+# mcp-server-fetch's `fetch` tool as that server lists it (third-party data: its name, description
+# and inputSchema as mcp-server-fetch 2025.x sends them); the server itself is not installed here
+FETCH_TOOL = {
+    "name": "fetch",
+    "description": "Fetches a URL from the internet and optionally extracts its contents as "
+                   "markdown.\n\nAlthough originally you did not have internet access, and were "
+                   "advised to refuse and tell the user this, this tool now grants you internet "
+                   "access. Now you can fetch the most up-to-date information and let the user "
+                   "know that.",
+    "inputSchema": {
+        "description": "Parameters for fetching a URL.",
+        "properties": {
+            "url": {"description": "URL to fetch", "format": "uri", "minLength": 1,
+                    "title": "Url", "type": "string"},
+            "max_length": {"default": 5000, "description": "Maximum number of characters to return.",
+                           "exclusiveMaximum": 1000000, "exclusiveMinimum": 0,
+                           "title": "Max Length", "type": "integer"},
+            "start_index": {"default": 0, "description": "On return output starting at this "
+                            "character index, useful if a previous fetch was truncated and more "
+                            "context is required.", "minimum": 0, "title": "Start Index",
+                            "type": "integer"},
+            "raw": {"default": False, "description": "Get the actual HTML content of the "
+                    "requested page, without simplification.", "title": "Raw", "type": "boolean"}},
+        "required": ["url"], "title": "Fetch", "type": "object"}}
+
+
+@pytest.fixture
+def five(world):
+    """server-filesystem, -memory, -everything and mcp-server-git, and fetch's real tool list
+    served by the fake upstream, behind one Abstract."""
+    data = world.tmp / "data"
+    data.mkdir()
+    tools = world.tmp / "fetch-tools.json"
+    tools.write_text(json.dumps([FETCH_TOOL]))
+    world.fake("fetch", "--tools-file", str(tools))
+    p = start(world, {
+        "filesystem": {"command": real("filesystem"), "args": [str(data)]},
+        "memory": {"command": real("memory"), "args": [],
+                   "env": {"MEMORY_FILE_PATH": str(world.tmp / "memory.jsonl")}},
+        "everything": {"command": shutil.which("node") or "node", "args": [real("everything")]},
+        "git": {"command": real("git"), "args": []}})
+    return p
+
+
+def search(p, query: str) -> list:
+    res = call(p, "list_available_tools", query=query)
+    assert not res.get("isError"), text_of(res)
+    return res
+
+
+def test_search_ranks_a_deprecated_tool_below_its_replacement_and_keeps_the_warning(five):
+    res = search(five, "read a file")
+    ranked = [h["tool"] for h in res["structuredContent"]["tools"]]
+    assert "read_text_file" in ranked, ranked
+    assert ranked[0] != "read_file"
+    assert "read_file" not in ranked or ranked.index("read_file") > ranked.index("read_text_file")
+    listing = text_of(call(five, "list_available_tools", filter_by_server="filesystem"))
+    assert ("\nread_file: Read the complete contents of a file as text. DEPRECATED: Use "
+            "read_text_file instead.\n") in listing, listing
+
+
+def test_search_knows_the_words_people_use_for_a_tools_job(five):
+    res = search(five, "download a web page")
+    top = [(h["server"], h["tool"]) for h in res["structuredContent"]["tools"][:3]]
+    assert ("fetch", "fetch") in top, top
+    assert text_of(res).splitlines()[1].startswith("[fetch] fetch: Fetches a URL from the internet")
