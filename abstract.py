@@ -61,6 +61,7 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -2006,7 +2007,8 @@ def _dump_html(data: Any, title: str = "") -> str:
 # _parse_text is its reverse for the formats that can be read.
 
 def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
-    """Write data as fmt; csv/tsv fall back to JSON (with a note) for non-tabular data."""
+    """Write data as fmt; csv/tsv fall back to text for a string, else to JSON, for data that is
+    not tabular (with a note)."""
     if fmt not in _FORMATS:
         raise FormatError(f"unknown format {fmt!r}; valid formats: {', '.join(_FORMATS)}")
     records, reason = _as_records(data)
@@ -2014,6 +2016,9 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
     columns = _csv_header(records) if records is not None else None
     notes: List[str] = []
     try:
+        if fmt in ("csv", "tsv") and records is None and isinstance(data, str):
+            notes.append(f"stored as text: {reason}; {fmt} needs a list of records")
+            return _Converted(lambda: [data], "txt", None, None, notes)
         if fmt in ("csv", "tsv") and records is None:
             notes.append(f"stored as JSON: {reason}; {fmt} needs a list of records")
             return _Converted(lambda: _dump_json_parts(data), "json", None, None, notes)
@@ -7621,6 +7626,34 @@ class _Blob:
         self.ext = _MIME_EXT.get(mime.split(";")[0].strip().lower(), ".bin")
 
 
+def _image_dims(data: bytes) -> Optional[Tuple[int, int]]:
+    """(width, height) where an image's header says it cheaply (PNG, GIF, BMP, a JPEG's frame
+    header within its first 64 KB); None for anything else."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        return struct.unpack("<HH", data[6:10])
+    if data[:2] == b"BM" and len(data) >= 26:
+        w, h = struct.unpack("<ii", data[18:26])
+        return abs(w), abs(h)
+    pos = 2 if data[:2] == b"\xff\xd8" else len(data)
+    while pos + 9 <= min(len(data), 1 << 16) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            h, w = struct.unpack(">HH", data[pos + 5:pos + 9])
+            return w, h
+        pos += 2 + struct.unpack(">H", data[pos + 2:pos + 4])[0]
+    return None
+
+
+def _repeats_content(structured: Any, content: Any) -> bool:
+    """Whether structuredContent only repeats the content items under one key, as
+    server-filesystem's read_media_file does ({"content": [<the image item>]}): then it is no
+    data of its own, and an image's base64 is not stored (or shown) a second time."""
+    return (isinstance(structured, dict) and len(structured) == 1 and isinstance(content, list)
+            and bool(content) and next(iter(structured.values())) == content)
+
+
 class _Extracted:
     """What a tool result holds once the MCP wrapper is removed."""
 
@@ -7689,7 +7722,8 @@ def _wraps_text(structured: Any, text: Optional[str], value: Any) -> bool:
 
 def _extract(result: dict) -> _Extracted:
     """The data of a tool result, its MCP wrapper removed (docs/reference/formats.md):
-    1. structuredContent, unless it only wraps the one text item (_wraps_text);
+    1. structuredContent, unless it only wraps the one text item (_wraps_text) or repeats the
+       content items (_repeats_content);
     2. else the text items: JSON parsed when they are JSON, the text itself when not; several
        texts that are all plain text are joined by newlines, other mixes become a list;
     3. binary items (image, audio, blob resources) are decoded into blobs, stored beside."""
@@ -7701,10 +7735,11 @@ def _extract(result: dict) -> _Extracted:
             if keep:
                 values.append(value)
                 texts.append(item.get("text") if item.get("type") == "text" else None)
-    if "structuredContent" in result:
+    structured = result.get("structuredContent")
+    if "structuredContent" in result and not _repeats_content(structured, result.get("content")):
         text = texts[0] if len(texts) == 1 and isinstance(texts[0], str) else None
-        if not _wraps_text(result["structuredContent"], text, values[0] if values else None):
-            return _Extracted(result["structuredContent"], blobs, True)
+        if not _wraps_text(structured, text, values[0] if values else None):
+            return _Extracted(structured, blobs, True)
     if not values:
         return _Extracted(None, blobs, False)
     if len(values) > 1 and all(isinstance(v, str) and v is t for v, t in zip(values, texts)):
@@ -10371,10 +10406,18 @@ def _sandboxed(hint: str = "") -> Iterator[None]:
 class _Stored:
     """A file written by a store, for the answer."""
 
-    __slots__ = ("path", "fmt", "size", "mime", "sha256")
+    __slots__ = ("path", "fmt", "size", "mime", "sha256", "dims")
 
-    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "") -> None:
+    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "",
+                 dims: Optional[Tuple[int, int]] = None) -> None:
         self.path, self.fmt, self.size, self.mime, self.sha256 = path, fmt, size, mime, sha256
+        self.dims = dims  # an image's (width, height), where its header tells it
+
+    def about(self) -> str:
+        """'image/png, 704 bytes, 120 x 80 pixels': a binary file for the model (never its
+        bytes)."""
+        dims = f", {self.dims[0]:,} x {self.dims[1]:,} pixels" if self.dims else ""
+        return f"{self.mime}, {_plural(self.size, 'byte')}{dims}"
 
 
 _FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
@@ -10400,7 +10443,8 @@ def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]
         # for the catalog, without reading the file back
         digest = hashlib.sha256(b.data).hexdigest()
         mime = b.mime or "application/octet-stream"
-        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest))
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest,
+                           _image_dims(b.data)))
     return out
 
 
@@ -10585,6 +10629,8 @@ def _store_answer(call: _Call, server: str, tool: str, description: str,
         info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
         lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, "
                      f"{first.size:,} bytes.")
+    elif data_file is None:  # a binary: its type, size and dimensions, never its base64
+        lines.append(first.about() + ".")
     else:
         lines.append(f"{_plural(first.size, 'byte')}.")
     if data_file is not None and data_file.path.lower().endswith(".gz"):
@@ -10592,7 +10638,10 @@ def _store_answer(call: _Call, server: str, tool: str, description: str,
     if blobs:
         info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime,
                           "bytes": b.size} for b in blobs]
-        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}"
+        for b, entry in zip(blobs, info["files"]):
+            if b.dims:
+                entry["width"], entry["height"] = b.dims
+        lines.extend(f"Also stored {b.about()}: {b.path}"
                      for b in (blobs if data_file else blobs[1:]))
     notes = list(getattr(conv, "notes", None) or [])
     if notes:

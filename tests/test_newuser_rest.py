@@ -293,3 +293,66 @@ def test_search_knows_the_words_people_use_for_a_tools_job(five):
     top = [(h["server"], h["tool"]) for h in res["structuredContent"]["tools"][:3]]
     assert ("fetch", "fetch") in top, top
     assert text_of(res).splitlines()[1].startswith("[fetch] fetch: Fetches a URL from the internet")
+
+
+def _png(width: int, height: int) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body)))
+
+    rows = b"".join(b"\0" + bytes((x * 7 + y) % 256 for x in range(width * 3))
+                    for y in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0,
+                                                                0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_storing_an_image_writes_the_image_alone_and_answers_without_base64(world):
+    data = world.tmp / "data"
+    data.mkdir()
+    png = _png(120, 80)
+    (data / "pic.png").write_bytes(png)
+    world.servers["filesystem"] = {"command": real("filesystem"), "args": [str(data)]}
+    p = start(world, {})
+    res = call(p, "call_tool_and_store", server="filesystem", tool_name="read_media_file",
+               tool_args={"path": str(data / "pic.png")})
+    text = text_of(res)
+    assert not res.get("isError"), text
+    assert [f.suffix for f in world.dir.iterdir()] == [".png"]  # no .json beside it
+    [stored] = list(world.dir.iterdir())
+    assert stored.read_bytes() == png
+    assert text == (f"Stored the result of filesystem.read_media_file as PNG: {stored}\n"
+                    f"image/png, {len(png)} bytes, 120 x 80 pixels.")
+    assert "iVBOR" not in json.dumps(res) and "query_output" not in text
+    assert res["structuredContent"]["files"][0]["width"] == 120
+    assert res["structuredContent"]["files"][0]["height"] == 80
+
+
+def test_a_text_stored_as_csv_is_written_as_text_and_the_answer_says_so(world):
+    if shutil.which("git") is None:
+        pytest.skip("git is not on PATH")
+    repo = world.tmp / "repo"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=env, timeout=30)
+    for i in range(40):
+        (repo / "f.txt").write_text(f"version {i}\n")
+        subprocess.run(["git", "-C", str(repo), "add", "f.txt"], check=True, env=env, timeout=30)
+        subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", f"change number {i}"],
+                       check=True, env=env, timeout=30)
+    world.servers["git"] = {"command": real("git"), "args": []}
+    p = start(world, {})
+    res = call(p, "call_tool_and_store", server="git", tool_name="git_log",
+               tool_args={"repo_path": str(repo), "max_count": 40}, file_format="csv")
+    text = text_of(res)
+    assert not res.get("isError"), text
+    [stored] = list(world.dir.iterdir())
+    assert stored.suffix == ".txt", stored
+    body = stored.read_text()
+    assert body.startswith("Commit history:\n") and "change number 39" in body  # not a JSON string
+    assert ("Note: stored as text: a single string, not a list of records; csv needs a list of "
+            "records") in text
+    assert res["structuredContent"]["format"] == "txt"
