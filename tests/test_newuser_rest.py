@@ -356,3 +356,31 @@ def test_a_text_stored_as_csv_is_written_as_text_and_the_answer_says_so(world):
     assert ("Note: stored as text: a single string, not a list of records; csv needs a list of "
             "records") in text
     assert res["structuredContent"]["format"] == "txt"
+
+
+def test_the_docs_say_remote_entries_work_and_show_check_on_every_system(tmp_path):
+    """configuration.md's entry table and example (loaded as Abstract loads a client config),
+    and the README's --check for macOS, Linux and Windows."""
+    import abstract
+
+    root = Path(ABSTRACT).parent
+    conf = (root / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
+    row = next(line for line in conf.splitlines() if line.startswith("| `type` |"))
+    assert "remote.md" in row and '"http"' in row and '"sse"' in row, row
+    assert not re.search(r'\(`"http"`, `"sse"`, …\) is listed as not supported', row), row
+    example = conf.split("### Entry keys", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "client.json"
+    path.write_text(example, encoding="utf-8")
+    config = abstract.ClientConfig(str(path), None, {"GITHUB_TOKEN": "x", "HOME": str(tmp_path)})
+    tracker = config.specs["tracker"]
+    assert tracker.remote and not tracker.problem, tracker.problem
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    check = readme.split("Check that it sees your servers", 1)[1].split("Then add it", 1)[0]
+    for where in ("~/Library/Application\\ Support/Claude/", "~/.config/Claude/",
+                  "$env:APPDATA\\Claude\\"):
+        assert where in check, where
+    assert "about five minutes" not in readme
+    total = sum(len(re.findall(r"^def test_", p.read_text(encoding="utf-8"), re.M))
+                for p in (root / "tests").glob("*.py"))
+    m = re.search(r"It takes DURATION \(about ([\d,]+) tests\)", readme)
+    assert m and abs(int(m.group(1).replace(",", "")) - total) <= 100, (m, total)
