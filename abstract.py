@@ -6605,8 +6605,11 @@ class Upstream:
             return fut.result(max(0.0, limit))
         except FutureTimeout:
             took = self._clock() - since
+            then = ("its tools will be listed once it answers" if wait is not None else
+                    f"the call waited for it as long as its time limit allows ({limit:g} s), "
+                    f"and the start goes on: call again later")
             raise _StillStarting(f"server '{self.name}' is still starting (since {took:.0f} s); "
-                                 f"its tools will be listed once it answers", took) from None
+                                 f"{then}", took) from None
 
     def _begin_start(self) -> Tuple[float, Future]:
         """(Under _lock) a start on a thread of its own, so that no caller waits longer than it
