@@ -124,7 +124,7 @@ def test_a_server_that_never_answers_stalls_neither_the_listing_nor_its_calls(wo
     t0 = time.monotonic()
     waited = call(p, "call_tool", server="hang", tool_name="anything", tool_args={}, timeout=30)
     assert waited["isError"] and re.fullmatch(
-        r"server 'hang' is still starting \(since [6-9] s\); the call waited for it as long as "
+        r"server 'hang' is still starting \(since \d+ s\); the call waited for it as long as "
         r"its time limit allows \(2 s\), and the start goes on: call again later",
         text_of(waited)), waited
     assert time.monotonic() - t0 < 2 + 3
