@@ -158,8 +158,12 @@ _TOOLS_PAGE = 100
 _CRASH_WINDOW_S = 10.0  # an upstream that dies this soon after starting counts as a quick crash
 _BACKOFF_MAX_S = 60.0
 _START_BACKOFF_S = 5.0  # a failed start is not tried again for 5, 10, 20 ... s (at most 60)
-_LIST_WAIT_S = 5.0  # list_available_tools waits this long for servers still starting
-_CHECK_WAIT_S = 10.0  # --check waits this long for each server (all at once) to answer
+# list_available_tools waits 5 s for servers still starting, then as long as they keep
+# answering (one within the last 3 s), at most 30 s; --check likewise from 10 s
+_LIST_WAIT_S = 5.0
+_CHECK_WAIT_S = 10.0
+_WAIT_QUIET_S = 3.0
+_WAIT_MAX_S = 30.0
 # 2026-07-28 upstreams: how long a stdio server's answer to the server/discover probe is awaited
 # before it is taken for a handshake-era server that stays silent (docs/reference/protocol.md)
 _PROBE_S = 5.0
@@ -6599,17 +6603,25 @@ class Upstream:
             starting = self._starting
             if starting is None:
                 starting = self._begin_start()
-        since, fut = starting
         limit = self.settings.timeout(self.name) if wait is None else wait
         try:
-            return fut.result(max(0.0, limit))
+            return starting[1].result(max(0.0, limit))
         except FutureTimeout:
-            took = self._clock() - since
-            then = ("its tools will be listed once it answers" if wait is not None else
-                    f"the call waited for it as long as its time limit allows ({limit:g} s), "
-                    f"and the start goes on: call again later")
-            raise _StillStarting(f"server '{self.name}' is still starting (since {took:.0f} s); "
-                                 f"{then}", took) from None
+            raise self.not_yet(None if wait is not None else limit) from None
+
+    def not_yet(self, limit: Optional[float] = None) -> UpstreamError:
+        """The error for a caller that stopped waiting: _StillStarting while a start is under way
+        (for a call: `limit`, the time it waited), else the list it asked for is still coming."""
+        starting = self._starting
+        if starting is None:
+            return UpstreamError(f"server '{self.name}' has not answered tools/list yet; it is "
+                                 f"listed once it does", REQUEST_TIMEOUT)
+        took = self._clock() - starting[0]
+        then = ("its tools will be listed once it answers" if limit is None else
+                f"the call waited for it as long as its time limit allows ({limit:g} s), and "
+                f"the start goes on: call again later")
+        return _StillStarting(f"server '{self.name}' is still starting (since {took:.0f} s); "
+                              f"{then}", took)
 
     def _begin_start(self) -> Tuple[float, Future]:
         """(Under _lock) a start on a thread of its own, so that no caller waits longer than it
@@ -7575,24 +7587,39 @@ class Upstreams:
         raise ToolError(f"Unknown server '{name}'. Available servers: {_names_list(self.names())} "
                         f"(from {cfg.path}).")
 
-    def each(self, fn: Callable[[Upstream], Any],
-             names: Optional[List[str]] = None) -> Dict[str, Any]:
-        """fn(upstream) for several upstreams in parallel; maps name -> result or the exception."""
+    def each(self, fn: Callable[[Upstream], Any], names: Optional[List[str]] = None,
+             first: Optional[float] = None) -> Dict[str, Any]:
+        """fn(upstream) for several upstreams in parallel; maps name -> result or the exception.
+        `first`: wait for them all, but after `first` seconds only while they keep answering
+        (one within the last _WAIT_QUIET_S) and at most _WAIT_MAX_S in all; one not done then
+        maps to up.not_yet() (fn goes on, on its daemon thread, within its own bounds)."""
         targets = [self._all[n] for n in (names if names is not None else self.names())]
         out: Dict[str, Any] = {}
+        done = threading.Condition()
 
         def run(up: Upstream) -> None:
             try:
-                out[up.name] = fn(up)
+                got = fn(up)
             except Exception as e:  # reported per server, never failing the others
-                out[up.name] = e
+                got = e
+            with done:
+                out[up.name] = got
+                done.notify_all()
 
-        threads = [threading.Thread(target=run, args=(u,), daemon=True) for u in targets]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return {u.name: out.get(u.name) for u in targets}
+        for u in targets:
+            threading.Thread(target=run, args=(u,), name=f"each-{u.name}", daemon=True).start()
+        t0 = last = time.monotonic()
+        with done:
+            while len(out) < len(targets):
+                seen, now = len(out), time.monotonic()
+                until = (float("inf") if first is None else
+                         min(t0 + _WAIT_MAX_S, max(t0 + first, last + _WAIT_QUIET_S)))
+                if now >= until:
+                    break
+                done.wait(None if until == float("inf") else until - now)
+                last = time.monotonic() if len(out) > seen else last
+            got = dict(out)
+        return {u.name: got[u.name] if u.name in got else u.not_yet() for u in targets}
 
     def close(self) -> None:
         """Stop every upstream together (see _stop_runs): one budget for all, not one each."""
@@ -10792,8 +10819,10 @@ def _tool_list_available_tools(call: _Call) -> dict:
                         f"restart Abstract.")
     lists: Dict[str, List[dict]] = {}
     failed: List[dict] = []
+    # (one server asked for by name waits as a call does)
     wait = None if only is not None else _LIST_WAIT_S
-    for name, got in ups.each(lambda up: up.tools(wait), names).items():
+    for name, got in ups.each(lambda up: up.tools(_WAIT_MAX_S if wait else None), names,
+                              wait).items():
         if isinstance(got, _StillStarting):
             failed.append({"server": name, "starting": True, "since_s": round(got.since),
                            "error": got.message})
@@ -12946,14 +12975,14 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
     out.write(f"config: {config.path}: {_plural(len(config.specs), 'server')} selected\n")
     for name in config.missing:
         out.write(f"  {name}: FAILED: named in ABSTRACT_PROXY_SERVERS but not in the config\n")
-    results = upstreams.each(lambda up: up.tools(_CHECK_WAIT_S))
+    results = upstreams.each(lambda up: up.tools(_WAIT_MAX_S), None, _CHECK_WAIT_S)
     width = max([len(n) for n in results] + [4])
     ok = not config.missing
     for name, got in results.items():
         up = upstreams.get(name)
         if isinstance(got, _StillStarting):
             ok = False
-            out.write(f"  {name:<{width}}  NOT ANSWERING: no answer within {_CHECK_WAIT_S:g} s of "
+            out.write(f"  {name:<{width}}  NOT ANSWERING: no answer within {got.since:.0f} s of "
                       f"starting ({up._where()}); a first start that downloads (npx, uvx) may "
                       f"take longer: run --check again\n")
         elif isinstance(got, Exception):
