@@ -61,6 +61,7 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -168,6 +169,13 @@ _MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
 _TOOLS_PAGE = 100
 _CRASH_WINDOW_S = 10.0  # an upstream that dies this soon after starting counts as a quick crash
 _BACKOFF_MAX_S = 60.0
+_START_BACKOFF_S = 5.0  # a failed start is not tried again for 5, 10, 20 ... s (at most 60)
+# list_available_tools waits 5 s for servers still starting, then as long as they keep
+# answering (one within the last 3 s), at most 30 s; --check likewise from 10 s
+_LIST_WAIT_S = 5.0
+_CHECK_WAIT_S = 10.0
+_WAIT_QUIET_S = 3.0
+_WAIT_MAX_S = 30.0
 # 2026-07-28 upstreams: how long a stdio server's answer to the server/discover probe is awaited
 # before it is taken for a handshake-era server that stays silent (docs/reference/protocol.md)
 _PROBE_S = 5.0
@@ -258,6 +266,15 @@ class _SessionGone(_NotSent):
     """HTTP 404 to a request that carried Mcp-Session-Id: the server ended that session (it
     restarted, or expired it) and did not process the request (2025-11-25 spec, basic/transports
     #session-management). Upstream._anew sends it once more, in a new session."""
+
+
+class _StillStarting(UpstreamError):
+    """An upstream whose start (in the background, Upstream._current) has not answered within
+    the wait: `since` is how long it has been starting, in seconds."""
+
+    def __init__(self, message: str, since: float) -> None:
+        super().__init__(message, REQUEST_TIMEOUT)
+        self.since = since
 
 
 class _Cancelled(Error):
@@ -434,6 +451,15 @@ def _clean(text: str) -> str:
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _word_cut(text: str, limit: int) -> int:
+    """Where to cut `text` to at most `limit` characters: after the last whole word, unless
+    that loses more than half (one very long word is cut inside)."""
+    if len(text) <= limit:
+        return len(text)
+    cut = text.rfind(" ", 0, limit + 1)
+    return cut if cut > limit // 2 else limit
 
 
 def _names_list(names: List[str], limit: int = 40) -> str:
@@ -2252,7 +2278,8 @@ def _dump_html(data: Any, title: str = "") -> str:
 # _parse_text is its reverse for the formats that can be read.
 
 def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
-    """Write data as fmt; csv/tsv fall back to JSON (with a note) for non-tabular data."""
+    """Write data as fmt; csv/tsv fall back to text for a string, else to JSON, for data that is
+    not tabular (with a note)."""
     if fmt not in _FORMATS:
         raise FormatError(f"unknown format {fmt!r}; valid formats: {', '.join(_FORMATS)}")
     records, reason = _as_records(data)
@@ -2260,6 +2287,9 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
     columns = _csv_header(records) if records is not None else None
     notes: List[str] = []
     try:
+        if fmt in ("csv", "tsv") and records is None and isinstance(data, str):
+            notes.append(f"stored as text: {reason}; {fmt} needs a list of records")
+            return _Converted(lambda: [data], "txt", None, None, notes)
         if fmt in ("csv", "tsv") and records is None:
             notes.append(f"stored as JSON: {reason}; {fmt} needs a list of records")
             return _Converted(lambda: _dump_json_parts(data), "json", None, None, notes)
@@ -3274,10 +3304,10 @@ class Connection:
             if not self._out_done:
                 self._out_done = True
                 self._outq.put(None)
-        if self._writer is not None:
+        if self._writer is not None and self._writer is not threading.current_thread():
             self._writer.join(max(0.0, timeout))
             return not self._writer.is_alive()
-        return True
+        return True  # (the writer itself, whose write failed: it returns once this does)
 
     def lost(self) -> None:
         """The peer is gone though its stream did not close (a grandchild may hold it open):
@@ -4803,6 +4833,7 @@ class _OAuth:
         self.start_logins = True  # False (--check): a needed login is reported, not started
         self._refused_saved = ""  # the saved token last refused (warned about once)
         _SECRETS.add(self.conf.get("client_secret"))
+        self.asked = False  # the server asked for authorization (a 401, or a 403 for scopes)
 
     # -- the saved login
 
@@ -4836,14 +4867,19 @@ class _OAuth:
             self.store.save(self.name, {"server_url": self.url, "issuer": issuer,
                                         "resource": resource, "issuers": issuers})
 
-    def status(self) -> str:
-        """One line for --check, with the token's expiry but never the token."""
+    def status(self, reached: Optional[bool] = None) -> str:
+        """One line for --check, with the token's expiry but never the token. Without a saved
+        login: `reached` (--check started the server) tells a server that answered without
+        asking for authorization from one that asked (a login is needed only for that one)."""
         try:
             _, entry = self._saved()
         except _AuthError as e:  # (a login file held by another program: Windows)
             return f"unknown, {e}"
         tokens = entry.get("tokens") or {}
         if not tokens.get("access_token"):
+            if reached is not None and not self.asked:
+                return ("no login needed (it answered without asking for one)" if reached
+                        else "no saved login (the server was not reached)")
             return f"login needed: run python abstract.py --login {self.name}"
         expires = tokens.get("expires_at")
         left = "no expiry given" if not isinstance(expires, (int, float)) else (
@@ -4891,6 +4927,7 @@ class _OAuth:
         if status == 403 and challenge.get("error") != "insufficient_scope":
             return False  # not about scopes: the caller reports the 403 (and reads its body)
         response.close()  # neither a retry nor an _AuthError needs the body
+        self.asked = True
         if status == 403:
             wanted = challenge.get("scope", "")
             with self.lock:
@@ -7253,6 +7290,7 @@ class _Run:
         self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its Upstream's)
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
+        self.counted = False  # its failure was counted for the back-off (Upstream._count_crash)
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
         _DESCENDANTS.add(proc)  # (Windows: in a Job Object; released by watch)
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
@@ -7364,7 +7402,7 @@ class _HttpRun(_Run):
         self.name, self.proc, self.started, self.transport = name, None, started, transport
         self.conn = None
         self.tail = _Tail()
-        self.ready = self.ending = False
+        self.ready = self.ending = self.counted = False
         self.listen = None
 
     def usable(self) -> bool:
@@ -7489,6 +7527,8 @@ class Upstream:
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # starting a run
         self._run: Optional[_Run] = None  # the current run
+        # the start under way in the background (_begin_start): when it began, and its outcome
+        self._starting: Optional[Tuple[float, Future]] = None
         self._runs: List[_Run] = []  # every run not yet stopped (close() stops them all)
         self._runs_lock = threading.Lock()
         self.last_error = ""
@@ -7527,27 +7567,77 @@ class Upstream:
         return self.spec.name
 
     # -- start
-    def session(self) -> Connection:
-        """The live session, starting the process first if needed."""
-        return self._current().conn  # type: ignore[return-value]
+    def session(self, wait: Optional[float] = None) -> Connection:
+        """The live session, starting the process first if needed (see _current)."""
+        return self._current(wait).conn  # type: ignore[return-value]
 
-    def _current(self) -> _Run:
+    def _current(self, wait: Optional[float] = None) -> _Run:
+        """The usable run. Without one, a start begins in the background (one at a time, shared
+        by every caller) and is waited for up to `wait` seconds (the call's own time limit when
+        None): its run, its failure, or _StillStarting when it has not answered by then. A
+        failed start is not tried again until its back-off has passed: the reason at once."""
         with self._lock:
             if self._closing:  # a handler still running at shutdown must not start a new run
                 raise UpstreamError(self._shutting_down())
             run = self._run
             if run is not None and run.usable():
                 return run
-            if self.spec.problem:
-                raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
-            wait = self._retry_at - self._clock()
-            if wait > 0:
-                raise UpstreamError(f"server '{self.name}' failed "
-                                    f"{_plural(self._quick_crashes, 'time')} in a row right after "
-                                    f"starting, so it is not restarted for another {wait:.0f} s. "
-                                    f"Last failure: {self.last_error}")
-            self._run = self._start()
-            return self._run
+            starting = self._starting
+            if starting is None:
+                starting = self._begin_start()
+        limit = self.settings.timeout(self.name) if wait is None else wait
+        try:
+            return starting[1].result(max(0.0, limit))
+        except FutureTimeout:
+            raise self.not_yet(None if wait is not None else limit) from None
+
+    def not_yet(self, limit: Optional[float] = None) -> UpstreamError:
+        """The error for a caller that stopped waiting: _StillStarting while a start is under way
+        (for a call: `limit`, the time it waited), else the list it asked for is still coming."""
+        starting = self._starting
+        if starting is None:
+            return UpstreamError(f"server '{self.name}' has not answered tools/list yet; it is "
+                                 f"listed once it does", REQUEST_TIMEOUT)
+        took = self._clock() - starting[0]
+        then = ("its tools will be listed once it answers" if limit is None else
+                f"the call waited for it as long as its time limit allows ({limit:g} s), and "
+                f"the start goes on: call again later")
+        return _StillStarting(f"server '{self.name}' is still starting (since {took:.0f} s); "
+                              f"{then}", took)
+
+    def _begin_start(self) -> Tuple[float, Future]:
+        """(Under _lock) a start on a thread of its own, so that no caller waits longer than it
+        chose to; UpstreamError at once for an entry that cannot be used or a back-off."""
+        if self.spec.problem:
+            raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
+        wait = self.retry_in()
+        if wait > 0:
+            n = self._quick_crashes
+            times = f" {n} times in a row" if n > 1 else ""
+            raise UpstreamError(f"server '{self.name}' failed{times} right after starting, so it "
+                                f"is not restarted for another {wait:.0f} s. Last failure: "
+                                f"{self.last_error}")
+        self._starting = (self._clock(), Future())
+        threading.Thread(target=self._start_in_background, args=(self._starting,),
+                         name=f"start-{self.name}", daemon=True).start()
+        return self._starting
+
+    def retry_in(self) -> float:
+        """Seconds until a failed server may be started again (0: at the next call)."""
+        return max(0.0, self._retry_at - self._clock())
+
+    def _start_in_background(self, starting: Tuple[float, Future]) -> None:
+        run: Optional[_Run] = None
+        error: Optional[BaseException] = None
+        try:
+            run = self._start()
+        except Exception as e:  # the callers get it (a bug too: the dispatcher logs it)
+            error = e
+        with self._lock:
+            self._starting = None
+            if run is not None:
+                self._run = run
+        _settle(starting[1], run, error)
 
     def _shutting_down(self) -> str:
         return f"server '{self.name}' is not available: Abstract is shutting down"
@@ -7619,6 +7709,7 @@ class Upstream:
             self._stop(run, f"server '{self.name}' exited on the server/discover probe")
             raise
         except RpcError as e:
+            self._count_crash(run, quick=True)  # (a server that never answers backs off too)
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
             self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
@@ -8101,17 +8192,30 @@ class Upstream:
             if run in self._runs:
                 self._runs.remove(run)
         if not self._closing and not run.ending and not run.forgotten():  # it died on its own
-            self._note_crash(run.started, quick=not run.ready)
+            self._count_crash(run, quick=not run.ready)
             self.last_error = reason
         return reason
 
+    def _count_crash(self, run: _Run, quick: bool) -> None:
+        """Count a run's failure once, whether its exit or its failed handshake is seen first."""
+        with self._runs_lock:
+            if run.counted:
+                return
+            run.counted = True
+        self._note_crash(run.started, quick)
+
     def _note_crash(self, started: float, quick: bool = False) -> None:
+        """Count a crash for the back-off. `quick`: a failed start, not tried again for
+        _START_BACKOFF_S, doubled each time in a row (at most _BACKOFF_MAX_S); a run that dies
+        within _CRASH_WINDOW_S: from the second in a row, 1, 2, 4 ... s."""
         if quick or self._clock() - started < _CRASH_WINDOW_S:
             self._quick_crashes += 1
         else:
             self._quick_crashes = 1
-        if self._quick_crashes >= 2:
-            self._retry_at = self._clock() + min(2.0 ** (self._quick_crashes - 2), _BACKOFF_MAX_S)
+        n = self._quick_crashes
+        wait = _START_BACKOFF_S * 2.0 ** (n - 1) if quick else 2.0 ** (n - 2) if n >= 2 else 0.0
+        if wait:
+            self._retry_at = self._clock() + min(wait, _BACKOFF_MAX_S)
 
     def _cmdline(self) -> str:
         return " ".join(shlex.quote(a) for a in self.spec.argv())
@@ -8122,13 +8226,14 @@ class Upstream:
                 else f"command: {self._cmdline()}")
 
     # -- requests
-    def tools(self) -> List[dict]:
+    def tools(self, wait: Optional[float] = None) -> List[dict]:
         """The upstream's tools (every page) as Abstract shows them (Settings.shape_tools: hidden
-        ones left out, renamed ones renamed), cached until it says the list changed."""
+        ones left out, renamed ones renamed), cached until it says the list changed. `wait`:
+        for a start, as _current."""
         cached = self._tools
         if cached is not None:
             return cached
-        self._current()  # (a start resets the list: read the generation after it)
+        self._current(wait)  # (a start resets the list: read the generation after it)
         gen = self._tools_gen
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
         self._tools_seen = tools
@@ -8491,24 +8596,39 @@ class Upstreams:
         raise ToolError(f"Unknown server '{name}'. Available servers: {_names_list(self.names())} "
                         f"(from {cfg.path}).")
 
-    def each(self, fn: Callable[[Upstream], Any],
-             names: Optional[List[str]] = None) -> Dict[str, Any]:
-        """fn(upstream) for several upstreams in parallel; maps name -> result or the exception."""
+    def each(self, fn: Callable[[Upstream], Any], names: Optional[List[str]] = None,
+             first: Optional[float] = None) -> Dict[str, Any]:
+        """fn(upstream) for several upstreams in parallel; maps name -> result or the exception.
+        `first`: wait for them all, but after `first` seconds only while they keep answering
+        (one within the last _WAIT_QUIET_S) and at most _WAIT_MAX_S in all; one not done then
+        maps to up.not_yet() (fn goes on, on its daemon thread, within its own bounds)."""
         targets = [self._all[n] for n in (names if names is not None else self.names())]
         out: Dict[str, Any] = {}
+        done = threading.Condition()
 
         def run(up: Upstream) -> None:
             try:
-                out[up.name] = fn(up)
+                got = fn(up)
             except Exception as e:  # reported per server, never failing the others
-                out[up.name] = e
+                got = e
+            with done:
+                out[up.name] = got
+                done.notify_all()
 
-        threads = [threading.Thread(target=run, args=(u,), daemon=True) for u in targets]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return {u.name: out.get(u.name) for u in targets}
+        for u in targets:
+            threading.Thread(target=run, args=(u,), name=f"each-{u.name}", daemon=True).start()
+        t0 = last = time.monotonic()
+        with done:
+            while len(out) < len(targets):
+                seen, now = len(out), time.monotonic()
+                until = (float("inf") if first is None else
+                         min(t0 + _WAIT_MAX_S, max(t0 + first, last + _WAIT_QUIET_S)))
+                if now >= until:
+                    break
+                done.wait(None if until == float("inf") else until - now)
+                last = time.monotonic() if len(out) > seen else last
+            got = dict(out)
+        return {u.name: got[u.name] if u.name in got else u.not_yet() for u in targets}
 
     def close(self) -> None:
         """Stop every upstream together (see _stop_runs): one budget for all, not one each."""
@@ -8543,6 +8663,34 @@ class _Blob:
     def __init__(self, data: bytes, mime: str, kind: str) -> None:
         self.data, self.mime, self.kind = data, mime, kind
         self.ext = _MIME_EXT.get(mime.split(";")[0].strip().lower(), ".bin")
+
+
+def _image_dims(data: bytes) -> Optional[Tuple[int, int]]:
+    """(width, height) where an image's header says it cheaply (PNG, GIF, BMP, a JPEG's frame
+    header within its first 64 KB); None for anything else."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        return struct.unpack("<HH", data[6:10])
+    if data[:2] == b"BM" and len(data) >= 26:
+        w, h = struct.unpack("<ii", data[18:26])
+        return abs(w), abs(h)
+    pos = 2 if data[:2] == b"\xff\xd8" else len(data)
+    while pos + 9 <= min(len(data), 1 << 16) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            h, w = struct.unpack(">HH", data[pos + 5:pos + 9])
+            return w, h
+        pos += 2 + struct.unpack(">H", data[pos + 2:pos + 4])[0]
+    return None
+
+
+def _repeats_content(structured: Any, content: Any) -> bool:
+    """Whether structuredContent only repeats the content items under one key, as
+    server-filesystem's read_media_file does ({"content": [<the image item>]}): then it is no
+    data of its own, and an image's base64 is not stored (or shown) a second time."""
+    return (isinstance(structured, dict) and len(structured) == 1 and isinstance(content, list)
+            and bool(content) and next(iter(structured.values())) == content)
 
 
 class _Extracted:
@@ -8613,7 +8761,8 @@ def _wraps_text(structured: Any, text: Optional[str], value: Any) -> bool:
 
 def _extract(result: dict) -> _Extracted:
     """The data of a tool result, its MCP wrapper removed (docs/reference/formats.md):
-    1. structuredContent, unless it only wraps the one text item (_wraps_text);
+    1. structuredContent, unless it only wraps the one text item (_wraps_text) or repeats the
+       content items (_repeats_content);
     2. else the text items: JSON parsed when they are JSON, the text itself when not; several
        texts that are all plain text are joined by newlines, other mixes become a list;
     3. binary items (image, audio, blob resources) are decoded into blobs, stored beside."""
@@ -8625,10 +8774,11 @@ def _extract(result: dict) -> _Extracted:
             if keep:
                 values.append(value)
                 texts.append(item.get("text") if item.get("type") == "text" else None)
-    if "structuredContent" in result:
+    structured = result.get("structuredContent")
+    if "structuredContent" in result and not _repeats_content(structured, result.get("content")):
         text = texts[0] if len(texts) == 1 and isinstance(texts[0], str) else None
-        if not _wraps_text(result["structuredContent"], text, values[0] if values else None):
-            return _Extracted(result["structuredContent"], blobs, True)
+        if not _wraps_text(structured, text, values[0] if values else None):
+            return _Extracted(structured, blobs, True)
     if not values:
         return _Extracted(None, blobs, False)
     if len(values) > 1 and all(isinstance(v, str) and v is t for v, t in zip(values, texts)):
@@ -8700,8 +8850,15 @@ def _result_texts(result: dict) -> List[str]:
             and i.get("type") == "text"]
 
 
-def _error_text(result: dict) -> str:
-    return "\n".join(_result_texts(result))[:2000] or "(no message)"
+def _error_text(result: dict, limit: int = 2000) -> str:
+    """An upstream's error result as text for the model: its first `limit` characters, cut after
+    a whole word and saying how much was left out."""
+    text = "\n".join(_result_texts(result))
+    cut = _word_cut(text, limit)
+    if cut < len(text):
+        return (f"{text[:cut].rstrip()} … (cut here: {len(text) - cut:,} more characters of "
+                f"{len(text):,})")
+    return text or "(no message)"
 
 
 
@@ -10712,6 +10869,33 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str],
 _TOOL_COLUMNS = ("name", "title", "description", "params")
 _TOOL_WEIGHTS = "6.0, 4.0, 2.0, 1.0"
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Job words: what people call a tool's job where its description says it otherwise ("download a
+# web page" for fetch's "Fetches a URL"). A query word of a group adds the group's other words to
+# the search, each counting _JOB_WEIGHT of a word the query has. Kept short: each group is one job.
+_JOB_GROUPS = (
+    ("download", "fetch", "web", "webpage", "website", "page", "url", "http", "internet", "html"),
+    ("read", "open", "view", "load"),
+    ("file", "document"),
+    ("folder", "directory"),
+    ("find", "search", "lookup", "locate"),
+    ("delete", "remove", "erase"),
+    ("save", "write", "store"),
+    ("edit", "modify", "change", "update"),
+    ("image", "picture", "photo", "screenshot"),
+    ("history", "log"),
+)
+_JOB_WEIGHT = 0.5
+# A tool its description calls deprecated ranks below its replacement: its score is multiplied
+# by _DEPRECATED_WEIGHT (and its summary keeps the warning, _tool_summary)
+_DEPRECATED = re.compile(r"\bdeprecated\b", re.I)
+_DEPRECATED_WEIGHT = 0.5
+
+
+def _job_words(words: List[str]) -> List[str]:
+    """The other words of the job groups the query's words belong to (not the query's own)."""
+    have = {_fold(w) for w in words}
+    extra = [w for group in _JOB_GROUPS if have.intersection(group) for w in group]
+    return [w for w in dict.fromkeys(extra) if w not in have]
 
 
 def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
@@ -10746,14 +10930,25 @@ class _ToolIndex:
 
     def search(self, lists: Dict[str, List[dict]], query: str,
                limit: int) -> List[Tuple[float, str, dict]]:
-        """(score, server, tool) of the best matches, best first; [] when no word matches."""
+        """(score, server, tool) of the best matches, best first; [] when no word matches. The
+        score adds the query's words and, at _JOB_WEIGHT, its job words (_job_words); a
+        deprecated tool's is multiplied by _DEPRECATED_WEIGHT."""
         words = _query_words(query)
         if not words:
             return []
         with self._lock:  # a search of other lists may rebuild the index as soon as it is released
             self._refresh(lists)
-            found = self._fts(words, limit) if self._db is not None else self._plain(words, limit)
-            return [(score, *self._rows[i]) for score, i in found]
+            scores: Dict[int, float] = {}
+            for terms, weight in ((words, 1.0), (_job_words(words), _JOB_WEIGHT)):
+                rank = self._fts if self._db is not None else self._plain
+                for i, score in rank(terms).items() if terms else ():
+                    scores[i] = scores.get(i, 0.0) + score * weight
+            for i in scores:
+                desc = self._rows[i][1].get("description")
+                if isinstance(desc, str) and _DEPRECATED.search(desc):
+                    scores[i] *= _DEPRECATED_WEIGHT
+            found = sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
+            return [(round(score, 3), *self._rows[i]) for i, score in found]
 
     def _refresh(self, lists: Dict[str, List[dict]]) -> None:
         current = list(lists.values())
@@ -10774,23 +10969,23 @@ class _ToolIndex:
             self._db.executemany(f"INSERT INTO tools(rowid, {cols}) VALUES (?, ?, ?, ?, ?)",
                                  [(i + 1, *_tool_text(t)) for i, (_, t) in enumerate(self._rows)])
 
-    def _fts(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+    def _fts(self, words: List[str]) -> Dict[int, float]:
+        """Row -> bm25 score (higher is better) of every tool that has one of the words."""
         match = " OR ".join('"' + w + '"' for w in dict.fromkeys(words))  # words hold no quote
-        rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) AS r FROM tools "
-                                f"WHERE tools MATCH ? ORDER BY r, rowid LIMIT ?",
-                                (match, limit)).fetchall()
-        return [(round(-r, 3), rowid - 1) for rowid, r in rows]
+        rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) FROM tools "
+                                f"WHERE tools MATCH ?", (match,)).fetchall()
+        return {rowid - 1: -r for rowid, r in rows}
 
-    def _plain(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+    def _plain(self, words: List[str]) -> Dict[int, float]:
+        """Row -> how many of the words the tool has (without FTS5)."""
         want = list(dict.fromkeys(_fold(w) for w in words))
-        scored = []
+        scored = {}
         for i, (_, t) in enumerate(self._rows):
             text = _terms(*_tool_text(t))
             hits = sum(1 for w in want if f" {w} " in text)
             if hits:
-                scored.append((float(hits), i))
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        return scored[:limit]
+                scored[i] = float(hits)
+        return scored
 
 
 # ==== 14. Queries (sqlite3) =======================================================
@@ -11890,10 +12085,18 @@ def _sandboxed(hint: str = "") -> Iterator[None]:
 class _Stored:
     """A file written by a store, for the answer."""
 
-    __slots__ = ("path", "fmt", "size", "mime", "sha256")
+    __slots__ = ("path", "fmt", "size", "mime", "sha256", "dims")
 
-    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "") -> None:
+    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "",
+                 dims: Optional[Tuple[int, int]] = None) -> None:
         self.path, self.fmt, self.size, self.mime, self.sha256 = path, fmt, size, mime, sha256
+        self.dims = dims  # an image's (width, height), where its header tells it
+
+    def about(self) -> str:
+        """'image/png, 704 bytes, 120 x 80 pixels': a binary file for the model (never its
+        bytes)."""
+        dims = f", {self.dims[0]:,} x {self.dims[1]:,} pixels" if self.dims else ""
+        return f"{self.mime}, {_plural(self.size, 'byte')}{dims}"
 
 
 _FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
@@ -11919,7 +12122,8 @@ def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]
         # for the catalog, without reading the file back
         digest = hashlib.sha256(b.data).hexdigest()
         mime = b.mime or "application/octet-stream"
-        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest))
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest,
+                           _image_dims(b.data)))
     return out
 
 
@@ -12108,6 +12312,8 @@ def _store_answer(call: _Call, server: str, tool: str, description: str,
         info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
         lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, "
                      f"{first.size:,} bytes.")
+    elif data_file is None:  # a binary: its type, size and dimensions, never its base64
+        lines.append(first.about() + ".")
     else:
         lines.append(f"{_plural(first.size, 'byte')}.")
     if data_file is not None and data_file.path.lower().endswith(".gz"):
@@ -12115,7 +12321,10 @@ def _store_answer(call: _Call, server: str, tool: str, description: str,
     if blobs:
         info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime,
                           "bytes": b.size} for b in blobs]
-        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}"
+        for b, entry in zip(blobs, info["files"]):
+            if b.dims:
+                entry["width"], entry["height"] = b.dims
+        lines.extend(f"Also stored {b.about()}: {b.path}"
                      for b in (blobs if data_file else blobs[1:]))
     notes = list(getattr(conv, "notes", None) or [])
     if notes:
@@ -12227,15 +12436,29 @@ def _first_sentence(text: str, limit: int = 150) -> str:
     if m is not None:
         text = text[:m.end()]
     if len(text) > limit:
-        cut = text.rfind(" ", 0, limit - 1)
-        text = text[:cut if cut > limit // 2 else limit - 1].rstrip(",;:- ") + "…"
+        text = text[:_word_cut(text, limit - 1)].rstrip(",;:- ") + "…"
     return text
+
+
+def _tool_summary(desc: str, limit: int = 150) -> str:
+    """A tool's one-line summary: its first sentence, plus the sentence that says it is
+    deprecated when that comes later ("DEPRECATED: Use read_text_file instead.")."""
+    first = _first_sentence(desc, limit)
+    m = _DEPRECATED.search(desc)
+    if m is None or _DEPRECATED.search(first):
+        return first
+    dot = desc.rfind(". ", 0, m.start())
+    start = max(dot + 2 if dot >= 0 else 0, desc.rfind("\n", 0, m.start()) + 1)
+    warn = _first_sentence(desc[start:], limit // 2)
+    return f"{_first_sentence(desc, limit - len(warn) - 1)} {warn}"
 
 
 def _tool_list_available_tools(call: _Call) -> dict:
     """Every upstream's tools (or one server's, filter_by_server), asked of all at once; with
-    `query`, ranked by the tool index. A server that fails is listed with its error rather than
-    failing the listing; the compact form gives each tool's first sentence only."""
+    `query`, ranked by the tool index. A server that fails is listed with its error (and when it
+    is tried again) rather than failing the listing; one still starting after _LIST_WAIT_S (one
+    server asked for by name: the call's own time limit) is named as such, its start going on.
+    The compact form gives each tool's first sentence only."""
     ups = call.ctx.upstreams
     detailed, only = call.flag("detailed"), call.string("filter_by_server")
     query = call.string("query")
@@ -12249,10 +12472,19 @@ def _tool_list_available_tools(call: _Call) -> dict:
                         f"restart Abstract.")
     lists: Dict[str, List[dict]] = {}
     failed: List[dict] = []
-    for name, got in ups.each(lambda up: up.tools(), names).items():
-        if isinstance(got, Exception):
+    # (one server asked for by name waits as a call does)
+    wait = None if only is not None else _LIST_WAIT_S
+    for name, got in ups.each(lambda up: up.tools(_WAIT_MAX_S if wait else None), names,
+                              wait).items():
+        if isinstance(got, _StillStarting):
+            failed.append({"server": name, "starting": True, "since_s": round(got.since),
+                           "error": got.message})
+        elif isinstance(got, Exception):
             failed.append({"server": name,
                            "error": _clean(getattr(got, "message", None) or str(got))})
+            retry = ups.get(name).retry_in()
+            if retry:
+                failed[-1]["retry_in_s"] = math.ceil(retry)
         else:
             lists[name] = got
     lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first
@@ -12266,8 +12498,12 @@ def _tool_list_available_tools(call: _Call) -> dict:
     out: dict = {"tools": entries, "total_tools": total}
     if query is not None:
         out["query"] = query
-    if failed:
-        out["failed_servers"] = failed
+    starting = [f for f in failed if f.get("starting")]
+    if len(starting) < len(failed):
+        out["failed_servers"] = [f for f in failed if not f.get("starting")]
+    if starting:
+        out["starting_servers"] = [{"server": f["server"], "since_s": f["since_s"]}
+                                   for f in starting]
     if detailed:
         return _text_result(_dumps(out), out)
     return _text_result(_listing_text(entries, failed, query, total), out)
@@ -12278,7 +12514,7 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
     desc = tool.get("description")
     desc = desc if isinstance(desc, str) else ""  # an upstream may send anything
     e: dict = {"server": server, "tool": tool["name"], "description": desc if detailed
-               else _first_sentence(desc)}
+               else _tool_summary(desc)}
     if score is not None:
         e["score"] = score
     if detailed:
@@ -12312,7 +12548,14 @@ def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] 
             server = e["server"]
             lines.append(f"[{server}]")
         lines.append(line)
-    lines.extend(f"[{f['server']}] not available: {f['error']}" for f in failed)
+    for f in failed:
+        if f.get("starting"):
+            lines.append(f"[{f['server']}] {f['error']}")
+            continue
+        again = f.get("retry_in_s")
+        after = (f" It is started again on a call made {again} s from now or later."
+                 if again and "not restarted for another" not in f["error"] else "")
+        lines.append(f"[{f['server']}] not available: {f['error']}{after}")
     return _escape_controls("\n".join(lines))  # (the servers' names and words: ESC, BEL, ...)
 
 
@@ -14681,12 +14924,17 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
     out.write(f"config: {config.path}: {_plural(len(config.specs), 'server')} selected\n")
     for name in config.missing:
         out.write(f"  {name}: FAILED: named in ABSTRACT_PROXY_SERVERS but not in the config\n")
-    results = upstreams.each(lambda up: up.tools())
+    results = upstreams.each(lambda up: up.tools(_WAIT_MAX_S), None, _CHECK_WAIT_S)
     width = max([len(n) for n in results] + [4])
     ok = not config.missing
     for name, got in results.items():
         up = upstreams.get(name)
-        if isinstance(got, Exception):
+        if isinstance(got, _StillStarting):
+            ok = False
+            out.write(f"  {name:<{width}}  NOT ANSWERING: no answer within {got.since:.0f} s of "
+                      f"starting ({up._where()}); a first start that downloads (npx, uvx) may "
+                      f"take longer: run --check again\n")
+        elif isinstance(got, Exception):
             ok = False
             out.write(f"  {name:<{width}}  FAILED: {getattr(got, 'message', None) or got}\n")
         else:
@@ -14768,17 +15016,19 @@ def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str]
     return 0
 
 
-def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], out: Any) -> None:
-    """--check: the login state of each remote server (expiry shown; tokens never)."""
+def _auth_report(config: ClientConfig, upstreams: Upstreams, out: Any) -> None:
+    """--check (after _check started the servers): the login state of each remote server
+    (expiry shown; tokens never); a login is said to be needed only where the server asked."""
     urls = _remote_urls(config)
     if urls:
         out.write("logins (remote servers):\n")
-    for name, url in urls.items():
-        if any(k.lower() == "authorization" for k in config.specs[name].headers):
+    for name in urls:
+        up = upstreams.get(name)
+        if not isinstance(up.auth, _OAuth):
             out.write(f"  {name}: the entry's own Authorization header or user:password@ in its "
                       f"url (no OAuth login)\n")
         else:
-            out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
+            out.write(f"  {name}: {up.auth.status(reached=bool(up.protocol_version))}\n")
 
 
 class _Replacing:
@@ -14958,7 +15208,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                     if isinstance(auth, _OAuth):
                         auth.start_logins = False
                 code = _check(config, upstreams, out, catalog.describe() if catalog else why)
-                _auth_report(config, settings, env, out)
+                _auth_report(config, upstreams, out)
                 return code
 
             return _to_text(stdout, check)

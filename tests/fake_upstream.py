@@ -217,6 +217,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--tool-def", action="append", default=[], metavar="JSON",
                     help="also offer this tool definition as it is (a hostile inputSchema, say); "
                          "it works like echo_args")
+    ap.add_argument("--tools-file", default=None, metavar="JSON",
+                    help="offer exactly the tool definitions in this JSON file (each works like "
+                         "echo_args): another server's real tool list, as data")
     return ap.parse_args(argv)
 
 
@@ -441,6 +444,9 @@ class Fake:
         for t in tools:
             if t["name"] in REQUIRED:
                 t["inputSchema"]["required"] = REQUIRED[t["name"]]
+        if self.opts.tools_file:
+            with open(self.opts.tools_file, encoding="utf-8") as f:
+                tools = json.load(f)
         if self.opts.tasks:
             tools.append(dict(JOB_TOOL))
         if self.opts.extras:
@@ -471,6 +477,7 @@ class Fake:
             return
         defined = {json.loads(t).get("name") for t in self.opts.tool_def}
         handler = (self.tool_echo_args if name in self.opts.extra_tool or name in defined
+                   or self.opts.tools_file
                    else getattr(self, f"tool_{name}", None))
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
