@@ -7375,12 +7375,12 @@ class _Run:
         self.ending = True
         if self.conn is not None and flush_by:
             self.conn.finish(flush_by - time.monotonic())
+        if self.conn is not None:  # first: a server that exits at once on EOF must not make
+            self.conn.fail_pending(reason)  # them fail as "exited" (the reader's EOF) instead
         try:
             self.proc.stdin.close()
         except (OSError, ValueError):
             pass
-        if self.conn is not None:
-            self.conn.fail_pending(reason)
 
     def exited(self, timeout: float) -> bool:
         try:
@@ -11990,6 +11990,14 @@ class _Call:
             raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
         return _text_arg(key, v)
 
+    def words(self, key: str) -> Optional[str]:
+        """A string of words to look for, or None: any string is valid, a lone surrogate (no
+        word holds one) read as U+FFFD."""
+        v = self.args.get(key)
+        if v is None or not isinstance(v, str):
+            return self.string(key)  # (None, or the error for a wrong type)
+        return _LONE_SURROGATE.sub("\ufffd", v)
+
     def required(self, key: str) -> str:
         """A string argument the tool cannot do without: present and not empty."""
         v = self.args.get(key)
@@ -12461,7 +12469,7 @@ def _tool_list_available_tools(call: _Call) -> dict:
     The compact form gives each tool's first sentence only."""
     ups = call.ctx.upstreams
     detailed, only = call.flag("detailed"), call.string("filter_by_server")
-    query = call.string("query")
+    query = call.words("query")
     limit = call.optional_int("limit", minimum=1)
     names = ups.names()
     if only is not None:
