@@ -3676,6 +3676,11 @@ _HTTP_KEEP_MAX = 4  # idle connections a pool keeps for each origin
 _REDIRECTS = (301, 302, 303, 307, 308)
 # what a request keeps when a redirect takes it to another origin: nothing else of the caller's
 # (static API-key headers, the session id) and nothing of the auth provider goes there
+# what a remote server's JSON-RPC error says when it does not know the session id a request
+# carried ("No valid session ID provided", "Mcp-Session-Id header is required", "Invalid or
+# expired session ID"; not a tool's "session_id" argument), and the codes transports use for it
+_SESSION_ID_RE = re.compile(r"\bsession[ -]id\b", re.IGNORECASE)
+_SESSION_ERROR_CODES = (-32000, -32001, INVALID_REQUEST)
 _PORTABLE_HEADERS = ("accept", "content-type", "last-event-id", "mcp-protocol-version",
                      "user-agent")
 
@@ -6521,7 +6526,7 @@ class _HttpTransport:
             if (resp.status in (400, 404) and self.session_id and not self.modern
                     and msg.get("method") != "initialize"):  # (sent with the session id)
                 raw = self._small_body(resp)
-                if resp.status == 404 or self._names_session(raw):
+                if self._session_unknown(resp.status, raw, mid):
                     return self._forget_session(resp, raw, mid)
                 return self._refused(resp, raw, mid)
             if resp.status >= 300:
@@ -6564,12 +6569,25 @@ class _HttpTransport:
                                                              f"({ctype}) to server/discover"))
 
     @classmethod
-    def _names_session(cls, raw: bytes) -> bool:
-        """An HTTP 400 whose JSON-RPC error is about the session: server-everything, and the
-        servers built on the TypeScript SDK's example, answer a session id they do not know
-        (after a restart) with 400 "Bad Request: No valid session ID provided", not 404."""
-        err = cls._rpc_error(raw)
-        return err is not None and "session" in str(err["error"].get("message", "")).lower()
+    def _session_unknown(cls, status: int, raw: bytes, mid: Any) -> bool:
+        """Whether an HTTP 400 or 404 to a request that carried Mcp-Session-Id says the server
+        does not know the session (so the request was not processed and may be sent again), not
+        that the request ran and failed. A 404 is the spec's answer, unless its body is the
+        server's JSON-RPC answer to this very request (its id, not about the session id: a
+        server that maps its tools' errors to statuses). A 400 is one only when its JSON-RPC
+        error is a transport's code naming the session id: server-everything, and the servers
+        built on the TypeScript SDK's example, answer an unknown session id with 400 -32000 "Bad
+        Request: No valid session ID provided". A tool's error that mentions a session of its
+        own ("session_id 'x' is not open", "database session expired") is none: the call ran."""
+        doc = cls._json(raw)
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and "result" in doc:
+            return False  # (an answer: the request ran)
+        names = (isinstance(err, dict) and err.get("code") in _SESSION_ERROR_CODES
+                 and _SESSION_ID_RE.search(str(err.get("message", ""))) is not None)
+        if status == 404:
+            return names or not isinstance(err, dict) or doc.get("id") != mid
+        return names
 
     def _forget_session(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
         """The server no longer knows the session the request named: the session is gone and

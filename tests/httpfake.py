@@ -297,6 +297,9 @@ class SessionMcp:
         self.opened = 0
         self.counts: Dict[str, int] = {}
         self.forget_calls = 0
+        # (HTTP status, JSON-RPC code, message): count runs, then answers with this error, its
+        # id the request's (a server that maps its tools' errors to HTTP statuses)
+        self.count_error: Optional[tuple] = None
         self.posts: List[tuple] = []  # (method, session id sent, status answered) of every POST
         self.http: Optional[FakeHTTP] = FakeHTTP(self.handle)
         self.port = self.http.port
@@ -346,6 +349,10 @@ class SessionMcp:
             result = {"tools": self.TOOLS}
         elif method == "tools/call":
             result = self._call(msg["params"])
+            if self.count_error is not None and msg["params"].get("name") == "count":
+                status, code, message = self.count_error
+                return reply(r, status, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
+                    "code": code, "message": message}}).encode(), headers=close)
         else:
             result = {}
         body = json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode()

@@ -1,0 +1,44 @@
+"""Review of issue 24's upstream bounds (items 3, 11, 12, 13) and secrets (items 5, 8, 9): what
+the review found, each proved through the wire against real subprocesses (Abstract, and the
+stdlib fakes of tests/httpfake.py) where it can be.
+
+- A remote server's error that merely mentions a session (a tool's own error, over HTTP 400 or
+  404) is the server's answer to a request it ran: it is never sent again (exactly once).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import text_of
+from test_upstream_bounds import sessions  # noqa: F401 (a fixture)
+
+
+# -- exactly once: only the session's own loss is sent again
+
+
+@pytest.mark.parametrize("status,code,message", [
+    # a browser-automation tool whose argument is named session_id: it ran, and failed
+    (400, -32000, "Error: session_id 'tab-7' is not open in this browser"),
+    (400, -32000, "Database session expired while saving the row"),
+    (400, -32602, "Invalid session ID argument: 'tab-7'"),
+    # a server that maps its tools' errors to HTTP statuses: "not found" as 404, its id ours
+    (404, -32603, "file not found: /data/report.csv"),
+])
+def test_a_tool_error_that_mentions_a_session_is_not_sent_again(world, sessions, status, code,
+                                                               message):
+    """Before: any HTTP 400 whose JSON-RPC error said "session", and any 404, were taken for a
+    lost session and the request sent again in a new one: a tools/call that had run ran twice.
+    Now only a 400 naming the session id header (code -32000, -32001 or -32600), or a 404 that is
+    not the request's own JSON-RPC error, is."""
+    f = sessions()
+    world.servers["phoenix"] = {"type": "http", "url": f.url}
+    p = world.start()
+    assert text_of(p.upstream("phoenix", "echo", {"text": "up"})) == "up"
+    f.count_error = (status, code, message)
+    res = p.upstream("phoenix", "count", {"key": "k"})
+    assert res.get("isError") and message[:20] in text_of(res), res
+    assert f.counts == {"k": 1}, "the call ran twice"
+    assert len(f.calls()) == 2
+    f.count_error = None
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "2"  # the session still works
