@@ -7140,13 +7140,17 @@ _DESCENDANTS = _Descendants()
 
 
 def _mask_error_result(res: dict) -> None:
-    """An upstream's isError result is an error too: its text items' secrets are masked, in
-    place (a long text left undecoded, and a result that is no error, are the upstream's data,
-    relayed as they came: docs/reference/errors.md)."""
+    """An upstream's isError result is an error too: the secrets of its text items (an embedded
+    resource's text too) and of its structuredContent (keys and values) are masked, in place (a
+    long text left undecoded, and a result that is no error, are the upstream's data, relayed
+    as they came: docs/reference/errors.md)."""
     content = res.get("content")
     for item in content if isinstance(content, list) else ():
-        if isinstance(item, dict) and isinstance(item.get("text"), str):
-            item["text"] = _SECRETS.mask(item["text"])
+        for part in (item, item.get("resource")) if isinstance(item, dict) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                part["text"] = _SECRETS.mask(part["text"])
+    if "structuredContent" in res:
+        res["structuredContent"] = _SECRETS.mask_json(res["structuredContent"])
 
 
 

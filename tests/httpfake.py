@@ -403,6 +403,7 @@ class EchoMcp:
         self.grants: List[Dict[str, str]] = []
         self.challenge = ""  # WWW-Authenticate of a 401 (default: names the resource metadata)
         self.list_fails = False  # tools/list answered as rpc_error is
+        self.structured_error = False  # is_error's result quotes in structuredContent too
         self.http = FakeHTTP(self.handle)
         self.base = self.http.url
         self.url = self.base + "/mcp"
@@ -464,7 +465,10 @@ class EchoMcp:
         if name == "http400":
             return reply(r, 400, said.encode(), "text/plain")
         if name == "is_error":
-            return answer({"content": [{"type": "text", "text": said}], "isError": True})
+            res = {"content": [{"type": "text", "text": said}], "isError": True}
+            if self.structured_error:
+                res["structuredContent"] = {"request": json.loads(self.quote(r)), self.quote(r): 1}
+            return answer(res)
         return answer({"content": [{"type": "text", "text": self.quote(r)}]})
 
     def close(self) -> None:

@@ -8,10 +8,16 @@ stdlib fakes of tests/httpfake.py) where it can be.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import text_of
+from httpfake import EchoMcp
 from test_upstream_bounds import sessions  # noqa: F401 (a fixture)
+
+STATIC = "STATICTOKEN_r3_a1b2c3d4e5"
+QUERY = "QUERYSECRET_r3_q1w2e3r4"
 
 
 # -- exactly once: only the session's own loss is sent again
@@ -42,3 +48,26 @@ def test_a_tool_error_that_mentions_a_session_is_not_sent_again(world, sessions,
     assert len(f.calls()) == 2
     f.count_error = None
     assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "2"  # the session still works
+
+
+# -- secrets: every text of an upstream's error
+
+
+def test_an_is_error_results_structured_content_is_masked_too(world, tmp_path):
+    """The text items of an upstream's isError result were masked, its structuredContent (keys
+    and values) not: the model read the Bearer token and query secret there."""
+    f = EchoMcp()
+    try:
+        f.structured_error = True
+        world.servers["remote"] = {"type": "http", "url": f"{f.url}?key={QUERY}",
+                                   "headers": {"Authorization": f"Bearer {STATIC}"}}
+        p = world.start("--expose", "both", str(world.dir), env=world.env())
+        direct = p.request("tools/call", {"name": "remote__is_error", "arguments": {}})["result"]
+        meta = p.upstream("remote", "is_error")
+        for res in (direct, meta):
+            shown = json.dumps(res)
+            assert res.get("isError") and "***" in shown, res
+            assert STATIC not in shown and QUERY not in shown, shown
+        assert direct["structuredContent"]["request"]["auth"] == "***"
+    finally:
+        f.close()
