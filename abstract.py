@@ -314,12 +314,17 @@ def _text_result(text: str, structured: Any = None, is_error: bool = False) -> d
 
 
 _SECRET_MIN = 4  # a shorter value is not masked: it would hide common words (and "***" itself)
+# ... nor a shorter query or header value whose name does not say it is a secret: "?mode=full"
+# or "X-Region: europe" would make every "full" and "europe" in every error "***"
+_SECRET_PLAIN_MIN = 8
 # OAuth tokens (in all their forms) remembered at once; past it the oldest (spent) are let go.
 # The config's secrets are kept for good: the config bounds them.
 _SECRETS_PASSING = 128
 # the name of an environment variable whose value is a secret (GITHUB_TOKEN, OPENAI_API_KEY, ...)
+# (and of a header or URL query value: Authorization, X-Api-Key, ?access_token=, ?sig=)
 _SECRET_ENV_RE = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|AUTH|"
-                            r"CREDENTIALS?|COOKIE|PAT)(?:_|$)", re.IGNORECASE)
+                            r"AUTHORIZATION|CREDENTIALS?|COOKIE|PAT|SIG|SIGNATURE)(?:_|$)",
+                            re.IGNORECASE)
 # C0 and C1 controls (a terminal's escape sequences, CR that overwrites a line, BEL, NUL), and
 # the line separators and bidirectional overrides that make text show other than it is; tab and
 # newline are kept
@@ -365,22 +370,30 @@ class _Secrets:
             forms += [urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)]
         return forms
 
-    def add_header(self, value: str) -> None:
-        """A header value's secrets: the whole value, its words (a Bearer's token alone) and
-        a Basic credential's password (where a URL's user:password@ went)."""
-        self.add(value, *(w for w in value.split() if len(w) >= 8))
+    @staticmethod
+    def _named(name: str, value: str) -> Optional[str]:
+        """`value` if its name says it is a secret, or if it is long enough to be one."""
+        secret = _SECRET_ENV_RE.search(name.replace("-", "_")) is not None
+        return value if secret or len(value) >= _SECRET_PLAIN_MIN else None
+
+    def add_header(self, name: str, value: str) -> None:
+        """A header value's secrets: the whole value (_named), its words (a Bearer's token
+        alone) and a Basic credential's password (where a URL's user:password@ went)."""
+        self.add(self._named(name, value), *(w for w in value.split() if len(w) >= 8))
         scheme, _, cred = value.partition(" ")
         if scheme.lower() == "basic":
             with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
                 self.add(base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2])
 
     def add_url(self, url: str) -> None:
-        """A URL's secrets: its password and its query's values, decoded and as written."""
+        """A URL's secrets: its password and its query's values (_named), decoded and as
+        written."""
         with contextlib.suppress(ValueError):
             p = urllib.parse.urlsplit(url)
+            raw = [part.partition("=")[::2] for part in p.query.split("&")]
             self.add(p.password, urllib.parse.unquote(p.password or ""),
-                     *(v for _, v in urllib.parse.parse_qsl(p.query)),
-                     *(part.partition("=")[2] for part in p.query.split("&")))
+                     *(self._named(k, v) for k, v in urllib.parse.parse_qsl(p.query)),
+                     *(self._named(urllib.parse.unquote(k), v) for k, v in raw))
 
     def add_env(self, env: Dict[str, str]) -> None:
         """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...)."""
@@ -5437,8 +5450,8 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     url = _expand(url, environ, missing, known)
     headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
     _SECRETS.add_url(url)
-    for v in headers.values():
-        _SECRETS.add_header(v)
+    for k, v in headers.items():
+        _SECRETS.add_header(k, v)
     spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
     bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
            or any(c in v for c in "\r\n\0")]
@@ -5471,7 +5484,7 @@ def _userinfo_to_header(spec: ServerSpec, path: str) -> None:
                         f"too; keep one of them")
         return
     spec.headers["Authorization"] = _basic_auth(p)
-    _SECRETS.add_header(spec.headers["Authorization"])
+    _SECRETS.add_header("Authorization", spec.headers["Authorization"])
     spec.url = _strip_userinfo(spec.url)
 
 

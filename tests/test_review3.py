@@ -71,3 +71,21 @@ def test_an_is_error_results_structured_content_is_masked_too(world, tmp_path):
         assert direct["structuredContent"]["request"]["auth"] == "***"
     finally:
         f.close()
+
+
+def test_plain_query_and_header_values_are_not_masked_in_every_text(world, tmp_path):
+    """Every URL query value and header value of 4 characters or more was a secret for the
+    whole run: `?mode=full&region=europe` made every "full" and "europe" in every error and log
+    line "***" ("the disk is ***"). A value is masked whatever its length (from 4) when its
+    name says it is a secret (key, token, Authorization, ...), others from 8 characters."""
+    f = EchoMcp()
+    try:
+        world.servers["remote"] = {"type": "http",
+                                   "url": f"{f.url}?mode=full&region=europe&key=k3y9&q={QUERY}",
+                                   "headers": {"Authorization": "Bearer s3cr", "X-Team": "mode"}}
+        p = world.start(str(world.dir), env=world.env())
+        text = text_of(p.upstream("remote", "http400"))
+        assert "mode=full&region=europe&key=***&q=***" in text, text
+        assert '"auth": "***"' in text, text
+    finally:
+        f.close()
