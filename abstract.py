@@ -9634,9 +9634,10 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
     """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
     `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
     backlog that takes a burst of downloads. At the cap, the connection that has waited longest
-    without sending a byte is dropped to make room (_evict), so idle connections cannot keep a
-    request waiting; when none is idle, the accept loop waits for a free slot, and more
-    connections wait in the listen backlog, not in Abstract."""
+    without sending a byte is dropped to make room (_evict), else the one whose request has been
+    coming longest, so idle or trickling connections cannot keep a request waiting; when every
+    one has its request in, the accept loop waits for a free slot, and more connections wait in
+    the listen backlog, not in Abstract."""
     import selectors  # lazy: see Imports
     import socket  # lazy: see Imports
 
@@ -9678,16 +9679,20 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             super().process_request(request, client_address)
 
         def spoke(self, request: Any) -> None:
-            """The connection sent its first byte: it is no longer dropped to make room."""
+            """The connection sent its first byte: dropped to make room only if none is
+            silent."""
             with self._lock:
                 if request in self._deadlines:
                     self._spoke.add(request)
 
-        def request_started(self, request: Any) -> None:
-            """The request line and headers are in: the header deadline no longer applies."""
+        def request_started(self, request: Any) -> bool:
+            """The request line and headers are in: the header deadline no longer applies.
+            False if the connection was dropped to make room just before (_evict): it is not
+            answered."""
             with self._lock:
                 self._deadlines.pop(request, None)
                 self._spoke.discard(request)
+                return request not in self._evicted
 
         def shutdown_request(self, request: Any) -> None:
             super().shutdown_request(request)
@@ -9699,18 +9704,22 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
         def _evict(self) -> None:
             """Drop the connection that has waited longest without sending a byte (its handler
-            has seen none, and none waits unread), unless one dropped before still holds its
-            slot. Nothing was asked on it, so nothing is lost but the connection."""
+            has seen none, and none waits unread); if none is silent, the one whose request has
+            been coming longest (a byte a minute holds a slot as well as silence does). Not
+            while one dropped before still holds its slot. Its request had not come whole, so
+            nothing was asked on it: nothing is lost but the connection, and a download under
+            way (its request in) is never dropped."""
             with self._lock:
                 if self._evicted:
                     return
-                idle = [r for r in self._deadlines if r not in self._spoke]
-            victim = next((r for r in idle if self._silent(r)), None)
+                waiting = list(self._deadlines)  # (oldest first)
+                idle = [r for r in waiting if r not in self._spoke]
+            victim = next((r for r in idle if self._silent(r)), waiting[0] if waiting else None)
             if victim is None:
                 return
             with self._lock:
-                if victim not in self._deadlines or victim in self._spoke:
-                    return  # (its request began meanwhile)
+                if victim not in self._deadlines:
+                    return  # (its request came whole meanwhile)
                 del self._deadlines[victim]
                 self._evicted.add(victim)
             with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
@@ -9761,14 +9770,16 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
 
         def handle(self) -> None:
             # the first byte, waited for and left unread: from then on the connection has sent
-            # something, and is not dropped to make room for another (_link_server_class)
+            # something, and is dropped to make room for another only when none is silent
+            # (_link_server_class)
             with contextlib.suppress(OSError):
                 self.connection.recv(1, socket.MSG_PEEK)
             self.server.spoke(self.connection)  # type: ignore[attr-defined]
             super().handle()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            self.server.request_started(self.connection)  # type: ignore[attr-defined]
+            if not self.server.request_started(self.connection):  # type: ignore[attr-defined]
+                return
             # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
             # patch releases), and the answer must not depend on the Python version.
             status, ctype, body = _link_response(cache, signer, self.requestline.split()[1])

@@ -9,6 +9,10 @@ stdlib fakes of tests/httpfake.py) where it can be.
 from __future__ import annotations
 
 import json
+import socket
+import time
+import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -89,3 +93,34 @@ def test_plain_query_and_header_values_are_not_masked_in_every_text(world, tmp_p
         assert '"auth": "***"' in text, text
     finally:
         f.close()
+
+
+# -- the --http link server at its connection cap
+
+
+@pytest.mark.parametrize("sent", [b"G", b"GET /cache/x HTTP/1.1\r\nHost: a\r\n"])
+def test_a_link_is_served_while_300_connections_that_sent_part_of_a_request_are_held(world, sent):
+    """Only connections that had sent nothing were dropped to make room: 300 that each sent one
+    byte of a request line (or all but the end of the headers) and then nothing held every slot,
+    and a signed GET waited for their 10 s header deadlines. At the cap, the oldest connection
+    whose request has not come whole is dropped when none is silent; a download under way is
+    never one of them."""
+    world.fake("up")
+    world.settings = {"output_cache": {"min_size": 1000}}
+    env = world.env(ABSTRACT_CACHE_SECRET="k")
+    p = world.start("--http", "127.0.0.1:0", str(world.dir), env=env)
+    url = p.upstream("up", "echo", {"text": "y" * 2000})["structuredContent"]["retrieve_url"]
+    where = urllib.parse.urlsplit(url)
+    held = [socket.create_connection((where.hostname, where.port), timeout=5) for _ in range(300)]
+    try:
+        for s in held:
+            s.sendall(sent)
+        t0 = time.monotonic()
+        with urllib.request.urlopen(url, timeout=8) as resp:
+            assert resp.status == 200 and resp.read() == b"y" * 2000
+        took = time.monotonic() - t0
+        assert took < 2.0, f"the download took {took:.2f} s with 300 trickling connections held"
+    finally:
+        for s in held:
+            s.close()
+    assert p.request("ping")["result"] == {}
