@@ -3829,6 +3829,13 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
 
         if isinstance(e, http.client.IncompleteRead):
             why = "the connection closed in the middle of the answer"
+        elif isinstance(e, http.client.InvalidURL):  # (not quoted: it holds the query)
+            why = ("its URL holds characters a request line cannot carry (spaces or control "
+                   "characters): write them percent-encoded (%20, %0A)")
+        elif isinstance(e, UnicodeEncodeError):  # (not quoted: it holds the header value)
+            why = ("a header value holds characters HTTP cannot carry (only Latin-1, without "
+                   "control characters), or the URL's path or query non-ASCII ones: write them "
+                   "percent-encoded")
         elif isinstance(e, http.client.HTTPException):
             why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
         else:
@@ -5453,15 +5460,21 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     for k, v in headers.items():
         _SECRETS.add_header(k, v)
     spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
+    # (a value as http.client sends it: Latin-1, no control character but tab)
     bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
-           or any(c in v for c in "\r\n\0")]
+           or not re.fullmatch(r"[\t\x20-\x7e\xa0-\xff]*", v)]
     if missing:
         spec.problem = _missing_text(missing, path)
     elif not url.lower().startswith(("http://", "https://")):
         spec.problem = f"its url in {path} is not an http:// or https:// URL: {_safe_url(url)}"
+    elif _URL_BAD_RE.search(url) or _unicode_problem(url):  # (http.client's error quotes it)
+        spec.problem = (f"its url in {path} holds whitespace, control characters or a lone "
+                        f"surrogate ({_escape_controls(_safe_url(url))!r}): write them "
+                        f"percent-encoded (%20, %0A)")
     elif bad:
         spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of "
-                        f"letters, digits and -, a value without line breaks)")
+                        f"letters, digits and -, a value of Latin-1 characters without line "
+                        f"breaks or other control characters)")
     else:
         _userinfo_to_header(spec, path)
     return spec

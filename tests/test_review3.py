@@ -124,3 +124,52 @@ def test_a_link_is_served_while_300_connections_that_sent_part_of_a_request_are_
         for s in held:
             s.close()
     assert p.request("ping")["result"] == {}
+
+
+# -- a remote entry's URL and headers: what HTTP cannot carry is refused when the config is read
+
+
+@pytest.mark.parametrize("url,headers,said", [
+    # http.client's InvalidURL quoted the path and query: the secret, its \x01 escaped, unmasked
+    ("?key=QUERYSECRET_r3_zz\x01", {}, "holds whitespace, control characters"),
+    ("?key=QUERYSECRET_r3_zz%20 x", {}, "holds whitespace, control characters"),
+    ("?key=QUERYSECRET_r3_zz\udcff", {}, "a lone surrogate"),
+    # "cannot reach <url>: 'latin-1' codec can't encode character '\u20ac' in position 16"
+    ("", {"X-Api-Key": "APIKEYSECRET_r3_\u20ac"}, "is not a valid HTTP header"),
+    ("", {"X-Api-Key": "APIKEYSECRET_r3_\udcff"}, "is not a valid HTTP header"),
+    ("", {"X-Api-Key": "APIKEYSECRET_r3_\x1b[2J"}, "is not a valid HTTP header"),
+])
+def test_a_remote_entry_http_cannot_carry_is_refused_naming_what_and_showing_no_secret(
+        world, url, headers, said):
+    f = EchoMcp()
+    try:
+        world.servers["remote"] = {"type": "http", "url": f.url + url, "headers": headers}
+        p = world.start(str(world.dir), env=world.env())
+        res = p.upstream("remote", "echo")
+        text = text_of(res)
+        assert res.get("isError") and said in text, text
+        assert "SECRET_r3" not in text and "codec" not in text and "\x1b" not in text, text
+        assert not f.http.seen  # (nothing was sent)
+        check = world.check(env=world.env())
+        out = check.stdout.decode() + check.stderr.decode()
+        assert said in out and "SECRET_r3" not in out and "Traceback" not in out, out
+        p.stop()
+        assert "SECRET_r3" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+    finally:
+        f.close()
+
+
+def test_http_clients_errors_that_quote_the_url_or_a_header_are_not_quoted():
+    """http.client's InvalidURL quotes the request's path and query (a redirect's Location, say)
+    and its UnicodeEncodeError the character of a header value: neither is shown."""
+    import http.client
+
+    import abstract
+
+    bad_url = http.client.InvalidURL("URL can't contain control characters. "
+                                     "'/mcp?key=QUERYSECRET_r3\\x01' (found at least '\\x01')")
+    err = abstract._net_error(bad_url, "http://h/mcp?key=x", 5, 5, False)
+    assert "QUERYSECRET" not in str(err) and "percent-encoded" in str(err), str(err)
+    bad_header = UnicodeEncodeError("latin-1", "APIKEY_r3_\u20ac", 10, 11, "not in range(256)")
+    err = abstract._net_error(bad_header, "http://h/mcp", 5, 5, False)
+    assert "codec" not in str(err) and "header value" in str(err), str(err)
