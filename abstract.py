@@ -8254,7 +8254,8 @@ class Upstream:
         4. A session that dies with the call in flight fails it, and it is never replayed: the
            server may have done part of the work. A call that did not run (_NotSent: never
            sent, never reached the server, or refused with its session) says so instead; the
-           caller sends one refused with its session again (_anew).
+           caller sends one refused with its session again (_anew). Once it is a task, it ran:
+           its tasks/result refused with the session is a call that died in flight.
         5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """
@@ -8276,9 +8277,9 @@ class Upstream:
                         and isinstance(got.get("task"), dict)):
                     return got
                 self._task_result(p, got["task"], tool)
-        except _NotSent:
-            raise
         except UpstreamError as e:  # the session died with the call in flight: never replayed
+            if isinstance(e, _NotSent) and not p.task_id:
+                raise  # (the call did not run; a _NotSent of its task's tasks/result is no proof)
             raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: "
                                 f"{e.message}\nThe call was not retried, because the server may "
                                 f"have done part of the work; call it again if that is safe (the "

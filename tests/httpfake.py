@@ -300,6 +300,9 @@ class SessionMcp:
         # (HTTP status, JSON-RPC code, message): count runs, then answers with this error, its
         # id the request's (a server that maps its tools' errors to HTTP statuses)
         self.count_error: Optional[tuple] = None
+        # 2025-11-25 tasks: tool "job" (taskSupport required) counts under "job" and answers
+        # with a task; its tasks/result forgets every session first (a restart mid-task)
+        self.tasks = False
         self.posts: List[tuple] = []  # (method, session id sent, status answered) of every POST
         self.http: Optional[FakeHTTP] = FakeHTTP(self.handle)
         self.port = self.http.port
@@ -345,8 +348,17 @@ class SessionMcp:
             self.sessions.add(sid)
             result: dict = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                             "serverInfo": {"name": "sessions", "version": "1"}}
+            if self.tasks:
+                result["protocolVersion"] = "2025-11-25"
+                result["capabilities"]["tasks"] = {"requests": {"tools": {"call": {}}}}
         elif method == "tools/list":
-            result = {"tools": self.TOOLS}
+            result = {"tools": self.TOOLS + ([{"name": "job", "inputSchema": {"type": "object"},
+                                              "execution": {"taskSupport": "required"}}]
+                                             if self.tasks else [])}
+        elif method == "tools/call" and msg["params"].get("name") == "job":
+            self.counts["job"] = self.counts.get("job", 0) + 1
+            result = {"task": {"taskId": f"t-{self.counts['job']}", "status": "working",
+                               "createdAt": "2026-01-01T00:00:00Z", "ttl": 60000}}
         elif method == "tools/call":
             result = self._call(msg["params"])
             if self.count_error is not None and msg["params"].get("name") == "count":
@@ -361,6 +373,8 @@ class SessionMcp:
     def _status(self, method: str, mid, sid: Optional[str]) -> int:
         if method == "server/discover":
             return 400
+        if method == "tasks/result":
+            self.restart()
         if method == "tools/call" and self.forget_calls > 0:
             self.forget_calls -= 1
             self.restart()

@@ -173,3 +173,17 @@ def test_http_clients_errors_that_quote_the_url_or_a_header_are_not_quoted():
     bad_header = UnicodeEncodeError("latin-1", "APIKEY_r3_\u20ac", 10, 11, "not in range(256)")
     err = abstract._net_error(bad_header, "http://h/mcp", 5, 5, False)
     assert "codec" not in str(err) and "header value" in str(err), str(err)
+
+
+def test_a_task_whose_session_is_lost_while_it_runs_is_not_called_again(world, sessions):
+    """The tools/call was answered (a task was made), then the server forgot the session and
+    answered tasks/result with 404: that _SessionGone reached _anew, which sent the tools/call
+    again in a new session: the tool ran twice."""
+    f = sessions()
+    f.tasks = True
+    world.servers["phoenix"] = {"type": "http", "url": f.url}
+    p = world.start()
+    res = p.upstream("phoenix", "job")
+    text = text_of(res)
+    assert res.get("isError") and "may have done part of the work" in text, text
+    assert f.counts == {"job": 1}, "the task-augmented call ran twice"
