@@ -9718,8 +9718,9 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
         def _evict(self) -> None:
             """Drop the connection that has waited longest without sending a byte (its handler
-            has seen none, and none waits unread); if none is silent, the one whose request has
-            been coming longest (a byte a minute holds a slot as well as silence does). Not
+            has seen none, and none waits unread); if none is silent, the one whose handler has
+            been reading its request longest (a byte a minute holds a slot as well as silence
+            does; one whose bytes wait for a handler yet to run is not dropped). Not
             while one dropped before still holds its slot. Its request had not come whole, so
             nothing was asked on it: nothing is lost but the connection, and a download under
             way (its request in) is never dropped."""
@@ -9728,7 +9729,9 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
                     return
                 waiting = list(self._deadlines)  # (oldest first)
                 idle = [r for r in waiting if r not in self._spoke]
-            victim = next((r for r in idle if self._silent(r)), waiting[0] if waiting else None)
+                # (its handler reads it: not a whole request whose handler has yet to run)
+                trickling = [r for r in waiting if r in self._spoke]
+            victim = next((r for r in idle if self._silent(r)), trickling[0] if trickling else None)
             if victim is None:
                 return
             with self._lock:
