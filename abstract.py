@@ -567,13 +567,15 @@ class _LogGate:
     lines refilled at `rate` a second, for its stderr lines and its notifications/message alike,
     so a flood costs a bounded number of lines. Lines past it are counted, and the count is
     written ("dropped N log lines from '<server>'") before the next line that passes, and by
-    flush() (a pause in its stderr, the end of a run)."""
+    flush() (a pause in its stderr, at most once a second; the end of a run)."""
 
     def __init__(self, name: str, rate: float = _LOG_RATE, burst: int = _LOG_BURST,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._name, self._rate, self._burst, self._clock = name, rate, burst, clock
         self._tokens, self._at = float(burst), clock()
         self._dropped = 0
+        self._told = float("-inf")  # when a count was last written
+        self._later: Optional[threading.Timer] = None  # a pause's count, held back (flush)
         self._lock = threading.Lock()
 
     def write(self, text: Callable[[], str]) -> None:
@@ -589,6 +591,7 @@ class _LogGate:
             if passes:
                 self._tokens -= 1
                 dropped, self._dropped = self._dropped, 0
+                self._told = now if dropped else self._told
             else:
                 self._dropped, dropped = self._dropped + 1, 0
         if dropped:
@@ -599,12 +602,29 @@ class _LogGate:
                 line = line[:_LOG_LINE_CHARS] + " [...]"
             _log.info("%s", line)
 
-    def flush(self) -> None:
-        """Write the count of the lines dropped since the last line that passed, if any."""
+    def flush(self, pause: bool = False) -> None:
+        """Write the count of the lines dropped since the last line that passed, if any. At a
+        `pause` of its stderr, at most once a second: the reader of a steady flood it keeps up
+        with pauses after every line, and would tell each dropped line on its own; a count
+        held back is written when the second is up (one timer at a time)."""
         with self._lock:
+            now = self._clock()
+            wait = 1.0 - (now - self._told)
+            if pause and wait > 0:
+                if self._dropped and self._later is None:
+                    self._later = threading.Timer(wait, self._flush_later)
+                    self._later.daemon, self._later.name = True, f"log-count-{self._name}"
+                    self._later.start()
+                return
             dropped, self._dropped = self._dropped, 0
+            self._told = now if dropped else self._told
         if dropped:
             self._say(dropped)
+
+    def _flush_later(self) -> None:
+        with self._lock:
+            self._later = None
+        self.flush()
 
     def _say(self, dropped: int) -> None:
         _log.warning("dropped %s from '%s' (more than %d at once, or %g a second)",
@@ -7292,7 +7312,7 @@ class _Run:
     def _drain_stderr(self) -> None:
         prefix = f"[{self.name}] "
         try:
-            for raw in _iter_lines(self.proc.stderr, pause=self.gate.flush):
+            for raw in _iter_lines(self.proc.stderr, pause=lambda: self.gate.flush(pause=True)):
                 line = raw.decode("utf-8", "replace").rstrip("\r")
                 self.tail.add(line)
                 self.gate.write(lambda: prefix + line)

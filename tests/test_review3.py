@@ -9,6 +9,7 @@ stdlib fakes of tests/httpfake.py) where it can be.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import urllib.parse
@@ -16,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import text_of
+from conftest import text_of, wait_for
 from httpfake import EchoMcp
 from test_upstream_bounds import sessions  # noqa: F401 (a fixture)
 
@@ -187,3 +188,33 @@ def test_a_task_whose_session_is_lost_while_it_runs_is_not_called_again(world, s
     text = text_of(res)
     assert res.get("isError") and "may have done part of the work" in text, text
     assert f.counts == {"job": 1}, "the task-augmented call ran twice"
+
+
+# -- an upstream's log lines on Abstract's stderr
+
+
+def test_a_steady_stderr_flood_does_not_turn_each_dropped_line_into_a_notice(world):
+    """The count of dropped lines was written at every pause of the upstream's stderr, and a
+    reader that keeps up with a steady flood sees a pause after every line: each dropped line
+    became a "dropped 1 log line" line, so the flood reached stderr line for line. The count is
+    told at most once a second at a pause (and before the next line that passes, and at the
+    end)."""
+    world.fake("drippy", "--stderr-trickle", "3000")
+    t0 = time.monotonic()
+    p = world.start()
+    assert text_of(p.upstream("drippy", "echo", {"text": "up"})) == "up"
+
+    def told() -> tuple:
+        shown = sum(1 for ln in p.stderr_lines if "[drippy] drip " in ln)
+        notices = [ln for ln in p.stderr_lines if "log line" in ln and "'drippy'" in ln]
+        dropped = sum(int(m.group(1).replace(",", "")) for ln in notices
+                      for m in [re.search(r"dropped ([\d,]+) log lines?", ln)] if m)
+        return shown, len(notices), dropped
+
+    wait_for(lambda: told()[0] + told()[2] >= 2900, what="the drips shown or counted")
+    took = time.monotonic() - t0
+    p.stop()  # (the end of the run tells what is left)
+    shown, notices, dropped = told()
+    assert 2900 <= shown + dropped <= 3000, (shown, dropped)
+    # (at most one before each line that passes, 20 a second, and one a second at a pause)
+    assert notices <= 25 * took + 10, f"{notices} notices for {dropped} dropped in {took:.1f} s"
