@@ -325,6 +325,8 @@ _SECRETS_PASSING = 128
 _SECRET_ENV_RE = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|AUTH|"
                             r"AUTHORIZATION|CREDENTIALS?|COOKIE|PAT|SIG|SIGNATURE)(?:_|$)",
                             re.IGNORECASE)
+# a URL within a command line's argument or an env value (its secrets are masked: add_url)
+_URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
 # C0 and C1 controls (a terminal's escape sequences, CR that overwrites a line, BEL, NUL), and
 # the line separators and bidirectional overrides that make text show other than it is; tab and
 # newline are kept
@@ -371,36 +373,50 @@ class _Secrets:
         return forms
 
     @staticmethod
-    def _named(name: str, value: str) -> Optional[str]:
-        """`value` if its name says it is a secret, or if it is long enough to be one."""
+    def _named(name: str, value: str, plain: bool = True) -> Optional[str]:
+        """`value` if its name says it is a secret, or (`plain`) if it is long enough to be
+        one."""
         secret = _SECRET_ENV_RE.search(name.replace("-", "_")) is not None
-        return value if secret or len(value) >= _SECRET_PLAIN_MIN else None
+        return value if secret or (plain and len(value) >= _SECRET_PLAIN_MIN) else None
 
     def add_header(self, name: str, value: str) -> None:
-        """A header value's secrets: the whole value (_named), its words (a Bearer's token
-        alone) and a Basic credential's password (where a URL's user:password@ went)."""
-        self.add(self._named(name, value), *(w for w in value.split() if len(w) >= 8))
+        """A header value's secrets: the whole value (_named), its words if the name says it
+        is a secret (a Bearer's token alone; not every word of a User-Agent), and a Basic
+        credential's password (where a URL's user:password@ went)."""
+        words = value.split() if self._named(name, value, plain=False) else ()
+        self.add(self._named(name, value), *(w for w in words if len(w) >= 8))
         scheme, _, cred = value.partition(" ")
         if scheme.lower() == "basic":
             with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
                 self.add(base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2])
 
-    def add_url(self, url: str) -> None:
-        """A URL's secrets: its password and its query's values (_named), decoded and as
-        written."""
+    def add_url(self, url: str, plain: bool = True) -> None:
+        """A URL's secrets: its password and its query's values (_named; not `plain`: only
+        those named like secrets), decoded and as written."""
         with contextlib.suppress(ValueError):
             p = urllib.parse.urlsplit(url)
             raw = [part.partition("=")[::2] for part in p.query.split("&")]
             self.add(p.password, urllib.parse.unquote(p.password or ""),
-                     *(self._named(k, v) for k, v in urllib.parse.parse_qsl(p.query)),
-                     *(self._named(urllib.parse.unquote(k), v) for k, v in raw))
+                     *(self._named(k, v, plain) for k, v in urllib.parse.parse_qsl(p.query)),
+                     *(self._named(urllib.parse.unquote(k), v, plain) for k, v in raw))
 
     def add_env(self, env: Dict[str, str]) -> None:
-        """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...)."""
+        """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...), and
+        the secrets of URLs among them (add_url: DATABASE_URL's password)."""
         self.add(*(v for k, v in env.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8))
+        self._add_urls(env.values())
+
+    def _add_urls(self, values: Iterable[str]) -> None:
+        """The secrets of the URLs in `values` (--db=postgresql://u:pw@h/db too): passwords and
+        the query values named like secrets (?sslmode=verify-full is no secret)."""
+        for v in values:
+            for m in _URL_IN_TEXT_RE.finditer(v) if "://" in v else ():
+                self.add_url(m.group(), plain=False)
 
     def add_args(self, args: List[str]) -> None:
-        """The values of a command line's options named like secrets (--api-key V, --token=V)."""
+        """The values of a command line's options named like secrets (--api-key V, --token=V),
+        and the secrets of URLs among its arguments (add_url: a database URL's password)."""
+        self._add_urls(args)
         for i, arg in enumerate(args):
             name, eq, value = arg.lstrip("-").replace("-", "_").partition("=")
             if arg.startswith("-") and _SECRET_ENV_RE.search(name):

@@ -87,11 +87,15 @@ def test_plain_query_and_header_values_are_not_masked_in_every_text(world, tmp_p
     try:
         world.servers["remote"] = {"type": "http",
                                    "url": f"{f.url}?mode=full&region=europe&key=k3y9&q={QUERY}",
-                                   "headers": {"Authorization": "Bearer s3cr", "X-Team": "mode"}}
+                                   "headers": {"Authorization": "Bearer s3cr", "X-Team": "mode",
+                                               "User-Agent": "acme-client (production-build)"}}
         p = world.start(str(world.dir), env=world.env())
         text = text_of(p.upstream("remote", "http400"))
         assert "mode=full&region=europe&key=***&q=***" in text, text
         assert '"auth": "***"' in text, text
+        # (a plain header's whole value is masked, not each of its words everywhere)
+        text = text_of(p.upstream("remote", "(production-build)"))
+        assert "'(production-build)'" in text, text
     finally:
         f.close()
 
@@ -218,3 +222,22 @@ def test_a_steady_stderr_flood_does_not_turn_each_dropped_line_into_a_notice(wor
     assert 2900 <= shown + dropped <= 3000, (shown, dropped)
     # (at most one before each line that passes, 20 a second, and one a second at a pause)
     assert notices <= 25 * took + 10, f"{notices} notices for {dropped} dropped in {took:.1f} s"
+
+
+def test_a_password_in_a_local_servers_url_argument_or_env_is_masked(world):
+    """A database URL given to a local server (server-postgres takes it as its argument; others
+    as DATABASE_URL) was shown whole in the server's errors, which quote its command line and
+    its stderr: the model read the password. Its password (and secret-named query values) are
+    masked as a remote URL's are."""
+    world.fake("pg", "--exit-at-start", "3", "postgresql://app:PGSECRET_r3_pw@127.0.0.1/db?sslmode=verify-full",
+               env={"DATABASE_URL": "mysql://app:MYSECRET_r3_pw@db/x?password=QSECRET_r3_pw"})
+    p = world.start()
+    res = p.upstream("pg", "echo", {"text": "x"})
+    text = text_of(res)
+    # (a plain query value is no secret: shown)
+    assert res.get("isError") and "postgresql://app:***@127.0.0.1/db?sslmode=verify-full" in text, text
+    check = world.check(env=world.env())
+    shown = text + check.stdout.decode() + check.stderr.decode()
+    p.stop()
+    for secret in ("PGSECRET_r3", "MYSECRET_r3", "QSECRET_r3"):
+        assert secret not in shown + p.stderr, secret
