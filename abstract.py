@@ -4422,15 +4422,16 @@ def _check_url(v: Any, what: str, name: str) -> None:
 
 
 # an access or refresh token Abstract takes: visible ASCII only, all an HTTP header value (or a
-# form's field) can carry as it is (RFC 6750's b64token is narrower)
-_TOKEN_RE = re.compile("[!-~]+")
+# form's field) can carry as it is (RFC 6750's b64token is narrower), at most 64 KiB (a JWT
+# with many claims is a few KiB; each is kept in several forms to be masked: _Secrets)
+_OAUTH_TOKEN_RE = re.compile("[!-~]{1,65536}")
 
 
 def _token_problem(tokens: dict) -> str:
     """The kind of the first token in `tokens` a header cannot carry ("" if none)."""
     for kind in ("access_token", "refresh_token"):
         v = tokens.get(kind)
-        if v is not None and not (isinstance(v, str) and _TOKEN_RE.fullmatch(v)):
+        if v is not None and not (isinstance(v, str) and _OAUTH_TOKEN_RE.fullmatch(v)):
             return kind
     return ""
 
@@ -5079,7 +5080,8 @@ class _OAuth:
         bad = _token_problem(doc)
         if bad:
             raise _AuthError(f"{self.name}: the token endpoint's {bad} holds characters an HTTP "
-                             f"header cannot carry (line breaks, controls, spaces or non-ASCII); "
+                             f"header cannot carry (line breaks, controls, spaces or non-ASCII; "
+                             f"or it is over 64 KiB); "
                              f"it was refused and not saved. Ask the server's operator to fix it")
         life = doc.get("expires_in")
         if not (isinstance(life, (int, float)) and not isinstance(life, bool) and 0 < life < 1e9):

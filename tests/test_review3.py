@@ -14,11 +14,14 @@ import socket
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from conftest import text_of, wait_for
 from httpfake import EchoMcp
+from test_secrets import OWN_LOGIN_FOLDER, _save_login
+from test_secrets import _env as _login_env
 from test_upstream_bounds import sessions  # noqa: F401 (a fixture)
 
 STATIC = "STATICTOKEN_r3_a1b2c3d4e5"
@@ -241,3 +244,57 @@ def test_a_password_in_a_local_servers_url_argument_or_env_is_masked(world):
     p.stop()
     for secret in ("PGSECRET_r3", "MYSECRET_r3", "QSECRET_r3"):
         assert secret not in shown + p.stderr, secret
+
+
+# -- OAuth tokens Abstract takes
+
+
+JWT = ("eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTEiLCJhdWQiOiJtY3AifQ."
+       "c2lnbmF0dXJlK3dpdGgvc2xhc2hlcz0=")
+
+
+@OWN_LOGIN_FOLDER
+def test_a_jwt_access_token_is_taken_saved_and_refreshed(world, tmp_path):
+    """The cache's _TOKEN_RE ([A-Za-z0-9_-]{16,64}) was defined after the OAuth one of the same
+    name and replaced it: every token with a '.', '+', '/' or '=' or over 64 characters (a JWT,
+    as most authorization servers issue) was refused as one 'an HTTP header cannot carry', and
+    a saved one was not used: no login could work."""
+    f = EchoMcp(bearer=JWT)
+    try:
+        _save_login(tmp_path, f, {"access_token": JWT, "expires_at": time.time() + 3600,
+                                  "lifetime": 3600})
+        world.servers["remote"] = {"type": "http", "url": f.url}
+        p = world.start(str(world.dir), env=_login_env(world, tmp_path))
+        res = p.upstream("remote", "echo")
+        assert not res.get("isError") and JWT in text_of(res), res  # (a result: as it came)
+        p.stop()
+        f.bearer = JWT + "x"  # the saved one expired: a refresh brings a JWT again
+        f.token_answer = {"access_token": JWT + "x", "token_type": "Bearer", "expires_in": 3600,
+                          "refresh_token": "RT.with/slash+plus=" + "r" * 100}
+        saved = _save_login(tmp_path, f, {"access_token": JWT, "refresh_token": "RT_r3_0123456789",
+                                          "expires_at": time.time() - 10, "lifetime": 3600})
+        p = world.start(str(world.dir), env=_login_env(world, tmp_path))
+        res = p.upstream("remote", "echo")
+        assert not res.get("isError"), res
+        assert JWT + "x" in saved.read_text()
+    finally:
+        f.close()
+
+
+def test_no_top_level_name_of_abstract_is_bound_twice():
+    """Two parts each defined _TOKEN_RE; the later one (the cache's) silently replaced the
+    earlier (OAuth's) for every caller. A module-level name is bound once."""
+    import ast
+    import collections
+
+    import abstract
+
+    tree = ast.parse(Path(abstract.__file__).read_text(encoding="utf-8"))
+    lines = collections.defaultdict(list)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            lines[node.name].append(node.lineno)
+        for target in getattr(node, "targets", [getattr(node, "target", None)]):
+            if isinstance(target, ast.Name):
+                lines[target.id].append(node.lineno)
+    assert {n: at for n, at in lines.items() if len(at) > 1} == {}
