@@ -6639,9 +6639,9 @@ class _HttpTransport:
         that the request ran and failed. A 404 is the spec's answer, unless its body is the
         server's JSON-RPC answer to this very request (its id, not about the session id: a
         server that maps its tools' errors to statuses). A 400 is one only when its JSON-RPC
-        error is a transport's code naming the session id: server-everything, and the servers
+        error is a transport's code naming the session id (server-everything, and the servers
         built on the TypeScript SDK's example, answer an unknown session id with 400 -32000 "Bad
-        Request: No valid session ID provided". A tool's error that mentions a session of its
+        Request: No valid session ID provided"), or its body, not JSON, names it. A tool's error that mentions a session of its
         own ("session_id 'x' is not open", "database session expired") is none: the call ran."""
         doc = cls._json(raw)
         err = doc.get("error") if isinstance(doc, dict) else None
@@ -6649,6 +6649,9 @@ class _HttpTransport:
             return False  # (an answer: the request ran)
         names = (isinstance(err, dict) and err.get("code") in _SESSION_ERROR_CODES
                  and _SESSION_ID_RE.search(str(err.get("message", ""))) is not None)
+        if doc is None:  # not JSON, so no tool's answer: the Python SDK before 404 answered
+            # 400 "Bad Request: No valid session ID provided" in plain text
+            names = _SESSION_ID_RE.search(raw[:1000].decode("utf-8", "replace")) is not None
         if status == 404:
             return names or not isinstance(err, dict) or doc.get("id") != mid
         return names

@@ -303,6 +303,8 @@ class SessionMcp:
         # 2025-11-25 tasks: tool "job" (taskSupport required) counts under "job" and answers
         # with a task; its tasks/result forgets every session first (a restart mid-task)
         self.tasks = False
+        # (status, body, Content-Type) answered to an unknown session id in place of the 404
+        self.gone_answer: Optional[tuple] = None
         self.posts: List[tuple] = []  # (method, session id sent, status answered) of every POST
         self.http: Optional[FakeHTTP] = FakeHTTP(self.handle)
         self.port = self.http.port
@@ -334,6 +336,8 @@ class SessionMcp:
         method, mid, sid = msg.get("method"), msg.get("id"), r.headers.get("Mcp-Session-Id")
         status = self._status(method, mid, sid)
         self.posts.append((method, sid, status))
+        if status == 404 and self.gone_answer is not None:
+            return reply(r, self.gone_answer[0], self.gone_answer[1], self.gone_answer[2], headers=close)
         if status == 404:
             return reply(r, 404, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                 "code": -32001, "message": "Session not found"}}).encode(), headers=close)

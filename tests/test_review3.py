@@ -298,3 +298,19 @@ def test_no_top_level_name_of_abstract_is_bound_twice():
             if isinstance(target, ast.Name):
                 lines[target.id].append(node.lineno)
     assert {n: at for n, at in lines.items() if len(at) > 1} == {}
+
+
+def test_an_older_python_sdks_plain_400_for_an_unknown_session_opens_a_new_one(world, sessions):
+    """The Python SDK before its 404 (FastMCP servers deployed from it) answered an unknown
+    session id with a plain-text 400 "Bad Request: No valid session ID provided": the first call
+    after such a server restarted failed. A 400 that is not JSON-RPC (no tool's answer) naming
+    the session id counts as the session's loss."""
+    f = sessions()
+    f.gone_answer = (400, b"Bad Request: No valid session ID provided", "text/plain")
+    world.servers["phoenix"] = {"type": "http", "url": f.url}
+    p = world.start()
+    assert text_of(p.upstream("phoenix", "count", {"key": "k"})) == "1"
+    f.restart()
+    res = p.upstream("phoenix", "count", {"key": "k"})
+    assert not res.get("isError") and text_of(res) == "2", res
+    assert f.counts == {"k": 2}
