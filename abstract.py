@@ -9710,6 +9710,7 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
             self._evicted: set = set()  # dropped to make room, their slot not yet freed
             self._lock = threading.Lock()
+            self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
             super().server_activate()
             self._stopped = threading.Event()
             self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
@@ -9727,11 +9728,20 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
             got = self._slots.acquire(blocking=False)
             while not got:
+                if self._closing.is_set():  # stopping: closed unserved (it holds no slot)
+                    base.shutdown_request(self, request)
+                    return
                 self._evict()
                 got = self._slots.acquire(timeout=0.1)
             with self._lock:
                 self._deadlines[request] = time.monotonic() + header_s
             super().process_request(request, client_address)
+
+        def shutdown(self) -> None:
+            """Stop the accept loop, even one waiting for a free slot (every slot a download
+            whose reader stalled would hold it up to http_idle_timeout_seconds)."""
+            self._closing.set()
+            super().shutdown()
 
         def spoke(self, request: Any) -> None:
             """The connection sent its first byte: dropped to make room only if none is

@@ -314,3 +314,38 @@ def test_an_older_python_sdks_plain_400_for_an_unknown_session_opens_a_new_one(w
     res = p.upstream("phoenix", "count", {"key": "k"})
     assert not res.get("isError") and text_of(res) == "2", res
     assert f.counts == {"k": 2}
+
+
+def test_abstract_exits_at_once_while_the_link_servers_slots_are_all_downloads(world):
+    """At the cap with every slot a download whose reader stopped reading, a further connection
+    left the accept loop waiting for a free slot, and stop() (httpd.shutdown) waited for that
+    loop: Abstract's exit took the idle timeout (30 s) instead of its 3.5 s budget."""
+    import subprocess
+
+    world.fake("up")
+    world.settings = {"output_cache": {"min_size": 1000}, "http_max_connections": 2}
+    p = world.start("--http", "127.0.0.1:0", str(world.dir), env=world.env(ABSTRACT_CACHE_SECRET="k"))
+    url = p.upstream("up", "echo", {"text": "d" * (12 << 20)}, timeout=60)["structuredContent"]["retrieve_url"]
+    where = urllib.parse.urlsplit(url)
+    held = []
+    try:
+        for _ in range(2):  # two downloads that stop reading: the server's writes stall
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect((where.hostname, where.port))
+            s.sendall(f"GET {where.path}?{where.query} HTTP/1.0\r\n\r\n".encode())
+            held.append(s)
+        assert held[0].recv(12) == b"HTTP/1.0 200"
+        assert held[1].recv(12) == b"HTTP/1.0 200"
+        held.append(socket.create_connection((where.hostname, where.port), timeout=5))  # waits
+        t0 = time.monotonic()
+        p.close_stdin()
+        try:
+            p.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - t0
+        assert p.proc.returncode is not None and took < 8, f"Abstract took {took:.1f} s to exit"
+    finally:
+        for s in held:
+            s.close()
