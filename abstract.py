@@ -6641,16 +6641,17 @@ class _HttpTransport:
         server that maps its tools' errors to statuses). A 400 is one only when its JSON-RPC
         error is a transport's code naming the session id (server-everything, and the servers
         built on the TypeScript SDK's example, answer an unknown session id with 400 -32000 "Bad
-        Request: No valid session ID provided"), or its body, not JSON, names it. A tool's error that mentions a session of its
-        own ("session_id 'x' is not open", "database session expired") is none: the call ran."""
+        Request: No valid session ID provided"), or its body, not JSON, names it. A tool's
+        error that mentions a session of its own ("session_id 'x' is not open", "database
+        session expired") is none: the call ran."""
         doc = cls._json(raw)
         err = doc.get("error") if isinstance(doc, dict) else None
         if isinstance(doc, dict) and "result" in doc:
             return False  # (an answer: the request ran)
         names = (isinstance(err, dict) and err.get("code") in _SESSION_ERROR_CODES
                  and _SESSION_ID_RE.search(str(err.get("message", ""))) is not None)
-        if doc is None:  # not JSON, so no tool's answer: the Python SDK before 404 answered
-            # 400 "Bad Request: No valid session ID provided" in plain text
+        if doc is None:  # not JSON, so no tool's answer: older releases of the Python SDK
+            # answered 400 "Bad Request: No valid session ID provided" in plain text
             names = _SESSION_ID_RE.search(raw[:1000].decode("utf-8", "replace")) is not None
         if status == 404:
             return names or not isinstance(err, dict) or doc.get("id") != mid

@@ -2,8 +2,16 @@
 the review found, each proved through the wire against real subprocesses (Abstract, and the
 stdlib fakes of tests/httpfake.py) where it can be.
 
-- A remote server's error that merely mentions a session (a tool's own error, over HTTP 400 or
-  404) is the server's answer to a request it ran: it is never sent again (exactly once).
+- Exactly once: a remote server's error that merely mentions a session (a tool's own error,
+  over HTTP 400 or 404) is its answer to a request it ran, and a task's tasks/result refused
+  with its session is a call that ran: neither is sent again. A plain-text 400 naming the
+  session id (older Python SDK releases) is a lost session.
+- Secrets: an isError result's structuredContent is masked; plain (not secret-named) query and
+  header values under 8 characters are not; a URL's password in a local server's argument or
+  env is; a remote entry's URL or header that HTTP cannot carry is refused when read (http.client
+  quoted it); OAuth JWTs are taken (a second _TOKEN_RE had replaced the OAuth one).
+- The --http link server drops trickling connections too at its cap, and exits at once when
+  every slot is a stalled download; an upstream's steady stderr flood is not told line by line.
 """
 
 from __future__ import annotations
@@ -232,13 +240,14 @@ def test_a_password_in_a_local_servers_url_argument_or_env_is_masked(world):
     as DATABASE_URL) was shown whole in the server's errors, which quote its command line and
     its stderr: the model read the password. Its password (and secret-named query values) are
     masked as a remote URL's are."""
-    world.fake("pg", "--exit-at-start", "3", "postgresql://app:PGSECRET_r3_pw@127.0.0.1/db?sslmode=verify-full",
+    db = "postgresql://app:PGSECRET_r3_pw@127.0.0.1/db?sslmode=verify-full"
+    world.fake("pg", "--exit-at-start", "3", db,
                env={"DATABASE_URL": "mysql://app:MYSECRET_r3_pw@db/x?password=QSECRET_r3_pw"})
     p = world.start()
     res = p.upstream("pg", "echo", {"text": "x"})
     text = text_of(res)
     # (a plain query value is no secret: shown)
-    assert res.get("isError") and "postgresql://app:***@127.0.0.1/db?sslmode=verify-full" in text, text
+    assert res.get("isError") and db.replace("PGSECRET_r3_pw", "***") in text, text
     check = world.check(env=world.env())
     shown = text + check.stdout.decode() + check.stderr.decode()
     p.stop()
@@ -324,8 +333,10 @@ def test_abstract_exits_at_once_while_the_link_servers_slots_are_all_downloads(w
 
     world.fake("up")
     world.settings = {"output_cache": {"min_size": 1000}, "http_max_connections": 2}
-    p = world.start("--http", "127.0.0.1:0", str(world.dir), env=world.env(ABSTRACT_CACHE_SECRET="k"))
-    url = p.upstream("up", "echo", {"text": "d" * (12 << 20)}, timeout=60)["structuredContent"]["retrieve_url"]
+    env = world.env(ABSTRACT_CACHE_SECRET="k")
+    p = world.start("--http", "127.0.0.1:0", str(world.dir), env=env)
+    res = p.upstream("up", "echo", {"text": "d" * (12 << 20)}, timeout=60)
+    url = res["structuredContent"]["retrieve_url"]
     where = urllib.parse.urlsplit(url)
     held = []
     try:
