@@ -433,15 +433,23 @@ class _Secrets:
         return text
 
     def mask_json(self, value: Any) -> Any:
-        """`mask` through a JSON value's strings, keys too (an upstream error's `data`)."""
+        """`mask` through a JSON value's strings, keys too (an upstream error's `data`). One
+        nested too deeply to walk (the JSON parser takes more levels than a walk can recurse)
+        is replaced by a note: it is not shown unmasked, and the error still reaches its call."""
         if not self._all:
             return value
+        try:
+            return self._mask_json(value)
+        except RecursionError:
+            return "(nested too deeply to be shown)"
+
+    def _mask_json(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.mask(value)
         if isinstance(value, list):
-            return [self.mask_json(v) for v in value]
+            return [self._mask_json(v) for v in value]
         if isinstance(value, dict):
-            return {self.mask(k): self.mask_json(v) for k, v in value.items()}
+            return {self.mask(k): self._mask_json(v) for k, v in value.items()}
         return value
 
 

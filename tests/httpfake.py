@@ -422,6 +422,7 @@ class EchoMcp:
         self.challenge = ""  # WWW-Authenticate of a 401 (default: names the resource metadata)
         self.list_fails = False  # tools/list answered as rpc_error is
         self.structured_error = False  # is_error's result quotes in structuredContent too
+        self.error_data: object = None  # rpc_error's `data`, in place of the quote (when set)
         self.http = FakeHTTP(self.handle)
         self.base = self.http.url
         self.url = self.base + "/mcp"
@@ -477,7 +478,8 @@ class EchoMcp:
         name = msg["params"].get("name")
         if name == "rpc_error" or method == "tools/list":
             return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
-                "code": -32000, "message": said, "data": json.loads(self.quote(r))}}).encode())
+                "code": -32000, "message": said,
+                "data": json.loads(self.quote(r)) if self.error_data is None else self.error_data}}).encode())
         if name == "http500":
             return reply(r, 500, said.encode(), "text/plain")
         if name == "http400":

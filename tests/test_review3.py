@@ -360,3 +360,25 @@ def test_abstract_exits_at_once_while_the_link_servers_slots_are_all_downloads(w
     finally:
         for s in held:
             s.close()
+
+
+def test_an_upstream_error_with_deeply_nested_data_fails_the_call_at_once(world):
+    """Masking an upstream error's `data` recursed once per level: 700 nested lists (JSON reads
+    them) raised RecursionError on the reader, the error was never given to its call, and the
+    call waited for its timeout. The data nested too deeply is replaced by a note."""
+    f = EchoMcp()
+    try:
+        f.error_data = json.loads("[" * 700 + "1" + "]" * 700)
+        world.servers["remote"] = {"type": "http", "url": f.url,
+                                   "headers": {"Authorization": f"Bearer {STATIC}"}}
+        world.settings = {"timeout_seconds": 60}
+        p = world.start("--expose", "both", str(world.dir), env=world.env())
+        t0 = time.monotonic()
+        resp = p.request("tools/call", {"name": "remote__rpc_error", "arguments": {}}, timeout=30)
+        assert time.monotonic() - t0 < 10
+        assert resp["error"]["code"] == -32000 and "bad" in resp["error"]["message"], resp
+        assert STATIC not in json.dumps(resp)
+        p.stop()
+        assert "RecursionError" not in p.stderr, p.stderr[-3000:]
+    finally:
+        f.close()
