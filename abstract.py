@@ -331,12 +331,19 @@ def _text_result(text: str, structured: Any = None, is_error: bool = False) -> d
 
 
 _SECRET_MIN = 4  # a shorter value is not masked: it would hide common words (and "***" itself)
+# ... nor a shorter query or header value whose name does not say it is a secret: "?mode=full"
+# or "X-Region: europe" would make every "full" and "europe" in every error "***"
+_SECRET_PLAIN_MIN = 8
 # OAuth tokens (in all their forms) remembered at once; past it the oldest (spent) are let go.
 # The config's secrets are kept for good: the config bounds them.
 _SECRETS_PASSING = 128
 # the name of an environment variable whose value is a secret (GITHUB_TOKEN, OPENAI_API_KEY, ...)
+# (and of a header or URL query value: Authorization, X-Api-Key, ?access_token=, ?sig=)
 _SECRET_ENV_RE = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|AUTH|"
-                            r"CREDENTIALS?|COOKIE|PAT)(?:_|$)", re.IGNORECASE)
+                            r"AUTHORIZATION|CREDENTIALS?|COOKIE|PAT|SIG|SIGNATURE)(?:_|$)",
+                            re.IGNORECASE)
+# a URL within a command line's argument or an env value (its secrets are masked: add_url)
+_URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
 # C0 and C1 controls (a terminal's escape sequences, CR that overwrites a line, BEL, NUL), and
 # the line separators and bidirectional overrides that make text show other than it is; tab and
 # newline are kept
@@ -382,29 +389,51 @@ class _Secrets:
             forms += [urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)]
         return forms
 
-    def add_header(self, value: str) -> None:
-        """A header value's secrets: the whole value, its words (a Bearer's token alone) and
-        a Basic credential's password (where a URL's user:password@ went)."""
-        self.add(value, *(w for w in value.split() if len(w) >= 8))
+    @staticmethod
+    def _named(name: str, value: str, plain: bool = True) -> Optional[str]:
+        """`value` if its name says it is a secret, or (`plain`) if it is long enough to be
+        one."""
+        secret = _SECRET_ENV_RE.search(name.replace("-", "_")) is not None
+        return value if secret or (plain and len(value) >= _SECRET_PLAIN_MIN) else None
+
+    def add_header(self, name: str, value: str) -> None:
+        """A header value's secrets: the whole value (_named), its words if the name says it
+        is a secret (a Bearer's token alone; not every word of a User-Agent), and a Basic
+        credential's password (where a URL's user:password@ went)."""
+        words = value.split() if self._named(name, value, plain=False) else ()
+        self.add(self._named(name, value), *(w for w in words if len(w) >= 8))
         scheme, _, cred = value.partition(" ")
         if scheme.lower() == "basic":
             with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
                 self.add(base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2])
 
-    def add_url(self, url: str) -> None:
-        """A URL's secrets: its password and its query's values, decoded and as written."""
+    def add_url(self, url: str, plain: bool = True) -> None:
+        """A URL's secrets: its password and its query's values (_named; not `plain`: only
+        those named like secrets), decoded and as written."""
         with contextlib.suppress(ValueError):
             p = urllib.parse.urlsplit(url)
+            raw = [part.partition("=")[::2] for part in p.query.split("&")]
             self.add(p.password, urllib.parse.unquote(p.password or ""),
-                     *(v for _, v in urllib.parse.parse_qsl(p.query)),
-                     *(part.partition("=")[2] for part in p.query.split("&")))
+                     *(self._named(k, v, plain) for k, v in urllib.parse.parse_qsl(p.query)),
+                     *(self._named(urllib.parse.unquote(k), v, plain) for k, v in raw))
 
     def add_env(self, env: Dict[str, str]) -> None:
-        """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...)."""
+        """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...), and
+        the secrets of URLs among them (add_url: DATABASE_URL's password)."""
         self.add(*(v for k, v in env.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8))
+        self._add_urls(env.values())
+
+    def _add_urls(self, values: Iterable[str]) -> None:
+        """The secrets of the URLs in `values` (--db=postgresql://u:pw@h/db too): passwords and
+        the query values named like secrets (?sslmode=verify-full is no secret)."""
+        for v in values:
+            for m in _URL_IN_TEXT_RE.finditer(v) if "://" in v else ():
+                self.add_url(m.group(), plain=False)
 
     def add_args(self, args: List[str]) -> None:
-        """The values of a command line's options named like secrets (--api-key V, --token=V)."""
+        """The values of a command line's options named like secrets (--api-key V, --token=V),
+        and the secrets of URLs among its arguments (add_url: a database URL's password)."""
+        self._add_urls(args)
         for i, arg in enumerate(args):
             name, eq, value = arg.lstrip("-").replace("-", "_").partition("=")
             if arg.startswith("-") and _SECRET_ENV_RE.search(name):
@@ -421,15 +450,23 @@ class _Secrets:
         return text
 
     def mask_json(self, value: Any) -> Any:
-        """`mask` through a JSON value's strings, keys too (an upstream error's `data`)."""
+        """`mask` through a JSON value's strings, keys too (an upstream error's `data`). One
+        nested too deeply to walk (the JSON parser takes more levels than a walk can recurse)
+        is replaced by a note: it is not shown unmasked, and the error still reaches its call."""
         if not self._all:
             return value
+        try:
+            return self._mask_json(value)
+        except RecursionError:
+            return "(nested too deeply to be shown)"
+
+    def _mask_json(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.mask(value)
         if isinstance(value, list):
-            return [self.mask_json(v) for v in value]
+            return [self._mask_json(v) for v in value]
         if isinstance(value, dict):
-            return {self.mask(k): self.mask_json(v) for k, v in value.items()}
+            return {self.mask(k): self._mask_json(v) for k, v in value.items()}
         return value
 
 
@@ -580,13 +617,15 @@ class _LogGate:
     lines refilled at `rate` a second, for its stderr lines and its notifications/message alike,
     so a flood costs a bounded number of lines. Lines past it are counted, and the count is
     written ("dropped N log lines from '<server>'") before the next line that passes, and by
-    flush() (a pause in its stderr, the end of a run)."""
+    flush() (a pause in its stderr, at most once a second; the end of a run)."""
 
     def __init__(self, name: str, rate: float = _LOG_RATE, burst: int = _LOG_BURST,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._name, self._rate, self._burst, self._clock = name, rate, burst, clock
         self._tokens, self._at = float(burst), clock()
         self._dropped = 0
+        self._told = float("-inf")  # when a count was last written
+        self._later: Optional[threading.Timer] = None  # a pause's count, held back (flush)
         self._lock = threading.Lock()
 
     def write(self, text: Callable[[], str]) -> None:
@@ -602,6 +641,7 @@ class _LogGate:
             if passes:
                 self._tokens -= 1
                 dropped, self._dropped = self._dropped, 0
+                self._told = now if dropped else self._told
             else:
                 self._dropped, dropped = self._dropped + 1, 0
         if dropped:
@@ -612,12 +652,29 @@ class _LogGate:
                 line = line[:_LOG_LINE_CHARS] + " [...]"
             _log.info("%s", line)
 
-    def flush(self) -> None:
-        """Write the count of the lines dropped since the last line that passed, if any."""
+    def flush(self, pause: bool = False) -> None:
+        """Write the count of the lines dropped since the last line that passed, if any. At a
+        `pause` of its stderr, at most once a second: the reader of a steady flood it keeps up
+        with pauses after every line, and would tell each dropped line on its own; a count
+        held back is written when the second is up (one timer at a time)."""
         with self._lock:
+            now = self._clock()
+            wait = 1.0 - (now - self._told)
+            if pause and wait > 0:
+                if self._dropped and self._later is None:
+                    self._later = threading.Timer(wait, self._flush_later)
+                    self._later.daemon, self._later.name = True, f"log-count-{self._name}"
+                    self._later.start()
+                return
             dropped, self._dropped = self._dropped, 0
+            self._told = now if dropped else self._told
         if dropped:
             self._say(dropped)
+
+    def _flush_later(self) -> None:
+        with self._lock:
+            self._later = None
+        self.flush()
 
     def _say(self, dropped: int) -> None:
         _log.warning("dropped %s from '%s' (more than %d at once, or %g a second)",
@@ -3716,6 +3773,11 @@ _HTTP_KEEP_MAX = 4  # idle connections a pool keeps for each origin
 _REDIRECTS = (301, 302, 303, 307, 308)
 # what a request keeps when a redirect takes it to another origin: nothing else of the caller's
 # (static API-key headers, the session id) and nothing of the auth provider goes there
+# what a remote server's JSON-RPC error says when it does not know the session id a request
+# carried ("No valid session ID provided", "Mcp-Session-Id header is required", "Invalid or
+# expired session ID"; not a tool's "session_id" argument), and the codes transports use for it
+_SESSION_ID_RE = re.compile(r"\bsession[ -]id\b", re.IGNORECASE)
+_SESSION_ERROR_CODES = (-32000, -32001, INVALID_REQUEST)
 _PORTABLE_HEADERS = ("accept", "content-type", "last-event-id", "mcp-protocol-version",
                      "user-agent")
 
@@ -3851,6 +3913,13 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
 
         if isinstance(e, http.client.IncompleteRead):
             why = "the connection closed in the middle of the answer"
+        elif isinstance(e, http.client.InvalidURL):  # (not quoted: it holds the query)
+            why = ("its URL holds characters a request line cannot carry (spaces or control "
+                   "characters): write them percent-encoded (%20, %0A)")
+        elif isinstance(e, UnicodeEncodeError):  # (not quoted: it holds the header value)
+            why = ("a header value holds characters HTTP cannot carry (only Latin-1, without "
+                   "control characters), or the URL's path or query non-ASCII ones: write them "
+                   "percent-encoded")
         elif isinstance(e, http.client.HTTPException):
             why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
         else:
@@ -4401,15 +4470,16 @@ def _check_url(v: Any, what: str, name: str) -> None:
 
 
 # an access or refresh token Abstract takes: visible ASCII only, all an HTTP header value (or a
-# form's field) can carry as it is (RFC 6750's b64token is narrower)
-_TOKEN_RE = re.compile("[!-~]+")
+# form's field) can carry as it is (RFC 6750's b64token is narrower), at most 64 KiB (a JWT
+# with many claims is a few KiB; each is kept in several forms to be masked: _Secrets)
+_OAUTH_TOKEN_RE = re.compile("[!-~]{1,65536}")
 
 
 def _token_problem(tokens: dict) -> str:
     """The kind of the first token in `tokens` a header cannot carry ("" if none)."""
     for kind in ("access_token", "refresh_token"):
         v = tokens.get(kind)
-        if v is not None and not (isinstance(v, str) and _TOKEN_RE.fullmatch(v)):
+        if v is not None and not (isinstance(v, str) and _OAUTH_TOKEN_RE.fullmatch(v)):
             return kind
     return ""
 
@@ -5068,7 +5138,8 @@ class _OAuth:
         bad = _token_problem(doc)
         if bad:
             raise _AuthError(f"{self.name}: the token endpoint's {bad} holds characters an HTTP "
-                             f"header cannot carry (line breaks, controls, spaces or non-ASCII); "
+                             f"header cannot carry (line breaks, controls, spaces or non-ASCII; "
+                             f"or it is over 64 KiB); "
                              f"it was refused and not saved. Ask the server's operator to fix it")
         life = doc.get("expires_in")
         if not (isinstance(life, (int, float)) and not isinstance(life, bool) and 0 < life < 1e9):
@@ -5482,18 +5553,24 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     url = _expand(url, environ, missing, known)
     headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
     _SECRETS.add_url(url)
-    for v in headers.values():
-        _SECRETS.add_header(v)
+    for k, v in headers.items():
+        _SECRETS.add_header(k, v)
     spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
+    # (a value as http.client sends it: Latin-1, no control character but tab)
     bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
-           or any(c in v for c in "\r\n\0")]
+           or not re.fullmatch(r"[\t\x20-\x7e\xa0-\xff]*", v)]
     if missing:
         spec.problem = _missing_text(missing, path)
     elif not url.lower().startswith(("http://", "https://")):
         spec.problem = f"its url in {path} is not an http:// or https:// URL: {_safe_url(url)}"
+    elif _URL_BAD_RE.search(url) or _unicode_problem(url):  # (http.client's error quotes it)
+        spec.problem = (f"its url in {path} holds whitespace, control characters or a lone "
+                        f"surrogate ({_escape_controls(_safe_url(url))!r}): write them "
+                        f"percent-encoded (%20, %0A)")
     elif bad:
         spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of "
-                        f"letters, digits and -, a value without line breaks)")
+                        f"letters, digits and -, a value of Latin-1 characters without line "
+                        f"breaks or other control characters)")
     else:
         _userinfo_to_header(spec, path)
     return spec
@@ -5516,7 +5593,7 @@ def _userinfo_to_header(spec: ServerSpec, path: str) -> None:
                         f"too; keep one of them")
         return
     spec.headers["Authorization"] = _basic_auth(p)
-    _SECRETS.add_header(spec.headers["Authorization"])
+    _SECRETS.add_header("Authorization", spec.headers["Authorization"])
     spec.url = _strip_userinfo(spec.url)
 
 
@@ -6574,7 +6651,7 @@ class _HttpTransport:
             if (resp.status in (400, 404) and self.session_id and not self.modern
                     and msg.get("method") != "initialize"):  # (sent with the session id)
                 raw = self._small_body(resp)
-                if resp.status == 404 or self._names_session(raw):
+                if self._session_unknown(resp.status, raw, mid):
                     return self._forget_session(resp, raw, mid)
                 return self._refused(resp, raw, mid)
             if resp.status >= 300:
@@ -6617,12 +6694,29 @@ class _HttpTransport:
                                                              f"({ctype}) to server/discover"))
 
     @classmethod
-    def _names_session(cls, raw: bytes) -> bool:
-        """An HTTP 400 whose JSON-RPC error is about the session: server-everything, and the
-        servers built on the TypeScript SDK's example, answer a session id they do not know
-        (after a restart) with 400 "Bad Request: No valid session ID provided", not 404."""
-        err = cls._rpc_error(raw)
-        return err is not None and "session" in str(err["error"].get("message", "")).lower()
+    def _session_unknown(cls, status: int, raw: bytes, mid: Any) -> bool:
+        """Whether an HTTP 400 or 404 to a request that carried Mcp-Session-Id says the server
+        does not know the session (so the request was not processed and may be sent again), not
+        that the request ran and failed. A 404 is the spec's answer, unless its body is the
+        server's JSON-RPC answer to this very request (its id, not about the session id: a
+        server that maps its tools' errors to statuses). A 400 is one only when its JSON-RPC
+        error is a transport's code naming the session id (server-everything, and the servers
+        built on the TypeScript SDK's example, answer an unknown session id with 400 -32000 "Bad
+        Request: No valid session ID provided"), or its body, not JSON, names it. A tool's
+        error that mentions a session of its own ("session_id 'x' is not open", "database
+        session expired") is none: the call ran."""
+        doc = cls._json(raw)
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and "result" in doc:
+            return False  # (an answer: the request ran)
+        names = (isinstance(err, dict) and err.get("code") in _SESSION_ERROR_CODES
+                 and _SESSION_ID_RE.search(str(err.get("message", ""))) is not None)
+        if doc is None:  # not JSON, so no tool's answer: older releases of the Python SDK
+            # answered 400 "Bad Request: No valid session ID provided" in plain text
+            names = _SESSION_ID_RE.search(raw[:1000].decode("utf-8", "replace")) is not None
+        if status == 404:
+            return names or not isinstance(err, dict) or doc.get("id") != mid
+        return names
 
     def _forget_session(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
         """The server no longer knows the session the request named: the session is gone and
@@ -7196,13 +7290,17 @@ _DESCENDANTS = _Descendants()
 
 
 def _mask_error_result(res: dict) -> None:
-    """An upstream's isError result is an error too: its text items' secrets are masked, in
-    place (a long text left undecoded, and a result that is no error, are the upstream's data,
-    relayed as they came: docs/reference/errors.md)."""
+    """An upstream's isError result is an error too: the secrets of its text items (an embedded
+    resource's text too) and of its structuredContent (keys and values) are masked, in place (a
+    long text left undecoded, and a result that is no error, are the upstream's data, relayed
+    as they came: docs/reference/errors.md)."""
     content = res.get("content")
     for item in content if isinstance(content, list) else ():
-        if isinstance(item, dict) and isinstance(item.get("text"), str):
-            item["text"] = _SECRETS.mask(item["text"])
+        for part in (item, item.get("resource")) if isinstance(item, dict) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                part["text"] = _SECRETS.mask(part["text"])
+    if "structuredContent" in res:
+        res["structuredContent"] = _SECRETS.mask_json(res["structuredContent"])
 
 
 
@@ -7319,7 +7417,7 @@ class _Run:
     def _drain_stderr(self) -> None:
         prefix = f"[{self.name}] "
         try:
-            for raw in _iter_lines(self.proc.stderr, pause=self.gate.flush):
+            for raw in _iter_lines(self.proc.stderr, pause=lambda: self.gate.flush(pause=True)):
                 line = raw.decode("utf-8", "replace").rstrip("\r")
                 self.tail.add(line)
                 self.gate.write(lambda: prefix + line)
@@ -8348,7 +8446,8 @@ class Upstream:
         4. A session that dies with the call in flight fails it, and it is never replayed: the
            server may have done part of the work. A call that did not run (_NotSent: never
            sent, never reached the server, or refused with its session) says so instead; the
-           caller sends one refused with its session again (_anew).
+           caller sends one refused with its session again (_anew). Once it is a task, it ran:
+           its tasks/result refused with the session is a call that died in flight.
         5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """
@@ -8370,9 +8469,9 @@ class Upstream:
                         and isinstance(got.get("task"), dict)):
                     return got
                 self._task_result(p, got["task"], tool)
-        except _NotSent:
-            raise
         except UpstreamError as e:  # the session died with the call in flight: never replayed
+            if isinstance(e, _NotSent) and not p.task_id:
+                raise  # (the call did not run; a _NotSent of its task's tasks/result is no proof)
             raise UpstreamError(f"'{self.name}' tool '{tool}' failed while running: "
                                 f"{e.message}\nThe call was not retried, because the server may "
                                 f"have done part of the work; call it again if that is safe (the "
@@ -9793,9 +9892,10 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
     """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
     `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
     backlog that takes a burst of downloads. At the cap, the connection that has waited longest
-    without sending a byte is dropped to make room (_evict), so idle connections cannot keep a
-    request waiting; when none is idle, the accept loop waits for a free slot, and more
-    connections wait in the listen backlog, not in Abstract."""
+    without sending a byte is dropped to make room (_evict), else the one whose request has been
+    coming longest, so idle or trickling connections cannot keep a request waiting; when every
+    one has its request in, the accept loop waits for a free slot, and more connections wait in
+    the listen backlog, not in Abstract."""
     import selectors  # lazy: see Imports
     import socket  # lazy: see Imports
 
@@ -9813,6 +9913,7 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
             self._evicted: set = set()  # dropped to make room, their slot not yet freed
             self._lock = threading.Lock()
+            self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
             super().server_activate()
             self._stopped = threading.Event()
             self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
@@ -9830,23 +9931,36 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
             # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
             got = self._slots.acquire(blocking=False)
             while not got:
+                if self._closing.is_set():  # stopping: closed unserved (it holds no slot)
+                    base.shutdown_request(self, request)
+                    return
                 self._evict()
                 got = self._slots.acquire(timeout=0.1)
             with self._lock:
                 self._deadlines[request] = time.monotonic() + header_s
             super().process_request(request, client_address)
 
+        def shutdown(self) -> None:
+            """Stop the accept loop, even one waiting for a free slot (every slot a download
+            whose reader stalled would hold it up to http_idle_timeout_seconds)."""
+            self._closing.set()
+            super().shutdown()
+
         def spoke(self, request: Any) -> None:
-            """The connection sent its first byte: it is no longer dropped to make room."""
+            """The connection sent its first byte: dropped to make room only if none is
+            silent."""
             with self._lock:
                 if request in self._deadlines:
                     self._spoke.add(request)
 
-        def request_started(self, request: Any) -> None:
-            """The request line and headers are in: the header deadline no longer applies."""
+        def request_started(self, request: Any) -> bool:
+            """The request line and headers are in: the header deadline no longer applies.
+            False if the connection was dropped to make room just before (_evict): it is not
+            answered."""
             with self._lock:
                 self._deadlines.pop(request, None)
                 self._spoke.discard(request)
+                return request not in self._evicted
 
         def shutdown_request(self, request: Any) -> None:
             super().shutdown_request(request)
@@ -9858,18 +9972,25 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
         def _evict(self) -> None:
             """Drop the connection that has waited longest without sending a byte (its handler
-            has seen none, and none waits unread), unless one dropped before still holds its
-            slot. Nothing was asked on it, so nothing is lost but the connection."""
+            has seen none, and none waits unread); if none is silent, the one whose handler has
+            been reading its request longest (a byte a minute holds a slot as well as silence
+            does; one whose bytes wait for a handler yet to run is not dropped). Not
+            while one dropped before still holds its slot. Its request had not come whole, so
+            nothing was asked on it: nothing is lost but the connection, and a download under
+            way (its request in) is never dropped."""
             with self._lock:
                 if self._evicted:
                     return
-                idle = [r for r in self._deadlines if r not in self._spoke]
-            victim = next((r for r in idle if self._silent(r)), None)
+                waiting = list(self._deadlines)  # (oldest first)
+                idle = [r for r in waiting if r not in self._spoke]
+                # (its handler reads it: not a whole request whose handler has yet to run)
+                trickling = [r for r in waiting if r in self._spoke]
+            victim = next((r for r in idle if self._silent(r)), trickling[0] if trickling else None)
             if victim is None:
                 return
             with self._lock:
-                if victim not in self._deadlines or victim in self._spoke:
-                    return  # (its request began meanwhile)
+                if victim not in self._deadlines:
+                    return  # (its request came whole meanwhile)
                 del self._deadlines[victim]
                 self._evicted.add(victim)
             with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
@@ -9920,14 +10041,16 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
 
         def handle(self) -> None:
             # the first byte, waited for and left unread: from then on the connection has sent
-            # something, and is not dropped to make room for another (_link_server_class)
+            # something, and is dropped to make room for another only when none is silent
+            # (_link_server_class)
             with contextlib.suppress(OSError):
                 self.connection.recv(1, socket.MSG_PEEK)
             self.server.spoke(self.connection)  # type: ignore[attr-defined]
             super().handle()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            self.server.request_started(self.connection)  # type: ignore[attr-defined]
+            if not self.server.request_started(self.connection):  # type: ignore[attr-defined]
+                return
             # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
             # patch releases), and the answer must not depend on the Python version.
             status, ctype, body = _link_response(cache, signer, self.requestline.split()[1])

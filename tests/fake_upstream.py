@@ -183,6 +183,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--stderr-flood", type=float, default=0, metavar="MB")
     ap.add_argument("--stderr-lines", type=int, default=0, metavar="N",
                     help="write N short lines ('line <i>') to stderr before serving")
+    ap.add_argument("--stderr-trickle", type=int, default=0, metavar="N",
+                    help="write N short lines ('drip <i>') to stderr, one write each, 0.5 ms "
+                         "apart, while serving (a steady flood its reader keeps up with)")
     ap.add_argument("--exit-at-start", type=int, default=None, metavar="CODE")
     ap.add_argument("--no-handshake", action="store_true", help="never answer initialize")
     ap.add_argument("--start-delay", type=float, default=0, metavar="S")
@@ -231,6 +234,12 @@ def _append(path: str, line: str) -> None:
 def _stderr(text: str) -> None:
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
+
+
+def _trickle_stderr(n: int) -> None:
+    for i in range(n):
+        _stderr(f"drip {i} " + "-" * 80)
+        time.sleep(0.0005)
 
 
 def _flood_stderr(mb: float) -> None:
@@ -739,6 +748,8 @@ def main(argv: list) -> None:
     if opts.stderr_lines:
         sys.stderr.write("".join(f"line {i} " + "-" * 80 + "\n" for i in range(opts.stderr_lines)))
         sys.stderr.flush()
+    if opts.stderr_trickle:
+        threading.Thread(target=_trickle_stderr, args=(opts.stderr_trickle,), daemon=True).start()
     if opts.start_delay:
         time.sleep(opts.start_delay)
     fake = Fake(opts)

@@ -297,6 +297,14 @@ class SessionMcp:
         self.opened = 0
         self.counts: Dict[str, int] = {}
         self.forget_calls = 0
+        # (HTTP status, JSON-RPC code, message): count runs, then answers with this error, its
+        # id the request's (a server that maps its tools' errors to HTTP statuses)
+        self.count_error: Optional[tuple] = None
+        # 2025-11-25 tasks: tool "job" (taskSupport required) counts under "job" and answers
+        # with a task; its tasks/result forgets every session first (a restart mid-task)
+        self.tasks = False
+        # (status, body, Content-Type) answered to an unknown session id in place of the 404
+        self.gone_answer: Optional[tuple] = None
         self.posts: List[tuple] = []  # (method, session id sent, status answered) of every POST
         self.http: Optional[FakeHTTP] = FakeHTTP(self.handle)
         self.port = self.http.port
@@ -328,6 +336,8 @@ class SessionMcp:
         method, mid, sid = msg.get("method"), msg.get("id"), r.headers.get("Mcp-Session-Id")
         status = self._status(method, mid, sid)
         self.posts.append((method, sid, status))
+        if status == 404 and self.gone_answer is not None:
+            return reply(r, self.gone_answer[0], self.gone_answer[1], self.gone_answer[2], headers=close)
         if status == 404:
             return reply(r, 404, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                 "code": -32001, "message": "Session not found"}}).encode(), headers=close)
@@ -342,10 +352,23 @@ class SessionMcp:
             self.sessions.add(sid)
             result: dict = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                             "serverInfo": {"name": "sessions", "version": "1"}}
+            if self.tasks:
+                result["protocolVersion"] = "2025-11-25"
+                result["capabilities"]["tasks"] = {"requests": {"tools": {"call": {}}}}
         elif method == "tools/list":
-            result = {"tools": self.TOOLS}
+            result = {"tools": self.TOOLS + ([{"name": "job", "inputSchema": {"type": "object"},
+                                              "execution": {"taskSupport": "required"}}]
+                                             if self.tasks else [])}
+        elif method == "tools/call" and msg["params"].get("name") == "job":
+            self.counts["job"] = self.counts.get("job", 0) + 1
+            result = {"task": {"taskId": f"t-{self.counts['job']}", "status": "working",
+                               "createdAt": "2026-01-01T00:00:00Z", "ttl": 60000}}
         elif method == "tools/call":
             result = self._call(msg["params"])
+            if self.count_error is not None and msg["params"].get("name") == "count":
+                status, code, message = self.count_error
+                return reply(r, status, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
+                    "code": code, "message": message}}).encode(), headers=close)
         else:
             result = {}
         body = json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode()
@@ -354,6 +377,8 @@ class SessionMcp:
     def _status(self, method: str, mid, sid: Optional[str]) -> int:
         if method == "server/discover":
             return 400
+        if method == "tasks/result":
+            self.restart()
         if method == "tools/call" and self.forget_calls > 0:
             self.forget_calls -= 1
             self.restart()
@@ -396,6 +421,8 @@ class EchoMcp:
         self.grants: List[Dict[str, str]] = []
         self.challenge = ""  # WWW-Authenticate of a 401 (default: names the resource metadata)
         self.list_fails = False  # tools/list answered as rpc_error is
+        self.structured_error = False  # is_error's result quotes in structuredContent too
+        self.error_data: object = None  # rpc_error's `data`, in place of the quote (when set)
         self.http = FakeHTTP(self.handle)
         self.base = self.http.url
         self.url = self.base + "/mcp"
@@ -451,13 +478,17 @@ class EchoMcp:
         name = msg["params"].get("name")
         if name == "rpc_error" or method == "tools/list":
             return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
-                "code": -32000, "message": said, "data": json.loads(self.quote(r))}}).encode())
+                "code": -32000, "message": said,
+                "data": json.loads(self.quote(r)) if self.error_data is None else self.error_data}}).encode())
         if name == "http500":
             return reply(r, 500, said.encode(), "text/plain")
         if name == "http400":
             return reply(r, 400, said.encode(), "text/plain")
         if name == "is_error":
-            return answer({"content": [{"type": "text", "text": said}], "isError": True})
+            res = {"content": [{"type": "text", "text": said}], "isError": True}
+            if self.structured_error:
+                res["structuredContent"] = {"request": json.loads(self.quote(r)), self.quote(r): 1}
+            return answer(res)
         return answer({"content": [{"type": "text", "text": self.quote(r)}]})
 
     def close(self) -> None:

@@ -319,7 +319,7 @@ def test_an_upstream_tool_name_with_a_lone_surrogate_does_not_break_the_tool_sea
 
 def test_spent_tokens_are_let_go_before_any_config_secret():
     known = abstract._Secrets()
-    known.add_header("Bearer CONFIGSECRET_0001")
+    known.add_header("Authorization", "Bearer CONFIGSECRET_0001")
     for i in range(abstract._SECRETS_PASSING + 10):
         known.add(f"AT_token_{i:06d}", passing=True)
     last = f"AT_token_{abstract._SECRETS_PASSING + 9:06d}"
