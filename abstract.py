@@ -769,11 +769,20 @@ def _string_pieces(buf: Any, pos: int, size: int = _PIECE_BYTES) -> Iterator[Tup
         window = min(window * 8, size)
 
 
+# An escape _dumps never writes, so one a peer's JSON may hold where today's re-encoding writes
+# something else: \/, and \u but for a control character's, in lower-case hex. Taken only after
+# an even run of backslashes, so the second half of a \\ never counts as one.
+_FOREIGN_ESCAPE = re.compile(rb'(?<!\\)(?:\\\\)*\\(?:/|u(?!00(?:0[0-7bef]|1[0-9a-f])))')
+# A surrogate as UTF-8 (read with "surrogatepass"): not UTF-8 a client may be sent
+_UTF8_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+
+
 class _JsonString:
     """A long string value of a JSON message left undecoded: the message's bytes (not copied)
     and where the string lies in them, with its length in characters (taken when the message
     was read, which also checked that it decodes). Its text comes in pieces, or whole from
-    text(); its JSON as it came (the escapes the peer chose) from raw()."""
+    text(); its JSON as it came (the escapes the peer chose) from raw(), and as _dumps writes
+    it from parts()."""
 
     __slots__ = ("buf", "start", "end", "chars")
 
@@ -802,21 +811,83 @@ class _JsonString:
         """The string as JSON: its quotes and escapes as the peer sent them (a view, no copy)."""
         return memoryview(self.buf)[self.start:self.end]
 
+    def verbatim(self) -> bool:
+        """Whether raw() is, byte for byte, what _dumps writes for the string: no escape _dumps
+        writes otherwise (_FOREIGN_ESCAPE) and no surrogate (which _frame writes escaped). The
+        string was checked when read (strict JSON: no raw control character, so no newline),
+        and these scans run at C speed; the regular expressions only where a find hints."""
+        b, s, e = self.buf, self.start, self.end
+        if ((b.find(b"\\u", s, e) >= 0 or b.find(b"\\/", s, e) >= 0)
+                and _FOREIGN_ESCAPE.search(b, s, e)):
+            return False
+        return b.find(b"\xed", s, e) < 0 or not _UTF8_SURROGATE.search(b, s, e)
+
+    def parts(self) -> Iterator[Any]:
+        """The string as _dumps writes it: raw() where that is the same (verbatim), else its
+        text encoded again a piece at a time (pieces never end inside an escape or a pair)."""
+        if self.verbatim():
+            yield self.raw()
+            return
+        yield '"'
+        for piece in self.pieces():
+            yield json.encoder.encode_basestring(piece)[1:-1]  # type: ignore[attr-defined]
+        yield '"'
+
     def same(self, other: Any) -> bool:
         """Whether `other` is a _JsonString sent as the same bytes (so the same string)."""
         return (isinstance(other, _JsonString) and other.end - other.start == self.end - self.start
                 and self.buf.startswith(other.raw(), self.start))
 
 
-def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
+def _spliced_parts(value: Any) -> Iterator[Any]:
+    """Compact JSON, as _dumps writes it, of a value that may hold _JsonStrings at any depth:
+    the rest encoded at once by json (C speed), each _JsonString standing in it as a mark that
+    cannot be forged (a random nonce), then cut out and given as its own parts."""
+    found: List[_JsonString] = []
+    mark = ""
+
+    def stand_in(obj: Any) -> str:
+        nonlocal mark
+        if type(obj) is not _JsonString:
+            raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+        mark = mark or "\0" + os.urandom(8).hex() + ":"
+        found.append(obj)
+        return f"{mark}{len(found) - 1}"
+
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=stand_in)
+    if not found:
+        yield text
+        return
+    cut = '"\\u0000' + mark[1:]  # the mark as json wrote it
+    rest = text.split(cut)
+    yield rest[0]
+    for part in rest[1:]:  # "<i>" + the closing quote + what follows
+        i = part.index('"')
+        yield from found[int(part[:i])].parts()
+        yield part[i + 1:]
+
+
+def _json_chars(value: Any) -> int:
+    """len(_dumps(value)), of a value that may hold _JsonStrings at any depth (a long text's
+    twin, say, left undecoded): those are measured a piece at a time, never decoded whole."""
+    n, utf8 = 0, codecs.getincrementaldecoder("utf-8")()
+    for part in _spliced_parts(value):
+        if type(part) is str:
+            n += len(part)
+            continue
+        for at in range(0, len(part), _PIECE_BYTES):  # (a view: verbatim, so valid UTF-8)
+            n += len(utf8.decode(part[at:at + _PIECE_BYTES]))
+    return n
+
+
+def _compact_parts(value: Any, depth: int = 4) -> Iterator[Any]:
     """Compact JSON, as _dumps writes it, in parts: small objects and arrays (up to 100 members)
     of the first `depth` levels member by member, and a long string a slice at a time (escaping
     works character by character), so a tool result holding one huge text ({"result": {"content":
-    [{"text": ...}]}} is four levels) is never copied whole. A _JsonString is given as a view
-    of the bytes of its JSON as they came (the same value, with the escapes the peer chose);
-    one deeper, or in a larger object or array, decoded."""
+    [{"text": ...}]}} is four levels) is never copied whole. A _JsonString, at any depth, is
+    given as its parts(): a view of its bytes as they came when they are what _dumps writes."""
     if type(value) is _JsonString:
-        yield value.raw()  # type: ignore[misc]
+        yield from value.parts()
     elif type(value) is str and len(value) > _PART_CHARS:
         yield '"'
         for part in _slices(value):
@@ -834,8 +905,7 @@ def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
             yield from _compact_parts(item, depth - 1)
         yield "]"
     else:
-        yield json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                         default=_JsonString.text)
+        yield from _spliced_parts(value)
 
 
 def _dump_txt(data: Any) -> str:
@@ -2710,15 +2780,24 @@ def _claim_by_rename(dfd: Optional[int], tmp: str, final: str, mine: os.stat_res
 # directions: Abstract's server side (client stdin/stdout) and each upstream session.
 
 
-def _frame(msg: dict) -> bytes:
-    """One message as a line of UTF-8. A lone surrogate (from a \\ud800 escape a peer sent) cannot
-    be encoded as UTF-8; such a message goes out with every non-ASCII character escaped."""
+def _frame(msg: dict) -> List[Any]:
+    """One message as a line of UTF-8, in parts for writelines: the long strings of a relayed
+    answer that a peer sent as _dumps writes them (_JsonString.verbatim) are views of the
+    peer's line, never decoded or copied; the rest is encoded by json at C speed. A lone
+    surrogate (from a \\ud800 escape a peer sent) cannot be encoded as UTF-8; such a message
+    goes out with every non-ASCII character escaped."""
     try:
-        data = _dumps(msg).encode("utf-8")
+        parts = [p if type(p) is memoryview else p.encode("utf-8")
+                 for p in _compact_parts(msg, 0)]
     except UnicodeEncodeError:
-        data = json.dumps(msg, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-    assert b"\n" not in data  # json escapes newlines; a raw one would split the frame
-    return data + b"\n"
+        parts = [json.dumps(msg, ensure_ascii=True, separators=(",", ":"),
+                            default=_JsonString.text).encode("ascii")]
+    # json escapes newlines, and a view is of a string read as strict JSON from one line
+    assert not any(b"\n" in p for p in parts if type(p) is bytes)
+    if len(parts) == 1 and len(parts[0]) <= _PART_CHARS:
+        return [parts[0] + b"\n"]  # (a small copy: one write)
+    parts.append(b"\n")
+    return parts
 
 
 _LINE_PIECE = 1 << 20  # bytes of a long line read at a time
@@ -2771,7 +2850,10 @@ def _error_response(mid: Any, err: RpcError) -> dict:
     return {"jsonrpc": "2.0", "id": mid, "error": err.to_dict()}
 
 
-_LONG_STRING = 1 << 20  # bytes: a longer string value in an answer may be left undecoded
+# bytes: a longer string value in an answer to a request that takes them undecoded (request's
+# `longs`) is left so: a tool result relayed whole writes it out as it came (_frame), and the
+# cache reads it in pieces. Below this, decoding and encoding again cost less than the splice.
+_LONG_STRING = 1 << 14
 _LONG_LINE_STRINGS = 10000  # more strings than this in a long message: it is parsed whole
 # a JSON string without escapes, in bytes (one class repeated: no backtracking state kept)
 _PLAIN_STRING_BYTES = re.compile(rb'"[^"\\]*"')
@@ -2973,9 +3055,14 @@ class Connection:
             if not self._out_done:
                 self._out_done = True
                 self._outq.put(None)
+        deadline = time.monotonic() + timeout
         if self._writer is not None:
             self._writer.join(max(0.0, timeout))
-            return not self._writer.is_alive()
+            if self._writer.is_alive():
+                return False
+        if not self._wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False  # a worker's direct write (send) is still going out
+        self._wlock.release()
         return True
 
     def lost(self) -> None:
@@ -3059,24 +3146,36 @@ class Connection:
         self._shut(reason)
 
     # -- writing
-    def send(self, msg: dict, droppable: bool = False) -> bool:
+    def send(self, msg: dict, droppable: bool = False, direct: bool = False) -> bool:
         """Write one message whole (or queue it for the writer); False if the stream is gone, or
-        if the message is `droppable` (a notification) and the peer is not keeping up."""
-        data = _frame(msg)
+        if the message is `droppable` (a notification) and the peer is not keeping up.
+
+        `direct` (a worker's answer): written by the caller when nothing is queued or being
+        written, so it goes out in order without a hand-off to the writer thread; a caller
+        that must never block on the peer (a reader thread) queues instead."""
+        parts = _frame(msg)
         if self._outq is None:
-            return self._write(data)
+            return self._write(parts)
+        size = sum(len(p) for p in parts)
         with self._plock:
             if self._out_done or (droppable and self._queued > _OUTQ_NOTICES_MAX):
                 return False
-            self._queued += len(data)
-            self._outq.put(data)
+            self._queued += size  # (while it is written directly too: later messages queue)
+            direct = direct and self._queued == size
+            if not direct:
+                self._outq.put(parts)
+        if direct:
+            self._written(self._write(parts), size)
         return True
 
-    def _write(self, data: bytes) -> bool:
+    def _write(self, parts: List[Any]) -> bool:
         with self._wlock:
             self._write_started = time.monotonic()
             try:
-                self._wfile.write(data)
+                if len(parts) == 1:
+                    self._wfile.write(parts[0])
+                else:  # (a relayed answer's long strings: views of the upstream's line)
+                    self._wfile.writelines(parts)
                 self._wfile.flush()
                 return True
             except (OSError, ValueError):
@@ -3084,18 +3183,24 @@ class Connection:
             finally:
                 self._write_started = 0.0
 
+    def _written(self, written: bool, size: int) -> bool:
+        """Account for a message written (or not: the peer closed its input, so the session
+        is over and the writer stops); True if it was."""
+        with self._plock:
+            self._queued -= size
+            if not written and not self._out_done:
+                self._out_done = True  # nothing more can go out
+                self._outq.put(None)  # type: ignore[union-attr]
+        if not written:
+            self.lost()
+        return written
+
     def _write_loop(self) -> None:
         while True:
-            data = self._outq.get()  # type: ignore[union-attr]
-            if data is None:
+            parts = self._outq.get()  # type: ignore[union-attr]
+            if parts is None:
                 return
-            written = self._write(data)
-            with self._plock:
-                self._queued -= len(data)
-                if not written:
-                    self._out_done = True  # nothing more can go out
-            if not written:  # the peer closed its input: the session is over
-                self.lost()
+            if not self._written(self._write(parts), sum(len(p) for p in parts)):
                 return
 
     def notify(self, method: str, params: Optional[dict] = None) -> bool:
@@ -3325,7 +3430,7 @@ class Connection:
                                                      f"Internal error: {type(e).__name__}: {e}"))
         try:
             if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
-                self.send(reply)
+                self.send(reply, direct=self._pool is not None)
         finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
                 self._inflight.pop(key, None)
@@ -8382,13 +8487,7 @@ def _result_size(res: dict, bound: float = float("inf")) -> int:
                 if isinstance(v, (str, _JsonString)):
                     total += len(v)
     if "structuredContent" in res and total <= bound:
-        sc, longs = res["structuredContent"], 0
-        if isinstance(sc, dict) and any(type(v) is _JsonString for v in sc.values()):
-            # a long text's twin (_text_twin), left undecoded: measured a piece at a time
-            longs = sum(len(_dumps(p)) - 2 for v in sc.values() if type(v) is _JsonString
-                        for p in v.pieces())
-            sc = {k: "" if type(v) is _JsonString else v for k, v in sc.items()}
-        total = max(total, len(_dumps(sc)) + longs)
+        total = max(total, _json_chars(res["structuredContent"]))
     return total
 
 
@@ -10932,15 +11031,18 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
        cannot take it, the model is told why and what to do, never handed the whole result.
     4. The answer: a preview, the shape and the token (`structured`: also as
        structuredContent, which transparent mode leaves out: the tool's own schema rules it).
-    5. `longs`: the long strings of the result left undecoded (_cache_longs); decoded here
-       unless the cache reads them in pieces.
+    5. `longs`: the long strings of the result left undecoded (Connection.request). A result
+       relayed whole keeps them so: the writer sends them as they came (_frame). The cache
+       reads one long text of records in pieces (OutputCache.put); any other is decoded.
     """
     cache = call.ctx.cache
     policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
     size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
-        _decode_long(longs)
         return res
+    if longs and _records_text(res, _VIEW_INDENT_MAX) is None:
+        _decode_long(longs)
+        longs = ()
     try:
         entry, ex, text = cache.put(res, server, tool, int(policy["preview_chars"]), longs)
     except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
@@ -10980,22 +11082,11 @@ def _uncached_answer(call: _Call, cache: OutputCache, server: str, tool: str, si
     return _text_result(text, is_error=True)
 
 
-def _cache_longs(call: _Call, server: str, tool: str) -> Optional[list]:
-    """A list for the long strings of a tool's answer to be left undecoded in (Connection.request)
-    when the cache will take a large result of it; None when it will not (they are decoded as
-    the answer is read: a result relayed whole is needed whole)."""
-    policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
-    return [] if call.ctx.cache is not None and policy["enabled"] else None
-
-
 def _tool_call_tool(call: _Call) -> dict:
     server, tool = call.required("server"), call.required("tool_name")
-    longs = _cache_longs(call, server, tool)
+    longs: list = []  # the long strings of the answer, left undecoded (Connection.request)
     res = _upstream_call(call, server, tool, call.obj("tool_args"), longs)
-    if longs and _records_text(res, _VIEW_INDENT_MAX) is None:
-        _decode_long(longs)  # only one long text of records is read in pieces (OutputCache.put)
-        longs = []
-    return _maybe_cache(call, server, tool, res, longs=longs or ())
+    return _maybe_cache(call, server, tool, res, longs=longs)
 
 
 def _skip_lines(text: str, count: int, step: int = 65536) -> int:
@@ -12214,7 +12305,9 @@ class _Transparent:
         server, tool = target
         task = (call.req.params or {}).get("task")  # the client's task request: it polls itself
         task = task if isinstance(task, dict) else None
-        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args, task)
+        longs: list = []  # the long strings of the answer, left undecoded (Connection.request)
+        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args, task,
+                            longs)
         made = res.get("task") if task is not None and "content" not in res else None
         if isinstance(made, dict) and isinstance(made.get("taskId"), str):
             with self._lock:
@@ -12224,7 +12317,7 @@ class _Transparent:
             return res
         if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
-        return _maybe_cache(call, server, tool["name"], res, structured=False)
+        return _maybe_cache(call, server, tool["name"], res, structured=False, longs=longs)
 
     def prompts(self) -> List[dict]:
         mapping, out = {}, []
