@@ -3277,7 +3277,7 @@ class Connection:
         if self._long and len(line) > _LONG_STRING:  # an answer that may keep long strings as bytes
             got = _loads_long(line)
             if got is not None:
-                self._on_long(*got, head)
+                self._on_message(self._kept(*got), head)
                 return
         try:
             text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads(bytes)
@@ -3289,7 +3289,18 @@ class Connection:
         text = ""
         self._on_message(msg, head)
 
-    def _on_long(self, msg: dict, places: list, head: bytes) -> None:
+    def loads(self, raw: bytes) -> Any:
+        """A message that arrives by another way than the input stream (a remote upstream's
+        HTTP answers, section 10) parsed as a line read is: the long strings of an answer to a
+        request that takes them (request's `longs`) left undecoded. ValueError (or
+        RecursionError) when it is not JSON."""
+        if self._long and len(raw) > _LONG_STRING:
+            got = _loads_long(raw)
+            if got is not None:
+                return self._kept(*got)
+        return json.loads(raw, parse_constant=_no_nan)
+
+    def _kept(self, msg: dict, places: list) -> dict:
         """A message _loads_long read: the long strings of a result stay undecoded if the
         request it answers asked for that (request's `longs`); all others are decoded now."""
         mid = msg.get("id")
@@ -3302,7 +3313,7 @@ class Connection:
         _decode_long(p for p in places if sink is None or p[3] != "result")
         if sink is not None:
             sink.extend(keep)
-        self._on_message(msg, head)
+        return msg
 
     def deliver(self, msg: Any) -> None:
         """Handle one message that arrived by another way than the input stream (a remote
@@ -5985,6 +5996,10 @@ class _HttpTransport:
     def flush(self) -> None:
         pass
 
+    def writelines(self, parts: List[Any]) -> None:
+        """One framed message given in parts (a large one: Connection._write)."""
+        self.write(b"".join(parts))
+
     def write(self, data: bytes) -> int:
         """One framed message from the Connection's writer thread."""
         if self._closed.is_set():
@@ -6261,7 +6276,8 @@ class _HttpTransport:
         if not raw.strip():
             return False
         try:
-            msg = json.loads(raw, parse_constant=_no_nan)
+            msg = (self._conn.loads(raw) if self._conn is not None
+                   else json.loads(raw, parse_constant=_no_nan))
         except (ValueError, RecursionError) as e:
             if mid is not None:
                 self._fail(mid, f"server '{self.name}' sent an answer that is not JSON "
