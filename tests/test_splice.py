@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
 import abstract
-from conftest import Proxy, World, proc_status, text_of
+from conftest import WAIT, Proxy, World, pipe_pair, proc_status, text_of, wait_for
 from fake_upstream import AWKWARD, awkward_text, make_long
 
 needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="measures memory in /proc")
@@ -143,6 +144,69 @@ def test_a_verbatim_check_that_trusts_raw_bytes_would_send_other_bytes():
     for raw in (b'"\\\\u00e9"', b'"\\\\/"', b'"\\u001f\\u0000\\n\\"\\\\\xc3\xa9\xe2\x80\xa8"', b'"\\\\\\\\ud800"'):
         big = abstract._JsonString(raw, 0, len(raw), 1)
         assert big.verbatim(), raw  # escaped backslashes before u or /: nothing foreign
+
+
+# -- the hand-offs: a worker writes its own answer when nothing is queued, in order all the same
+
+class _Stdout:
+    """A client's stdout that notes the thread that wrote each frame; the first write can be held."""
+
+    def __init__(self, hold_first: bool) -> None:
+        self.frames: list = []
+        self.hold, self.held, self.release = hold_first, threading.Event(), threading.Event()
+
+    def write(self, data: bytes) -> None:
+        self.writelines([data])
+
+    def writelines(self, parts: list) -> None:
+        if self.hold:
+            self.hold = False
+            self.held.set()
+            assert self.release.wait(WAIT)
+        self.frames.append((threading.current_thread().name, b"".join(bytes(p) for p in parts)))
+
+    def flush(self) -> None:
+        pass
+
+
+def _serving(out: _Stdout, handler) -> tuple:
+    r, w = pipe_pair()
+    conn = abstract.Connection(r, out, name="client", pool=abstract._Pool(4), queued=True, half_close=True,
+                               close_input=True, requests={"go": handler}).start()
+    return conn, w
+
+
+def _answered(conn: Any, w: Any, out: _Stdout) -> None:
+    """Send the request `go`, wait for its answer to be written, and end the session."""
+    w.write(b'{"jsonrpc":"2.0","id":1,"method":"go"}\n')
+    wait_for(lambda: any(b'"id":1' in f for _, f in out.frames), WAIT, "the answer")
+    w.close()
+    assert conn.finish(WAIT)
+    wait_for(lambda: conn._rfile.closed, WAIT, "the reader to close its input")
+
+
+def test_a_worker_writes_its_answer_itself_when_nothing_is_queued():
+    out = _Stdout(hold_first=False)
+    conn, w = _serving(out, lambda req: {"ok": True})
+    _answered(conn, w, out)
+    writer, frame = out.frames[0]
+    assert json.loads(frame)["result"] == {"ok": True}
+    assert writer.startswith("abstract-worker"), f"written by {writer}, not by the worker: one hand-off more"
+
+
+def test_an_answer_still_goes_out_after_what_was_queued_before_it():
+    out = _Stdout(hold_first=True)
+    conn: Any = None
+
+    def notify_then_answer(req: Any) -> dict:
+        conn.notify("notifications/message", {"level": "info", "data": "first"})
+        assert out.held.wait(WAIT)  # the notice is being written (and blocks) as the answer is sent
+        return {"ok": True}
+
+    conn, w = _serving(out, notify_then_answer)
+    threading.Thread(target=lambda: out.held.wait(WAIT) and out.release.set(), daemon=True).start()
+    _answered(conn, w, out)
+    assert [json.loads(f).get("method", "answer") for _, f in out.frames] == ["notifications/message", "answer"]
 
 
 # -- end to end through the fake upstream: every depth, both encodings, meta and direct mode, both eras
