@@ -146,6 +146,18 @@ def test_a_verbatim_check_that_trusts_raw_bytes_would_send_other_bytes():
         assert big.verbatim(), raw  # escaped backslashes before u or /: nothing foreign
 
 
+def test_verbatim_exactly_when_the_bytes_are_what_json_writes_after_any_run_of_backslashes():
+    for k in range(7):  # an odd run ends in an escape's backslash, an even one in escaped ones
+        for tail in (b"u00e9", b"/", b"u001f", b"u001F", b"n", b"\xc3\xa9", b"\xed\xa0\x80"):
+            raw = b'"x' + b"\\" * k + tail + b'"'
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                continue
+            today = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+            assert abstract._JsonString(raw, 0, len(raw), 1).verbatim() is (today == raw and b"\xed" not in raw), raw
+
+
 # -- the hand-offs: a worker writes its own answer when nothing is queued, in order all the same
 
 class _Stdout:
