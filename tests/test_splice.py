@@ -158,6 +158,28 @@ def test_verbatim_exactly_when_the_bytes_are_what_json_writes_after_any_run_of_b
             assert abstract._JsonString(raw, 0, len(raw), 1).verbatim() is (today == raw and b"\xed" not in raw), raw
 
 
+def test_a_line_of_many_short_strings_goes_to_json_loads_without_a_string_looked_at(monkeypatch):
+    """Every answer over 16 KiB to a tools/call may hold a long string now; one of 12,500 short
+    strings cost 6 ms looking at them one by one before json.loads read it (2.9 ms)."""
+    looked = []
+    plain = abstract._PLAIN_STRING_BYTES
+    monkeypatch.setattr(abstract, "_PLAIN_STRING_BYTES", type("Spy", (), {
+        "match": staticmethod(lambda line, pos: looked.append(pos) or plain.match(line, pos))}))
+    rows = [{"id": i, "name": f"name {i}", "city": "Z\u00fcrich", "tags": ["a", "b"]} for i in range(2500)]
+    line = _line(5, {"content": [{"type": "text", "text": "short"}], "structuredContent": {"rows": rows}}, False)
+    assert abstract._loads_long(line) is None and looked == []
+
+
+def test_a_long_string_is_found_wherever_its_escaped_quotes_fall():
+    text = json.dumps([{"k": 'a "quoted" value', "n": i} for i in range(2000)])  # \" all along
+    least = abstract._LONG_STRING
+    for shift in range(0, 40, 3):
+        for size in (least - 1, least + 1, least + 9):
+            s = "x" * shift + text[:size]
+            got = abstract._loads_long(_line(5, {"content": [{"type": "text", "text": s}]}, True))
+            assert (got is not None) is (len(json.dumps(s)) > least), (shift, size)
+
+
 # -- the hand-offs: a worker writes its own answer when nothing is queued, in order all the same
 
 class _Stdout:
