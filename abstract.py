@@ -3036,8 +3036,9 @@ class Connection:
         self._shutting = False
         # queued: a writer thread does the writing, so no caller ever blocks on a peer that stops
         # reading (an upstream's full stdin pipe, a slow client), but a worker on its own answer
-        # when nothing is queued (send's `direct`); stalled() tells how long a write has hung. half_close: the end of the input does not end the output, so answers to
-        # requests still running go out until finish() (the client side).
+        # when nothing is queued (send's `direct`); stalled() tells how long a write has hung.
+        # half_close: the end of the input does not end the output, so answers to requests
+        # still running go out until finish() (the client side).
         self._outq: Optional[queue.Queue] = queue.Queue() if queued else None
         self._half_close = half_close
         self._out_done = False  # the writer was told to stop: nothing more is queued
