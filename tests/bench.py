@@ -237,11 +237,13 @@ def _calls(target: Target, client: str, sdk_py: str, tool: str, args: dict, n: i
         try:
             for _ in range(warmup):
                 target.invoke(peer, tool, args)
-            xs = []
+            xs, cpu = [], _cpu_ms(peer.proc.pid)
             for _ in range(n):
                 t = time.perf_counter()
                 target.invoke(peer, tool, args)
                 xs.append((time.perf_counter() - t) * 1000)
+            if cpu is not None:
+                _CPU[target.label] = (_cpu_ms(peer.proc.pid) - cpu) / n  # type: ignore[operator]
             return xs
         finally:
             peer.close()
@@ -253,6 +255,19 @@ def _calls(target: Target, client: str, sdk_py: str, tool: str, args: dict, n: i
     if out.returncode != 0:
         raise RuntimeError(f"the SDK client failed on {target.label}: {out.stderr.decode()[-2000:]}")
     return json.loads(out.stdout)
+
+
+_CPU: Dict[str, float] = {}  # the last _calls' CPU ms per call of each target's process (stdlib client)
+
+
+def _cpu_ms(pid: int) -> Optional[float]:
+    """CPU time (user + system, ms) of a process so far (Linux: /proc; 10 ms ticks); None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_mb(target: Target, tool: str, args: dict, calls: int) -> Optional[float]:
@@ -279,7 +294,8 @@ def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool) -> d
     it); the targets in a rotating order within each run, so a change in load falls on all alike;
     16 calls in flight (stdlib client); and the peak RSS relaying 10 MB."""
     clients = ["stdlib"] + (["sdk"] if sdk_py else [])
-    p50: Dict[str, Dict[str, Dict[str, List[float]]]] = {}
+    p50: Dict[str, Dict[str, List[float]]] = {}
+    cpu: Dict[str, Dict[str, List[float]]] = {}  # the relay's own CPU time per call: steadier under load
     for run in range(runs):
         for size, kb, n in RELAY_SIZES:
             n = max(3, n // 4) if quick else n
@@ -290,6 +306,8 @@ def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool) -> d
                 for t in order:
                     xs = _calls(t, client, sdk_py, "blob", {"kb": kb}, n, max(2, n // 10))
                     p50.setdefault(f"{size} {client}", {}).setdefault(t.label, []).append(pct(xs, 50))
+                    if client == "stdlib" and t.label in _CPU:
+                        cpu.setdefault(f"{size} CPU ms/call", {}).setdefault(t.label, []).append(_CPU[t.label])
     added = {}
     for case, per in p50.items():
         direct = per["direct"]
@@ -305,6 +323,7 @@ def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool) -> d
                 flight.setdefault(client, {}).setdefault(t.label, []).append(cps)
     peak = {t.label: _peak_mb(t, "blob", {"kb": 10240}, 3) for t in targets}
     return {"runs": runs, "added": added, "peak_rss_10mb_mb": peak,
+            "cpu_ms_per_call": {case: {k: statistics.median(v) for k, v in per.items()} for case, per in cpu.items()},
             "in_flight_calls_per_s": {c: {k: statistics.median(v) for k, v in per.items()}
                                       for c, per in flight.items()}}
 
@@ -314,6 +333,8 @@ def _relay_rows(r: dict) -> List[List[Any]]:
     rows = []
     for case, per in r["added"].items():
         rows.append([case] + [per[k]["added_ms"] if k != "direct" else per[k]["p50_ms"] for k in labels])
+    for case, per in r.get("cpu_ms_per_call", {}).items():
+        rows.append([case] + [per.get(k) for k in labels])
     for client, per in r["in_flight_calls_per_s"].items():
         rows.append([f"16 in flight {client}, calls/s (vs direct)"]
                     + [f"{per[k]:,.0f} ({per[k] / per['direct']:.2f})" for k in labels])
