@@ -3077,8 +3077,8 @@ class Connection:
                 self._out_done = True
                 self._outq.put(None)
         deadline = time.monotonic() + timeout
-        if self._writer is not None:
-            self._writer.join(max(0.0, timeout))
+        if self._writer is not None and self._writer is not threading.current_thread():
+            self._writer.join(max(0.0, timeout))  # (not the writer itself: one whose write failed)
             if self._writer.is_alive():
                 return False
         if not self._wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):

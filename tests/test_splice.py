@@ -243,6 +243,31 @@ def test_an_answer_still_goes_out_after_what_was_queued_before_it():
     assert [json.loads(f).get("method", "answer") for _, f in out.frames] == ["notifications/message", "answer"]
 
 
+def test_a_write_that_fails_ends_the_session_without_an_error_in_the_writer(monkeypatch):
+    """The writer whose write failed ended the session, whose finish() joined the writer: itself
+    (RuntimeError: cannot join current thread)."""
+    failed = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failed.append(args.exc_value))
+
+    class Gone:
+        def write(self, data: bytes) -> None:
+            raise BrokenPipeError("the peer is gone")
+
+        writelines = write
+
+        def flush(self) -> None:
+            pass
+
+    r, w = pipe_pair()
+    conn = abstract.Connection(r, Gone(), name="up", queued=True, close_input=True).start()
+    conn.notify("notifications/message", {"level": "info", "data": "x"})
+    assert conn.closed.wait(WAIT)
+    wait_for(lambda: not conn._writer.is_alive(), WAIT, "the writer to end")
+    w.close()
+    wait_for(lambda: conn._rfile.closed, WAIT, "the reader to close its input")
+    assert failed == []
+
+
 # -- end to end through the fake upstream: every depth, both encodings, meta and direct mode, both eras
 
 @pytest.mark.parametrize("direct", [False, True], ids=["meta", "direct"])
