@@ -61,6 +61,7 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -78,12 +79,12 @@ from pathlib import PurePath
 from pathlib import PurePosixPath
 from pathlib import PureWindowsPath
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+                    Set, Tuple)
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
-# hashlib, hmac and secrets (OpenSSL: ~5 ms), socket and http.server (~40 ms, --http only),
-# datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
-# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl (POSIX)
-# and msvcrt (Windows), one or the other, for the lock on a saved login;
+# hashlib, hmac and secrets (OpenSSL: ~5 ms), socket, selectors and http.server (~40 ms, --http
+# only), datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
+# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl
+# (POSIX) and msvcrt (Windows), one or the other, for the lock on a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
@@ -119,6 +120,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 CONNECTION_CLOSED = -32000  # SDK-local codes, reused for a dead or timed-out upstream
+BUSY = -32000  # (JSON-RPC's first "server error" code) a peer's request over the bound held at once
 REQUEST_TIMEOUT = -32001
 RESOURCE_NOT_FOUND = -32002  # legacy era; the modern era uses INVALID_PARAMS
 UNSUPPORTED_VERSION = -32022
@@ -144,6 +146,9 @@ _EXIT_BUDGET_S = 3.5  # from EOF (or SIGTERM) to exit, whatever the client and u
 _STOP_JOIN_S = 5.0  # main() returning: the longest it waits for a helper thread it started to end
 _OUTQ_NOTICES_MAX = 8 * 1024 * 1024  # a peer this far behind misses notifications, not answers
 _ROOTS_TIMEOUT_S = 10.0  # how long an upstream's roots/list waits for the client's answer
+# an upstream's own requests (sampling, elicitation, roots/list, ping) Abstract holds at once:
+# answered by 4 workers, the rest wait their turn; more are refused at once (docs: reference.md)
+_UPSTREAM_REQUESTS_MAX = 16
 _ASK_TIMEOUT_S = 3600.0  # an upstream's sampling or elicitation request: a person may be answering
 # a 2026-07-28 upstream's input_required rounds for one call before it is given up
 _INPUT_ROUNDS = 10
@@ -153,12 +158,24 @@ _STATE_MAX = 1 << 20  # the longest requestState of an upstream's that Abstract 
 _HOLD_S = 600.0  # a handshake-era upstream's call held for a 2026-07-28 client's follow-up
 _STDERR_TAIL_LINES = 20
 _STDERR_LINE_MAX = 1000
+# an upstream's log lines on Abstract's stderr (its stderr lines and notifications/message
+# together): a burst of this many, then this many a second; each cut to _LOG_LINE_CHARS
+_LOG_BURST = 200
+_LOG_RATE = 20.0
+_LOG_LINE_CHARS = 2000
 _MAX_WORKERS = 256
 _MAX_MESSAGE_MB = 128  # longest JSON-RPC line read from an upstream (max_upstream_message_mb)
 _MAX_CLIENT_MESSAGE_MB = 32  # ... and from the client (max_client_message_mb)
 _TOOLS_PAGE = 100
 _CRASH_WINDOW_S = 10.0  # an upstream that dies this soon after starting counts as a quick crash
 _BACKOFF_MAX_S = 60.0
+_START_BACKOFF_S = 5.0  # a failed start is not tried again for 5, 10, 20 ... s (at most 60)
+# list_available_tools waits 5 s for servers still starting, then as long as they keep
+# answering (one within the last 3 s), at most 30 s; --check likewise from 10 s
+_LIST_WAIT_S = 5.0
+_CHECK_WAIT_S = 10.0
+_WAIT_QUIET_S = 3.0
+_WAIT_MAX_S = 30.0
 # 2026-07-28 upstreams: how long a stdio server's answer to the server/discover probe is awaited
 # before it is taken for a handshake-era server that stays silent (docs/reference/protocol.md)
 _PROBE_S = 5.0
@@ -234,6 +251,32 @@ class UpstreamError(RpcError):
         super().__init__(code, message)
 
 
+class _NotSent(UpstreamError):
+    """A request to a remote server that did not run: refused before it was sent (too many
+    waiting), or it never reached the server (_NotReached, _SessionGone). The message is all
+    there is to say: no "the server may have done part of the work"."""
+
+
+class _NotReached(_NotSent):
+    """A request whose connection to the remote server could not be made (refused, no route, a
+    failed TLS handshake): nothing of it was sent, so it cannot have run."""
+
+
+class _SessionGone(_NotSent):
+    """HTTP 404 to a request that carried Mcp-Session-Id: the server ended that session (it
+    restarted, or expired it) and did not process the request (2025-11-25 spec, basic/transports
+    #session-management). Upstream._anew sends it once more, in a new session."""
+
+
+class _StillStarting(UpstreamError):
+    """An upstream whose start (in the background, Upstream._current) has not answered within
+    the wait: `since` is how long it has been starting, in seconds."""
+
+    def __init__(self, message: str, since: float) -> None:
+        super().__init__(message, REQUEST_TIMEOUT)
+        self.since = since
+
+
 class _Cancelled(Error):
     """The client cancelled the request; nothing is sent back."""
 
@@ -287,8 +330,136 @@ def _text_result(text: str, structured: Any = None, is_error: bool = False) -> d
     return res
 
 
+_SECRET_MIN = 4  # a shorter value is not masked: it would hide common words (and "***" itself)
+# OAuth tokens (in all their forms) remembered at once; past it the oldest (spent) are let go.
+# The config's secrets are kept for good: the config bounds them.
+_SECRETS_PASSING = 128
+# the name of an environment variable whose value is a secret (GITHUB_TOKEN, OPENAI_API_KEY, ...)
+_SECRET_ENV_RE = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|AUTH|"
+                            r"CREDENTIALS?|COOKIE|PAT)(?:_|$)", re.IGNORECASE)
+# C0 and C1 controls (a terminal's escape sequences, CR that overwrites a line, BEL, NUL), and
+# the line separators and bidirectional overrides that make text show other than it is; tab and
+# newline are kept
+_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+class _Secrets:
+    """Every secret Abstract holds, in one place: the values of remote entries' headers, the
+    credentials and query values of their URLs, secret-named env values of stdio entries, OAuth
+    access and refresh tokens and client secrets (as they are loaded, received or set), and
+    ABSTRACT_CACHE_SECRET. `mask` writes each as *** in a text: every error, log line and CLI
+    report passes through it (_clean), whatever path made the text. Each secret is also known
+    in the forms an echo may take (percent-encoded, JSON-escaped). Tokens are `passing`: at most
+    _SECRETS_PASSING of their forms are kept, the oldest let go first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lasting: Dict[str, None] = {}
+        self._passing: Dict[str, None] = {}  # insertion order: the oldest is let go first
+        self._all: Tuple[str, ...] = ()  # both, the longest first (no secret masked in part)
+
+    def add(self, *values: Any, passing: bool = False) -> None:
+        """Remember secrets (non-strings and short ones are ignored); cheap when known (it runs
+        for every request to a server with a login)."""
+        new = [v for v in values if isinstance(v, str) and len(v) >= _SECRET_MIN
+               and v not in self._lasting and v not in self._passing]
+        if not new:
+            return
+        with self._lock:
+            into = self._passing if passing else self._lasting
+            for v in new:
+                for form in self._forms(v):
+                    into[form] = None
+            while len(self._passing) > _SECRETS_PASSING:
+                del self._passing[next(iter(self._passing))]
+            self._all = tuple(sorted({**self._lasting, **self._passing}, key=len, reverse=True))
+
+    @staticmethod
+    def _forms(v: str) -> List[str]:
+        """`v` as it is, percent-encoded (a URL echoed) and JSON-escaped (a document echoed)."""
+        forms = [v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]]
+        with contextlib.suppress(UnicodeEncodeError):  # (a lone surrogate has no UTF-8)
+            forms += [urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)]
+        return forms
+
+    def add_header(self, value: str) -> None:
+        """A header value's secrets: the whole value, its words (a Bearer's token alone) and
+        a Basic credential's password (where a URL's user:password@ went)."""
+        self.add(value, *(w for w in value.split() if len(w) >= 8))
+        scheme, _, cred = value.partition(" ")
+        if scheme.lower() == "basic":
+            with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
+                self.add(base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2])
+
+    def add_url(self, url: str) -> None:
+        """A URL's secrets: its password and its query's values, decoded and as written."""
+        with contextlib.suppress(ValueError):
+            p = urllib.parse.urlsplit(url)
+            self.add(p.password, urllib.parse.unquote(p.password or ""),
+                     *(v for _, v in urllib.parse.parse_qsl(p.query)),
+                     *(part.partition("=")[2] for part in p.query.split("&")))
+
+    def add_env(self, env: Dict[str, str]) -> None:
+        """The values of the variables named like secrets (..._TOKEN, ..._API_KEY, ...)."""
+        self.add(*(v for k, v in env.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8))
+
+    def add_args(self, args: List[str]) -> None:
+        """The values of a command line's options named like secrets (--api-key V, --token=V)."""
+        for i, arg in enumerate(args):
+            name, eq, value = arg.lstrip("-").replace("-", "_").partition("=")
+            if arg.startswith("-") and _SECRET_ENV_RE.search(name):
+                value = arg.partition("=")[2] if eq else (args[i + 1] if i + 1 < len(args)
+                                                          else "")
+                self.add(value if len(value) >= 8 else None)
+
+    def mask(self, text: str) -> str:
+        """`text` with every secret written ***. (str.find per secret: faster than one regex of
+        them all, which sre tries branch by branch at every position, and nothing to compile.)"""
+        for form in self._all:
+            if form in text:
+                text = text.replace(form, "***")
+        return text
+
+    def mask_json(self, value: Any) -> Any:
+        """`mask` through a JSON value's strings, keys too (an upstream error's `data`)."""
+        if not self._all:
+            return value
+        if isinstance(value, str):
+            return self.mask(value)
+        if isinstance(value, list):
+            return [self.mask_json(v) for v in value]
+        if isinstance(value, dict):
+            return {self.mask(k): self.mask_json(v) for k, v in value.items()}
+        return value
+
+
+_SECRETS = _Secrets()
+
+
+def _escape_controls(text: str) -> str:
+    """`text` with its control characters (_CONTROL_RE) written as \\x1b, \\u202e, ..."""
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                           else f"\\u{ord(m.group()):04x}", text)
+
+
+def _clean(text: str) -> str:
+    """Text fit to show: secrets masked, control characters escaped. For errors, log lines and
+    CLI reports, which may carry what an upstream or an authorization server sent."""
+    text = _SECRETS.mask(text)
+    return _escape_controls(text) if _CONTROL_RE.search(text) else text
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _word_cut(text: str, limit: int) -> int:
+    """Where to cut `text` to at most `limit` characters: after the last whole word, unless
+    that loses more than half (one very long word is cut inside)."""
+    if len(text) <= limit:
+        return len(text)
+    cut = text.rfind(" ", 0, limit + 1)
+    return cut if cut > limit // 2 else limit
 
 
 def _names_list(names: List[str], limit: int = 40) -> str:
@@ -398,16 +569,69 @@ class _Tail:
             self._lines.append(line)
 
     def text(self, n: int = 5) -> str:
+        """The last `n` lines, cleaned (_clean): an upstream's words, quoted in errors, answers
+        and --check."""
         with self._lock:
-            return "\n".join(list(self._lines)[-n:])
+            return _clean("\n".join(list(self._lines)[-n:]))
 
 
-def _iter_lines(stream: Any, limit: int = 1 << 16):
+class _LogGate:
+    """How many of one upstream's log lines reach Abstract's stderr: a token bucket of `burst`
+    lines refilled at `rate` a second, for its stderr lines and its notifications/message alike,
+    so a flood costs a bounded number of lines. Lines past it are counted, and the count is
+    written ("dropped N log lines from '<server>'") before the next line that passes, and by
+    flush() (a pause in its stderr, the end of a run)."""
+
+    def __init__(self, name: str, rate: float = _LOG_RATE, burst: int = _LOG_BURST,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._name, self._rate, self._burst, self._clock = name, rate, burst, clock
+        self._tokens, self._at = float(burst), clock()
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def write(self, text: Callable[[], str]) -> None:
+        """Log the line text() at INFO (cut to _LOG_LINE_CHARS) if the bucket has room, else
+        count it (text() is not called: a dropped line costs no formatting)."""
+        if not _log.isEnabledFor(logging.INFO):
+            return  # (hidden anyway: nothing is dropped)
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self._burst), self._tokens + (now - self._at) * self._rate)
+            self._at = now
+            passes = self._tokens >= 1
+            if passes:
+                self._tokens -= 1
+                dropped, self._dropped = self._dropped, 0
+            else:
+                self._dropped, dropped = self._dropped + 1, 0
+        if dropped:
+            self._say(dropped)
+        if passes:
+            line = text()
+            if len(line) > _LOG_LINE_CHARS:
+                line = line[:_LOG_LINE_CHARS] + " [...]"
+            _log.info("%s", line)
+
+    def flush(self) -> None:
+        """Write the count of the lines dropped since the last line that passed, if any."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            self._say(dropped)
+
+    def _say(self, dropped: int) -> None:
+        _log.warning("dropped %s from '%s' (more than %d at once, or %g a second)",
+                     _plural(dropped, "log line"), self._name, self._burst, self._rate)
+
+
+def _iter_lines(stream: Any, limit: int = 1 << 16,
+                pause: Optional[Callable[[], None]] = None) -> Iterator[bytes]:
     """Yield the lines of a binary stream without ever holding more than `limit` bytes of one.
 
     Used for stderr, where a child may write megabytes without a newline: an overlong line is
     passed on in pieces of `limit` bytes (each marked " [...]"), so memory stays bounded
-    whatever the child does.
+    whatever the child does. `pause` is called once the lines of a read that found less than
+    it asked for are out: the stream had nothing more for now.
     """
     partial = b""
     read = getattr(stream, "read1", None) or stream.read
@@ -426,6 +650,35 @@ def _iter_lines(stream: Any, limit: int = 1 << 16):
         while len(partial) > limit:
             yield partial[:limit] + b" [...]"
             partial = partial[limit:]
+        if pause is not None and len(chunk) < 1 << 16:
+            pause()
+
+
+def _env_key(env: Dict[str, str], name: str) -> Optional[str]:
+    """The key under which `env` holds the variable `name`, or None. Windows compares names
+    without case (Path is PATH, AppData is APPDATA); a copy of os.environ is a plain dict."""
+    if name in env:
+        return name
+    if _WINDOWS:
+        upper = name.upper()
+        return next((k for k in env if k.upper() == upper), None)
+    return None
+
+
+def _env_get(env: Dict[str, str], name: str, default: Any = None) -> Any:
+    """env[name], its case ignored on Windows (_env_key); `default` when it is not set."""
+    key = _env_key(env, name)
+    return default if key is None else env[key]
+
+
+def _env_merge(env: Dict[str, str], updates: Dict[str, str]) -> None:
+    """Set `updates` in `env`, each replacing the variable of that name: on Windows a config's
+    "Path" replaces the inherited PATH, where a dict update would give the child both."""
+    for name, value in updates.items():
+        if _WINDOWS:
+            for key in [k for k in env if k.upper() == name.upper()]:
+                del env[key]
+        env[name] = value
 
 
 # ${VAR}, ${VAR:-default}, ${env:VAR} (Cursor, VS Code, Windsurf), ${input:id} (VS Code prompts)
@@ -447,13 +700,16 @@ def _expand(value: str, env: Dict[str, str], missing: List[str],
             return ""
         if kind is None and known and name in known:
             return known[name]
-        if env.get(name):
-            return env[name]
+        value = _env_get(env, name)
+        if value:
+            if _SECRET_ENV_RE.search(name) and len(value) >= 8:  # wherever it lands (args, a
+                _SECRETS.add(value)  # URL, a header), a secret's value is masked in errors
+            return value
         if m.group(3) is not None:
             return default or ""
-        if name not in env:
+        if value is None:
             missing.append(name)
-        return env.get(name, "")
+        return value or ""
 
     return _VAR_RE.sub(sub, value)
 
@@ -2099,7 +2355,8 @@ def _dump_html(data: Any, title: str = "") -> str:
 # _parse_text is its reverse for the formats that can be read.
 
 def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
-    """Write data as fmt; csv/tsv fall back to JSON (with a note) for non-tabular data."""
+    """Write data as fmt; csv/tsv fall back to text for a string, else to JSON, for data that is
+    not tabular (with a note)."""
     if fmt not in _FORMATS:
         raise FormatError(f"unknown format {fmt!r}; valid formats: {', '.join(_FORMATS)}")
     records, reason = _as_records(data)
@@ -2107,6 +2364,9 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
     columns = _csv_header(records) if records is not None else None
     notes: List[str] = []
     try:
+        if fmt in ("csv", "tsv") and records is None and isinstance(data, str):
+            notes.append(f"stored as text: {reason}; {fmt} needs a list of records")
+            return _Converted(lambda: [data], "txt", None, None, notes)
         if fmt in ("csv", "tsv") and records is None:
             notes.append(f"stored as JSON: {reason}; {fmt} needs a list of records")
             return _Converted(lambda: _dump_json_parts(data), "json", None, None, notes)
@@ -2251,11 +2511,12 @@ def _below(real: str, root: str, pure: type = PurePath,
 
 
 def _unicode_problem(text: str) -> Optional[str]:
-    """Why `text` cannot name a file: a lone surrogate (a \\ud800 escape) has no UTF-8 form."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid Unicode (it holds a lone surrogate such as \\ud800)"
+    """Why `text` cannot name a file, or be stored or queried: a lone surrogate (a \\ud800
+    escape without its pair) has no UTF-8 form."""
+    m = _LONE_SURROGATE.search(text)
+    if m:
+        return (f"is not valid Unicode (it holds a lone surrogate, \\u{ord(m.group()):04x} at "
+                f"character {m.start()})")
     return None
 
 
@@ -2504,6 +2765,53 @@ class Sandbox:
 _UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
 
 
+class _Temps:
+    """The atomic writer's temporary files being written, so that a shutdown leaves none behind.
+    After stop() a write under way ends at its next piece (or before its fsync) with ECANCELED,
+    and none starts; sweep() deletes what a write still running at the exit left (one piece of
+    hundreds of megabytes, a slow disk). The names are random: the full path is safe to delete
+    even in a folder swapped meanwhile. Each Server has its own (the writes of its requests:
+    _temps), so its shutdown stops no other session's writes in the same process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._paths: Set[str] = set()
+        self.stopping = False
+
+    def check(self) -> None:
+        if self.stopping:
+            raise OSError(errno.ECANCELED, "Abstract is shutting down")
+
+    def add(self, path: str) -> None:
+        with self._lock:
+            self.check()
+            self._paths.add(path)
+
+    def discard(self, path: str) -> None:
+        with self._lock:
+            self._paths.discard(path)
+
+    def stop(self) -> None:
+        """Writes end at their next piece from now on."""
+        self.stopping = True
+
+    def sweep(self) -> None:
+        with self._lock:
+            paths, self._paths = self._paths, set()
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+_TEMPS = _Temps()  # the writes made outside a Server's request (never stopped)
+_WRITES = threading.local()  # .temps: the _Temps of the Server whose request this thread runs
+
+
+def _temps() -> _Temps:
+    """Where the write this thread makes is registered (Server._enveloped sets it)."""
+    return getattr(_WRITES, "temps", None) or _TEMPS
+
+
 def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[int] = None,
                durable: bool = True, replace: bool = False) -> str:
     """Write `data` (bytes, or an iterable of bytes written in turn) as a new file `stem+ext`
@@ -2543,21 +2851,27 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
 
     flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
              | getattr(os, "O_BINARY", 0))
+    temps = _temps()
     for _ in range(100):
         tmp = f".abstract-{secrets.token_hex(8)}.tmp"
+        temps.add(os.path.join(directory, tmp))  # (ECANCELED at shutdown)
         try:
             fd = os.open(at(tmp), flags | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
             break
-        except FileExistsError:
-            continue
+        except OSError as e:
+            temps.discard(os.path.join(directory, tmp))
+            if not isinstance(e, FileExistsError):
+                raise
     else:
         raise FileExistsError(errno.EEXIST, "no free temporary file name (100 random names taken)",
                               directory)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
+                temps.check()
                 f.write(chunk)
             f.flush()
+            temps.check()
             if durable:
                 os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
@@ -2579,6 +2893,7 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
     finally:
         with contextlib.suppress(OSError):
             os.unlink(at(tmp), dir_fd=dfd)
+        temps.discard(os.path.join(directory, tmp))
 
 
 _REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
@@ -2854,7 +3169,12 @@ def _no_nan(name: str) -> None:
 
 
 def _error_response(mid: Any, err: RpcError) -> dict:
-    return {"jsonrpc": "2.0", "id": mid, "error": err.to_dict()}
+    """The response carrying `err`, cleaned (_clean): every error Abstract answers with."""
+    d = err.to_dict()
+    d["message"] = _clean(str(d["message"]))
+    if "data" in d:
+        d["data"] = _SECRETS.mask_json(d["data"])
+    return {"jsonrpc": "2.0", "id": mid, "error": d}
 
 
 # bytes: a longer string value in an answer to a request that takes them undecoded (request's
@@ -2952,13 +3272,19 @@ def _decode_long(places: Iterable[tuple]) -> None:
 class _Request:
     """An incoming request being handled: its id, cancellation state and cancel hooks."""
 
-    __slots__ = ("id", "method", "params", "cancelled", "_hooks", "_lock")
+    __slots__ = ("id", "method", "params", "cancelled", "_hooks", "_lock", "_answer")
 
     def __init__(self, mid: Any, method: str, params: Any) -> None:
         self.id, self.method, self.params = mid, method, params
         self.cancelled = threading.Event()
         self._hooks: List[Callable[[], None]] = []
         self._lock = threading.Lock()
+        self._answer = threading.Lock()  # held by whoever answers it (claim)
+
+    def claim(self) -> bool:
+        """True once: the caller is the one to answer it (its handler, or the shutdown that
+        gave up waiting for it: Connection.abandon)."""
+        return self._answer.acquire(blocking=False)
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Run `hook` when the client cancels this request (at once if it already did)."""
@@ -3010,6 +3336,7 @@ class Connection:
         max_line: int = _MAX_MESSAGE_MB << 20,
         half_close: bool = False,
         close_input: bool = False,
+        max_requests: int = 0,
     ) -> None:
         self.name = name
         self._rfile, self._wfile = rfile, wfile
@@ -3031,6 +3358,10 @@ class Connection:
         # still runs must not make either one uncancellable, or the connection idle too soon
         self._inflight: Dict[int, _Request] = {}
         self._arrivals = itertools.count()
+        # incoming requests held at once (running or waiting for a worker); past it each is
+        # refused at once (_refuse), so a peer's flood queues nothing. 0: no bound.
+        self._max_requests = max_requests
+        self._refused = 0  # refused since the last one accepted (for the log)
         self.closed = threading.Event()
         self.close_reason = "connection closed"
         self._shutting = False
@@ -3078,9 +3409,10 @@ class Connection:
                 self._outq.put(None)
         deadline = time.monotonic() + timeout
         if self._writer is not None and self._writer is not threading.current_thread():
-            self._writer.join(max(0.0, timeout))  # (not the writer itself: one whose write failed)
+            self._writer.join(max(0.0, timeout))
             if self._writer.is_alive():
                 return False
+        # (the writer itself, whose write failed, returns once this does)
         if not self._wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return False  # a worker's direct write (send) is still going out
         self._wlock.release()
@@ -3161,6 +3493,17 @@ class Connection:
             _settle(fut, exc=UpstreamError(reason))
         if not self._half_close:
             self.finish(0)  # ends the writer (once a stuck write fails, when the peer dies)
+
+    def abandon(self, reason: str) -> int:
+        """Shutdown: answer every request still being handled with an error now (`reason`);
+        its handler's answer, if it comes, is dropped. How many there were."""
+        with self._plock:
+            reqs = list(self._inflight.values())
+        error = RpcError(CONNECTION_CLOSED, reason)
+        mine = [req for req in reqs if not req.cancelled.is_set() and req.claim()]
+        for req in mine:
+            self.send(_error_response(req.id, error))
+        return len(mine)
 
     def fail_pending(self, reason: str) -> None:
         """Close the session from outside (process gone): pending requests fail with `reason`."""
@@ -3399,8 +3742,9 @@ class Connection:
             self._long.pop(msg["id"], None)
         if fut is None:
             _log.warning("%s: dropped a response to unknown id %r", self.name, msg["id"])
-        elif "error" in msg:
-            _settle(fut, exc=RpcError.from_dict(msg["error"]))
+        elif "error" in msg:  # cleaned as it arrives: it may be shown anywhere from here on
+            err = RpcError.from_dict(msg["error"])
+            _settle(fut, exc=RpcError(err.code, _clean(err.message), _SECRETS.mask_json(err.data)))
         else:
             _settle(fut, msg.get("result"))
 
@@ -3427,12 +3771,33 @@ class Connection:
         req = _Request(msg["id"], msg["method"], msg.get("params"))
         key = next(self._arrivals)
         with self._plock:
-            self._inflight[key] = req
-            self._idle.clear()
+            full = 0 < self._max_requests <= len(self._inflight)
+            if not full:
+                self._inflight[key] = req
+                self._idle.clear()
+            refused, self._refused = self._refused, self._refused + 1 if full else 0
+        if full:
+            self._refuse(req, refused)
+            return
+        if refused:
+            _log.warning("%s: refused %s while %d were being handled", self.name,
+                         _plural(refused, "request"), self._max_requests)
         if self._pool is None:
             self._dispatch(req, key)
         else:
             self._pool.submit(self._dispatch, req, key)
+
+    def _refuse(self, req: _Request, before: int) -> None:
+        """A request over max_requests: an error at once, never queued. On the reader thread, so
+        it never waits: the error is dropped, as a notification would be, when the peer is not
+        reading its answers. Logged once per run of refusals, not per request."""
+        if not before:
+            _log.warning("%s: sent more than %d requests at once; refusing more until some are "
+                         "answered", self.name, self._max_requests)
+        self.send(_error_response(req.id, RpcError(
+            BUSY, f"Too many requests at once: Abstract holds at most {self._max_requests} "
+                  f"requests from this server at a time ({req.method} refused); send it again "
+                  f"once some are answered")), droppable=True)
 
     def _dispatch(self, req: _Request, key: int) -> None:
         """Run one request's handler and send its response: the one place errors become wire
@@ -3461,7 +3826,8 @@ class Connection:
             reply = _error_response(req.id, RpcError(INTERNAL_ERROR,
                                                      f"Internal error: {type(e).__name__}: {e}"))
         try:
-            if reply and not req.cancelled.is_set():  # a cancelled request gets no response (spec)
+            # a cancelled request gets no response (spec); one abandoned was answered already
+            if reply and not req.cancelled.is_set() and req.claim():
                 self.send(reply, direct=self._pool is not None)
         finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
@@ -3495,11 +3861,14 @@ _PORTABLE_HEADERS = ("accept", "content-type", "last-event-id", "mcp-protocol-ve
 class HttpError(Error, OSError):
     """An HTTP exchange that failed: no connection, TLS, a timeout, a refused redirect, a body
     over its bound, or (raised by callers through HttpResponse.error) an unwanted status.
-    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query."""
+    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query;
+    `unsent`: no connection was made, so nothing of the request left (a refused connect)."""
 
-    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "") -> None:
+    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "",
+                 unsent: bool = False) -> None:
         super().__init__(message)
         self.url, self.status, self.first_line = url, status, first_line
+        self.unsent = unsent
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -3624,7 +3993,7 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
             why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
         else:
             why = getattr(e, "strerror", None) or str(e) or type(e).__name__
-    return HttpError(f"cannot reach {where}: {why}", where)
+    return HttpError(f"cannot reach {where}: {why}", where, unsent=not connected)
 
 
 def _abort(conn: Any, sock: Any = None) -> None:
@@ -4066,11 +4435,6 @@ class _LoginNeeded(UpstreamError):
     fault of the server's: a handshake that fails with it does not count as a crash."""
 
 
-class _NotSent(UpstreamError):
-    """A request to a remote server that was refused before it was sent (too many waiting):
-    nothing ran, so the message is all there is to say."""
-
-
 def _span(seconds: float) -> str:
     """A duration for people: 45 s, 12 min, 3 h, 2 days."""
     if seconds < 90:
@@ -4160,6 +4524,34 @@ def _http_url(v: Any) -> bool:
     return isinstance(v, str) and v.startswith(("https://", "http://")) and len(v) < 4096
 
 
+# what no URL of a metadata document may hold: whitespace, controls (a terminal's escape
+# sequences, BEL) and the invisible or reordering characters that make a URL read as another
+_URL_BAD_RE = re.compile("[\\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _check_url(v: Any, what: str, name: str) -> None:
+    """_AuthError when `v`, a URL an authorization or resource server gave (`what`: whose and
+    which), holds whitespace or control characters: it is not shown raw, opened or used."""
+    if isinstance(v, str) and _URL_BAD_RE.search(v):
+        raise _AuthError(f"{name}: {what} holds whitespace or control characters "
+                         f"({v[:200]!r}); Abstract does not use it. Ask the "
+                         f"server's operator to fix its metadata")
+
+
+# an access or refresh token Abstract takes: visible ASCII only, all an HTTP header value (or a
+# form's field) can carry as it is (RFC 6750's b64token is narrower)
+_TOKEN_RE = re.compile("[!-~]+")
+
+
+def _token_problem(tokens: dict) -> str:
+    """The kind of the first token in `tokens` a header cannot carry ("" if none)."""
+    for kind in ("access_token", "refresh_token"):
+        v = tokens.get(kind)
+        if v is not None and not (isinstance(v, str) and _TOKEN_RE.fullmatch(v)):
+            return kind
+    return ""
+
+
 def _check_as_metadata(doc: Any, issuer: str, name: str, legacy: bool = False) -> dict:
     """The authorization server's metadata, if Abstract can use it; else _AuthError saying why.
 
@@ -4174,6 +4566,9 @@ def _check_as_metadata(doc: Any, issuer: str, name: str, legacy: bool = False) -
     if not isinstance(doc, dict) or got != issuer:
         raise _AuthError(f"{name}: the authorization server's metadata names issuer {got!r}, "
                          f"not {issuer!r}; Abstract does not use it")
+    for key in ("authorization_endpoint", "token_endpoint", "registration_endpoint",
+                "revocation_endpoint"):
+        _check_url(doc.get(key), f"the {key} of the authorization server {issuer}", name)
     for key in ("authorization_endpoint", "token_endpoint"):
         if not _http_url(doc.get(key)):
             raise _AuthError(f"{name}: the authorization server {issuer} gives no usable {key}")
@@ -4192,6 +4587,8 @@ def _check_prm(doc: Any, server_url: str, name: str) -> Tuple[str, str]:
     RFC 9728 section 3.3: the resource it names must be the server's (here: its URL or a
     prefix of it, as for metadata found at the root)."""
     servers = doc.get("authorization_servers") if isinstance(doc, dict) else None
+    if isinstance(servers, list) and servers:
+        _check_url(servers[0], "the authorization server its resource metadata names", name)
     if not isinstance(servers, list) or not servers or not _http_url(servers[0]):
         raise _AuthError(f"{name}: the server's protected resource metadata names no "
                          f"authorization server")
@@ -4572,6 +4969,9 @@ class _OAuth:
         self.sent = ""  # the access token last sent, to tell a stale 401 from a fresh one
         self.fresh = ""  # the access token the last 401 refreshed to: a 401 on it means log in
         self.start_logins = True  # False (--check): a needed login is reported, not started
+        self._refused_saved = ""  # the saved token last refused (warned about once)
+        _SECRETS.add(self.conf.get("client_secret"))
+        self.asked = False  # the server asked for authorization (a 401, or a 403 for scopes)
 
     # -- the saved login
 
@@ -4582,7 +4982,18 @@ class _OAuth:
         if doc.get("server_url") != self.url:
             return {}, {}
         entry = doc.get("issuers", {}).get(doc.get("issuer"), {})
-        return doc, entry if isinstance(entry, dict) else {}
+        entry = entry if isinstance(entry, dict) else {}
+        tokens = entry.get("tokens") if isinstance(entry.get("tokens"), dict) else {}
+        _SECRETS.add((entry.get("client") or {}).get("client_secret"))
+        _SECRETS.add(tokens.get("access_token"), tokens.get("refresh_token"), passing=True)
+        bad = _token_problem(tokens)
+        if bad:  # (a file edited by hand, or written by an older Abstract): as if logged out
+            if self._refused_saved != str(tokens.get(bad)):
+                self._refused_saved = str(tokens.get(bad))
+                _log.warning("%s: the saved %s holds characters an HTTP header cannot carry; "
+                             "it is not used: log in again", self.name, bad)
+            entry = {k: v for k, v in entry.items() if k != "tokens"}
+        return doc, entry
 
     def _save(self, issuer: str, resource: str, entry: dict) -> None:
         with self.store.locked(self.name):
@@ -4594,11 +5005,19 @@ class _OAuth:
             self.store.save(self.name, {"server_url": self.url, "issuer": issuer,
                                         "resource": resource, "issuers": issuers})
 
-    def status(self) -> str:
-        """One line for --check, with the token's expiry but never the token."""
-        _, entry = self._saved()
+    def status(self, reached: Optional[bool] = None) -> str:
+        """One line for --check, with the token's expiry but never the token. Without a saved
+        login: `reached` (--check started the server) tells a server that answered without
+        asking for authorization from one that asked (a login is needed only for that one)."""
+        try:
+            _, entry = self._saved()
+        except _AuthError as e:  # (a login file held by another program: Windows)
+            return f"unknown, {e}"
         tokens = entry.get("tokens") or {}
         if not tokens.get("access_token"):
+            if reached is not None and not self.asked:
+                return ("no login needed (it answered without asking for one)" if reached
+                        else "no saved login (the server was not reached)")
             return f"login needed: run python abstract.py --login {self.name}"
         expires = tokens.get("expires_at")
         left = "no expiry given" if not isinstance(expires, (int, float)) else (
@@ -4646,6 +5065,7 @@ class _OAuth:
         if status == 403 and challenge.get("error") != "insufficient_scope":
             return False  # not about scopes: the caller reports the 403 (and reads its body)
         response.close()  # neither a retry nor an _AuthError needs the body
+        self.asked = True
         if status == 403:
             wanted = challenge.get("scope", "")
             with self.lock:
@@ -4699,6 +5119,8 @@ class _OAuth:
         origin is its authorization server, and without metadata there the default endpoints
         /authorize, /token and /register at the origin are used, as that revision says."""
         legacy = False
+        _check_url(challenge.get("resource_metadata"), "the resource_metadata URL of its 401",
+                   self.name)
         for url in _prm_urls(self.url, challenge.get("resource_metadata", "")):
             status, prm = self._json("GET", url)
             if status == 200 and isinstance(prm, dict):
@@ -4759,6 +5181,7 @@ class _OAuth:
                      "in the entry's \"headers\")") if meta.get("defaults") else ""
             raise _AuthError(f"{self.name}: the client registration at {endpoint} failed "
                              f"(HTTP {status}{': ' + str(why)[:200] if why else ''}){guess}")
+        _SECRETS.add(doc.get("client_secret"))
         doc.setdefault("redirect_uris", [redirect_uri])
         # a confidential client after all (the server gave a secret): by the method it names
         doc["token_endpoint_auth_method"] = _token_auth_method(
@@ -4779,6 +5202,12 @@ class _OAuth:
             raise _AuthError(f"{self.name}: the token endpoint refused (HTTP {status}"
                              f"{': ' + err if err else ''}{': ' + why if why else ''})",
                              refused=err == "invalid_grant")
+        _SECRETS.add(doc["access_token"], doc.get("refresh_token"), passing=True)
+        bad = _token_problem(doc)
+        if bad:
+            raise _AuthError(f"{self.name}: the token endpoint's {bad} holds characters an HTTP "
+                             f"header cannot carry (line breaks, controls, spaces or non-ASCII); "
+                             f"it was refused and not saved. Ask the server's operator to fix it")
         life = doc.get("expires_in")
         if not (isinstance(life, (int, float)) and not isinstance(life, bool) and 0 < life < 1e9):
             life = None
@@ -5109,7 +5538,7 @@ def _known_vars(path: str, environ: Dict[str, str], inputs: Dict[str, str]) -> D
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.basename(folder).lower() in (".vscode", ".cursor"):
         folder = os.path.dirname(folder)
-    home = environ.get("USERPROFILE" if _WINDOWS else "HOME") or os.path.expanduser("~")
+    home = _env_get(environ, "USERPROFILE" if _WINDOWS else "HOME") or os.path.expanduser("~")
     known = {"workspaceFolder": folder, "workspaceRoot": folder, "userHome": home,
              "pathSeparator": os.sep, "/": os.sep}
     known.update({f"input:{k}": v for k, v in inputs.items()})
@@ -5157,6 +5586,8 @@ def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
     command = _expand_path(command, environ, missing, known)
     args = [_expand_path(a, environ, missing, known) for a in args]
     env = {k: _expand(v, environ, missing, known) for k, v in env.items()}
+    _SECRETS.add_env(env)
+    _SECRETS.add_args(args)
     cwd = _expand_path(cwd, environ, missing, known) if cwd else None
     spec = ServerSpec(name, command, args, env, cwd)
     if missing:
@@ -5188,6 +5619,9 @@ def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
     missing: List[str] = []
     url = _expand(url, environ, missing, known)
     headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
+    _SECRETS.add_url(url)
+    for v in headers.values():
+        _SECRETS.add_header(v)
     spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
     bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
            or any(c in v for c in "\r\n\0")]
@@ -5220,6 +5654,7 @@ def _userinfo_to_header(spec: ServerSpec, path: str) -> None:
                         f"too; keep one of them")
         return
     spec.headers["Authorization"] = _basic_auth(p)
+    _SECRETS.add_header(spec.headers["Authorization"])
     spec.url = _strip_userinfo(spec.url)
 
 
@@ -5341,8 +5776,9 @@ _CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024",
                     64),
 }
-# query_output (section 14): how long one query may run, how much memory loaded tables may keep,
-# the largest file it reads, and the largest result it stores with file_format.
+# query_output (section 14): how long one query may run, how large the loaded tables may be in
+# all, the largest file it reads, the largest result it stores with file_format, and the memory
+# of the worker process each query runs in.
 _QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "timeout_seconds": (lambda v: _positive(v) and v <= 3600, "a number of seconds > 0 and at most "
                                                               "3600", 5),
@@ -5350,6 +5786,8 @@ _QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
                                                              "most 65536", 512),
     "max_file_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 200),
     "max_result_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 100),
+    "worker_memory_mb": (lambda v: _positive(v) and 32 <= v <= 65536, "a number of megabytes "
+                                                                      "from 32 to 65536", 256),
 }
 # Quotas of the allowed directories: storage.max_total_mb for each of them, or
 # storage.directories.<dir>.max_total_mb for one. Abstract refuses a store then; it never deletes.
@@ -5617,20 +6055,122 @@ def _auth_provider(name: str, url: str, settings: Settings,
 # every call, restarted (with back-off after quick crashes) when it dies.
 
 
+# What CreateProcess can start, in PATHEXT's default order; PATHEXT's others (.JS, .VBS, .PY)
+# need a host program and fail with WinError 193, as an extensionless npm shell script does.
+_WIN_RUNNABLE = (".COM", ".EXE", ".BAT", ".CMD")
+
+
+def _which_windows(cmd: str, dirs: List[str], env: Dict[str, str]) -> Optional[str]:
+    """Windows: the first file in `dirs` that `cmd` names with a PATHEXT extension Windows can
+    start, preferred always to an extensionless file of the name (npm puts a shell script `npx`
+    beside `npx.cmd`, and shutil.which of Python 3.12.0-3.12.7 and 3.13.0 may return it:
+    CPython gh-109590, gh-127001). The current folder is not searched."""
+    raw = _env_get(env, "PATHEXT") or ";".join(_WIN_RUNNABLE)
+    exts = [e for e in (x.strip().upper() for x in raw.split(";")) if e in _WIN_RUNNABLE]
+    exts = exts or list(_WIN_RUNNABLE)
+    if os.path.splitext(cmd)[1].upper() in exts:
+        names = [cmd]
+    else:  # lower case: a case-sensitive folder (WSL's, or a test's) holds npx.cmd, not npx.CMD
+        names = [cmd + e.lower() for e in exts]
+    for folder in dirs:
+        for name in names:
+            full = os.path.join(folder, name)
+            if os.path.isfile(full):
+                return full
+    return None
+
+
 def _resolve_command(spec: ServerSpec, env: Dict[str, str]) -> str:
-    """The executable to run, found with the PATH the upstream will see (PATHEXT on Windows)."""
+    """The executable to run, found with the PATH the upstream will see (PATHEXT on Windows,
+    for a command with a folder part too: _which_windows)."""
     cmd = spec.command
     if os.path.dirname(cmd):  # a path: relative to the upstream's working directory
         full = cmd if os.path.isabs(cmd) else os.path.join(spec.cwd or os.getcwd(), cmd)
-        if os.path.isfile(full):
-            return full
-        raise UpstreamError(f"command not found: {cmd!r} (no such file)")
-    found = shutil.which(cmd, path=env.get("PATH", os.defpath))
+        found = (_which_windows(os.path.basename(full), [os.path.dirname(full)], env)
+                 if _WINDOWS else full if os.path.isfile(full) else None)
+        if found:
+            return found
+        raise UpstreamError(f"command not found: {cmd!r} (no such file"
+                            f"{'; tried PATHEXT: .cmd, .exe, ...' if _WINDOWS else ''})")
+    path = _env_get(env, "PATH", os.defpath)
+    if _WINDOWS:  # (a PATH folder may be written in quotes, as cmd.exe accepts)
+        found = _which_windows(cmd, [d.strip('"') for d in path.split(";") if d.strip('"')], env)
+    else:
+        found = shutil.which(cmd, path=path)
     if found is None:
         raise UpstreamError(f"command not found: {cmd!r} is not on the PATH the server gets "
-                            f"({env.get('PATH', '')[:300]}); use an absolute path or fix PATH in "
-                            f"its env")
+                            f"({path[:300]}); use an absolute path or fix PATH in its env")
     return found
+
+
+def _is_batch(path: str) -> bool:
+    """Windows: whether CreateProcess would run `path` through cmd.exe (.bat, .cmd). Windows
+    drops trailing dots and spaces and reads `name:stream` as the file `name`, so `x.cmd. ` and
+    `x.cmd::$DATA` are batch files too."""
+    name = re.split(r"[\\/]", re.sub(r"^[A-Za-z]:", "", path))[-1].split(":")[0].rstrip(". ")
+    return os.path.splitext(name)[1].lower() in (".bat", ".cmd")
+
+
+def _cmd_quote(arg: str) -> str:
+    """One argument of a batch file's command line, quoted for cmd.exe and then for the program
+    the batch hands `%*` to (the C runtime's rules), as Rust's std quotes it since BatBadBut
+    (CVE-2024-24576; library/std/src/sys/args/windows.rs):
+    - quotes around anything but ASCII letters, digits and #$*+-./:?@\\_, around an empty
+      argument and one that ends in a backslash: inside quotes cmd takes & | < > ^ ( ) , ; =
+      and spaces as text;
+    - an embedded `"` doubled (`""` toggles cmd's quote state twice, so nothing is exposed;
+      `\\"` would close the quotes for cmd), with the backslashes before it doubled, as those
+      before the closing quote are;
+    - `%` written `%%cd:~,%`: `%cd:~,%` is an empty slice of the always-defined CD (command
+      extensions on), which keeps cmd from reading `%NAME%` even inside quotes.
+    `!` stays text under /v:OFF. CR, LF and NUL cannot be passed (_batch_line refuses them)."""
+    quote = not arg or arg.endswith("\\") or any(
+        (c.isascii() and not (c.isalnum() or c in "#$*+-./:?@\\_")) or unicodedata.category(c)
+        == "Cc" for c in arg)
+    out, slashes = ['"'] if quote else [], 0
+    for c in arg:
+        if c == "\\":
+            slashes += 1
+        else:
+            if c == '"':
+                out.append("\\" * slashes + '"')
+            elif c == "%":
+                out.append("%%cd:~,")
+            slashes = 0
+        out.append(c)
+    if quote:
+        out.append("\\" * slashes + '"')
+    return "".join(out)
+
+
+def _batch_line(script: str, args: List[str], cmd_exe: str) -> str:
+    """Windows: the whole command line that runs the batch file `script` with `args` through
+    cmd.exe (Popen takes a string as it is). /d: no AutoRun commands; /e:ON for the %cd:~,%
+    above; /v:OFF so `!` is text; /s /c "...": cmd drops exactly the outer quotes.
+    UpstreamError for what cannot be passed safely, naming it."""
+    if '"' in script or script.endswith("\\") or re.search(r"[\r\n\0]", script):
+        raise UpstreamError(f"cannot run the batch file {script!r}: its path holds a quote, a "
+                            f"line break or a trailing backslash")
+    for i, arg in enumerate(args):
+        if re.search(r"[\r\n\0]", arg):
+            raise UpstreamError(
+                f"args[{i}] ({arg[:40]!r}{'...' if len(arg) > 40 else ''}) holds a line break or "
+                f"NUL, which cmd.exe cannot pass to the batch file {os.path.basename(script)} "
+                f"(it would end the command there). Pass the value in the entry's \"env\" "
+                f"instead, or run the program the batch file runs (node.exe ...) directly")
+    words = ['"' + script.replace("%", "%%cd:~,%") + '"'] + [_cmd_quote(a) for a in args]
+    return f'"{cmd_exe}" /d /e:ON /v:OFF /s /c "{" ".join(words)}"'
+
+
+def _launch(path: str, args: List[str], environ: Dict[str, str]) -> Any:
+    """What Popen runs for the resolved `path` and `args`: the argv list, or on Windows, for a
+    batch file (npx.cmd, npm.cmd, every npm-installed server), _batch_line's string, since
+    Python's list2cmdline quoting is not cmd.exe's (`a&b` would run b, %VAR% would expand).
+    cmd.exe is the one of the system folder, never a cmd.exe found in the current folder."""
+    if not (_WINDOWS and _is_batch(path)):
+        return [path] + args
+    root = _env_get(environ, "SystemRoot") or "C:\\Windows"
+    return _batch_line(path, args, "\\".join([root.rstrip("\\/"), "System32", "cmd.exe"]))
 
 
 def _exit_text(code: Optional[int]) -> str:
@@ -5656,7 +6196,9 @@ class _LinkSigner:
         import hashlib
         import hmac
 
-        return hmac.new(self._secret, f"{token}:{expires}".encode(), hashlib.sha256).hexdigest()
+        # surrogatepass: a client's requestState may hold a lone surrogate (it then fails check)
+        return hmac.new(self._secret, f"{token}:{expires}".encode("utf-8", "surrogatepass"),
+                        hashlib.sha256).hexdigest()
 
     def check(self, token: str, expires: int, sig: str) -> bool:
         import hmac
@@ -5823,8 +6365,8 @@ class _ClientLink:
             raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no "
                                              "roots)")
         if not self._asking.acquire(blocking=False):
-            raise RpcError(INTERNAL_ERROR, "too many roots/list requests at once; ask again when "
-                                           "one is answered")
+            raise RpcError(BUSY, "too many roots/list requests at once; ask again when one is "
+                                 "answered")
         try:
             res = self._conn.call("roots/list", None, self._timeout)
         finally:
@@ -5948,8 +6490,10 @@ class _HttpTransport:
     on the Connection's writer thread; requests on threads of their own, at most _HTTP_POSTS_MAX
     at once: more wait in a bounded queue that a finished request's thread drains, so the writer
     never waits for a request to end (a cancel, or the answer to the server's own request, would
-    wait behind it). Nothing is ever sent twice: a call whose answer is lost fails, naming the
-    reason.
+    wait behind it). Nothing the server may have run is sent twice: a call whose answer is lost
+    fails, naming the reason. Only a request the server did not process because it no longer
+    knows the session (HTTP 404) fails as _SessionGone, which Upstream._anew sends again, once,
+    in a new session; one that never reached the server fails as _NotReached.
     """
 
     def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
@@ -5959,7 +6503,6 @@ class _HttpTransport:
         self._static = dict(spec.headers)
         self._environ, self.auth = environ, auth
         self._read_s, self.max_message = read_timeout, max_message
-        self._secrets = self._find_secrets(spec)
         self.session_id = ""
         self.version = ""  # the negotiated version, for MCP-Protocol-Version
         self._init_id: Any = None
@@ -5967,6 +6510,7 @@ class _HttpTransport:
         self._conn: Optional[Connection] = None
         self._closed = threading.Event()
         self.reason = "ended its session"
+        self.forgotten = False  # the server ended the session (HTTP 404): no crash of its own
         # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
         self._open: Dict[Any, Callable[[], None]] = {}
         self._live: set = set()  # ids of the requests being sent or answered (on a thread)
@@ -5977,29 +6521,6 @@ class _HttpTransport:
         self._waiting: "collections.deque[Tuple[dict, bytes]]" = collections.deque()
         self._fallback_lock = threading.Lock()
         self.delete_thread: Optional[threading.Thread] = None
-
-    @staticmethod
-    def _find_secrets(spec: ServerSpec) -> List[str]:
-        """What must never be shown: header values (a Bearer's token alone too, and a Basic
-        credential's password, which is where the URL's user:password@ went) and the URL's
-        query values."""
-        out = []
-        for v in spec.headers.values():
-            out.append(v)
-            out.extend(w for w in v.split() if len(w) >= 8)
-            scheme, _, cred = v.partition(" ")
-            if scheme.lower() == "basic":  # (the url's user:password@ is one): its password too
-                with contextlib.suppress(ValueError):  # (UnicodeDecodeError is one)
-                    pair = base64.b64decode(cred.strip(), validate=True).decode()
-                    out.append(pair.partition(":")[2])
-        p = urllib.parse.urlsplit(spec.url)
-        out.extend(v for _, v in urllib.parse.parse_qsl(p.query))
-        return sorted({s for s in out if len(s) >= 4}, key=len, reverse=True)
-
-    def mask(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
 
     def where(self) -> str:
         return _safe_url(self.url)
@@ -6098,9 +6619,9 @@ class _HttpTransport:
                                 read_timeout=read_timeout or self._read_s, pool=self._pool,
                                 watch=None if mid is None else lambda stop: self._watch(mid, stop))
         except _AuthError as e:  # of its own kind still: whether a login is needed matters
-            raise _AuthError(self.mask(str(e)), e.refused, e.login) from None
+            raise _AuthError(_clean(str(e)), e.refused, e.login) from None
         except HttpError as e:
-            raise HttpError(self.mask(str(e)), e.url, e.status) from None
+            raise HttpError(_clean(str(e)), e.url, e.status, unsent=e.unsent) from None
 
     def _post_headers(self, msg: dict) -> Dict[str, str]:
         hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -6132,11 +6653,12 @@ class _HttpTransport:
             with self._send("POST", self.post_url, data.rstrip(b"\n"), self._post_headers(msg),
                             _HTTP_NOTIFY_S) as resp:
                 if resp.status == 404 and self.session_id:
+                    self.forgotten = True
                     self._end("ended its session (HTTP 404); a new one starts on the next call")
                 elif resp.status >= 300:
                     what = msg.get("method") or "a response"
                     refused = resp.error(f"server '{self.name}' refused {what}")
-                    _log.warning("%s", self.mask(str(refused)))
+                    _log.warning("%s", _clean(str(refused)))
         except HttpError as e:
             _log.warning("%s", e)
             return
@@ -6153,7 +6675,12 @@ class _HttpTransport:
             text = text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
             self._fail(mid, f"server '{self.name}': {text}", _LoginNeeded if e.login else None)
         except HttpError as e:
-            self._fail(mid, f"server '{self.name}': {e}")
+            if e.unsent:  # (a kept-alive connection the server had closed is replaced, in
+                # _http_once: this is a server that does not take connections now)
+                self._fail(mid, f"server '{self.name}': {e}. The request never reached the "
+                                f"server, so nothing ran; call again once it is up", _NotReached)
+            else:
+                self._fail(mid, f"server '{self.name}': {e}")
         except Exception as e:  # a bug must fail the call, not leave it to its deadline
             _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
             self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
@@ -6186,12 +6713,12 @@ class _HttpTransport:
                     self._fall_back(resp.status)
                     return self._exchange(msg, body, mid)
                 return self._refused(resp, raw, mid)
-            if resp.status == 404 and self.session_id and msg.get("method") != "initialize":
-                # ended before the call is answered: the next call must not come to this session
-                self._end("ended its session (HTTP 404); a new one starts on the next call")
-                self._fail(mid, f"server '{self.name}' ended its session (HTTP 404 from "
-                                f"{self.where()}); a new session starts on the next call")
-                return
+            if (resp.status in (400, 404) and self.session_id and not self.modern
+                    and msg.get("method") != "initialize"):  # (sent with the session id)
+                raw = self._small_body(resp)
+                if resp.status == 404 or self._names_session(raw):
+                    return self._forget_session(resp, raw, mid)
+                return self._refused(resp, raw, mid)
             if resp.status >= 300:
                 return self._refused(resp, self._small_body(resp), mid)
             if self.mode == "sse":  # HTTP+SSE: the answer comes on the event stream
@@ -6230,6 +6757,34 @@ class _HttpTransport:
             ctype = resp.content_type or "no Content-Type"
             self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} "
                                                              f"({ctype}) to server/discover"))
+
+    @classmethod
+    def _names_session(cls, raw: bytes) -> bool:
+        """An HTTP 400 whose JSON-RPC error is about the session: server-everything, and the
+        servers built on the TypeScript SDK's example, answer a session id they do not know
+        (after a restart) with 400 "Bad Request: No valid session ID provided", not 404."""
+        err = cls._rpc_error(raw)
+        return err is not None and "session" in str(err["error"].get("message", "")).lower()
+
+    def _forget_session(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
+        """The server no longer knows the session the request named: the session is gone and
+        the request was not processed (the spec's HTTP 404, basic/transports#session-management).
+        The request fails with _SessionGone, which Upstream._anew sends again in a new session;
+        the run is no longer handed out from the moment `forgotten` is set. It fails before the
+        session ends: the EOF that follows would fail it as a request that may have run."""
+        self.forgotten = True
+        said = ""
+        if resp.status != 404:
+            err = self._rpc_error(raw) or {"error": {}}
+            said = f": {_clean(str(err['error'].get('message', ''))[:200])}"
+        gone = (f"server '{self.name}' ended its session (HTTP {resp.status} from "
+                f"{self.where()}{said})")
+        with self._olock:  # those waiting for their turn were never sent: sent anew too
+            unsent, self._waiting = list(self._waiting), collections.deque()
+        for msg, _ in unsent:
+            self._fail(msg["id"], f"{gone} before the request was sent", _SessionGone)
+        self._fail(mid, f"{gone} without running the request", _SessionGone)
+        self._end(f"ended its session (HTTP {resp.status}); a new one starts on the next call")
 
     def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
         """Register how to abort a request whose answer is awaited (its connection is open), so
@@ -6276,7 +6831,8 @@ class _HttpTransport:
         err = self._rpc_error(raw)
         if err is not None and self._conn is not None:
             e = RpcError.from_dict(err["error"])
-            self._conn.forget(mid, RpcError(e.code, self.mask(e.message), e.data))
+            self._conn.forget(mid, RpcError(e.code, _clean(e.message),
+                                            _SECRETS.mask_json(e.data)))
             return
         line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines()
                      if ln.strip()), "")
@@ -6285,12 +6841,12 @@ class _HttpTransport:
             hint = "; the server wants credentials: give them in the entry's \"headers\""
         self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from "
                         f"{self.where()}"
-                        + (f": {self.mask(line[:200])}" if line else "") + hint)
+                        + (f": {_clean(line[:200])}" if line else "") + hint)
 
     # -- receiving
     def _fail(self, mid: Any, message: str, kind: Optional[type] = None) -> None:
         if self._conn is not None:
-            self._conn.forget(mid, (kind or UpstreamError)(self.mask(message)))
+            self._conn.forget(mid, (kind or UpstreamError)(_clean(message)))
 
     def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
         """One JSON-RPC message from the server; True if it is the answer to `mid`."""
@@ -6377,6 +6933,7 @@ class _HttpTransport:
                 with self._send("GET", self.url, None, self._get_headers(parser.last_id or ""),
                                 _HTTP_LISTEN_S) as resp:
                     if resp.status == 404 and self.session_id:
+                        self.forgotten = True
                         self._end("ended its session (HTTP 404); a new one starts on the next call")
                         return
                     if resp.status != 200 or resp.content_type != "text/event-stream":
@@ -6412,7 +6969,7 @@ class _HttpTransport:
         if resp.status != 200 or resp.content_type != "text/event-stream":
             err = resp.error()
             resp.close()
-            raise HttpError(self.mask(f"{err} (expected an SSE event stream)"), self.where(),
+            raise HttpError(_clean(f"{err} (expected an SSE event stream)"), self.where(),
                             err.status)
         parser = SseParser(self.max_message)
         events = resp.events(parser)
@@ -6451,7 +7008,7 @@ class _HttpTransport:
         with self._olock:
             if self._closed.is_set():
                 return
-            self.reason = self.mask(reason)
+            self.reason = _clean(reason)
             self._closed.set()
             open_, self._open = list(self._open.values()), {}
             self._waiting.clear()  # (the Connection fails them at the EOF that follows)
@@ -6478,9 +7035,324 @@ class _HttpTransport:
             _log.debug("%s: DELETE of the session: %s", self.name, e)
 
 
-def _taskkill(pid: int, force: bool) -> None:
-    """Windows: end a process and its descendants (taskkill /T), bounded in time."""
-    args = ["taskkill", "/T", "/PID", str(pid)] + (["/F"] if force else [])
+# -- what the upstreams start in turn (docs/design.md#descendants)
+
+_PR_SET_CHILD_SUBREAPER = 36  # Linux, <linux/prctl.h>
+_REAP_EVERY_S = 5.0  # Linux: how often the adopted orphans that exited are reaped
+# Windows, <winnt.h>: SetInformationJobObject's JobObjectExtendedLimitInformation class, and the
+# limit that ends every process of a job when its last handle closes
+_JOB_EXTENDED_LIMITS = 9
+_JOB_KILL_ON_CLOSE = 0x2000
+
+
+def _job_limits_type() -> Any:
+    """JOBOBJECT_EXTENDED_LIMIT_INFORMATION as a ctypes Structure: 144 bytes on 64-bit Windows,
+    112 on 32-bit (https://learn.microsoft.com/windows/win32/api/winnt/
+    ns-winnt-jobobject_extended_limit_information). LARGE_INTEGER and ULONGLONG are 64-bit,
+    DWORD 32-bit, SIZE_T and ULONG_PTR the width of a pointer."""
+    import ctypes  # lazy: see Imports
+
+    class Basic(ctypes.Structure):  # JOBOBJECT_BASIC_LIMIT_INFORMATION
+        _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64),
+                    ("PerJobUserTimeLimit", ctypes.c_int64),
+                    ("LimitFlags", ctypes.c_uint32),
+                    ("MinimumWorkingSetSize", ctypes.c_size_t),
+                    ("MaximumWorkingSetSize", ctypes.c_size_t),
+                    ("ActiveProcessLimit", ctypes.c_uint32),
+                    ("Affinity", ctypes.c_size_t),
+                    ("PriorityClass", ctypes.c_uint32),
+                    ("SchedulingClass", ctypes.c_uint32)]
+
+    class Io(ctypes.Structure):  # IO_COUNTERS
+        _fields_ = [(f"{what}{unit}", ctypes.c_uint64) for unit in ("OperationCount",
+                                                                    "TransferCount")
+                    for what in ("Read", "Write", "Other")]
+
+    class Extended(ctypes.Structure):
+        _fields_ = [("BasicLimitInformation", Basic), ("IoInfo", Io),
+                    ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
+                    ("PeakProcessMemoryUsed", ctypes.c_size_t),
+                    ("PeakJobMemoryUsed", ctypes.c_size_t)]
+
+    return Extended
+
+
+def _kernel32() -> Any:
+    """Windows: kernel32 with the prototypes of the Job Object calls (HANDLE as c_void_p, so a
+    64-bit handle is never cut to an int)."""
+    import ctypes  # lazy: see Imports
+
+    k = getattr(ctypes, "WinDLL")("kernel32", use_last_error=True)  # (Windows only)
+    handle, ok, dword = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32  # HANDLE, BOOL, DWORD
+    for name, restype, argtypes in (
+            ("CreateJobObjectW", handle, (ctypes.c_void_p, ctypes.c_wchar_p)),
+            ("SetInformationJobObject", ok, (handle, ctypes.c_int, ctypes.c_void_p, dword)),
+            ("AssignProcessToJobObject", ok, (handle, handle)),
+            ("TerminateJobObject", ok, (handle, ctypes.c_uint)),
+            ("CloseHandle", ok, (handle,))):
+        fn = getattr(k, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return k
+
+
+class _WinJob:
+    """Windows: a Job Object holding one upstream's process and every process it starts from
+    then on (a child is created in its parent's job), made with kill-on-close: when its last
+    handle closes (close() at the run's end, or Abstract's exit, however it exits) every process
+    still in it ends. The handle is not inheritable, so no upstream holds the job open.
+    https://learn.microsoft.com/windows/win32/procthread/job-objects"""
+
+    def __init__(self, kernel32: Any, handle: int) -> None:
+        self._k, self._handle = kernel32, handle
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, kernel32: Any, limits: Any, proc: Any) -> "_WinJob":
+        """A new job holding `proc` (a Popen: its process handle), or OSError."""
+        import ctypes  # lazy: see Imports
+
+        def failed(call: str) -> OSError:  # (get_last_error: Windows only)
+            code = getattr(ctypes, "get_last_error", lambda: 0)()
+            return OSError(f"{call} failed with Windows error {code}")
+
+        handle = kernel32.CreateJobObjectW(None, None)  # no name, default (not inherited)
+        if not handle:
+            raise failed("CreateJobObjectW")
+        job = cls(kernel32, handle)
+        info = limits()
+        info.BasicLimitInformation.LimitFlags = _JOB_KILL_ON_CLOSE
+        for call, done in (
+                ("SetInformationJobObject", lambda: kernel32.SetInformationJobObject(
+                    handle, _JOB_EXTENDED_LIMITS, ctypes.byref(info), ctypes.sizeof(info))),
+                ("AssignProcessToJobObject", lambda: kernel32.AssignProcessToJobObject(
+                    handle, int(proc._handle)))):
+            if not done():
+                error = failed(call)
+                job.close()
+                raise error
+        return job
+
+    def terminate(self) -> None:
+        """End every process in the job at once (exit code 1)."""
+        with self._lock:
+            if self._handle:
+                self._k.TerminateJobObject(self._handle, 1)
+
+    def close(self) -> None:
+        """Close the handle (once): kill-on-close ends what is left in the job."""
+        with self._lock:
+            handle, self._handle = self._handle, 0
+        if handle:
+            self._k.CloseHandle(handle)
+
+
+def _prctl_subreaper(on: bool) -> None:
+    """Linux: make this process the subreaper of its descendants (or stop), or OSError."""
+    import ctypes  # lazy: see Imports
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = [ctypes.c_ulong(v) for v in (int(on), 0, 0, 0)]  # (prctl is variadic: unsigned long)
+    if libc.prctl(ctypes.c_int(_PR_SET_CHILD_SUBREAPER), *args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _children_of(pid: int) -> Dict[int, Tuple[str, int, int]]:
+    """Linux: each child of `pid` -> (its state letter ("Z": exited, not yet reaped), its session,
+    its start time in clock ticks since boot), from /proc/<pid>/stat (its fields after the
+    command's closing parenthesis: state, ppid, pgrp, session... starttime is the 20th). A zombie
+    keeps all three: its start time tells it from a later process given the same pid."""
+    out: Dict[int, Tuple[str, int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out[int(name)] = (fields[0].decode("ascii", "replace"), int(fields[3]),
+                                      int(fields[19]))
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+    return out
+
+
+def _an_upstreams(pid: int, parent: int) -> bool:
+    """Linux: whether process `pid` descends from one of the upstreams of Abstract `parent`: its
+    environment carries the ABSTRACT_PARENT=<parent> every upstream is started with."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return b"\0ABSTRACT_PARENT=%d\0" % parent in b"\0" + env + b"\0"
+
+
+class _Descendants:
+    """The upstream processes Abstract started, and what they start in turn, which must not
+    outlive Abstract (docs/design.md#descendants). An upstream's process group is signalled at
+    shutdown; what leaves the group (setsid, a double fork) is handled here:
+
+    - Linux, while Abstract serves its own stdio (adopt()): Abstract is the subreaper of its
+      descendants (prctl PR_SET_CHILD_SUBREAPER), so an orphan becomes its child rather than
+      init's. reap() reaps those that exited (a subreaper must, or they stay zombies), never a
+      process Popen started (an upstream, a browser, a worker: its wait() takes its exit status);
+      end() kills those left at the exit.
+    - Windows: each upstream process is put in a Job Object of its own (_WinJob, kill-on-close).
+    - macOS has neither: a descendant that leaves its upstream's process group can outlive
+      Abstract (docs/reference.md#shutdown).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: Set[int] = set()  # the pid of each upstream process not released
+        self._jobs: Dict[int, _WinJob] = {}  # Windows: pid -> its job
+        self._win: Any = None  # Windows: (kernel32, the limits' Structure), once loaded
+        # Linux: the children seen running with an upstream's mark (_an_upstreams): pid -> start
+        self._marked: Dict[int, int] = {}
+        self._stop = threading.Event()
+        self._reaper: Optional[threading.Thread] = None
+        self.adopting = False
+
+    # -- each upstream process, from _Run.__init__ to _Run.watch
+    def add(self, proc: Any) -> None:
+        pid = getattr(proc, "pid", None)
+        if not isinstance(pid, int):
+            return
+        with self._lock:
+            self._procs.add(pid)
+        if _WINDOWS:
+            self._contain(proc)
+
+    def _contain(self, proc: Any) -> None:
+        try:
+            if self._win is None:
+                self._win = (_kernel32(), _job_limits_type())
+            job = _WinJob.create(self._win[0], self._win[1], proc)
+        except (ImportError, AttributeError, OSError, ValueError) as e:
+            _log.warning("could not put upstream process %s in a Job Object (%s): what it starts "
+                         "may outlive Abstract", proc.pid, e)
+            return
+        with self._lock:
+            self._jobs[proc.pid] = job
+
+    def release(self, proc: Any) -> None:
+        """The process ended: forget it; Windows: close its job (ending what is left in it)."""
+        pid: Any = getattr(proc, "pid", None)
+        with self._lock:
+            self._procs.discard(pid)
+            job = self._jobs.pop(pid, None)
+        if job is not None:
+            job.close()
+
+    def end_tree(self, proc: Any) -> bool:
+        """Windows: end the process and all in its job at once; False if it has no job."""
+        with self._lock:
+            job = self._jobs.get(proc.pid)
+        if job is None:
+            return False
+        job.terminate()
+        return True
+
+    # -- Linux: the subreaper
+    def adopt(self) -> bool:
+        """Become the subreaper of the upstreams' descendants, reaping every _REAP_EVERY_S;
+        False (logged) where that cannot be done."""
+        if not sys.platform.startswith("linux"):
+            return False
+        try:
+            _prctl_subreaper(True)
+        except (ImportError, AttributeError, OSError) as e:  # no ctypes, no prctl in libc
+            _log.warning("could not become the subreaper of the upstreams' descendants (%s): "
+                         "one that leaves its process group may outlive Abstract", e)
+            return False
+        self.adopting = True
+        self._stop.clear()
+        self._reaper = threading.Thread(target=self._reap_every, name="abstract-reaper",
+                                        daemon=True)
+        self._reaper.start()
+        return True
+
+    def _reap_every(self) -> None:
+        while not self._stop.wait(_REAP_EVERY_S):
+            self.reap()
+
+    def reap(self) -> None:
+        """Reap the adopted orphans that exited, and no other child: one that Popen started (an
+        upstream, a browser, a worker) is reaped by its own wait(), which would otherwise return
+        0 or fail with ChildProcessError. An exited child is an orphan when a pass saw it run
+        with an upstream's mark (the same pid and start time), or when its session is neither
+        Abstract's nor its own (a process Abstract starts stays in Abstract's session or leads a
+        new one). One that ran less than a pass in a session of its own stays a zombie until
+        Abstract exits (init reaps it then)."""
+        me, sid = os.getpid(), os.getsid(0)
+        kids = _children_of(me)
+        with self._lock:
+            procs, marked = set(self._procs), self._marked
+        ripe, seen = [], {}
+        for pid, (state, session, start) in kids.items():
+            if pid in procs:
+                continue
+            if state != "Z":
+                if marked.get(pid) == start or _an_upstreams(pid, me):
+                    seen[pid] = start
+            elif marked.get(pid) == start or session not in (sid, pid):
+                ripe.append(pid)
+        with self._lock:
+            self._marked = seen
+        for pid in ripe:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+    def end(self, timeout: float = _STOP_KILL_S) -> None:
+        """At the exit (the upstreams stopped): SIGKILL every adopted child that descends from an
+        upstream, again and again as their own children come to Abstract when they die, until
+        none is left or `timeout`; reap them; stop being a subreaper."""
+        if not self.adopting:
+            return
+        self._stop.set()
+        if self._reaper is not None:
+            self._reaper.join(_STOP_JOIN_S)
+        me, deadline = os.getpid(), time.monotonic() + timeout
+        while True:
+            live = {pid: start for pid, (state, _, start) in _children_of(me).items()
+                    if state != "Z" and _an_upstreams(pid, me)}
+            with self._lock:
+                self._marked.update(live)  # (reaped once dead)
+            for pid in live:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap()
+            if not live or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)  # for the killed to die (bounded by the deadline)
+        self.reap()
+        with contextlib.suppress(ImportError, AttributeError, OSError):
+            _prctl_subreaper(False)
+        self.adopting = False
+
+
+_DESCENDANTS = _Descendants()
+
+
+def _mask_error_result(res: dict) -> None:
+    """An upstream's isError result is an error too: its text items' secrets are masked, in
+    place (its long strings were decoded for it; a result that is no error is the upstream's
+    data, relayed as it came: docs/reference/errors.md)."""
+    content = res.get("content")
+    for item in content if isinstance(content, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("text"), str):
+            item["text"] = _SECRETS.mask(item["text"])
+
+
+
+def _taskkill(pid: int) -> None:
+    """Windows: end a process and its descendants (taskkill /T /F), bounded in time: for an
+    upstream that could not be put in a Job Object."""
+    args = ["taskkill", "/T", "/F", "/PID", str(pid)]
     try:
         subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL,
@@ -6491,10 +7363,12 @@ def _taskkill(pid: int, force: bool) -> None:
 
 
 def _terminate(proc: Any) -> None:
-    """SIGTERM to the process's group (Windows: taskkill of its tree)."""
+    """SIGTERM to the process's group. Windows has no SIGTERM for a windowless console process
+    (taskkill without /F does nothing to one): its whole tree is ended now, after the EOF wait."""
     try:
-        if _WINDOWS:  # the whole tree: npx.cmd's node child would outlive proc.terminate()
-            _taskkill(proc.pid, force=False)
+        if _WINDOWS:
+            if not _DESCENDANTS.end_tree(proc):
+                _taskkill(proc.pid)
         else:
             os.killpg(proc.pid, signal.SIGTERM)
     except OSError:
@@ -6502,10 +7376,12 @@ def _terminate(proc: Any) -> None:
 
 
 def _hard_kill(proc: Any) -> None:
-    """SIGKILL to the process's group (Windows: forced taskkill of its tree)."""
+    """SIGKILL to the process's group (Windows: its job's processes, or a forced taskkill of its
+    tree)."""
     try:
         if _WINDOWS:
-            _taskkill(proc.pid, force=True)
+            if not _DESCENDANTS.end_tree(proc):
+                _taskkill(proc.pid)
             proc.kill()
         else:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -6549,19 +7425,27 @@ class _Run:
     step at once.
     """
 
-    def __init__(self, name: str, proc: Any, started: float) -> None:
+    def __init__(self, name: str, proc: Any, started: float,
+                 gate: Optional[_LogGate] = None) -> None:
         self.name, self.proc, self.started = name, proc, started
         self.conn: Optional[Connection] = None
         self.tail = _Tail()  # this run's stderr only
+        self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its Upstream's)
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
+        self.counted = False  # its failure was counted for the back-off (Upstream._count_crash)
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
+        _DESCENDANTS.add(proc)  # (Windows: in a Job Object; released by watch)
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
                                         daemon=True)
         self._stderr.start()
 
     def usable(self) -> bool:
         return not self.ending and self.conn is not None and not self.conn.closing
+
+    def forgotten(self) -> bool:
+        """The server ended the session itself (a remote one's HTTP 404), which is no crash."""
+        return False
 
     def streams(self) -> Tuple[Any, Any]:
         """What its Connection reads from and writes to."""
@@ -6578,21 +7462,29 @@ class _Run:
     def _drain_stderr(self) -> None:
         prefix = f"[{self.name}] "
         try:
-            for raw in _iter_lines(self.proc.stderr):
+            for raw in _iter_lines(self.proc.stderr, pause=self.gate.flush):
                 line = raw.decode("utf-8", "replace").rstrip("\r")
                 self.tail.add(line)
-                _log.info("%s%s", prefix, line)
+                self.gate.write(lambda: prefix + line)
         finally:  # read to its end (or broken): the pipe is closed here, by its only reader
+            self.gate.flush()
             with contextlib.suppress(OSError):
                 self.proc.stderr.close()
 
     def watch(self) -> None:
         """Notice the process's exit even when a child it left behind keeps its stdout open:
-        pending calls then fail at once instead of waiting for their deadline."""
+        pending calls then fail at once instead of waiting for their deadline. Then close its
+        stdin, once the writer has stopped (its last writes fail at once: nobody reads them);
+        stdout and stderr are closed by their readers: a crashed run leaves no pipe open."""
+        conn: Connection = self.conn  # type: ignore[assignment]
         self.proc.wait()
-        if not self.conn.closed.wait(0.5):  # type: ignore[union-attr]
+        if not conn.closed.wait(0.5):
             _hard_kill(self.proc)  # the leftovers of its process group hold the pipe
-            self.conn.lost()  # type: ignore[union-attr]
+            conn.lost()
+        conn.finish(0.5)
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+        _DESCENDANTS.release(self.proc)
 
     def exit_text(self) -> str:
         """How the run ended (its stdout closed), waiting briefly for the exit status. A process
@@ -6653,13 +7545,17 @@ class _HttpRun(_Run):
         self.name, self.proc, self.started, self.transport = name, None, started, transport
         self.conn = None
         self.tail = _Tail()
-        self.ready = self.ending = False
+        self.ready = self.ending = self.counted = False
         self.listen = None
 
     def usable(self) -> bool:
         # the session's end is known here before its Connection has read the EOF: a call made
         # in between (right after the answer that ended it) starts a new session
-        return super().usable() and not self.transport._closed.is_set()
+        return (super().usable() and not self.transport._closed.is_set()
+                and not self.transport.forgotten)
+
+    def forgotten(self) -> bool:
+        return self.transport.forgotten
 
     def streams(self) -> Tuple[Any, Any]:
         return self.transport, self.transport
@@ -6774,6 +7670,8 @@ class Upstream:
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # starting a run
         self._run: Optional[_Run] = None  # the current run
+        # the start under way in the background (_begin_start): when it began, and its outcome
+        self._starting: Optional[Tuple[float, Future]] = None
         self._runs: List[_Run] = []  # every run not yet stopped (close() stops them all)
         self._runs_lock = threading.Lock()
         self.last_error = ""
@@ -6798,6 +7696,7 @@ class Upstream:
         self._progress: Dict[str, Callable[[dict], None]] = {}
         self.on_tools_changed: Optional[Callable[[str], None]] = None
         self.on_log: Optional[Callable[[str, dict], None]] = None
+        self._log_gate = _LogGate(spec.name)  # its lines on Abstract's stderr, across its runs
         self._tokens = itertools.count(1)
         # a remote server's auth provider (headers(url), on_unauthorized(response); HTTP client
         # section): given to every HTTP request of its sessions. An OAuth login (section 8c)
@@ -6811,27 +7710,77 @@ class Upstream:
         return self.spec.name
 
     # -- start
-    def session(self) -> Connection:
-        """The live session, starting the process first if needed."""
-        return self._current().conn  # type: ignore[return-value]
+    def session(self, wait: Optional[float] = None) -> Connection:
+        """The live session, starting the process first if needed (see _current)."""
+        return self._current(wait).conn  # type: ignore[return-value]
 
-    def _current(self) -> _Run:
+    def _current(self, wait: Optional[float] = None) -> _Run:
+        """The usable run. Without one, a start begins in the background (one at a time, shared
+        by every caller) and is waited for up to `wait` seconds (the call's own time limit when
+        None): its run, its failure, or _StillStarting when it has not answered by then. A
+        failed start is not tried again until its back-off has passed: the reason at once."""
         with self._lock:
             if self._closing:  # a handler still running at shutdown must not start a new run
                 raise UpstreamError(self._shutting_down())
             run = self._run
             if run is not None and run.usable():
                 return run
-            if self.spec.problem:
-                raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
-            wait = self._retry_at - self._clock()
-            if wait > 0:
-                raise UpstreamError(f"server '{self.name}' failed "
-                                    f"{_plural(self._quick_crashes, 'time')} in a row right after "
-                                    f"starting, so it is not restarted for another {wait:.0f} s. "
-                                    f"Last failure: {self.last_error}")
-            self._run = self._start()
-            return self._run
+            starting = self._starting
+            if starting is None:
+                starting = self._begin_start()
+        limit = self.settings.timeout(self.name) if wait is None else wait
+        try:
+            return starting[1].result(max(0.0, limit))
+        except FutureTimeout:
+            raise self.not_yet(None if wait is not None else limit) from None
+
+    def not_yet(self, limit: Optional[float] = None) -> UpstreamError:
+        """The error for a caller that stopped waiting: _StillStarting while a start is under way
+        (for a call: `limit`, the time it waited), else the list it asked for is still coming."""
+        starting = self._starting
+        if starting is None:
+            return UpstreamError(f"server '{self.name}' has not answered tools/list yet; it is "
+                                 f"listed once it does", REQUEST_TIMEOUT)
+        took = self._clock() - starting[0]
+        then = ("its tools will be listed once it answers" if limit is None else
+                f"the call waited for it as long as its time limit allows ({limit:g} s), and "
+                f"the start goes on: call again later")
+        return _StillStarting(f"server '{self.name}' is still starting (since {took:.0f} s); "
+                              f"{then}", took)
+
+    def _begin_start(self) -> Tuple[float, Future]:
+        """(Under _lock) a start on a thread of its own, so that no caller waits longer than it
+        chose to; UpstreamError at once for an entry that cannot be used or a back-off."""
+        if self.spec.problem:
+            raise UpstreamError(f"server '{self.name}' cannot be used: {self.spec.problem}")
+        wait = self.retry_in()
+        if wait > 0:
+            n = self._quick_crashes
+            times = f" {n} times in a row" if n > 1 else ""
+            raise UpstreamError(f"server '{self.name}' failed{times} right after starting, so it "
+                                f"is not restarted for another {wait:.0f} s. Last failure: "
+                                f"{self.last_error}")
+        self._starting = (self._clock(), Future())
+        threading.Thread(target=self._start_in_background, args=(self._starting,),
+                         name=f"start-{self.name}", daemon=True).start()
+        return self._starting
+
+    def retry_in(self) -> float:
+        """Seconds until a failed server may be started again (0: at the next call)."""
+        return max(0.0, self._retry_at - self._clock())
+
+    def _start_in_background(self, starting: Tuple[float, Future]) -> None:
+        run: Optional[_Run] = None
+        error: Optional[BaseException] = None
+        try:
+            run = self._start()
+        except Exception as e:  # the callers get it (a bug too: the dispatcher logs it)
+            error = e
+        with self._lock:
+            self._starting = None
+            if run is not None:
+                self._run = run
+        _settle(starting[1], run, error)
 
     def _shutting_down(self) -> str:
         return f"server '{self.name}' is not available: Abstract is shutting down"
@@ -6875,6 +7824,7 @@ class Upstream:
                           # the upstream's requests run off its reader: roots/list waits for the
                           # client's answer
                           requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
+                          max_requests=_UPSTREAM_REQUESTS_MAX,
                           notifications={
                               "notifications/progress": self._on_progress,
                               "notifications/tools/list_changed":
@@ -6902,6 +7852,7 @@ class Upstream:
             self._stop(run, f"server '{self.name}' exited on the server/discover probe")
             raise
         except RpcError as e:
+            self._count_crash(run, quick=True)  # (a server that never answers backs off too)
             self._stop(run, f"server '{self.name}' did not complete the MCP handshake")
             hint = "" if "stderr" in e.message else run.hint()
             self.last_error = (f"server '{self.name}' did not complete the MCP handshake "
@@ -6925,11 +7876,11 @@ class Upstream:
         # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
         # entry's env names them; upper(): Windows names ignore case.
         env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
-        env.update(self.spec.env)
+        _env_merge(env, self.spec.env)
         # an Abstract started through this one refuses to run
         env["ABSTRACT_PARENT"] = str(os.getpid())
         try:
-            argv = [_resolve_command(self.spec, env)] + self.spec.args
+            argv = _launch(_resolve_command(self.spec, env), self.spec.args, self._environ)
             proc = self._popen(argv, env)
         except (OSError, UpstreamError) as e:
             self._note_crash(t0, quick=True)
@@ -6937,7 +7888,7 @@ class Upstream:
             self.last_error = (f"server '{self.name}' could not start: {msg} "
                                f"({self._where()})")
             raise UpstreamError(self.last_error) from None
-        return _Run(self.name, proc, t0)
+        return _Run(self.name, proc, t0, self._log_gate)
 
     def _open_remote(self, t0: float) -> _Run:
         """A remote server's session: the transport (an "sse" server's event stream is opened
@@ -7095,7 +8046,7 @@ class Upstream:
             if q is not None and not q.answer.done():
                 self._unclaimed.insert(0, q)
 
-    def _popen(self, argv: List[str], env: Dict[str, str]) -> Any:
+    def _popen(self, argv: Any, env: Dict[str, str]) -> Any:  # (a str: _launch, batch files)
         kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
                               "stderr": subprocess.PIPE,
                               "bufsize": 0, "env": env, "cwd": self.spec.cwd or None}
@@ -7371,29 +8322,43 @@ class Upstream:
 
     def _on_log(self, params: Any) -> None:
         if isinstance(params, dict):
-            _log.info("[%s] %s: %s", self.name, params.get("level", "info"),
-                      _dumps(params.get("data"))[:2000])
+            self._log_gate.write(lambda: f"[{self.name}] {params.get('level', 'info')}: "
+                                         f"{_dumps(params.get('data'))[:_LOG_LINE_CHARS]}")
             if self.on_log is not None:
                 self.on_log(self.name, params)
 
     def _on_close(self, run: _Run) -> str:
         """A run's stdout closed: say why, from its exit status and stderr tail."""
         reason = f"server '{self.name}' {run.exit_text()}{run.hint()}"
+        self._log_gate.flush()
         with self._runs_lock:
             if run in self._runs:
                 self._runs.remove(run)
-        if not self._closing and not run.ending:  # it died on its own
-            self._note_crash(run.started, quick=not run.ready)
+        if not self._closing and not run.ending and not run.forgotten():  # it died on its own
+            self._count_crash(run, quick=not run.ready)
             self.last_error = reason
         return reason
 
+    def _count_crash(self, run: _Run, quick: bool) -> None:
+        """Count a run's failure once, whether its exit or its failed handshake is seen first."""
+        with self._runs_lock:
+            if run.counted:
+                return
+            run.counted = True
+        self._note_crash(run.started, quick)
+
     def _note_crash(self, started: float, quick: bool = False) -> None:
+        """Count a crash for the back-off. `quick`: a failed start, not tried again for
+        _START_BACKOFF_S, doubled each time in a row (at most _BACKOFF_MAX_S); a run that dies
+        within _CRASH_WINDOW_S: from the second in a row, 1, 2, 4 ... s."""
         if quick or self._clock() - started < _CRASH_WINDOW_S:
             self._quick_crashes += 1
         else:
             self._quick_crashes = 1
-        if self._quick_crashes >= 2:
-            self._retry_at = self._clock() + min(2.0 ** (self._quick_crashes - 2), _BACKOFF_MAX_S)
+        n = self._quick_crashes
+        wait = _START_BACKOFF_S * 2.0 ** (n - 1) if quick else 2.0 ** (n - 2) if n >= 2 else 0.0
+        if wait:
+            self._retry_at = self._clock() + min(wait, _BACKOFF_MAX_S)
 
     def _cmdline(self) -> str:
         return " ".join(shlex.quote(a) for a in self.spec.argv())
@@ -7404,13 +8369,14 @@ class Upstream:
                 else f"command: {self._cmdline()}")
 
     # -- requests
-    def tools(self) -> List[dict]:
+    def tools(self, wait: Optional[float] = None) -> List[dict]:
         """The upstream's tools (every page) as Abstract shows them (Settings.shape_tools: hidden
-        ones left out, renamed ones renamed), cached until it says the list changed."""
+        ones left out, renamed ones renamed), cached until it says the list changed. `wait`:
+        for a start, as _current."""
         cached = self._tools
         if cached is not None:
             return cached
-        self._current()  # (a start resets the list: read the generation after it)
+        self._current(wait)  # (a start resets the list: read the generation after it)
         gen = self._tools_gen
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
         self._tools_seen = tools
@@ -7421,7 +8387,11 @@ class Upstream:
         return tools
 
     def listing(self, method: str, key: str) -> List[dict]:
-        """Every page of a paginated list (tools, resources, prompts), following nextCursor."""
+        """Every page of a paginated list (tools, resources, prompts), following nextCursor; from
+        the first page again in a new session if the server forgot this one (_anew)."""
+        return self._anew(lambda: self._pages(method, key))
+
+    def _pages(self, method: str, key: str) -> List[dict]:
         conn, items, cursor = self.session(), [], None
         for _ in range(10000):
             params = {"cursor": cursor} if cursor else {}
@@ -7442,8 +8412,9 @@ class Upstream:
         key = _dumps([method, self.name, params.get("uri", params.get("name"))])
         what = f"'{self.name}' {method} of {_dumps(params.get('uri', params.get('name')))[:200]}"
         limit = self.settings.timeout(self.name)
-        return self._rounds(req, key, what, lambda retry, follow: self.session().call(
-            method, self._params({**params, **retry}, follow), timeout=limit))
+        return self._rounds(req, key, what, lambda retry, follow: self._anew(
+            lambda: self.session().call(method, self._params({**params, **retry}, follow),
+                                        timeout=limit)))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None, task: Any = None,
@@ -7454,13 +8425,34 @@ class Upstream:
         key = _dumps(["tools/call", self.name, tool])
 
         def once(retry: dict, follow: Optional[_Follow]) -> Any:
-            res = self._call_once(tool, args, req, progress, retry, follow, task, longs)
+            res = self._anew(lambda: self._call_once(tool, args, req, progress, retry, follow,
+                                                     task, longs))
+            if isinstance(res, dict) and res.get("isError") is True:
+                if longs:  # (an error's long text is masked too: decoded, not relayed as it came)
+                    _decode_long(longs)
+                    del longs[:]
+                _mask_error_result(res)
             if longs and isinstance(res, dict) and res.get("resultType") == "input_required":
                 _decode_long(longs)  # (a question is relayed as it came, never cached)
                 del longs[:]
             return res
 
         return self._rounds(req, key, f"'{self.name}' tool '{tool}'", once)
+
+    def _anew(self, send: Callable[[], Any]) -> Any:
+        """send(), and once more if a remote server answered HTTP 404 to its session (it
+        restarted, or expired the session): the request was not processed, and send() starts a
+        new session for it (the old one is no longer usable). Once only, so it runs at most
+        once; a second 404 is the answer."""
+        try:
+            return send()
+        except _SessionGone as e:
+            _log.info("%s; sending the request again, in a new session", e.message)
+        try:
+            return send()
+        except _SessionGone as e:
+            raise _SessionGone(f"{e.message}, twice (the second time in a new session); the "
+                               f"request did not run") from None
 
     def _rounds(self, req: Optional[_Request], key: str, what: str,
                 once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
@@ -7500,7 +8492,9 @@ class Upstream:
         3. A handshake-era upstream's question during a 2026-07-28 client's call holds the call
            and goes to the client as input_required (_hold); a task is awaited to its result.
         4. A session that dies with the call in flight fails it, and it is never replayed: the
-           server may have done part of the work.
+           server may have done part of the work. A call that did not run (_NotSent: never
+           sent, never reached the server, or refused with its session) says so instead; the
+           caller sends one refused with its session again (_anew).
         5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """
@@ -7748,24 +8742,39 @@ class Upstreams:
         raise ToolError(f"Unknown server '{name}'. Available servers: {_names_list(self.names())} "
                         f"(from {cfg.path}).")
 
-    def each(self, fn: Callable[[Upstream], Any],
-             names: Optional[List[str]] = None) -> Dict[str, Any]:
-        """fn(upstream) for several upstreams in parallel; maps name -> result or the exception."""
+    def each(self, fn: Callable[[Upstream], Any], names: Optional[List[str]] = None,
+             first: Optional[float] = None) -> Dict[str, Any]:
+        """fn(upstream) for several upstreams in parallel; maps name -> result or the exception.
+        `first`: wait for them all, but after `first` seconds only while they keep answering
+        (one within the last _WAIT_QUIET_S) and at most _WAIT_MAX_S in all; one not done then
+        maps to up.not_yet() (fn goes on, on its daemon thread, within its own bounds)."""
         targets = [self._all[n] for n in (names if names is not None else self.names())]
         out: Dict[str, Any] = {}
+        done = threading.Condition()
 
         def run(up: Upstream) -> None:
             try:
-                out[up.name] = fn(up)
+                got = fn(up)
             except Exception as e:  # reported per server, never failing the others
-                out[up.name] = e
+                got = e
+            with done:
+                out[up.name] = got
+                done.notify_all()
 
-        threads = [threading.Thread(target=run, args=(u,), daemon=True) for u in targets]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return {u.name: out.get(u.name) for u in targets}
+        for u in targets:
+            threading.Thread(target=run, args=(u,), name=f"each-{u.name}", daemon=True).start()
+        t0 = last = time.monotonic()
+        with done:
+            while len(out) < len(targets):
+                seen, now = len(out), time.monotonic()
+                until = (float("inf") if first is None else
+                         min(t0 + _WAIT_MAX_S, max(t0 + first, last + _WAIT_QUIET_S)))
+                if now >= until:
+                    break
+                done.wait(None if until == float("inf") else until - now)
+                last = time.monotonic() if len(out) > seen else last
+            got = dict(out)
+        return {u.name: got[u.name] if u.name in got else u.not_yet() for u in targets}
 
     def close(self) -> None:
         """Stop every upstream together (see _stop_runs): one budget for all, not one each."""
@@ -7800,6 +8809,34 @@ class _Blob:
     def __init__(self, data: bytes, mime: str, kind: str) -> None:
         self.data, self.mime, self.kind = data, mime, kind
         self.ext = _MIME_EXT.get(mime.split(";")[0].strip().lower(), ".bin")
+
+
+def _image_dims(data: bytes) -> Optional[Tuple[int, int]]:
+    """(width, height) where an image's header says it cheaply (PNG, GIF, BMP, a JPEG's frame
+    header within its first 64 KB); None for anything else."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        return struct.unpack("<HH", data[6:10])
+    if data[:2] == b"BM" and len(data) >= 26:
+        w, h = struct.unpack("<ii", data[18:26])
+        return abs(w), abs(h)
+    pos = 2 if data[:2] == b"\xff\xd8" else len(data)
+    while pos + 9 <= min(len(data), 1 << 16) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            h, w = struct.unpack(">HH", data[pos + 5:pos + 9])
+            return w, h
+        pos += 2 + struct.unpack(">H", data[pos + 2:pos + 4])[0]
+    return None
+
+
+def _repeats_content(structured: Any, content: Any) -> bool:
+    """Whether structuredContent only repeats the content items under one key, as
+    server-filesystem's read_media_file does ({"content": [<the image item>]}): then it is no
+    data of its own, and an image's base64 is not stored (or shown) a second time."""
+    return (isinstance(structured, dict) and len(structured) == 1 and isinstance(content, list)
+            and bool(content) and next(iter(structured.values())) == content)
 
 
 class _Extracted:
@@ -7870,7 +8907,8 @@ def _wraps_text(structured: Any, text: Optional[str], value: Any) -> bool:
 
 def _extract(result: dict) -> _Extracted:
     """The data of a tool result, its MCP wrapper removed (docs/reference/formats.md):
-    1. structuredContent, unless it only wraps the one text item (_wraps_text);
+    1. structuredContent, unless it only wraps the one text item (_wraps_text) or repeats the
+       content items (_repeats_content);
     2. else the text items: JSON parsed when they are JSON, the text itself when not; several
        texts that are all plain text are joined by newlines, other mixes become a list;
     3. binary items (image, audio, blob resources) are decoded into blobs, stored beside."""
@@ -7882,10 +8920,11 @@ def _extract(result: dict) -> _Extracted:
             if keep:
                 values.append(value)
                 texts.append(item.get("text") if item.get("type") == "text" else None)
-    if "structuredContent" in result:
+    structured = result.get("structuredContent")
+    if "structuredContent" in result and not _repeats_content(structured, result.get("content")):
         text = texts[0] if len(texts) == 1 and isinstance(texts[0], str) else None
-        if not _wraps_text(result["structuredContent"], text, values[0] if values else None):
-            return _Extracted(result["structuredContent"], blobs, True)
+        if not _wraps_text(structured, text, values[0] if values else None):
+            return _Extracted(structured, blobs, True)
     if not values:
         return _Extracted(None, blobs, False)
     if len(values) > 1 and all(isinstance(v, str) and v is t for v, t in zip(values, texts)):
@@ -7951,10 +8990,21 @@ def _tabular_text(data: Any, fmt: str) -> Any:
     return data
 
 
-def _error_text(result: dict) -> str:
-    texts = [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
-             and i.get("type") == "text"]
-    return "\n".join(texts)[:2000] or "(no message)"
+def _result_texts(result: dict) -> List[str]:
+    """The texts of a result's text items."""
+    return [str(i.get("text", "")) for i in result.get("content") or [] if isinstance(i, dict)
+            and i.get("type") == "text"]
+
+
+def _error_text(result: dict, limit: int = 2000) -> str:
+    """An upstream's error result as text for the model: its first `limit` characters, cut after
+    a whole word and saying how much was left out."""
+    text = "\n".join(_result_texts(result))
+    cut = _word_cut(text, limit)
+    if cut < len(text):
+        return (f"{text[:cut].rstrip()} … (cut here: {len(text) - cut:,} more characters of "
+                f"{len(text):,})")
+    return text or "(no message)"
 
 
 
@@ -8058,7 +9108,9 @@ class _Columns:
         for key, seen in kinds.items():
             nulls = seen.pop("null", 0)
             missing = self.rows - nulls - sum(seen.values())
-            counts = ([f"{nulls:,} null"] * bool(nulls and seen)
+            # SQLite has no booleans: query_output's table holds them as 1 and 0 (_sql_value)
+            counts = (["1/0 in SQL"] * ("boolean" in seen)
+                      + [f"{nulls:,} null"] * bool(nulls and seen)
                       + [f"{missing:,} missing"] * bool(missing))
             parts.append(f"{key} {'|'.join(sorted(seen, key=lambda k: -seen[k])) or 'null'}"
                          + (f" ({', '.join(counts)})" if counts else ""))
@@ -8070,12 +9122,6 @@ def _columns_of(rows: List[Dict[str, Any]]) -> _Columns:
     columns = _Columns()
     columns.add(rows[:_SHAPE_SCAN])
     return columns
-
-
-def _columns_shape(rows: List[Dict[str, Any]]) -> str:
-    """"id integer, name text, tags array (3 null, 1 missing)": each column's kinds of value
-    (most common first) and how many rows have it null or lack it (of the first _SHAPE_SCAN)."""
-    return _columns_of(rows).describe(len(rows))
 
 
 class _NotRecords(Exception):
@@ -8364,17 +9410,22 @@ def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
     return out
 
 
-def _shape(data: Any, limit: int) -> str:
+def _shape(data: Any, limit: int, read_back: bool = False) -> str:
     """What the data is, for a preview: records with their columns' types, or the tree of an
-    object's keys (the size of each list); "" for text and scalars."""
+    object's keys (the size of each list); "" for text and scalars. `read_back`: the records
+    are stored as CSV or TSV, so their types are the ones reading the file back gives (text
+    cells typed by _csv_value), which query_output and call_tool_with_file_content see."""
     if isinstance(data, _Records):
         return (f"Shape: {_plural(data.count, 'record')}; columns: "
                 f"{data.columns.describe(data.count)}")[:max(limit, 200)]
     rows, _ = _as_records(data)
     if rows is not None and (not isinstance(data, list) or rows is data):
         where = f" under {_records_key(data)[0]!r}" if isinstance(data, dict) else ""
+        scan = rows if not read_back else [
+            {k: _csv_value(v) if isinstance(v, str) else v for k, v in r.items()}
+            for r in rows[:_SHAPE_SCAN]]
         return (f"Shape: {_plural(len(rows), 'record')}{where}; columns: "
-                f"{_columns_shape(rows)}"[:max(limit, 200)])
+                f"{_columns_of(scan).describe(len(rows))}"[:max(limit, 200)])
     if isinstance(data, list):
         return f"Shape: a {_list_kind(data)}"
     if isinstance(data, dict):
@@ -8389,8 +9440,11 @@ def _query_hint(source: str, data: Any) -> str:
         head = data[:20000]
         head = head[:head.rfind("\n")] if len(data) > len(head) and "\n" in head else head
         data = _tabular_text(head, "csv")
-        if isinstance(data, str):
-            return ""
+        if isinstance(data, str):  # plain text: a row a line
+            return (f'Ask it in SQL instead of reading it: query_output {{"source": '
+                    f'{_dumps(source)}, "sql": "SELECT n, line FROM data WHERE line LIKE '
+                    f'\'%error%\'"}} (table data; columns: n, line: a row a line, n numbered '
+                    f'as start_line counts).')
     rows, _ = ([], "") if isinstance(data, _Records) else _as_records(data)
     pointer = ""
     if rows is None and isinstance(data, dict):
@@ -8876,10 +9930,13 @@ class OutputCache:
 
 
 def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
-    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once (the accept loop
-    waits for a free one, so more wait in the listen backlog, not in Abstract), each given
+    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
     `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
-    backlog that takes a burst of downloads."""
+    backlog that takes a burst of downloads. At the cap, the connection that has waited longest
+    without sending a byte is dropped to make room (_evict), so idle connections cannot keep a
+    request waiting; when none is idle, the accept loop waits for a free slot, and more
+    connections wait in the listen backlog, not in Abstract."""
+    import selectors  # lazy: see Imports
     import socket  # lazy: see Imports
 
     header_s, _, max_conn = limits
@@ -8891,7 +9948,10 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 
         def server_activate(self) -> None:
             self._slots = threading.Semaphore(max_conn)
+            # connections whose request has not come whole, oldest first (dicts keep order)
             self._deadlines: Dict[Any, float] = {}
+            self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
+            self._evicted: set = set()  # dropped to make room, their slot not yet freed
             self._lock = threading.Lock()
             super().server_activate()
             self._stopped = threading.Event()
@@ -8907,21 +9967,66 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
                 watcher.join(_STOP_JOIN_S)
 
         def process_request(self, request: Any, client_address: Any) -> None:
-            self._slots.acquire()  # freed by a finished request or by the watchdog
+            # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
+            got = self._slots.acquire(blocking=False)
+            while not got:
+                self._evict()
+                got = self._slots.acquire(timeout=0.1)
             with self._lock:
                 self._deadlines[request] = time.monotonic() + header_s
             super().process_request(request, client_address)
+
+        def spoke(self, request: Any) -> None:
+            """The connection sent its first byte: it is no longer dropped to make room."""
+            with self._lock:
+                if request in self._deadlines:
+                    self._spoke.add(request)
 
         def request_started(self, request: Any) -> None:
             """The request line and headers are in: the header deadline no longer applies."""
             with self._lock:
                 self._deadlines.pop(request, None)
+                self._spoke.discard(request)
 
         def shutdown_request(self, request: Any) -> None:
             super().shutdown_request(request)
             with self._lock:
                 self._deadlines.pop(request, None)
+                self._spoke.discard(request)
+                self._evicted.discard(request)
             self._slots.release()
+
+        def _evict(self) -> None:
+            """Drop the connection that has waited longest without sending a byte (its handler
+            has seen none, and none waits unread), unless one dropped before still holds its
+            slot. Nothing was asked on it, so nothing is lost but the connection."""
+            with self._lock:
+                if self._evicted:
+                    return
+                idle = [r for r in self._deadlines if r not in self._spoke]
+            victim = next((r for r in idle if self._silent(r)), None)
+            if victim is None:
+                return
+            with self._lock:
+                if victim not in self._deadlines or victim in self._spoke:
+                    return  # (its request began meanwhile)
+                del self._deadlines[victim]
+                self._evicted.add(victim)
+            with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
+                victim.shutdown(socket.SHUT_RDWR)
+
+        @staticmethod
+        def _silent(request: Any) -> bool:
+            """No byte waits unread on the connection (a look that does not wait or read:
+            the handler thread may not have run yet)."""
+            sel = selectors.DefaultSelector()  # (not select(): no FD_SETSIZE limit)
+            try:
+                sel.register(request, selectors.EVENT_READ)
+                return not sel.select(0)
+            except (OSError, ValueError):
+                return False
+            finally:
+                sel.close()
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
@@ -8952,6 +10057,14 @@ def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
         timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
+
+        def handle(self) -> None:
+            # the first byte, waited for and left unread: from then on the connection has sent
+            # something, and is not dropped to make room for another (_link_server_class)
+            with contextlib.suppress(OSError):
+                self.connection.recv(1, socket.MSG_PEEK)
+            self.server.spoke(self.connection)  # type: ignore[attr-defined]
+            super().handle()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             self.server.request_started(self.connection)  # type: ignore[attr-defined]
@@ -9896,6 +11009,33 @@ def _reindex(catalog: Catalog, roots: List[str], servers: List[str],
 _TOOL_COLUMNS = ("name", "title", "description", "params")
 _TOOL_WEIGHTS = "6.0, 4.0, 2.0, 1.0"
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Job words: what people call a tool's job where its description says it otherwise ("download a
+# web page" for fetch's "Fetches a URL"). A query word of a group adds the group's other words to
+# the search, each counting _JOB_WEIGHT of a word the query has. Kept short: each group is one job.
+_JOB_GROUPS = (
+    ("download", "fetch", "web", "webpage", "website", "page", "url", "http", "internet", "html"),
+    ("read", "open", "view", "load"),
+    ("file", "document"),
+    ("folder", "directory"),
+    ("find", "search", "lookup", "locate"),
+    ("delete", "remove", "erase"),
+    ("save", "write", "store"),
+    ("edit", "modify", "change", "update"),
+    ("image", "picture", "photo", "screenshot"),
+    ("history", "log"),
+)
+_JOB_WEIGHT = 0.5
+# A tool its description calls deprecated ranks below its replacement: its score is multiplied
+# by _DEPRECATED_WEIGHT (and its summary keeps the warning, _tool_summary)
+_DEPRECATED = re.compile(r"\bdeprecated\b", re.I)
+_DEPRECATED_WEIGHT = 0.5
+
+
+def _job_words(words: List[str]) -> List[str]:
+    """The other words of the job groups the query's words belong to (not the query's own)."""
+    have = {_fold(w) for w in words}
+    extra = [w for group in _JOB_GROUPS if have.intersection(group) for w in group]
+    return [w for w in dict.fromkeys(extra) if w not in have]
 
 
 def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
@@ -9910,9 +11050,11 @@ def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
         if isinstance(spec, dict) and isinstance(spec.get("description"), str):
             params.append(spec["description"][:500])
     title = tool.get("title") or (ann.get("title") if isinstance(ann, dict) else None)
-    return (name + " " + _CAMEL.sub(" ", name), str(title or ""),
-            str(tool.get("description") or "")[:4000],
-            " ".join(params))
+    # a server's lone surrogate (a \\ud800 escape) is U+FFFD here: SQLite takes only UTF-8
+    words, heading, about, args = (_LONE_SURROGATE.sub("\ufffd", c) for c in (
+        name + " " + _CAMEL.sub(" ", name), str(title or ""),
+        str(tool.get("description") or "")[:4000], " ".join(params)))
+    return words, heading, about, args
 
 
 class _ToolIndex:
@@ -9928,14 +11070,25 @@ class _ToolIndex:
 
     def search(self, lists: Dict[str, List[dict]], query: str,
                limit: int) -> List[Tuple[float, str, dict]]:
-        """(score, server, tool) of the best matches, best first; [] when no word matches."""
+        """(score, server, tool) of the best matches, best first; [] when no word matches. The
+        score adds the query's words and, at _JOB_WEIGHT, its job words (_job_words); a
+        deprecated tool's is multiplied by _DEPRECATED_WEIGHT."""
         words = _query_words(query)
         if not words:
             return []
         with self._lock:  # a search of other lists may rebuild the index as soon as it is released
             self._refresh(lists)
-            found = self._fts(words, limit) if self._db is not None else self._plain(words, limit)
-            return [(score, *self._rows[i]) for score, i in found]
+            scores: Dict[int, float] = {}
+            for terms, weight in ((words, 1.0), (_job_words(words), _JOB_WEIGHT)):
+                rank = self._fts if self._db is not None else self._plain
+                for i, score in rank(terms).items() if terms else ():
+                    scores[i] = scores.get(i, 0.0) + score * weight
+            for i in scores:
+                desc = self._rows[i][1].get("description")
+                if isinstance(desc, str) and _DEPRECATED.search(desc):
+                    scores[i] *= _DEPRECATED_WEIGHT
+            found = sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
+            return [(round(score, 3), *self._rows[i]) for i, score in found]
 
     def _refresh(self, lists: Dict[str, List[dict]]) -> None:
         current = list(lists.values())
@@ -9956,42 +11109,67 @@ class _ToolIndex:
             self._db.executemany(f"INSERT INTO tools(rowid, {cols}) VALUES (?, ?, ?, ?, ?)",
                                  [(i + 1, *_tool_text(t)) for i, (_, t) in enumerate(self._rows)])
 
-    def _fts(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+    def _fts(self, words: List[str]) -> Dict[int, float]:
+        """Row -> bm25 score (higher is better) of every tool that has one of the words."""
         match = " OR ".join('"' + w + '"' for w in dict.fromkeys(words))  # words hold no quote
-        rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) AS r FROM tools "
-                                f"WHERE tools MATCH ? ORDER BY r, rowid LIMIT ?",
-                                (match, limit)).fetchall()
-        return [(round(-r, 3), rowid - 1) for rowid, r in rows]
+        rows = self._db.execute(f"SELECT rowid, bm25(tools, {_TOOL_WEIGHTS}) FROM tools "
+                                f"WHERE tools MATCH ?", (match,)).fetchall()
+        return {rowid - 1: -r for rowid, r in rows}
 
-    def _plain(self, words: List[str], limit: int) -> List[Tuple[float, int]]:
+    def _plain(self, words: List[str]) -> Dict[int, float]:
+        """Row -> how many of the words the tool has (without FTS5)."""
         want = list(dict.fromkeys(_fold(w) for w in words))
-        scored = []
+        scored = {}
         for i, (_, t) in enumerate(self._rows):
             text = _terms(*_tool_text(t))
             hits = sum(1 for w in want if f" {w} " in text)
             if hits:
-                scored.append((float(hits), i))
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        return scored[:limit]
+                scored[i] = float(hits)
+        return scored
 
 
 # ==== 14. Queries (sqlite3) =======================================================
-# query_output's engine. The records of an output load into an in-memory SQLite table `data`
-# (one per source, kept for reuse within a memory budget, least recently used dropped first),
-# and one read-only SELECT runs over it: an authorizer allows only reading `data` (and the
-# json_each/json_tree functions) and calling functions, PRAGMA query_only is on, a progress
-# handler stops it at the time limit, and the rows it may hold are bounded.
+# query_output's engine. The records of an output load into a SQLite database file of their own
+# (table `data`; one per source, kept for reuse within a size budget, least recently used dropped
+# first), and each query runs in a worker process of its own (_QUERY_WORKER), which opens that
+# file read-only: an authorizer allows reading `data` (and json_each/json_tree) and calling the
+# functions of _QUERY_FUNCTIONS only, PRAGMA query_only is on, SQLite's heap is bounded, and
+# Abstract kills the worker at the time limit or a cancel, so that no statement (not even one
+# slow C function, which no progress handler interrupts) outlives them or blocks another query.
 
 _QUERY_TABLE = "data"
 _QUERY_VTABS = ("json_each", "json_tree")  # table-valued functions a query may read from
-_QUERY_DENIED_FUNCTIONS = frozenset(("load_extension",))
+# The functions a query may call (the authorizer's allow-list): SQLite's aggregates and window
+# functions, its string, math, date and time and JSON functions. Any other (fts3_tokenizer, which
+# gives out a pointer; load_extension; zeroblob; sqlite_*) is refused by name.
+_QUERY_FUNCTIONS = frozenset("""
+    avg count group_concat max min string_agg sum total median percentile percentile_cont
+    percentile_disc json_group_array json_group_object jsonb_group_array jsonb_group_object
+    row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value
+    nth_value
+    char coalesce concat concat_ws format glob hex if ifnull iif instr length like likelihood
+    likely lower ltrim nullif octet_length printf quote replace rtrim soundex substr substring trim
+    typeof unhex unicode unistr unistr_quote unlikely upper
+    abs acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor ln log log10
+    log2 mod pi pow power radians random round sign sin sinh sqrt tan tanh trunc
+    date time datetime julianday unixepoch strftime timediff current_date current_time
+    current_timestamp
+    json json_array json_array_length json_error_position json_extract json_insert json_object
+    json_patch json_pretty json_quote json_remove json_replace json_set json_type json_valid jsonb
+    jsonb_array jsonb_extract jsonb_insert jsonb_object jsonb_patch jsonb_remove jsonb_replace
+    jsonb_set -> ->>
+    """.split())
 # longest text or blob one expression may make (setlimit, 3.11+)
 _QUERY_MAX_VALUE = 16 * 1024 * 1024
+_QUERY_MAX_COLUMNS = 2000  # SQLite's default SQLITE_MAX_COLUMN: columns of a table (and a result)
 _QUERY_CELL = 200  # characters of a cell in the answer's table
 # Columns named as ids (id, user_id, orderId, ID) get an index when loaded: joins and lookups on
 # them are the common case, and SQLite would otherwise build an automatic index at every query.
 _ID_COLUMN = re.compile(r"(?:(?i:id)|.*_(?i:id)|.*[a-z0-9]Id)\Z")
-_QUERY_CACHE_KB = 16384  # SQLite page cache per table: sorts (GROUP BY, ORDER BY) stay in memory
+_QUERY_CACHE_KB = 16384  # SQLite page cache of a query: sorts (GROUP BY, ORDER BY) stay in memory
+_QUERY_KILL_S = 2.0  # how long a worker that sent its answer, or was killed, is waited for
+_QUERY_WORKERS_MAX = 16  # queries running at once (each in a worker of query.worker_memory_mb)
+_QUERY_IDLE_MAX = 4  # workers kept warm between queries (two a table at most)
 # SQLite's authorizer action codes (sqlite3.h; stable since 3.8.3), named for the refusal message.
 _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
                 4: "CREATE TEMP TABLE",
@@ -10006,7 +11184,141 @@ _SQL_ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX",
                 29: "CREATE VIRTUAL TABLE", 30: "DROP VIRTUAL TABLE", 31: "FUNCTION",
                 32: "SAVEPOINT",
                 33: "RECURSIVE"}
-_SQL_OK, _SQL_DENY = 0, 1
+
+# The program a query runs in (`python -I -S -c`, ~20 ms to start). It reads its job, one JSON
+# line, on stdin, bounds itself (POSIX: address space and CPU time; everywhere: SQLite's heap,
+# value length, attached databases), and writes JSON lines: the columns, the rows it sends (a
+# blob {"x": hex, "n": bytes}, a text it cut {"s": start, "n": characters}), then the end:
+# {"total": rows}, {"over": bytes} or {"error": message, "kind": class, "refused": [...]}.
+# A row is fetched, counted against the byte budget and written one at a time.
+_QUERY_WORKER = r'''
+import json, os, sqlite3, sys, time
+try:
+    import resource
+except ImportError:  # Windows: SQLite's heap limit, and the kill at the time limit
+    resource = None
+
+
+def limit(job, first):
+    if resource is None:
+        return
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    # the CPU time: this job's share on top of what is used so far (the soft limit only, so the
+    # next job can raise it); the address space once: what the interpreter maps, plus the budget
+    todo = [(resource.RLIMIT_CPU, int(used.ru_utime + used.ru_stime) + job["cpu"], False)]
+    if first:
+        try:  # (Linux; elsewhere a generous allowance for the interpreter)
+            with open("/proc/self/statm") as f:
+                base = int(f.read().split()[0]) * resource.getpagesize()
+        except (OSError, ValueError):
+            base = 256 << 20
+        todo.append((getattr(resource, "RLIMIT_AS", None), base + job["memory"], True))
+        todo.append((resource.RLIMIT_CORE, 0, True))  # (SIGXCPU would dump a core)
+    for what, value, hard_too in todo:
+        try:  # (macOS accepts RLIMIT_AS but does not enforce it)
+            hard = resource.getrlimit(what)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(what, (value, value if hard_too else hard))
+        except (TypeError, ValueError, OSError):
+            pass
+
+
+def cell(value, room):
+    """(the value to send, cut to `room` characters when None is not, its length as sent)."""
+    if isinstance(value, bytes):
+        cut = value if room is None or len(value) * 2 <= room else value[:room // 2]
+        return {"x": cut.hex(), "n": len(value)}, len(cut) * 2 + 16
+    if isinstance(value, str):
+        if room is not None and len(value) > room:
+            return {"s": value[:room], "n": len(value)}, room + 16
+        return value, len(value) + 3
+    return value, len(str(value)) + 1
+
+
+def rows(cur, job, send):
+    """Send the rows, one at a time: all of them within `budget` bytes (keep None), or the
+    first `keep`, each cell cut to what is left of the budget (at least `floor` characters,
+    what the answer's table shows) until they would fill the table (`width` characters)."""
+    keep, budget, width, floor = job["keep"], job["budget"], job["cell"], job["floor"]
+    total = sent = shown = 0
+    for row in cur:
+        total += 1
+        if keep is not None and (total > keep or shown > width):
+            continue
+        cells, room = [], budget - sent
+        for value in row:
+            value, used = cell(value, None if keep is None else max(floor, min(width, room)))
+            cells.append(value)
+            room -= used
+            shown += min(used, floor) + 3
+        line = json.dumps(cells, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+        sent += len(line)
+        if keep is None and sent > budget:
+            return {"over": sent}
+        send(line)
+    return {"total": total}
+
+
+def connect(job):
+    db = sqlite3.connect(job["uri"], uri=True, isolation_level=None)
+    # (a sort larger than the page cache goes on in temporary files, removed when the worker
+    # ends however it ends: it takes no more memory; the table is read mapped, not copied)
+    for pragma in ("query_only = ON", "hard_heap_limit = %d" % job["heap"],
+                   "cache_size = -%d" % job["cache_kb"], "temp_store = FILE",
+                   "mmap_size = %d" % job["mmap"]):
+        db.execute("PRAGMA " + pragma)
+    if hasattr(db, "enable_load_extension"):
+        db.enable_load_extension(False)
+    if hasattr(db, "setlimit"):  # Python 3.11+
+        db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, job["value"])
+    # the schema, read before the authorizer is in place
+    db.execute("SELECT * FROM data, json_each('[]'), json_tree('[]') LIMIT 0").fetchall()
+    return db
+
+
+def main():
+    out = sys.stdout.buffer
+    db = uri = None
+    refused, deadline = [], [0.0]
+
+    def authorize(action, arg1, arg2, dbname, source):
+        if action in (21, 33):  # SELECT, RECURSIVE (a WITH RECURSIVE)
+            return 0
+        # READ of data's columns, the json functions' columns, or of no column (count(*))
+        if action == 20 and (arg1 == job["table"] or arg1 in job["vtabs"] or arg2 == ""):
+            return 0
+        if action == 31 and str(arg2).lower() in allowed:
+            return 0
+        refused.append([action, arg1, arg2])
+        return 1
+
+    def send(obj):
+        out.write(obj if isinstance(obj, bytes) else json.dumps(obj).encode() + b"\n")
+
+    for line in sys.stdin.buffer:  # one job a line, until Abstract closes the pipe
+        job = json.loads(line)
+        limit(job, uri is None)
+        allowed = frozenset(job["functions"])
+        del refused[:]
+        try:
+            if uri != job["uri"]:
+                db, uri = connect(job), job["uri"]
+                db.set_authorizer(authorize)
+                db.set_progress_handler(lambda: time.monotonic() > deadline[0], 1000)
+            deadline[0] = time.monotonic() + job["timeout"]
+            cur = db.execute(job["sql"])
+            send({"columns": [str(d[0]) for d in cur.description or ()]})
+            send(rows(cur, job, send))
+            cur.close()
+        except BaseException as e:  # MemoryError, sqlite3.Error, Warning: said, never raised
+            send({"error": str(e)[:1000], "kind": type(e).__name__, "refused": refused[:20]})
+        out.flush()
+    os._exit(0)  # at once: the interpreter's finalization would only take time
+
+
+main()
+'''
 
 
 def _sql_name(name: str) -> str:
@@ -10029,14 +11341,16 @@ def _sql_value(value: Any) -> Any:
 
 def _sql_columns(keys: Iterable[str], seen: set) -> Tuple[List[str], List[str]]:
     """(column names for new keys, notes): SQLite folds the case of column names, so a key that
-    differs from one before only in case (or is empty) gets a numbered name. `seen`: the names
-    taken so far, casefolded (added to)."""
+    differs from one before only in case (or is empty) gets a numbered name, and one SQLite
+    cannot name (a NUL, a lone surrogate) has those replaced by U+FFFD. `seen`: the names taken
+    so far, casefolded (added to)."""
     names, notes = [], []
     for key in keys:
-        name, n = key or "column", 1
+        base = _clean_text(key).replace("\0", "\ufffd") or "column"
+        name, n = base, 1
         while name.casefold() in seen:
             n += 1
-            name = f"{key or 'column'}_{n}"
+            name = f"{base}_{n}"
         seen.add(name.casefold())
         names.append(name)
         if name != key:
@@ -10044,87 +11358,131 @@ def _sql_columns(keys: Iterable[str], seen: set) -> Tuple[List[str], List[str]]:
     return names, notes
 
 
-class _Table:
-    """One source's records in its own in-memory database, with the lock its queries take."""
-
-    __slots__ = ("db", "columns", "rows", "size", "notes", "lock", "refused", "deadline", "closed",
-                 "load_s")
-
-    def __init__(self, db: Any, columns: List[str], rows: int, notes: List[str]) -> None:
-        self.db, self.columns, self.rows, self.notes = db, columns, rows, notes
-        self.lock = threading.Lock()
-        self.refused: List[str] = []  # what the authorizer refused in the statement being prepared
-        self.deadline = 0.0  # monotonic time the running query must end by
-        self.closed = False
-        # seconds its loading took, until the first query says so
-        self.load_s: Optional[float] = None
-        page = db.execute("PRAGMA page_size").fetchone()[0]
-        self.size = page * db.execute("PRAGMA page_count").fetchone()[0]
-
-    def close(self) -> None:
-        with self.lock:
-            self.db.close()
-            self.closed = True
-
-
 def _clean_text(value: Any) -> Any:
     """A string SQLite can take (UTF-8): lone surrogates replaced by U+FFFD."""
     return _LONE_SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
 
 
-def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000) -> _Table:
-    """The records as table `data` in a new in-memory database, then locked down for queries.
+class _Table:
+    """One source's records in a database file of their own, read by the queries' workers.
+    The file is removed once the table is closed (evicted) and no query reads it any more."""
+
+    __slots__ = ("path", "columns", "rows", "size", "notes", "lock", "users", "closed", "load_s",
+                 "booleans")
+
+    def __init__(self, path: str, columns: List[str], rows: int, notes: List[str]) -> None:
+        self.path, self.columns, self.rows, self.notes = path, columns, rows, notes
+        self.booleans: List[str] = []  # columns of booleans (stored as 1/0) in the first records
+        self.lock = threading.Lock()
+        self.users = 0  # queries reading the file now
+        self.closed = False
+        # seconds its loading took, until the first query says so
+        self.load_s: Optional[float] = None
+        self.size = os.path.getsize(path)
+
+    def acquire(self) -> bool:
+        """Count one more query reading the file (False: closed already)."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.users += 1
+            return True
+
+    def release(self) -> None:
+        with self.lock:
+            self.users -= 1
+            gone = self.closed and not self.users
+        if gone:
+            self._remove()
+
+    def close(self) -> None:
+        """Drop the table: its file goes now, or when the last query reading it ends."""
+        with self.lock:
+            self.closed = True
+            gone = not self.users
+        if gone:
+            self._remove()
+
+    def _remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def _load_table(rows: Iterable[Dict[str, Any]], batch: int = 1000,
+                folder: Optional[str] = None) -> _Table:
+    """The records as table `data` in a new database file in `folder` (default: the temporary
+    directory), which the queries' workers open read-only.
 
     The rows are read once, a batch at a time (a cached output's view is streamed in line by
     line): a key first seen in a later batch adds a column, null in the rows before, so the
     columns are the union of the keys in first-seen order however the rows come."""
-    db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    db.execute(f"PRAGMA cache_size = -{_QUERY_CACHE_KB}")
+    fd, path = tempfile.mkstemp(prefix="abstract-query-", suffix=".sqlite3", dir=folder)
+    os.close(fd)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    try:
+        for pragma in ("journal_mode = OFF", "synchronous = OFF",
+                       f"cache_size = -{_QUERY_CACHE_KB}"):
+            db.execute(f"PRAGMA {pragma}")
+        names, notes, count, booleans = _fill_table(db, iter(rows), batch)
+        db.close()
+        table = _Table(os.path.abspath(path), names or ["value"], count, notes)
+        table.booleans = booleans
+        return table
+    except BaseException:
+        db.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+
+
+def _fill_table(db: Any, it: Iterator[Dict[str, Any]], batch: int
+                ) -> Tuple[List[str], List[str], int, List[str]]:
+    """Create and fill table `data` from the rows: (column names, notes, rows, the columns of
+    booleans in the first batch)."""
     keys: List[str] = []
     names: List[str] = []
     notes: List[str] = []
     seen: set = set()  # column names taken, casefolded
     known: set = set()  # keys that have a column
     count = keyless = 0  # rows in all; rows before the first key (all null, whatever the columns)
-    try:
-        db.execute("BEGIN")
-        it = iter(rows)
-        while True:
-            chunk = list(itertools.islice(it, batch))
-            new = [k for k in dict.fromkeys(itertools.chain.from_iterable(chunk))
-                   if isinstance(k, str) and k not in known]
-            if new:
-                added, said = _sql_columns(new, seen)
-                if not keys:
-                    db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, added))})")
-                else:
-                    for name in added:
-                        db.execute(f"ALTER TABLE {_QUERY_TABLE} ADD COLUMN {_sql_name(name)}")
-                keys, names, notes = keys + new, names + added, notes + said
-                known.update(new)
-                if keyless:
-                    _insert(db, len(keys), [{}] * keyless, keys)
-                    keyless = 0
-            count += len(chunk)
+    bools: Optional[set] = None  # the keys of booleans in the first batch
+    db.execute("BEGIN")
+    while True:
+        chunk = list(itertools.islice(it, batch))
+        if bools is None:
+            bools = {k for row in chunk for k, v in row.items() if v is True or v is False}
+        new = [k for k in dict.fromkeys(itertools.chain.from_iterable(chunk))
+               if isinstance(k, str) and k not in known]
+        if new:
+            if len(keys) + len(new) > _QUERY_MAX_COLUMNS:
+                raise ToolError(f"The records have more than {_QUERY_MAX_COLUMNS:,} distinct keys, "
+                                f"SQLite's limit of columns in a table. Give records_pointer to a "
+                                f"list of records with fewer keys.")
+            added, said = _sql_columns(new, seen)
             if not keys:
-                keyless += len(chunk)
-            elif chunk:
-                _insert(db, len(keys), chunk, keys)
-            if len(chunk) < batch:
-                break
-        if not keys:  # no row has a key: one column, "value", null in every row
-            db.execute(f"CREATE TABLE {_QUERY_TABLE} (value)")
-            db.executemany(f"INSERT INTO {_QUERY_TABLE} VALUES (NULL)",
-                           itertools.repeat((), keyless))
-        for i, name in enumerate(n for n in names if _ID_COLUMN.match(n)):
-            db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
-        db.execute("COMMIT")
-        table = _Table(db, names or ["value"], count, notes)
-        _lock_down(table)
-    except BaseException:
-        db.close()
-        raise
-    return table
+                db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, added))})")
+            else:
+                for name in added:
+                    db.execute(f"ALTER TABLE {_QUERY_TABLE} ADD COLUMN {_sql_name(name)}")
+            keys, names, notes = keys + new, names + added, notes + said
+            known.update(new)
+            if keyless:
+                _insert(db, len(keys), [{}] * keyless, keys)
+                keyless = 0
+        count += len(chunk)
+        if not keys:
+            keyless += len(chunk)
+        elif chunk:
+            _insert(db, len(keys), chunk, keys)
+        if len(chunk) < batch:
+            break
+    if not keys:  # no row has a key: one column, "value", null in every row
+        db.execute(f"CREATE TABLE {_QUERY_TABLE} (value)")
+        db.executemany(f"INSERT INTO {_QUERY_TABLE} VALUES (NULL)", itertools.repeat((), keyless))
+    for i, name in enumerate(n for n in names if _ID_COLUMN.match(n)):
+        db.execute(f"CREATE INDEX {_QUERY_TABLE}_id_{i} ON {_QUERY_TABLE} ({_sql_name(name)})")
+    db.execute("COMMIT")
+    return names, notes, count, [n for k, n in zip(keys, names) if k in (bools or ())]
 
 
 def _insert(db: Any, width: int, rows: List[Dict[str, Any]], keys: List[str]) -> None:
@@ -10139,47 +11497,103 @@ def _insert(db: Any, width: int, rows: List[Dict[str, Any]], keys: List[str]) ->
         db.executemany(insert, [tuple(map(_clean_text, t)) for t in values[done:]])
 
 
-def _lock_down(table: _Table) -> None:
-    """Make the table's database read-only for the queries to come: query_only, no attached
-    databases, no extensions, bounded values; the authorizer and the time limit installed once."""
-    db = table.db
-    db.execute("SELECT * FROM json_each('[]'), json_tree('[]')")  # their first use reads the schema
-    db.execute("PRAGMA query_only = ON")
-    if hasattr(db, "enable_load_extension"):
-        db.enable_load_extension(False)
-    if hasattr(db, "setlimit"):  # Python 3.11+
-        db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _QUERY_MAX_VALUE)
+def _start_worker() -> Any:
+    """A query's worker process: this Python running _QUERY_WORKER, with pipes."""
+    kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
+                          "stderr": subprocess.DEVNULL}
+    if _WINDOWS:  # no console window flashing up for each query
+        kw["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
+    else:  # out of the terminal's process group: a Ctrl-C there goes to Abstract only
+        kw["start_new_session"] = True
+    if not sys.executable or getattr(sys, "frozen", False):  # (a frozen app is not a Python)
+        raise ToolError("query_output needs a Python interpreter to run its queries in, and "
+                        "this Abstract has none (sys.executable is not one).")
+    try:
+        # -I: no PYTHON* variables, user site or script directory; -S: no site (faster start)
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _QUERY_WORKER], **kw)
+    except (OSError, ValueError) as e:
+        raise ToolError(f"query_output could not start its worker process ({sys.executable!r}: "
+                        f"{e}).") from None
 
-    def authorize(action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
-        if action in (21, 33):  # SELECT, RECURSIVE (a WITH RECURSIVE)
-            return _SQL_OK
-        # READ: of data's columns, the json functions' columns, or of no column at all (a count(*)
-        # of a table, a WITH's own table), which reveals nothing
-        if action == 20 and (arg1 == _QUERY_TABLE or arg1 in _QUERY_VTABS or arg2 == ""):
-            return _SQL_OK
-        if action == 31 and str(arg2).lower() not in _QUERY_DENIED_FUNCTIONS:
-            return _SQL_OK
-        what = _SQL_ACTIONS.get(action, f"action {action}")
-        detail = {20: f"reading table {arg1}", 31: f"the function {arg2}()", 19: f"PRAGMA {arg1}",
-                  24: "ATTACH"}.get(action, what)
-        if str(arg1).startswith("sqlite_") and action in (9, 18, 23):
-            # (CREATE, DROP: the first thing a schema change asks for)
-            detail = "changing the schema"
-        table.refused.append(detail)
-        return _SQL_DENY
 
-    db.set_authorizer(authorize)
-    db.set_progress_handler(lambda: time.monotonic() > table.deadline, 1000)
+def _end_worker(proc: Any, kill: bool = False) -> None:
+    """End a worker and reap it: its stdin closed (an idle one ends by itself), killed when
+    `kill` says so or when it does not end in _QUERY_KILL_S."""
+    if kill:
+        proc.kill()
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(_QUERY_KILL_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(_QUERY_KILL_S)
+    proc.stdout.close()
 
 
 class _Tables:
-    """Loaded tables by source, within a memory budget: the least recently used are closed
-    first, and the newest always stays (a source bigger than the budget still answers)."""
+    """Loaded tables by source, within a size budget: the least recently used are closed
+    first, and the newest always stays (a source bigger than the budget still answers).
+
+    It also hands out the queries' workers: a warm one that answered a query on the same table
+    before (its page cache is full: the next query is as quick as one in Abstract's own
+    process), else one started ahead. At most _QUERY_WORKERS_MAX run at once, and
+    _QUERY_IDLE_MAX (two a table) wait warm; a worker that failed or was killed is never kept."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tables: "collections.OrderedDict[Any, _Table]" = collections.OrderedDict()
+        self._spare: Any = None  # a worker started ahead, waiting for its first job
+        self._idle: List[Tuple[str, Any]] = []  # (table file, warm worker), oldest first
+        self._live: set = set()  # the workers given out (those not ended yet)
+        self._closed = False
+
+    def worker(self, path: str) -> Any:
+        """A worker for a query on the table file `path`; ToolError past _QUERY_WORKERS_MAX."""
+        with self._lock:
+            self._live = {p for p in self._live if p.poll() is None}
+            if len(self._live) >= _QUERY_WORKERS_MAX:
+                raise ToolError(f"{_QUERY_WORKERS_MAX} queries are running already, the most at "
+                                f"once; run this one when one of them has answered (each ends "
+                                f"by query.timeout_seconds).")
+            warm = [i for i, (p, proc) in enumerate(self._idle) if p == path]
+            proc = self._idle.pop(warm[-1])[1] if warm else None
+        if proc is None or proc.poll() is not None:
+            spare = None if self._closed else _start_worker()
+            with self._lock:
+                proc, self._spare = self._spare, spare
+            if proc is None or proc.poll() is not None:
+                proc = _start_worker()
+        with self._lock:
+            self._live.add(proc)
+        return proc
+
+    def done(self, path: str, proc: Any, ok: bool) -> None:
+        """A worker back from a query: kept warm for the next on the same table when it
+        answered (`ok`) and there is room, else ended (killed unless `ok`)."""
+        with self._lock:
+            self._live.discard(proc)
+            keep = (ok and not self._closed and sum(p == path for p, _ in self._idle) < 2
+                    and any(t.path == path for t in self._tables.values()))
+            if keep:
+                self._idle.append((path, proc))
+            ended = [] if keep else [proc]
+            if len(self._idle) > _QUERY_IDLE_MAX:
+                ended.append(self._idle.pop(0)[1])
+        for p in ended:
+            _end_worker(p, kill=p is proc and not ok)
+
+    def _forget(self, tables: List[_Table]) -> None:
+        """Close dropped tables, their warm workers ended first (Windows removes no open file)."""
+        paths = {t.path for t in tables}
+        with self._lock:
+            ended = [proc for p, proc in self._idle if p in paths]
+            self._idle = [(p, proc) for p, proc in self._idle if p not in paths]
+        for proc in ended:
+            _end_worker(proc)
+        for t in tables:  # (a query reading one still ends normally: see _Table.close)
+            t.close()
 
     def get(self, key: Any) -> Optional[_Table]:
         with self._lock:
@@ -10198,80 +11612,199 @@ class _Tables:
                 _, first = self._tables.popitem(last=False)
                 total -= first.size
                 dropped.append(first)
-        for t in dropped:  # after a running query on it ends (its lock)
-            t.close()
+        self._forget(dropped)
 
     def drop(self, key: Any) -> None:
         with self._lock:
             table = self._tables.pop(key, None)
-        if table is not None:
-            table.close()
+        self._forget([table] if table is not None else [])
 
     def sizes(self) -> List[int]:
         with self._lock:
             return [t.size for t in self._tables.values()]
 
+    def close(self) -> None:
+        """At shutdown: kill the running workers, end the others, remove every table's file."""
+        with self._lock:
+            tables = list(self._tables.values())
+            self._tables.clear()
+            spare, self._spare, self._closed = self._spare, None, True
+            live = list(self._live)
+        for proc in live:  # (their queries answer that they failed)
+            proc.kill()
+        if spare is not None:
+            _end_worker(spare)
+        self._forget(tables)
+
 
 class _Closed(Error):
-    """The table was closed (evicted) before the query got its lock."""
+    """The table was closed (evicted) before the query began to read it."""
+
+
+class _Cut(NamedTuple):
+    """A value the worker sent cut: its start (a blob's as hex) and its whole length."""
+    text: str
+    length: int  # characters (text) or bytes (blob)
+    blob: bool
 
 
 class _QueryResult(NamedTuple):
     columns: List[str]
-    rows: List[tuple]  # the rows kept (at most `keep`)
+    rows: List[tuple]  # the rows kept (at most `keep`, within the byte budget)
     total: int  # rows the statement returned
     elapsed: float  # seconds
 
 
-def _result_columns(description: Any) -> List[str]:
-    """The statement's column names, made unique ("id", "id_2") so rows can become records."""
+def _result_columns(names: Iterable[str]) -> List[str]:
+    """The statement's column names, made unique ("id", "id_2") so rows can become records
+    (each cut to _QUERY_CELL characters: a name is the SQL's own text, `SELECT '...long'`)."""
     out: List[str] = []
     seen = set()
-    for d in description or []:
-        name, n = str(d[0]), 1
-        while name in seen:
+    for name in names:
+        name = str(name)[:_QUERY_CELL]
+        unique, n = name, 1
+        while unique in seen:
             n += 1
-            name = f"{d[0]}_{n}"
-        seen.add(name)
-        out.append(name)
+            unique = f"{name}_{n}"
+        seen.add(unique)
+        out.append(unique)
     return out
 
 
-def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float,
-               max_chars: int) -> _QueryResult:
-    """Run one read-only statement over `table`: the first `keep` rows (all when None, then at
-    most about `max_chars` characters of them) and the number of rows in all. ToolError for a
-    refused statement, a syntax error, an unknown column, the time limit or the size bound."""
-    with table.lock:
-        if table.closed:
-            raise _Closed()
-        table.refused = []
-        start = time.monotonic()
-        table.deadline = start + timeout
-        kept: List[tuple] = []
-        total = used = 0
+def _worker_cell(value: Any) -> Any:
+    """A cell as the worker sent it: a blob back to bytes, a cut value as _Cut."""
+    if not isinstance(value, dict):
+        return value
+    if "x" in value:
+        hexed, n = str(value["x"]), int(value["n"])
+        return bytes.fromhex(hexed) if len(hexed) == 2 * n else _Cut(hexed, n, True)
+    return _Cut(str(value["s"]), int(value["n"]), False)
+
+
+def _read_worker(out: Any, limit: int) -> Tuple[List[str], List[tuple], dict]:
+    """(columns, rows, the end message) from a worker's stdout, at most `limit` bytes of it:
+    the end is {} when it ended without one (killed, or it died)."""
+    columns: List[str] = []
+    rows: List[tuple] = []
+    used = 0
+    try:
+        while True:
+            line = out.readline(limit - used + 1)
+            used += len(line)
+            if not line or not line.endswith(b"\n"):
+                return columns, rows, {"over": used} if used > limit else {}
+            msg = json.loads(line.decode("utf-8", "replace"))
+            if isinstance(msg, list):
+                rows.append(tuple(map(_worker_cell, msg)))
+            elif "columns" in msg:
+                columns = _result_columns(msg["columns"])
+            else:
+                return columns, rows, msg
+    except (ValueError, TypeError, KeyError, AttributeError, OSError):  # not its protocol
+        return columns, rows, {}
+
+
+def _in_worker(job: dict, limit: int, deadline: float,
+               on_cancel: Optional[Callable[[Callable[[], None]], None]],
+               take: Callable[[], Any], give: Callable[[Any, bool], None]
+               ) -> Tuple[List[str], List[tuple], dict, List[str]]:
+    """Run `job` in a worker from `take`, given back to `give` with whether it answered:
+    (columns, rows, end, why it was killed: "time" at the deadline, "cancel" when the request
+    is cancelled, or nothing)."""
+    proc = take()
+    stopped: List[str] = []
+    guard = threading.Lock()
+    answered: List[bool] = []  # set once the query is over: no kill after that
+
+    def stop(why: str) -> None:
+        with guard:
+            if answered:
+                return
+            stopped.append(why)
+        proc.kill()
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), stop, ("time",))
+    timer.daemon = True
+    timer.start()
+    columns: List[str] = []
+    rows: List[tuple] = []
+    end: dict = {}
+    try:
+        if on_cancel is not None:
+            on_cancel(lambda: stop("cancel"))
         try:
-            cur = table.db.execute(sql)
-            columns = _result_columns(cur.description)
-            while True:
-                batch = cur.fetchmany(1000)
-                if not batch:
-                    break
-                total += len(batch)
-                if keep is None:
-                    used += sum(len(str(v)) + 1 for row in batch for v in row)
-                    if used > max_chars:
-                        raise ToolError(f"The query's result is larger than "
-                                        f"{max_chars // (1 << 20)} MB (query.max_result_mb in "
-                                        f"Abstract's settings); select fewer rows or columns.")
-                    kept.extend(batch)
-                elif len(kept) < keep:
-                    kept.extend(batch[:keep - len(kept)])
-        except (sqlite3.Error, sqlite3.Warning) as e:  # Warning: a second statement (Python < 3.12)
-            raise _query_error(table, e, timeout, sql) from None
-        finally:
-            table.deadline = 0.0
-    return _QueryResult(columns, kept, total, time.monotonic() - start)
+            proc.stdin.write(json.dumps(job).encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:  # (a worker that died says nothing: the caller reports it)
+            pass
+        columns, rows, end = _read_worker(proc.stdout, limit)
+    finally:
+        timer.cancel()
+        with guard:
+            answered.append(True)
+            # (it answered: rows, or SQLite's refusal; not when it ran out of memory or time)
+            ok = not stopped and ("total" in end or "error" in end and end.get(
+                "kind") != "MemoryError" and end.get("error") != "interrupted")
+        give(proc, ok)
+    return columns, rows, end, stopped
+
+
+def _query_job(table: _Table, sql: str, keep: Optional[int], timeout: float, max_chars: int,
+               memory_mb: float) -> dict:
+    """What a worker is told: the file, the statement and every bound (see _QUERY_WORKER)."""
+    memory = int(memory_mb * (1 << 20))
+    return {"uri": Path(table.path).as_uri() + "?mode=ro&immutable=1", "sql": sql, "keep": keep,
+            "budget": max_chars if keep is None else 4 * max_chars, "cell": max_chars,
+            "floor": _QUERY_CELL, "timeout": timeout, "cpu": int(timeout) + 2, "memory": memory,
+            "heap": memory // 2, "value": _QUERY_MAX_VALUE,
+            # the page cache, and as much for a sort: within the heap, with room for values;
+            # the table's file mapped (a quarter: mapping counts in the address space)
+            "cache_kb": min(_QUERY_CACHE_KB, memory >> 13), "mmap": memory // 4,
+            "functions": sorted(_QUERY_FUNCTIONS), "vtabs": _QUERY_VTABS, "table": _QUERY_TABLE}
+
+
+def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max_chars: int,
+               memory_mb: float = 256.0,
+               on_cancel: Optional[Callable[[Callable[[], None]], None]] = None,
+               tables: Optional[_Tables] = None) -> _QueryResult:
+    """Run one read-only statement over `table` in a worker process (from `tables`; without,
+    a new one, ended after): the first `keep` rows, cells cut to `max_chars` and fewer when they
+    would not fit in the answer (see _QUERY_WORKER), or with keep None every row, within
+    max_chars bytes of JSON; and the number of rows in all. The worker is killed at the time
+    limit, or when the hook given to `on_cancel` runs (_Cancelled). ToolError for a refused
+    statement, a syntax error, an unknown column, the time, memory or size limit."""
+    if not table.acquire():
+        raise _Closed()
+    start = time.monotonic()
+    job = _query_job(table, sql, keep, timeout, max_chars, memory_mb)
+    path = table.path
+    try:
+        if tables is None:
+            take, give = _start_worker, lambda proc, ok: _end_worker(proc, kill=not ok)
+        else:
+            take, give = lambda: tables.worker(path), lambda proc, ok: tables.done(path, proc, ok)
+        # (the slack: rows of cells cut to _QUERY_CELL past the budget, a table's worth)
+        columns, rows, end, stopped = _in_worker(job, job["budget"] + 64 * max_chars + (1 << 20),
+                                                 start + timeout, on_cancel, take, give)
+    finally:
+        table.release()
+    if "total" in end:
+        return _QueryResult(columns, rows, int(end["total"]), time.monotonic() - start)
+    if "cancel" in stopped:
+        raise _Cancelled()
+    if "time" in stopped or end.get("error") == "interrupted":
+        raise ToolError(f"The query ran longer than {timeout:g} s and was stopped "
+                        f"(query.timeout_seconds in Abstract's settings). Narrow it: a WHERE, a "
+                        f"LIMIT, fewer joins.")
+    if "over" in end:
+        raise ToolError(f"The query's result is larger than {max_chars // (1 << 20)} MB "
+                        f"(query.max_result_mb in Abstract's settings); select fewer rows or "
+                        f"columns.")
+    if "error" in end:
+        raise _query_error(table.columns, end, sql, memory_mb)
+    raise ToolError(f"The query's worker process ended without an answer: most likely it needed "
+                    f"more than {memory_mb:g} MB of memory (query.worker_memory_mb in Abstract's "
+                    f"settings). Narrow it: fewer or shorter values, a LIMIT.")
 
 
 def _sql_verb(sql: str) -> str:
@@ -10281,21 +11814,34 @@ def _sql_verb(sql: str) -> str:
     return f"{m.group(1)} {m.group(2)}".upper() if m else "changing the schema"
 
 
-def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolError:
+def _refusal(action: int, arg1: Any, arg2: Any, sql: str) -> str:
+    """What the authorizer refused, for the model: "DELETE", "the function x()", ..."""
+    if str(arg1).startswith("sqlite_") and action in (9, 18, 23):
+        # (CREATE, DROP: the first thing a schema change asks for)
+        return _sql_verb(sql)
+    what = _SQL_ACTIONS.get(action, f"action {action}")
+    return {20: f"reading table {arg1}", 31: f"the function {arg2}()", 19: f"PRAGMA {arg1}",
+            24: "ATTACH"}.get(action, what)
+
+
+def _query_error(columns: List[str], end: dict, sql: str, memory_mb: float) -> ToolError:
     """A failed statement as the model's error: what was refused, or SQLite's own message."""
-    msg = str(e)
-    cols = ", ".join(table.columns)
-    if table.refused:
-        said = [_sql_verb(sql) if d == "changing the schema" else d
-                for d in dict.fromkeys(table.refused)]
+    msg = str(end.get("error"))
+    cols = ", ".join(columns)
+    refused = [r for r in end.get("refused") or () if isinstance(r, list) and len(r) == 3]
+    if refused:
+        said = dict.fromkeys(_refusal(int(a), b, c, sql) for a, b, c in refused)
         return ToolError(f"Refused: {'; '.join(said)}. query_output runs one read-only "
                          f"SELECT (WITH allowed) over the table {_QUERY_TABLE}: it may read "
-                         f"{_QUERY_TABLE} (and json_each/json_tree) and call functions, nothing "
-                         f"else.")
-    if msg == "interrupted":
-        return ToolError(f"The query ran longer than {timeout:g} s and was stopped "
-                         f"(query.timeout_seconds in Abstract's settings). Narrow it: a WHERE, a "
-                         f"LIMIT, fewer joins.")
+                         f"{_QUERY_TABLE} (and json_each/json_tree) and call SQLite's aggregate, "
+                         f"window, string, math, date and time and JSON functions, nothing else.")
+    if end.get("kind") == "MemoryError" or "out of memory" in msg:
+        return ToolError(f"The query needed more than {memory_mb:g} MB of memory and was stopped "
+                         f"(query.worker_memory_mb in Abstract's settings). Narrow it: fewer or "
+                         f"shorter values, a LIMIT.")
+    if "too big" in msg:
+        return ToolError(f"The query made a value longer than {_QUERY_MAX_VALUE >> 20} MB, the "
+                         f"longest a query may make (SQLite: {msg}).")
     if "one statement at a time" in msg:
         return ToolError("Give one statement only (a single SELECT; a trailing ';' is fine).")
     if msg.startswith("no such column"):
@@ -10307,27 +11853,196 @@ def _query_error(table: _Table, e: Exception, timeout: float, sql: str) -> ToolE
     if "syntax error" in msg or "incomplete input" in msg or "unrecognized token" in msg:
         return ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table "
                          f"{_QUERY_TABLE}.")
-    return ToolError(f"The query failed (SQLite: {msg}).")
+    return ToolError(f"The query failed (SQLite: {msg[:500]}).")
+
+
+# SQL's tokens, enough to find names, literals and the outermost select list: comments and
+# blanks (skipped), strings, quoted names, words, numbers, then operators one or two characters.
+_SQL_TOKEN = re.compile(r"""\s+|--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*'?|"(?:[^"]|"")*"?"""
+                        r"""|\[[^\]]*\]?|`(?:[^`]|``)*`?|[^\W\d][\w$]*|\d[\w.]*"""
+                        r"""|->>|->|\|\||[<>=!]=|<>|.""", re.S)
+
+
+# Longest statement _sql_tokens reads (for _json_columns and _boolean_note): a longer one (a
+# huge IN list) keeps every value as text and gets no note. Tokens cost ~100 bytes each: a 6 MB
+# statement SQLite runs in 3 s took 7 s and 600 MB more to read.
+_SQL_SCAN_MAX = 100_000
+
+
+def _sql_tokens(sql: str) -> List[str]:
+    """The statement's tokens, comments and blanks left out; none past _SQL_SCAN_MAX."""
+    if len(sql) > _SQL_SCAN_MAX:
+        return []
+    return [t for t in _SQL_TOKEN.findall(sql) if not t[:1].isspace() and t[:2] not in ("--", "/*")]
+
+
+def _sql_unquoted(token: str) -> str:
+    """A name as SQLite reads it: quotes removed, case folded."""
+    if token[:1] in ('"', "`", "[") and len(token) > 1:
+        token = token[1:-1].replace(token[0] * 2, token[0]) if token[0] != "[" else token[1:-1]
+    return token.casefold()
+
+
+# Functions whose value SQLite marks as JSON (its JSON subtype, which Python cannot see): a
+# result column that is a call of one of them, or an a -> b, holds JSON, not text.
+_SQL_JSON_FUNCTIONS = frozenset(("json", "json_array", "json_object", "json_group_array",
+                                 "json_group_object", "json_insert", "json_replace", "json_set",
+                                 "json_remove", "json_patch", "json_quote"))
+_SQL_CLAUSES = frozenset(("from", "where", "group", "having", "window", "order", "limit"))
+_SQL_COMPOUND = frozenset(("union", "intersect", "except"))
+# words that make an expression something other than its operands: a -> b AND c is no JSON
+_SQL_WORD_OPERATORS = frozenset(("and", "or", "not", "is", "in", "like", "glob", "match",
+                                 "regexp", "between", "escape", "collate", "case", "cast",
+                                 "exists", "isnull", "notnull", "distinct"))
+
+
+def _sql_depths(tokens: List[str]) -> List[int]:
+    """The depth of parentheses each token is at (a bracket itself counts as outside)."""
+    out, depth = [], 0
+    for t in tokens:
+        if t == ")":
+            depth = max(depth - 1, 0)
+        out.append(depth)
+        if t == "(":
+            depth += 1
+    return out
+
+
+def _sql_is_json(expr: List[str], depths: List[int]) -> bool:
+    """Whether one result column (its tokens, an alias after it) is a JSON function's call or
+    an a -> b: the two kinds of expression whose value SQLite makes as JSON."""
+    top = [t for t, d in zip(expr, depths) if d == depths[0]]  # (a call's brackets, not inside)
+    names = [t[:1] in '"`[_' or t[:1].isalpha() for t in top]
+    if len(top) >= 2 and top[-2].casefold() == "as":
+        top = top[:-2]
+    elif len(top) >= 2 and names[-1] and top[-2].casefold() not in _SQL_WORD_OPERATORS and (
+            top[-2] == ")" or names[-2] or top[-2][:1] in "'0123456789"):
+        top = top[:-1]  # a bare alias: a name right after an operand
+    if len(top) >= 3 and top[0].casefold() in _SQL_JSON_FUNCTIONS and top[1:3] == ["(", ")"]:
+        rest = top[3:]  # FILTER (...) / OVER (...) / OVER name after an aggregate
+        if not rest or rest[0].casefold() in ("filter", "over"):
+            return True
+    ops = [t for t in top if not (t[:1].isalnum() or t[:1] in "_'\"`[().")]
+    words = {t.casefold() for t in top if t[:1].isalpha()}
+    return bool(ops) and set(ops) == {"->"} and not words & _SQL_WORD_OPERATORS
+
+
+def _json_columns(sql: str, width: int) -> List[int]:
+    """The result columns (their indexes, of `width`) whose values SQLite made as JSON: in the
+    outermost SELECT, a column that is a call of a JSON function (_SQL_JSON_FUNCTIONS) or an
+    a -> b, in every SELECT of a compound; a * stands for the columns it must (one * at most)."""
+    tokens = _sql_tokens(sql)
+    depths = _sql_depths(tokens)
+    flags: Optional[List[bool]] = None
+    i = 0
+    if tokens[:1] and tokens[0].casefold() == "with":  # to the main SELECT, past the CTEs
+        while i < len(tokens) and not (depths[i] == 0 and tokens[i].casefold() == "select"):
+            i += 1
+    while i < len(tokens) and tokens[i].casefold() == "select" and depths[i] == 0:
+        i += 1
+        if i < len(tokens) and tokens[i].casefold() in ("distinct", "all"):
+            i += 1
+        items: List[Tuple[int, int]] = []
+        start = i
+        while i < len(tokens) and not (depths[i] == 0 and (tokens[i].casefold() in _SQL_CLAUSES
+                                                           or tokens[i].casefold() in _SQL_COMPOUND
+                                                           or tokens[i] == ";")):
+            if depths[i] == 0 and tokens[i] == ",":
+                items.append((start, i))
+                start = i + 1
+            i += 1
+        items.append((start, i))
+        arm = _arm_flags(tokens, depths, items, width)
+        flags = arm if flags is None else [a and b for a, b in zip(flags, arm)]
+        while i < len(tokens) and not (depths[i] == 0 and tokens[i].casefold() in _SQL_COMPOUND):
+            i += 1  # past FROM ... to the next SELECT of a compound, if any
+        i += 1
+        if i < len(tokens) and tokens[i].casefold() == "all":
+            i += 1
+        if i < len(tokens) and tokens[i].casefold() != "select":  # VALUES: no JSON
+            return []
+    return [n for n, f in enumerate(flags or []) if f]
+
+
+def _arm_flags(tokens: List[str], depths: List[int], items: List[Tuple[int, int]],
+               width: int) -> List[bool]:
+    """For one SELECT's result columns (token ranges): which of the `width` columns are JSON."""
+    stars = [a for a, b in items if tokens[b - 1:b] == ["*"] and (b - a == 1 or
+                                                                  tokens[b - 2] == ".")]
+    if len(stars) > 1:  # where each * ends is unknown: none is taken for JSON
+        return [False] * width
+    flags: List[bool] = []
+    for a, b in items:
+        if a in stars:
+            flags.extend([False] * max(width - (len(items) - 1), 0))
+        else:
+            flags.append(b > a and _sql_is_json(tokens[a:b], depths[a:b]))
+    return (flags + [False] * width)[:width]
+
+
+def _boolean_note(table: _Table, sql: str) -> str:
+    """A note for a statement that names a column of booleans and quotes 'true' or 'false':
+    SQLite holds them as 1 and 0, so the quoted word equals none of them. "true" counts too
+    unless a column has that name: SQLite reads a double-quoted name that is no column as a
+    string (https://sqlite.org/quirks.html#dblquote)."""
+    if not table.booleans:
+        return ""
+    tokens = _sql_tokens(sql)
+    columns = {c.casefold() for c in table.columns}
+    if not any(t.casefold() in ("'true'", "'false'") or t[:1] == '"' and _sql_unquoted(t) in
+               ("true", "false") and _sql_unquoted(t) not in columns for t in tokens):
+        return ""
+    names = {_sql_unquoted(t) for t in tokens}
+    cols = [c for c in table.booleans if c.casefold() in names]
+    if not cols:
+        return ""
+    c = cols[0] if re.fullmatch(r"[A-Za-z_]\w*", cols[0]) else _sql_name(cols[0])
+    return (f"{', '.join(cols)} {'holds' if len(cols) == 1 else 'hold'} booleans as 1 (true) and "
+            f"0 (false), so the text 'true' or 'false' equals none of them: write {c} = 1, "
+            f"{c} = true (unquoted), or just WHERE {c}")
 
 
 def _cell(value: Any) -> str:
     """A value on one line of the answer's table, cut at _QUERY_CELL characters."""
     if value is None:
         return "null"
-    if isinstance(value, bytes):
+    cut = isinstance(value, _Cut)
+    if cut:
+        value = "x'" + value.text[:_QUERY_CELL] + "'" if value.blob else value.text[:_QUERY_CELL]
+    elif isinstance(value, bytes):
         value = "x'" + value[:_QUERY_CELL // 2].hex() + "'"
     text = str(value).replace("\\", "\\\\").replace("\n",
                                                     "\\n").replace("\r", "\\r").replace("|", "\\|")
-    return text if len(text) <= _QUERY_CELL else text[:_QUERY_CELL - 1] + "…"
+    if len(text) > _QUERY_CELL or cut:
+        return text[:_QUERY_CELL - 1] + "…"
+    return text
 
 
 def _json_cell(value: Any) -> Any:
-    """A value for JSON: blobs as hex text, infinities as text."""
+    """A value for JSON: blobs as hex text, infinities as text (a cut value: its start)."""
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, _Cut):
+        return value.text
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+def _result_records(res: _QueryResult, sql: str, count: int) -> List[Dict[str, Any]]:
+    """The first `count` rows as records (structuredContent, a stored file): the cells of a
+    column SQLite made as JSON (_json_columns) are the JSON values they hold, any other text
+    stays text, however much it looks like JSON."""
+    made = _json_columns(sql, len(res.columns))
+    out = []
+    for row in res.rows[:count]:
+        cells = list(map(_json_cell, row))
+        for i in made:
+            if isinstance(row[i], str):  # (SQL NULL stays null; json('1e999') stays text)
+                with contextlib.suppress(FormatError):
+                    cells[i] = _load_json(row[i])
+        out.append(dict(zip(res.columns, cells)))
+    return out
 
 
 def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tuple[str, int]:
@@ -10389,6 +12104,15 @@ class _ToolContext:
         self.links = links  # --http: the signed download link of a cached output
 
 
+def _text_arg(key: str, v: str) -> str:
+    """`v` if it is text; a ToolError for a lone surrogate, which no file, database or UTF-8
+    stream can hold."""
+    why = _unicode_problem(v)
+    if why:
+        raise ToolError(f"Argument '{key}' {why}: send valid Unicode text.")
+    return v
+
+
 class _Call:
     """One tools/call being handled: the arguments, the client request, the tools' context."""
 
@@ -10404,7 +12128,7 @@ class _Call:
             return None
         if not isinstance(v, str):
             raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
-        return v
+        return _text_arg(key, v)
 
     def required(self, key: str) -> str:
         """A string argument the tool cannot do without: present and not empty."""
@@ -10413,7 +12137,7 @@ class _Call:
             raise ToolError(f"Missing required argument '{key}' (a string).")
         if not isinstance(v, str) or not v:
             raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
-        return v
+        return _text_arg(key, v)
 
     def obj(self, key: str) -> dict:
         v = self.args.get(key)
@@ -10501,10 +12225,18 @@ def _sandboxed(hint: str = "") -> Iterator[None]:
 class _Stored:
     """A file written by a store, for the answer."""
 
-    __slots__ = ("path", "fmt", "size", "mime", "sha256")
+    __slots__ = ("path", "fmt", "size", "mime", "sha256", "dims")
 
-    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "") -> None:
+    def __init__(self, path: str, fmt: str, size: int, mime: str, sha256: str = "",
+                 dims: Optional[Tuple[int, int]] = None) -> None:
         self.path, self.fmt, self.size, self.mime, self.sha256 = path, fmt, size, mime, sha256
+        self.dims = dims  # an image's (width, height), where its header tells it
+
+    def about(self) -> str:
+        """'image/png, 704 bytes, 120 x 80 pixels': a binary file for the model (never its
+        bytes)."""
+        dims = f", {self.dims[0]:,} x {self.dims[1]:,} pixels" if self.dims else ""
+        return f"{self.mime}, {_plural(self.size, 'byte')}{dims}"
 
 
 _FORMAT_MIME = {"json": "application/json", "csv": "text/csv", "tsv": "text/tab-separated-values",
@@ -10530,7 +12262,8 @@ def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]
         # for the catalog, without reading the file back
         digest = hashlib.sha256(b.data).hexdigest()
         mime = b.mime or "application/octet-stream"
-        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest))
+        out.append(_Stored(path, b.ext.lstrip("."), len(b.data), mime, digest,
+                           _image_dims(b.data)))
     return out
 
 
@@ -10678,6 +12411,9 @@ def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) 
     """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
     model's error, naming the folder."""
     also = f" ({written.path} was written before it failed)" if written is not None else ""
+    if e.errno == errno.ECANCELED:  # _Temps.stop(): nothing to fix
+        return ToolError(f"The file was not written in {directory}: Abstract is shutting "
+                         f"down{also}.")
     return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some "
                      f"space or fix the folder, or store in another allowed directory "
                      f"(storage_path).")
@@ -10693,8 +12429,9 @@ def _data_notes(call: _Call, data_file: Optional[_Stored], data: Any) -> List[st
         return []
     if isinstance(data, str):
         lines = data.count("\n") + (1 if data and not data.endswith("\n") else 0)
-        return [f"Shape: text, {_plural(lines, 'line')}."]
-    out = [_shape(data, 600)] if data is not None else []
+        hint = _query_hint(data_file.path, data) if "query_output" in call.ctx.offered else ""
+        return [f"Shape: text, {_plural(lines, 'line')}."] + [hint] * bool(hint)
+    out = [_shape(data, 600, data_file.fmt in ("csv", "tsv"))] if data is not None else []
     if data_file.fmt in _QUERYABLE and "query_output" in call.ctx.offered:
         records = data if data_file.fmt not in ("csv", "tsv") else _as_records(data)[0]
         hint = _query_hint(data_file.path, records)
@@ -10715,6 +12452,8 @@ def _store_answer(call: _Call, server: str, tool: str, description: str,
         info["rows"], info["columns"] = conv.rows, len(conv.columns or [])
         lines.append(f"{_plural(conv.rows, 'row')} x {_plural(len(conv.columns or []), 'column')}, "
                      f"{first.size:,} bytes.")
+    elif data_file is None:  # a binary: its type, size and dimensions, never its base64
+        lines.append(first.about() + ".")
     else:
         lines.append(f"{_plural(first.size, 'byte')}.")
     if data_file is not None and data_file.path.lower().endswith(".gz"):
@@ -10722,7 +12461,10 @@ def _store_answer(call: _Call, server: str, tool: str, description: str,
     if blobs:
         info["files"] = [{"path": b.path, "uri": _file_uri(b.path), "mimeType": b.mime,
                           "bytes": b.size} for b in blobs]
-        lines.extend(f"Also stored {b.mime} ({b.size:,} bytes): {b.path}"
+        for b, entry in zip(blobs, info["files"]):
+            if b.dims:
+                entry["width"], entry["height"] = b.dims
+        lines.extend(f"Also stored {b.about()}: {b.path}"
                      for b in (blobs if data_file else blobs[1:]))
     notes = list(getattr(conv, "notes", None) or [])
     if notes:
@@ -10834,15 +12576,29 @@ def _first_sentence(text: str, limit: int = 150) -> str:
     if m is not None:
         text = text[:m.end()]
     if len(text) > limit:
-        cut = text.rfind(" ", 0, limit - 1)
-        text = text[:cut if cut > limit // 2 else limit - 1].rstrip(",;:- ") + "…"
+        text = text[:_word_cut(text, limit - 1)].rstrip(",;:- ") + "…"
     return text
+
+
+def _tool_summary(desc: str, limit: int = 150) -> str:
+    """A tool's one-line summary: its first sentence, plus the sentence that says it is
+    deprecated when that comes later ("DEPRECATED: Use read_text_file instead.")."""
+    first = _first_sentence(desc, limit)
+    m = _DEPRECATED.search(desc)
+    if m is None or _DEPRECATED.search(first):
+        return first
+    dot = desc.rfind(". ", 0, m.start())
+    start = max(dot + 2 if dot >= 0 else 0, desc.rfind("\n", 0, m.start()) + 1)
+    warn = _first_sentence(desc[start:], limit // 2)
+    return f"{_first_sentence(desc, limit - len(warn) - 1)} {warn}"
 
 
 def _tool_list_available_tools(call: _Call) -> dict:
     """Every upstream's tools (or one server's, filter_by_server), asked of all at once; with
-    `query`, ranked by the tool index. A server that fails is listed with its error rather than
-    failing the listing; the compact form gives each tool's first sentence only."""
+    `query`, ranked by the tool index. A server that fails is listed with its error (and when it
+    is tried again) rather than failing the listing; one still starting after _LIST_WAIT_S (one
+    server asked for by name: the call's own time limit) is named as such, its start going on.
+    The compact form gives each tool's first sentence only."""
     ups = call.ctx.upstreams
     detailed, only = call.flag("detailed"), call.string("filter_by_server")
     query = call.string("query")
@@ -10856,9 +12612,19 @@ def _tool_list_available_tools(call: _Call) -> dict:
                         f"restart Abstract.")
     lists: Dict[str, List[dict]] = {}
     failed: List[dict] = []
-    for name, got in ups.each(lambda up: up.tools(), names).items():
-        if isinstance(got, Exception):
-            failed.append({"server": name, "error": getattr(got, "message", None) or str(got)})
+    # (one server asked for by name waits as a call does)
+    wait = None if only is not None else _LIST_WAIT_S
+    for name, got in ups.each(lambda up: up.tools(_WAIT_MAX_S if wait else None), names,
+                              wait).items():
+        if isinstance(got, _StillStarting):
+            failed.append({"server": name, "starting": True, "since_s": round(got.since),
+                           "error": got.message})
+        elif isinstance(got, Exception):
+            failed.append({"server": name,
+                           "error": _clean(getattr(got, "message", None) or str(got))})
+            retry = ups.get(name).retry_in()
+            if retry:
+                failed[-1]["retry_in_s"] = math.ceil(retry)
         else:
             lists[name] = got
     lists = {n: lists[n] for n in names if n in lists}  # config order, whichever answered first
@@ -10872,8 +12638,12 @@ def _tool_list_available_tools(call: _Call) -> dict:
     out: dict = {"tools": entries, "total_tools": total}
     if query is not None:
         out["query"] = query
-    if failed:
-        out["failed_servers"] = failed
+    starting = [f for f in failed if f.get("starting")]
+    if len(starting) < len(failed):
+        out["failed_servers"] = [f for f in failed if not f.get("starting")]
+    if starting:
+        out["starting_servers"] = [{"server": f["server"], "since_s": f["since_s"]}
+                                   for f in starting]
     if detailed:
         return _text_result(_dumps(out), out)
     return _text_result(_listing_text(entries, failed, query, total), out)
@@ -10884,7 +12654,7 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
     desc = tool.get("description")
     desc = desc if isinstance(desc, str) else ""  # an upstream may send anything
     e: dict = {"server": server, "tool": tool["name"], "description": desc if detailed
-               else _first_sentence(desc)}
+               else _tool_summary(desc)}
     if score is not None:
         e["score"] = score
     if detailed:
@@ -10895,7 +12665,8 @@ def _tool_entry(server: str, tool: dict, detailed: bool, score: Optional[float] 
 def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] = None,
                   total: int = 0) -> str:
     """The compact listing for the model: a line per tool under its server (search hits: best
-    first, each with its server and score), then the servers that failed."""
+    first, each with its server and score), then the servers that failed; control characters
+    escaped (structuredContent keeps the names as the servers gave them)."""
     how = ("Call one with call_tool (server, tool_name, tool_args); list_tool_details shows its "
            "arguments.")
     if query is None:
@@ -10917,8 +12688,15 @@ def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] 
             server = e["server"]
             lines.append(f"[{server}]")
         lines.append(line)
-    lines.extend(f"[{f['server']}] not available: {f['error']}" for f in failed)
-    return "\n".join(lines)
+    for f in failed:
+        if f.get("starting"):
+            lines.append(f"[{f['server']}] {f['error']}")
+            continue
+        again = f.get("retry_in_s")
+        after = (f" It is started again on a call made {again} s from now or later."
+                 if again and "not restarted for another" not in f["error"] else "")
+        lines.append(f"[{f['server']}] not available: {f['error']}{after}")
+    return _escape_controls("\n".join(lines))  # (the servers' names and words: ESC, BEL, ...)
 
 
 def _find_tool(up: Upstream, tool: str) -> dict:
@@ -11032,6 +12810,10 @@ def _cached_answer(entry: _CacheEntry, ex: _Extracted, text: str, preview_chars:
     for b, path in zip(ex.blobs, entry.files or []):
         lines.append(f"{b.mime or b.kind} item ({len(b.data):,} bytes) cached as {path}")
     lines.append(_more_hint(entry, ex.data, recs, min(preview_chars, len(text))))
+    if isinstance(ex.data, str):
+        lines.append(f'Find lines: retrieve_cached_output {{"token": "{entry.token}", "pattern": '
+                     f'"error"}} gives the lines that contain it (case ignored), numbered, '
+                     f'with 2 lines around each.')
     hint = _query_hint(entry.token, ex.data) if can_query and ex.has_data and not ex.blobs else ""
     if hint:
         lines.append(hint)
@@ -11180,6 +12962,88 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
                    "next_offset": end if end < len(text) else None}
 
 
+_GREP_LINE = 2000  # characters of a line a pattern search shows (the rest: by start_line)
+_GREP_PATTERN = 1000  # longest pattern
+
+
+def _grep_block(text: str, rx: Any, start: int, n: int, lo: int, hi: int
+                ) -> Tuple[List[str], List[int], int]:
+    """Lines lo..hi around line `n` (which starts at offset `start`), numbered as grep -n does
+    ("12: " a matching line, "11- " one around it), the numbers of those that match, and the
+    offset after line hi."""
+    pos = start
+    for _ in range(n - lo):  # back to line lo
+        pos = text.rfind("\n", 0, pos - 1) + 1
+    out, hits = [], []
+    for k in range(lo, hi + 1):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end].rstrip("\r")
+        cut = line[:_GREP_LINE] + (" [...]" if len(line) > _GREP_LINE else "")
+        hit = rx.search(line) is not None
+        out.append(f"{k}{':' if hit else '-'} {cut}")
+        hits.extend([k] * hit)
+        pos = end + 1
+    return out, hits, pos
+
+
+def _grep_fit(lines: List[str], room: int, first: bool) -> int:
+    """How many of `lines` (from the first) fit in `room` characters, a newline after each; at
+    least one when they are the `first` shown (it is cut to the window)."""
+    take = 0
+    for line in lines:
+        room -= len(line) + 1
+        if room < 0 and (take or not first):
+            break
+        take += 1
+    return take
+
+
+def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str, dict]:
+    """The lines of `text` that contain `pattern` (case ignored; plain text, never a regular
+    expression), with `context` lines around each, from start_line to end_line, within `limit`
+    characters; the matches are found by re in C, a literal pattern costing linear time."""
+    if not pattern or "\n" in pattern or len(pattern) > _GREP_PATTERN:
+        raise ToolError(f"pattern must be one line of 1 to {_GREP_PATTERN:,} characters (plain "
+                        f"text, case ignored).")
+    context = call.integer("context", 2, maximum=10)
+    first = call.integer("start_line", 1, minimum=1)
+    total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    last = min(call.integer("end_line", total, minimum=1), total)
+    if call.optional_int("end_line", minimum=1) is not None and last < first:
+        raise ToolError(f"end_line ({last}) is before start_line ({first}).")
+    rx = re.compile(re.escape(pattern), re.IGNORECASE)
+    pos, stop, n = _skip_lines(text, first - 1), _skip_lines(text, last), first
+    out: List[str] = []
+    hits: List[int] = []
+    used, shown, more = 0, first - 1, None  # characters; the last line shown; where to go on
+    while True:
+        m = rx.search(text, pos, stop)
+        if m is None:
+            break
+        start = text.rfind("\n", 0, m.start()) + 1
+        n += text.count("\n", pos, start)
+        lo, hi = max(n - context, shown + 1, first), min(n + context, last)
+        block, found, after = _grep_block(text, rx, start, n, lo, hi)
+        sep = ["--"] * bool(lo > shown + 1 and out)
+        take = _grep_fit(block, limit - used - 3 * len(sep), not out)
+        if take < len(block):  # the lines that fit; the next call starts at the first that did not
+            more = lo + take
+        if not take:
+            break
+        out.extend(sep + block[:take])
+        used += sum(len(b) + 1 for b in sep + block[:take])
+        hits.extend(k for k in found if k < lo + take)
+        if more:
+            break
+        shown, pos, n = hi, min(after, len(text)), hi + 1
+        if pos >= stop:
+            break
+    return "\n".join(out)[:limit], {
+        "pattern": pattern, "start_line": first, "end_line": more - 1 if more else last,
+        "total_lines": total, "matching_lines": hits, "next_line": more}
+
+
 def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
     """A window of the records the data holds (record_offset, record_count), one compact JSON
     record a line, within `limit` characters (a record longer than that is cut)."""
@@ -11247,6 +13111,16 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
         raise ToolError("Give record_offset/record_count, or offset/length, or "
                         "start_line/end_line: one way to page.")
+    pattern = call.string("pattern")
+    if pattern is not None:
+        if any(k in call.args for k in ("offset", "length", "pointer", "record_offset",
+                                        "record_count")):
+            raise ToolError("pattern searches lines: give it alone, or with start_line/end_line "
+                            "(where to search) and context.")
+        chunk, where = _grep_window(cache.text(entry), pattern, call, limit)
+        return _grep_answer(entry, chunk, where)
+    if "context" in call.args:
+        raise ToolError("context needs pattern: the lines around each line that matches it.")
     value: Any = None
     got = None
     if pointer is not None or by_record:
@@ -11288,6 +13162,23 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
         status += (f" [line {where['truncated_line']} is longer than the window ({limit:,} "
                    f"characters) and was cut; read it whole by offset]")
     return {"content": [{"type": "text", "text": chunk}, {"type": "text", "text": status}],
+            "structuredContent": where}
+
+
+def _grep_answer(entry: _CacheEntry, chunk: str, where: dict) -> dict:
+    """retrieve_cached_output's answer to a pattern: the lines, then where the search stands."""
+    where.update({"token": entry.token, "expires_at": _utc(entry.expires)})
+    hits = len(where["matching_lines"])
+    span = (f"lines {where['start_line']:,}-{where['end_line']:,} of "
+            f"{where['total_lines']:,}")
+    if where["next_line"] is not None:
+        status = (f"[{_plural(hits, 'line')} matching {_dumps(where['pattern'])} in {span}; "
+                  f"more may follow: the same call with start_line={where['next_line']}]")
+    else:
+        status = (f"[{_plural(hits, 'line')} matching {_dumps(where['pattern'])} in {span}; "
+                  f"end of the search]")
+    return {"content": [{"type": "text", "text": chunk or "(no line matches)"},
+                        {"type": "text", "text": status}],
             "structuredContent": where}
 
 
@@ -11358,16 +13249,19 @@ def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[An
         raise ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
 
 
-def _load_input(call: _Call, file_path: str) -> Tuple[Any, str, str]:
-    """(data, format, real path) of an input file inside the sandbox."""
+def _load_input(call: _Call, file_path: str, parse: bool = True) -> Tuple[Any, str, str]:
+    """(data, format, real path) of an input file inside the sandbox (its text when not
+    `parse`)."""
     f, path, size = _open_input(call, file_path)
     limit = float(call.ctx.settings.get("max_input_file_mb"))
-    return _read_input(f, path, size, limit, "max_input_file_mb") + (path,)
+    return _read_input(f, path, size, limit, "max_input_file_mb", parse) + (path,)
 
 
-def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> Tuple[Any, str]:
+def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str,
+                parse: bool = True) -> Tuple[Any, str]:
     """(data, format) of the open input file `f`, at most `limit_mb` megabytes (the setting
-    named so), parsed by its extension (.gz unpacked first); `f` is closed."""
+    named so), parsed by its extension (.gz unpacked first), or its text as it is when not
+    `parse`; `f` is closed."""
     limit = int(limit_mb * 1024 * 1024)
     if size > limit:
         f.close()
@@ -11381,8 +13275,11 @@ def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str) -> 
     except UnicodeDecodeError as e:
         raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
                         f"(0x{raw[e.start]:02x}).") from None
+    text = text[1:] if text.startswith("\ufeff") else text
+    if not parse:
+        return text, fmt
     try:
-        return _parse_text(text[1:] if text.startswith("\ufeff") else text, fmt), fmt
+        return _parse_text(text, fmt), fmt
     except FormatError as e:
         raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
     # a reader without its own guard: still the model's error, not an internal one
@@ -11394,25 +13291,38 @@ _JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boo
                "array": (list,), "object": (dict,), "null": (type(None),)}
 
 
-def _check_args(tool: dict, args: dict) -> None:
-    """Refuse arguments that miss a required property or have the wrong top-level type."""
-    schema = tool.get("inputSchema") or {}
-    props = schema.get("properties") or {}
-    missing = [k for k in schema.get("required") or [] if k not in args]
+def _schema_kinds(tool: dict, key: str) -> List[str]:
+    """The JSON types the tool's inputSchema declares for the argument `key` ([] if none)."""
+    schema = tool.get("inputSchema")
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    prop = props.get(key) if isinstance(props, dict) else None
+    want = prop.get("type") if isinstance(prop, dict) else None
+    return [want] if isinstance(want, str) else [k for k in want if isinstance(k, str)] \
+        if isinstance(want, list) else []
+
+
+def _check_args(tool: dict, args: dict, source: str = "the file",
+                hint: Tuple[str, str] = ("", "")) -> None:
+    """Refuse arguments that miss a required property or have the wrong top-level type; the
+    data comes from `source`, and a mismatch of the argument hint[0] adds hint[1]."""
+    schema = tool.get("inputSchema")  # an upstream's: anything at all
+    required = schema.get("required") if isinstance(schema, dict) else None
+    missing = [k for k in required if isinstance(k, str) and k not in args] if isinstance(
+        required, list) else []
     if missing:
-        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither the "
-                        f"file nor tool_args provides (use data_key to put the file's data under "
-                        f"one argument).")
+        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
+                        f"{source} nor tool_args provides (use data_key to put {source}'s data "
+                        f"under one argument).")
     for key, value in args.items():
-        want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
-        kinds = [want] if isinstance(want, str) else want if isinstance(want, list) else []
+        kinds = _schema_kinds(tool, key)
         types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
         bad_bool = isinstance(value, bool) and bool not in types
         # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
         whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
         if types and (not isinstance(value, types) or bad_bool) and not whole:
             raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
-                            f"{' or '.join(kinds)}, but the file gives {type(value).__name__}.")
+                            f"{' or '.join(kinds)}, but {source} gives {type(value).__name__}"
+                            + (f"; {hint[1]}" if key == hint[0] and hint[1] else "") + ".")
 
 
 def _file_args(call: _Call, data: Any, path: str) -> dict:
@@ -11433,16 +13343,36 @@ def _file_args(call: _Call, data: Any, path: str) -> dict:
     return {**extra, key: data}
 
 
-def _input_data(call: _Call) -> Tuple[Any, str]:
-    """(data, where it came from) for file input: a file in the sandbox, or a cached output."""
+def _input_data(call: _Call, as_text: bool) -> Tuple[Any, str, str]:
+    """(data, where it came from, what the answer calls that) for file input: a file in the
+    sandbox, or a cached output; parsed, or its text as it is when `as_text` (a cached
+    output's text: its text items, else its text view)."""
     cached = _cached_source(call)
     if cached is not None:
         if call.args.get("file_path") is not None:
             raise ToolError("Give file_path or cache_token, not both.")
         cache, entry = cached
-        return _extract(cache.result(entry)).data, f"cached output {entry.token}"
-    data, _, path = _load_input(call, call.required("file_path"))
-    return data, path
+        where = f"cached output {entry.token}"
+        res = cache.result(entry)
+        if not as_text:
+            return _extract(res).data, where, "the cached output"
+        texts = _result_texts(res)
+        return ("\n".join(texts) if texts else cache.text(entry)), where, "the cached output"
+    data, _, path = _load_input(call, call.required("file_path"), parse=not as_text)
+    return data, path, "the file"
+
+
+def _data_as(call: _Call, spec: dict) -> bool:
+    """Whether the data goes as text: data_as says, else the data_key argument's declared type
+    (a string takes the text as it is)."""
+    how, key = call.string("data_as"), call.string("data_key")
+    if how not in (None, "text", "parsed"):
+        raise ToolError(f"data_as must be text or parsed, not {_dumps(how)[:40]}.")
+    if how == "text" and key is None:
+        raise ToolError('data_as "text" needs data_key: the argument that receives the text.')
+    if how is not None:
+        return how == "text"
+    return key is not None and {k for k in _schema_kinds(spec, key) if k != "null"} == {"string"}
 
 
 def _tool_call_tool_with_file_content(call: _Call) -> dict:
@@ -11459,10 +13389,15 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     out_fmt = call.string("output_format") or "json"
     if out_fmt not in ("json", "string"):
         raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
-    data, source = _input_data(call)
+    spec = _find_tool(call.ctx.upstreams.get(server), tool)
+    as_text = _data_as(call, spec)
+    data, source, what = _input_data(call, as_text)
     args = _file_args(call, data, source)
-    up = call.ctx.upstreams.get(server)
-    _check_args(_find_tool(up, tool), args)
+    key = call.string("data_key") or ""
+    kinds = _schema_kinds(spec, key) if key else []
+    hint = ('data_as "parsed" sends its data parsed' if as_text and set(kinds) - {"string"} else
+            f'data_as "text" sends {what}\'s text as it is' if "string" in kinds else "")
+    _check_args(spec, args, what, (key, hint))
     response_format = call.format("response_format")
     if response_format is not None:
         return _store_result(call, server, tool, response_format,
@@ -11485,10 +13420,18 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
 _QUERY_LIMIT_MAX = 1000
 
 
-def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[str, Any]]:
+def _text_lines(text: str) -> Iterator[Dict[str, Any]]:
+    """Plain text as records, a line each: n (1-based, as start_line counts: lines end at
+    "\n") and line (without its "\n" or "\r\n")."""
+    for n, line in enumerate(io.StringIO(text, newline="\n"), 1):
+        yield {"n": n, "line": line[:-2] if line.endswith("\r\n") else line.rstrip("\n")}
+
+
+def _query_records(data: Any, pointer: Optional[str], label: str) -> Iterable[Dict[str, Any]]:
     """The records to load: the list at records_pointer, else the one list of records the data
     holds, as the store path finds it. Text that is a CSV or TSV table gives its rows (cells
-    typed as the CSV file reader types them), JSON Lines text its lines."""
+    typed as the CSV file reader types them), JSON Lines text its lines, other text a record
+    a line (_text_lines)."""
     if isinstance(data, str):
         rows = _tabular_text(data, "csv")
         if isinstance(rows, list):
@@ -11499,8 +13442,10 @@ def _query_records(data: Any, pointer: Optional[str], label: str) -> List[Dict[s
             except FormatError:
                 pass
     if isinstance(data, str):
-        raise ToolError(f"{label} is text, not records (JSON, JSON Lines or a CSV/TSV table); read "
-                        f"it with retrieve_cached_output or search_stored_outputs instead.")
+        if pointer is not None:
+            raise ToolError(f"records_pointer needs JSON data; {label} is text, queried a line "
+                            f"a row (columns n, line).")
+        return _text_lines(data)
     if pointer is not None:
         data = _json_pointer(data, pointer)
     rows, reason = _as_records(data)
@@ -11570,16 +13515,23 @@ def _query_table(call: _Call) -> Tuple[_Table, str]:
 
 
 def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]:
-    """Load (or reuse) the source's table and run the call's SQL over it; a table dropped by
-    another query's load meanwhile is loaded once more."""
+    """Load (or reuse) the source's table and run the call's SQL over it in a worker; a table
+    dropped by another query's load meanwhile is loaded once more. With `keep`, cells are cut to
+    the retrieval window (no more is ever shown); without, the result is bounded by
+    query.max_result_mb."""
     sql = call.required("sql")
     settings = call.ctx.settings
     timeout = float(settings.query("timeout_seconds"))
-    max_chars = int(float(settings.query("max_result_mb")) * (1 << 20))
+    memory_mb = float(settings.query("worker_memory_mb"))
+    if keep is None:
+        max_chars = int(float(settings.query("max_result_mb")) * (1 << 20))
+    else:
+        max_chars = int(settings.cache("max_window_chars"))
     for attempt in (1, 2):
         table, label = _query_table(call)
         try:
-            return table, label, _run_query(table, sql, keep, timeout, max_chars)
+            return table, label, _run_query(table, sql, keep, timeout, max_chars, memory_mb,
+                                            call.req.on_cancel, call.ctx.tables)
         except _Closed:
             if attempt == 2:
                 raise ToolError("The loaded table was dropped to make room for another while this "
@@ -11588,8 +13540,59 @@ def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]
     raise AssertionError("unreachable")
 
 
+def _cut_level(lengths: List[int], excess: int) -> int:
+    """The longest length to cut strings of `lengths` to that removes `excess` characters, a
+    cut one ending in "…" (one more character)."""
+    low, high = 0, max(lengths, default=0)
+    while low < high:  # the largest cap whose cut removes enough
+        mid = (low + high + 1) // 2
+        if sum(n - mid - 1 for n in lengths if n > mid) >= excess:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _fit_records(columns: List[str], rows: List[tuple], budget: int, made: Sequence[int] = ()
+                 ) -> Tuple[List[dict], List[dict]]:
+    """(the rows as records in about `budget` characters of JSON, the cells cut): past it the
+    longest texts are cut to one length, the longest that fits, and end in "…" (as does a value
+    the worker cut), then rows are left off the end. A cut cell: {"row", "column", "chars"}.
+    The uncut cells of the columns `made` (SQLite made them as JSON) are the values they hold."""
+    cells = [[_json_cell(v) for v in row] for row in rows]
+    full = {(i, j): v.length * (2 if v.blob else 1) for i, row in enumerate(rows)
+            for j, v in enumerate(row) if isinstance(v, _Cut)}
+    excess = len(_compact_json([dict(zip(columns, r)) for r in cells])) - budget
+    if excess > 0:
+        cap = _cut_level([len(v) for r in cells for v in r if isinstance(v, str)], excess)
+        for i, r in enumerate(cells):
+            for j, v in enumerate(r):
+                if isinstance(v, str) and len(v) > cap:
+                    full.setdefault((i, j), len(v))
+                    r[j] = v[:cap]
+    for i, j in full:
+        cells[i][j] += "…"
+    for i, r in enumerate(cells):
+        for j in made:
+            if (i, j) not in full and isinstance(r[j], str):  # (json('1e999') stays text)
+                with contextlib.suppress(FormatError):
+                    r[j] = _load_json(r[j])
+    records, used = [], 2
+    for r in cells:
+        record = dict(zip(columns, r))
+        used += len(_compact_json(record)) + 1
+        if used > budget and records:
+            break
+        records.append(record)
+    cut = [{"row": i, "column": columns[j], "chars": n} for (i, j), n in sorted(full.items())
+           if i < len(records)]
+    return records, cut
+
+
 def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> dict:
-    """The rows as a compact table within the retrieval window, and as records."""
+    """The rows as a compact table within the retrieval window, and as records within it too
+    (long cells cut and listed under "cut"; a column SQLite made as JSON as its values)."""
+    sql = call.required("sql")
     window = int(call.ctx.settings.cache("max_window_chars"))
     shown_text, shown = _query_table_text(res.columns, res.rows, max(window - 500, 1000))
     ms = res.elapsed * 1000
@@ -11605,11 +13608,13 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
         lines.append(f"[{shown:,} of {res.total:,} rows shown. For others: LIMIT/OFFSET in the "
                      f"SQL, or limit (at most {_QUERY_LIMIT_MAX:,}); to keep them all, file_format "
                      f"stores the whole result as a file.]")
-    lines.extend(f"Note: {n}." for n in table.notes[:5])
-    records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows[:shown]]
-    info = {"source": label, "columns": res.columns, "rows": records, "row_count": res.total,
-            "returned": shown,
-            "elapsed_ms": round(ms, 2)}
+    lines.extend(f"Note: {n}." for n in table.notes[:5] + [_boolean_note(table, sql)] if n)
+    records, cut = _fit_records(res.columns, res.rows[:shown], max(window - 1000, 1000),
+                                _json_columns(sql, len(res.columns)))
+    info = {"source": label, "columns": res.columns[:_QUERY_MAX_COLUMNS], "rows": records,
+            "row_count": res.total, "returned": len(records), "elapsed_ms": round(ms, 2)}
+    if cut:
+        info["cut"], info["cut_count"] = cut[:20], len(cut)
     if loaded is not None:
         info["load_ms"] = round(loaded * 1000, 2)
     return _text_result("\n".join(lines), info)
@@ -11629,10 +13634,12 @@ def _tool_query_output(call: _Call) -> dict:
         return _query_answer(call, *_query(call, limit))
 
     def fetch() -> dict:
-        _, _, res = _query(call, None)
+        table, _, res = _query(call, None)
         if not res.rows:
-            raise ToolError("The query returned no rows, so nothing was stored.")
-        records = [dict(zip(res.columns, map(_json_cell, row))) for row in res.rows]
+            note = _boolean_note(table, call.required("sql"))
+            raise ToolError("The query returned no rows, so nothing was stored."
+                            + (f" Note: {note}." if note else ""))
+        records = _result_records(res, call.required("sql"), len(res.rows))
         return {"content": [], "structuredContent": records}
 
     return _store_result(call, "abstract", "query_output", fmt, fetch)
@@ -12015,13 +14022,18 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "conversation (for bulk inserts, uploads, or feeding a stored result into another tool). The "
      "file must be in an allowed directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are "
      "parsed (also .gz). Without data_key the file must hold an object that is the whole "
-     "arguments; with data_key the data goes under that argument, next to tool_args.",
+     "arguments; with data_key the data goes under that argument, next to tool_args. An argument "
+     "the tool declares a string gets the file's text as it is (data_as decides otherwise).",
      _schema({"server": _P_SERVER, "tool_name": _P_TOOL,
               "file_path": {"type": "string", "description": "The input file: absolute inside an "
                                                              "allowed directory, "
                             "or relative to the first one."},
               "data_key": {"type": "string", "description": "Argument that receives the file's "
                                                             "data."},
+              "data_as": {"type": "string", "enum": ["text", "parsed"],
+                          "description": "text: the file's text as it is (decompressed); "
+                                         "parsed: its data, read by its extension. Default: "
+                                         "text when the tool declares data_key a string."},
               "tool_args": {**_P_ARGS, "description": "Other arguments (needs data_key)."},
               "output_format": {"type": "string", "enum": ["json", "string"], "default": "json",
                                 "description": "json: the whole upstream result as JSON; string: "
@@ -12048,8 +14060,8 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
      "Read part of a large result that call_tool cached instead of showing (its answer gives the "
      "token). Windows are bounded (20,000 characters by default): page with offset/length, or by "
      "line with start_line/end_line, or by record with record_offset/record_count, or for JSON "
-     "take a sub-value with an RFC 6901 pointer such as /results/10. To filter or count, "
-     "query_output is cheaper.",
+     "take a sub-value with an RFC 6901 pointer such as /results/10; pattern gives only the "
+     "lines that contain it, numbered. To filter or count, query_output is cheaper.",
      _schema({"token": {"type": "string", "description": "The token from the cached answer."},
               "offset": {"type": "integer", "minimum": 0, "default": 0,
                          "description": "First character."},
@@ -12065,16 +14077,23 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
                                 "description": "For records: the first record "
                                 "(0-based); records come one compact JSON object a line."},
               "record_count": {"type": "integer", "minimum": 1, "default": 100,
-                               "description": "For records: how many (capped by the window)."}},
+                               "description": "For records: how many (capped by the window)."},
+              "pattern": {"type": "string", "description": "Only the lines that contain this "
+                          "text (case ignored; not a regex), numbered, with context lines around "
+                          "each; start_line/end_line limit where to search."},
+              "context": {"type": "integer", "minimum": 0, "maximum": 10, "default": 2,
+                          "description": "With pattern: lines shown before and after each "
+                                         "match."}},
              ("token",)),
      _tool_retrieve_cached_output),
     ("query_output",
      "Ask a large output a question in SQL instead of reading it: the records of a cached output "
      "(its token) or of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, "
      "also .gz) are the table data, one column per field; nested values are JSON text "
-     "(json_extract(col, '$.key') reads them). One read-only SELECT (WITH allowed); returns at "
-     "most limit rows, the row count and the columns. With file_format the whole result is stored "
-     "as a file instead, and you get its path and a preview.",
+     "(json_extract(col, '$.key') reads them); text is a row a line (n, line). One read-only "
+     "SELECT (WITH allowed); returns at most limit rows, the row count and the columns. With "
+     "file_format the whole result is stored as a file instead, and you get its path and a "
+     "preview.",
      _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), "
                                                           "or a file path: "
                          "absolute inside an allowed directory, or relative to the first one."},
@@ -12441,7 +14460,7 @@ def _recent_files(roots: List[str], limit: int = 500,
 
 
 class _Terminated(BaseException):
-    """Raised by Server.on_sigterm into the main thread's wait (a BaseException, so no handler's
+    """Raised by Server.on_signal into the main thread's wait (a BaseException, so no handler's
     `except Exception` can swallow it)."""
 
 
@@ -12457,6 +14476,7 @@ class Server:
         self.sandbox, self.upstreams, self.settings = sandbox, upstreams, settings
         self.cache = cache
         self.catalog = catalog
+        self.temps = _Temps()  # the files its requests are writing (_WRITES)
         self.client = ""  # the legacy client's clientInfo name (initialize)
         # the negotiated legacy version (until initialize says)
         self.version = HANDSHAKE_VERSIONS[0]
@@ -12498,55 +14518,80 @@ class Server:
             self.transparent = _Transparent(self.ctx)
         upstreams.listen(self.relay_log,
                          self.tools_changed if self.transparent is not None else None)
-        self.terminated = False  # SIGTERM arrived
+        self.terminated = 0  # the signal that ended serving (SIGTERM, SIGINT, SIGHUP), if any
         self._serving = self._stopping = False
 
     def serve(self) -> None:
-        """Answer the client until its stdin closes (or SIGTERM), then shut down within
-        _EXIT_BUDGET_S of that moment (`since`); docs/design.md#shutdown has the timeline.
+        """Answer the client until its stdin closes (or a signal: _on_signals), then shut down
+        within _EXIT_BUDGET_S of that moment (`since`); docs/design.md#shutdown has the timeline.
 
-        1. Serve: the reader hands requests to the pool until EOF (or SIGTERM).
-        2. Drain: requests still running get _DRAIN_S to answer. From here on SIGTERM only
+        1. Serve: the reader hands requests to the pool until EOF (or a signal).
+        2. Drain: requests still running get _DRAIN_S to answer. From here on a signal only
            notes itself, so the shutdown is never cut short half way.
-        3. Stop every upstream at once (_stop_runs): a handler still waiting on one fails at
-           once, rather than at its timeout...
-        4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer.
+        3. Stop every upstream at once (_stop_runs), then kill what they left (_Descendants): a
+           handler still waiting on one fails at once, rather than at its timeout, and a file
+           being written stops at its next piece (_Temps)...
+        4. ...and gets the rest of the drain (at least _ANSWER_GRACE_S) to queue its answer;
+           one still running then (a long conversion) is answered with an error now
+           (Connection.abandon), its own answer dropped.
         5. Write what is queued for the client, then end the request workers: all within the
-           budget, before the client's SIGKILL.
+           budget, before the client's SIGKILL. A file still being written is deleted.
         """
         since = 0.0
         try:
             try:
                 self._serving = True
-                if self.terminated:  # SIGTERM came before serving began
+                if self.terminated:  # a signal came before serving began
                     raise _Terminated()
                 self.conn.start()  # 1.
-                self.conn.closed.wait()
+                # (Windows: a signal's handler runs only once the wait returns)
+                while not self.conn.closed.wait(1.0 if _WINDOWS else None):
+                    pass
                 since = time.monotonic()
-                self.conn.wait_idle(_DRAIN_S)  # 2. their answers still go out
+                self._stopping = True  # 2. the sequence has begun: a signal only notes itself
+                self.conn.wait_idle(_DRAIN_S)  # their answers still go out
             finally:
-                self._stopping = True  # from here on, SIGTERM only notes itself (see on_sigterm)
+                self._stopping = True  # (a signal ended serving: the same from here on)
         except _Terminated:
             pass
         since = since or time.monotonic()
-        self.upstreams.close()  # 3. a handler still waiting on an upstream fails at once...
+        self.temps.stop()  # 3.
+        self.upstreams.close()  # a handler still waiting on an upstream fails at once...
+        # Linux, serving its own stdio: the upstreams' adopted descendants are killed now, in
+        # the budget (before the client's SIGKILL) and while a signal only notes itself; at
+        # undo's end a signal's default action could end Abstract before them
+        _DESCENDANTS.end()
         left = since + _EXIT_BUDGET_S - time.monotonic()
         grace = max(since + _DRAIN_S - time.monotonic(), _ANSWER_GRACE_S)
         self.conn.wait_idle(max(0.0, min(grace, left - _ANSWER_GRACE_S)))  # 4. ...and says so
+        if self.conn.abandon("Abstract is shutting down: the request did not finish in time"):
+            _log.warning("answered the requests still running as not finished: Abstract is "
+                         "shutting down")
         self.conn.finish(since + _EXIT_BUDGET_S - time.monotonic())  # 5.
-        self._pool.close()  # (the reader closed it at EOF; after SIGTERM it may still be reading)
+        self._pool.close()  # (the reader closed it at EOF; after a signal it may still be reading)
         self._pool.join(max(0.0, since + _EXIT_BUDGET_S - time.monotonic()))
+        self.temps.sweep()
+        self.ctx.tables.close()  # query_output's workers killed, its tables' files removed
 
-    def on_sigterm(self) -> None:
-        """SIGTERM (called in the main thread by the signal handler): stop serving as at EOF.
-        Once the shutdown has begun it just goes on, neither starting over nor cut short."""
-        self.terminated = True
+    def on_signal(self, signum: int) -> None:
+        """SIGTERM, SIGINT or SIGHUP (called in the main thread by _on_signals' handler): stop
+        serving as at EOF. Once the shutdown has begun it just goes on, neither starting over
+        nor cut short; the first signal's number makes the exit status."""
+        self.terminated = self.terminated or signum
         if self._serving and not self._stopping:
             raise _Terminated()
 
     # -- eras
     def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
         def handle(req: _Request) -> dict:
+            outer = getattr(_WRITES, "temps", None)
+            _WRITES.temps = self.temps  # its files: stopped and swept by this server's shutdown
+            try:
+                return enveloped(req)
+            finally:
+                _WRITES.temps = outer
+
+        def enveloped(req: _Request) -> dict:
             modern = self._is_modern(req)
             if modern:  # its sampling and elicitation: offered to upstreams that start from now on
                 self.upstreams.client.modern_declared(req.meta.get(_META_CAPS))
@@ -12677,13 +14722,14 @@ class Server:
             target = self.transparent.lookup(name) if self.transparent is not None else None
             if target is not None:
                 return self.transparent.call(call, target)  # type: ignore[union-attr]
-        except ToolError as e:
-            return _text_result(str(e), is_error=True)
+        except ToolError as e:  # (cleaned: it may quote an upstream's or a server's words)
+            return _text_result(_clean(str(e)), is_error=True)
         # a file operation no handler expected to fail: still an answer the model reads
         except OSError as e:
             _log.warning("tools/call %s: %s", name, e, exc_info=True)
             where = f" ({e.filename})" if isinstance(e.filename, str) else ""
-            return _text_result(f"{name} failed: {e.strerror or e}{where}.", is_error=True)
+            return _text_result(_clean(f"{name} failed: {e.strerror or e}{where}."),
+                                is_error=True)
         names = list(self.tools)
         if self.transparent is not None:
             names += self.transparent.names()
@@ -12964,13 +15010,39 @@ def _reindex_report(catalog: Catalog, sandbox: Sandbox, config: ClientConfig,
     return 0
 
 
+class _CleanText:
+    """A text stream whose writes pass through _clean (no secret, no control character): what
+    the CLI prints may quote a server's or an authorization server's words."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(_clean(text))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+class _CleanFormatter(logging.Formatter):
+    """Log lines through _clean, tracebacks too (their newlines are kept)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _clean(super().format(record))
+
+
 def _to_text(stdout: Any, report: Callable[[Any], int]) -> int:
-    """Run a report (--check, --reindex) on main's binary stdout, or on sys.stdout."""
+    """Run a report (--check, --reindex, --login) on main's binary stdout, or on sys.stdout,
+    cleaned (_CleanText)."""
     if stdout is None:
-        return report(sys.stdout)
+        return report(_CleanText(sys.stdout))
     text = io.TextIOWrapper(stdout, "utf-8", newline="\n", write_through=True)
     try:
-        return report(text)
+        return report(_CleanText(text))
     finally:
         text.detach()  # flush, but leave the caller's stream open
 
@@ -12986,12 +15058,17 @@ def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: s
     out.write(f"config: {config.path}: {_plural(len(config.specs), 'server')} selected\n")
     for name in config.missing:
         out.write(f"  {name}: FAILED: named in ABSTRACT_PROXY_SERVERS but not in the config\n")
-    results = upstreams.each(lambda up: up.tools())
+    results = upstreams.each(lambda up: up.tools(_WAIT_MAX_S), None, _CHECK_WAIT_S)
     width = max([len(n) for n in results] + [4])
     ok = not config.missing
     for name, got in results.items():
         up = upstreams.get(name)
-        if isinstance(got, Exception):
+        if isinstance(got, _StillStarting):
+            ok = False
+            out.write(f"  {name:<{width}}  NOT ANSWERING: no answer within {got.since:.0f} s of "
+                      f"starting ({up._where()}); a first start that downloads (npx, uvx) may "
+                      f"take longer: run --check again\n")
+        elif isinstance(got, Exception):
             ok = False
             out.write(f"  {name:<{width}}  FAILED: {getattr(got, 'message', None) or got}\n")
         else:
@@ -13073,17 +15150,55 @@ def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str]
     return 0
 
 
-def _auth_report(config: ClientConfig, settings: Settings, env: Dict[str, str], out: Any) -> None:
-    """--check: the login state of each remote server (expiry shown; tokens never)."""
+def _auth_report(config: ClientConfig, upstreams: Upstreams, out: Any) -> None:
+    """--check (after _check started the servers): the login state of each remote server
+    (expiry shown; tokens never); a login is said to be needed only where the server asked."""
     urls = _remote_urls(config)
     if urls:
         out.write("logins (remote servers):\n")
-    for name, url in urls.items():
-        if any(k.lower() == "authorization" for k in config.specs[name].headers):
+    for name in urls:
+        up = upstreams.get(name)
+        if not isinstance(up.auth, _OAuth):
             out.write(f"  {name}: the entry's own Authorization header or user:password@ in its "
                       f"url (no OAuth login)\n")
         else:
-            out.write(f"  {name}: {_auth_provider(name, url, settings, env).status()}\n")
+            out.write(f"  {name}: {up.auth.status(reached=bool(up.protocol_version))}\n")
+
+
+class _Replacing:
+    """A text stream that cannot be reconfigured, writing what its encoding cannot show as
+    `?` rather than raising."""
+
+    def __init__(self, stream: Any, encoding: str) -> None:
+        self._stream, self.encoding = stream, encoding
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text.encode(self.encoding, "replace").decode(self.encoding))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # buffer, fileno, isatty...: the stream's own
+        return getattr(self._stream, name)
+
+
+def _utf8_text(stream: Any, undo: contextlib.ExitStack) -> Any:
+    """`stream` writing UTF-8, a character it cannot encode (a lone surrogate of a file name)
+    written as \\udcxx: a redirected stdout or stderr on Windows is the ANSI code page, strict
+    (cp1252: --check's report of a server named 'café ☃' raised UnicodeEncodeError), and logs
+    read by a client came out as cp1252 or \\uXXXX. What is changed is put back by `undo`."""
+    encoding = getattr(stream, "encoding", None)
+    if not encoding:  # io.StringIO and the like: str in, nothing encoded
+        return stream
+    errors = getattr(stream, "errors", None) or "strict"
+    if codecs.lookup(encoding).name == "utf-8" and errors != "strict":
+        return stream
+    try:
+        stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+    except (AttributeError, ValueError, OSError, LookupError):
+        return _Replacing(stream, encoding)
+    undo.callback(stream.reconfigure, encoding=encoding, errors=errors)
+    return stream
 
 
 def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = None,
@@ -13091,9 +15206,20 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
          environ: Optional[Dict[str, str]] = None) -> int:
     """Run Abstract: serve MCP on stdin/stdout (binary streams), or --check. Returns the exit
     code."""
-    args = _parser().parse_args(argv)
-    err = stderr if stderr is not None else sys.stderr
-    env = dict(os.environ if environ is None else environ)
+    with contextlib.ExitStack() as undo:  # the streams as they were, for a caller in-process
+        err = _utf8_text(stderr if stderr is not None else sys.stderr, undo)
+        if stdout is None:  # --check, --login, --reindex write their reports there
+            out = _utf8_text(sys.stdout, undo)
+            if out is not sys.stdout:
+                undo.enter_context(contextlib.redirect_stdout(out))
+        args = _parser().parse_args(argv)
+        return _main(args, stdin, stdout, err,
+                     dict(os.environ if environ is None else environ))
+
+
+def _main(args: argparse.Namespace, stdin: Any, stdout: Any, err: Any,
+          env: Dict[str, str]) -> int:
+    """main() once its streams are set: logging to `err`, then _run."""
     level = env.get("ABSTRACT_LOG_LEVEL", "INFO").upper()
     # setLevel would raise: a traceback, not a message
     if not isinstance(logging.getLevelName(level), int):
@@ -13101,7 +15227,7 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
                   f"{level!r}\n")
         return 2
     handler = logging.StreamHandler(err)
-    handler.setFormatter(logging.Formatter("abstract: %(message)s"))
+    handler.setFormatter(_CleanFormatter("abstract: %(message)s"))
     was = _log.level, _log.propagate  # put back on return: a caller in-process keeps its logging
     _log.addHandler(handler)
     _log.setLevel(level)
@@ -13109,7 +15235,7 @@ def main(argv: Optional[List[str]] = None, *, stdin: Any = None, stdout: Any = N
     try:
         return _run(args, env, stdin, stdout, err)
     except ConfigError as e:
-        err.write(f"abstract: {e}\n")
+        err.write(_clean(f"abstract: {e}\n"))
         return 2
     finally:
         _log.removeHandler(handler)
@@ -13125,22 +15251,39 @@ def _read_umask() -> int:
     return mask
 
 
+# SIGTERM (what MCP clients send 2 s after closing stdin), SIGINT (Ctrl-C), SIGHUP (its terminal
+# closed; POSIX) and SIGBREAK (Ctrl-Break; Windows): those the platform has
+_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
+
+
 @contextlib.contextmanager
-def _on_sigterm(server: Server) -> Iterator[None]:
-    """SIGTERM (what MCP clients send 2 s after closing stdin) ends serving through the normal
-    shutdown, so upstreams are stopped rather than orphaned. Main thread on POSIX only."""
-    if _WINDOWS or threading.current_thread() is not threading.main_thread():
+def _on_signals(server: Server) -> Iterator[None]:
+    """Each of _STOP_SIGNALS ends serving through the normal shutdown (the one EOF starts), so
+    upstreams are stopped rather than orphaned and running calls are answered. Main thread only.
+
+    The handler writes nothing and raises only into the main thread's wait (Server.on_signal):
+    a KeyboardInterrupt left to unwind instead ended the interpreter while the stdin reader
+    held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6). A signal
+    ignored when Abstract started (`nohup` ignores SIGHUP; a shell ignores SIGINT for a job in
+    the background) stays ignored, as Python leaves an ignored SIGINT."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum: int, frame: Any) -> None:
-        server.on_sigterm()
+        server.on_signal(signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {}
+    for name in _STOP_SIGNALS:
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) != signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # (None: set outside Python, cannot be put back)
+                signal.signal(signum, handler)
 
 
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
@@ -13154,7 +15297,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     4. Serve: keep the real stdout for protocol messages, sweep old temporary files, open the
        output cache (its sweeper, and --http's server), then answer until EOF or SIGTERM.
     5. On the way out `undo` stops what was started, last first, so that a caller of main()
-       in-process gets its process back as it was (threads, sys.stdout).
+       in-process gets its process back as it was (threads, sys.stdout). Serving its own
+       stdio, Abstract is (Linux) the subreaper of its upstreams' descendants until then, and
+       kills those left (_Descendants).
     """
     global _UMASK
     if env.get("ABSTRACT_PARENT") and not args.check:  # 1.
@@ -13163,6 +15308,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                           f"itself. Remove that entry, or leave it out of ABSTRACT_PROXY_SERVERS; "
                           f"it is not started, to avoid endless recursion.")
     _UMASK = _read_umask()  # 2. (once, before any thread starts)
+    _SECRETS.add(env.get("ABSTRACT_CACHE_SECRET"))
     settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
     if args.login or args.logout:
         return _to_text(stdout, lambda out: _login_cli(args, settings, env, stdin, out))
@@ -13176,6 +15322,10 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory"
                                  if args.memory else "")
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
+        # serving the process's own stdio (not in-process): Linux, no descendant of an upstream
+        # outlives Abstract (its subreaper; ended after the upstreams are stopped)
+        if stdin is None and stdout is None and not args.reindex and _DESCENDANTS.adopt():
+            undo.callback(_DESCENDANTS.end)  # (serve() ends them first: see there)
         if catalog is not None:
             undo.callback(catalog.close)
         if args.reindex:  # 3.
@@ -13192,7 +15342,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                     if isinstance(auth, _OAuth):
                         auth.start_logins = False
                 code = _check(config, upstreams, out, catalog.describe() if catalog else why)
-                _auth_report(config, settings, env, out)
+                _auth_report(config, upstreams, out)
                 return code
 
             return _to_text(stdout, check)
@@ -13217,9 +15367,9 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             undo.callback(stop_links)
         server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
                         args.memory, link)
-        with _on_sigterm(server):
+        with _on_signals(server):
             server.serve()
-        return 128 + int(signal.SIGTERM) if server.terminated else 0
+        return 128 + server.terminated if server.terminated else 0
 
 
 # ==== 20. Entry point =============================================================
@@ -13236,9 +15386,17 @@ def _exit_now(code: Any) -> None:
     os._exit(code if isinstance(code, int) else 1)
 
 
-if __name__ == "__main__":
-    sys.modules.setdefault("abstract", sys.modules["__main__"])
+def _console() -> None:
+    """The `abstract` command (pyproject's console script) and `python abstract.py`: main(),
+    then _exit_now. Ctrl-C before serving begins (or after it ends) exits with 130 too."""
     try:
         _exit_now(main())
-    except SystemExit as stop:  # --help, --version, usage errors, SIGTERM
+    except SystemExit as stop:  # --help, --version, usage errors
         _exit_now(0 if stop.code is None else stop.code)
+    except KeyboardInterrupt:
+        _exit_now(128 + int(signal.SIGINT))
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("abstract", sys.modules["__main__"])
+    _console()

@@ -159,8 +159,9 @@ def base_env(**extra: str) -> Dict[str, str]:
 class Proxy:
     """A running `python abstract.py ...` with a JSON-RPC line client on its stdin/stdout."""
 
-    def __init__(self, args: List[str], env: Dict[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(ABSTRACT), *args], stdin=subprocess.PIPE,
+    def __init__(self, args: List[str], env: Dict[str, str], script: Optional[Path] = None) -> None:
+        """`script`: another copy of abstract.py to run (default: this checkout's)."""
+        self.proc = subprocess.Popen([sys.executable, str(script or ABSTRACT), *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                      start_new_session=True)
         self.pid = self.proc.pid

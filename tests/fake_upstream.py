@@ -69,6 +69,10 @@ TOOLS = [
      {"records": {"type": "array"}, "table": _S}),
     ("endless", "Start the answer, then write this many megabytes with no newline, and hang.", {"mb": _N}),
     ("deep", "Answer with a result nested this many arrays deep.", {"n": {"type": "integer"}}),
+    ("flood_asks", "Send the client n requests of this method (elicitation/create by default) with a "
+                   "kb-KiB message each, at once; answer once `errors` of them got an error (or after "
+                   "`wait` s) with the counts.", {"n": _N, "kb": _N, "method": _S, "errors": _N, "wait": _N}),
+    ("flood_logs", "Send n notifications/message of kb KiB each, then answer.", {"n": _N, "kb": _N}),
     ("long", "Answer with long strings of awkward text (make_long), escaped or raw UTF-8, or with "
              "the line `raw` as given.", {"shape": _S, "mb": _N, "ascii": {"type": "boolean"}, "raw": _S}),
 ]
@@ -177,6 +181,8 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--page-size", type=int, default=0, help="tools/list page size (0: one page)")
     ap.add_argument("--garbage", action="store_true", help="print non-JSON lines to stdout")
     ap.add_argument("--stderr-flood", type=float, default=0, metavar="MB")
+    ap.add_argument("--stderr-lines", type=int, default=0, metavar="N",
+                    help="write N short lines ('line <i>') to stderr before serving")
     ap.add_argument("--exit-at-start", type=int, default=None, metavar="CODE")
     ap.add_argument("--no-handshake", action="store_true", help="never answer initialize")
     ap.add_argument("--start-delay", type=float, default=0, metavar="S")
@@ -195,6 +201,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--pidfile", default=None, help="append own pid to this file")
     ap.add_argument("--spawn-child", action="store_true", help="leave a child that holds stdout open")
     ap.add_argument("--stubborn", action="store_true", help="ignore SIGTERM and stdin EOF (only SIGKILL ends it)")
+    ap.add_argument("--daemon-child", type=float, default=None, metavar="S",
+                    help="leave a grandchild (a double fork, setsid, SIGTERM ignored, stdio closed) "
+                         "that lives S seconds; its pid goes to the state file as event 'daemon'")
     ap.add_argument("--stale-list-once", action="store_true",
                     help="first tools/list: change the tools and say so, then answer with the old list")
     ap.add_argument("--crash-once-file", default=None, help="crash on the first call unless this exists")
@@ -205,6 +214,12 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
+    ap.add_argument("--tool-def", action="append", default=[], metavar="JSON",
+                    help="also offer this tool definition as it is (a hostile inputSchema, say); "
+                         "it works like echo_args")
+    ap.add_argument("--tools-file", default=None, metavar="JSON",
+                    help="offer exactly the tool definitions in this JSON file (each works like "
+                         "echo_args): another server's real tool list, as data")
     return ap.parse_args(argv)
 
 
@@ -247,6 +262,8 @@ class Fake:
         self.listening = None  # --modern-only: the id of the open subscriptions/listen
         self.params_of: dict = {}  # tools/call id -> its params, while the tool runs
         self.tasks: dict = {}  # --tasks: taskId -> {"done": Event, "result": ..., "status": ...}
+        self.flooded = {"errors": 0, "results": 0, "codes": [], "message": ""}  # flood_asks' answers
+        self.flood_cond = threading.Condition()
 
     # -- output
     def send(self, msg: dict) -> None:
@@ -304,6 +321,8 @@ class Fake:
             self.on_request(msg["id"], method, msg.get("params") or {})
 
     def on_answer(self, msg: dict) -> None:
+        if str(msg.get("id")).startswith("flood-"):
+            return self.on_flood_answer(msg)
         slot = self.answers.get(msg.get("id"))
         if slot is not None:
             slot[1] = msg
@@ -421,9 +440,13 @@ class Fake:
                  for n, d, p in TOOLS]
         tools += [{"name": n, "description": "Like echo_args.", "inputSchema": {"type": "object"}}
                   for n in self.opts.extra_tool]
+        tools += [json.loads(t) for t in self.opts.tool_def]
         for t in tools:
             if t["name"] in REQUIRED:
                 t["inputSchema"]["required"] = REQUIRED[t["name"]]
+        if self.opts.tools_file:
+            with open(self.opts.tools_file, encoding="utf-8") as f:
+                tools = json.load(f)
         if self.opts.tasks:
             tools.append(dict(JOB_TOOL))
         if self.opts.extras:
@@ -452,7 +475,10 @@ class Fake:
         if self.opts.tasks and name == "job":
             self.job(mid, args, params)
             return
-        handler = self.tool_echo_args if name in self.opts.extra_tool else getattr(self, f"tool_{name}", None)
+        defined = {json.loads(t).get("name") for t in self.opts.tool_def}
+        handler = (self.tool_echo_args if name in self.opts.extra_tool or name in defined
+                   or self.opts.tools_file
+                   else getattr(self, f"tool_{name}", None))
         if handler is None:
             self.reply(mid, dict(_result_text(f"unknown tool {name}"), isError=True))
             return
@@ -516,6 +542,38 @@ class Fake:
             self.state(event="cancelled", id=mid)
             return None
         return _result_text(json.dumps(answer))
+
+    def on_flood_answer(self, msg: dict) -> None:
+        with self.flood_cond:
+            if "error" in msg:
+                self.flooded["errors"] += 1
+                code = msg["error"].get("code")
+                if code not in self.flooded["codes"]:
+                    self.flooded["codes"].append(code)
+                self.flooded["message"] = self.flooded["message"] or msg["error"].get("message", "")
+            else:
+                self.flooded["results"] += 1
+            self.flood_cond.notify_all()
+
+    def tool_flood_asks(self, mid, args: dict, meta: dict) -> dict:
+        method = str(args.get("method", "elicitation/create"))
+        message = "x" * int(float(args.get("kb", 4)) * 1024)
+        params = {"mode": "form", "message": message, "requestedSchema": {"type": "object", "properties": {}}}
+        n = int(args.get("n", 1000))
+        for i in range(n):
+            self.send({"jsonrpc": "2.0", "id": f"flood-{i}", "method": method, "params": params})
+        with self.flood_cond:
+            self.flood_cond.wait_for(lambda: self.flooded["errors"] >= int(args.get("errors", n)),
+                                     float(args.get("wait", 60)))
+            return _result_text(json.dumps({"sent": n, **self.flooded}))
+
+    def tool_flood_logs(self, mid, args: dict, meta: dict) -> dict:
+        data = "l" * int(float(args.get("kb", 2)) * 1024)
+        n = int(args.get("n", 1000))
+        for i in range(n):
+            self.send({"jsonrpc": "2.0", "method": "notifications/message",
+                       "params": {"level": "info", "logger": "flood", "data": f"{i} {data}"}})
+        return _result_text(f"sent {n}")
 
     def tool_mrtr(self, mid, args: dict, meta: dict) -> dict:
         params = self.params_of.get(mid, {})
@@ -678,13 +736,37 @@ def main(argv: list) -> None:
         sys.exit(opts.exit_at_start)
     if opts.stderr_flood:
         _flood_stderr(opts.stderr_flood)
+    if opts.stderr_lines:
+        sys.stderr.write("".join(f"line {i} " + "-" * 80 + "\n" for i in range(opts.stderr_lines)))
+        sys.stderr.flush()
     if opts.start_delay:
         time.sleep(opts.start_delay)
     fake = Fake(opts)
     if opts.spawn_child:  # it inherits stdout, so the pipe stays open after this process dies
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
         fake.state(event="child", pid=child.pid)
+    if opts.daemon_child is not None:
+        _daemon(opts.daemon_child, opts.state_file)
     fake.serve()
+
+
+_DAEMON = """
+import json, os, signal, sys, time
+if os.fork():
+    os._exit(0)  # the middle process ends: the grandchild is an orphan from here on
+os.setsid()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if sys.argv[2]:
+    with open(sys.argv[2], "a") as f:
+        f.write(json.dumps({"event": "daemon", "pid": os.getpid()}) + "\\n")
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def _daemon(seconds: float, state_file) -> None:
+    """A double-forked grandchild that leaves the process group and ignores SIGTERM."""
+    subprocess.run([sys.executable, "-c", _DAEMON, str(seconds), state_file or ""], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import select
 import shutil
 import socket
@@ -25,7 +26,7 @@ class FakeHTTP:
     """A threading HTTP server whose answers come from `handle(req)`; every request seen is
     kept in `seen` as (method, path, headers dict, body bytes)."""
 
-    def __init__(self, handle: Handler, tls: Optional[ssl.SSLContext] = None) -> None:
+    def __init__(self, handle: Handler, tls: Optional[ssl.SSLContext] = None, port: int = 0) -> None:
         outer = self
         self.seen: List[tuple] = []
         self.peers: List[tuple] = []  # each request's client (address, port): its connection
@@ -52,7 +53,7 @@ class FakeHTTP:
         class Server(http.server.ThreadingHTTPServer):
             request_queue_size = 128  # (5 by default: a burst of connections would be reset)
 
-        self.httpd = Server(("127.0.0.1", 0), H)
+        self.httpd = Server(("127.0.0.1", port), H)
         self.httpd.daemon_threads = True
         if tls is not None:
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
@@ -276,3 +277,188 @@ class RawServer(Listener):
                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
                 if self.after is not None and self.after(c, -self.requests) == "close":
                     return  # (closed by `after`, or now, by `with`)
+
+
+class SessionMcp:
+    """A handshake-era Streamable HTTP MCP server that keeps sessions, as a real one does: each
+    initialize opens a session (Mcp-Session-Id s-1, s-2, ...), and a request naming a session it
+    does not know gets 404 (the spec's answer once a session ended). restart() forgets every
+    session, as a restarted process does; forget_calls=n makes the next n tools/call forget
+    them all first (a server that restarts again and again). stop() closes the port (connections
+    are refused) and start() listens on it again, forgetting the sessions. Tools: count(key)
+    (how many times it ran with `key`, kept across restarts, so a call run twice shows), echo.
+    Every answer closes its connection, so a stopped server keeps none open."""
+
+    TOOLS = [{"name": "count", "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}}},
+             {"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
+
+    def __init__(self) -> None:
+        self.sessions: set = set()
+        self.opened = 0
+        self.counts: Dict[str, int] = {}
+        self.forget_calls = 0
+        self.posts: List[tuple] = []  # (method, session id sent, status answered) of every POST
+        self.http: Optional[FakeHTTP] = FakeHTTP(self.handle)
+        self.port = self.http.port
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def restart(self) -> None:
+        self.sessions.clear()
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+
+    def start(self) -> None:
+        self.restart()
+        self.http = FakeHTTP(self.handle, port=self.port)
+
+    def close(self) -> None:
+        self.stop()
+
+    def calls(self) -> List[tuple]:
+        return [p for p in self.posts if p[0] == "tools/call"]
+
+    def handle(self, r) -> None:
+        close = {"Connection": "close"}
+        if r.command in ("GET", "DELETE"):
+            return reply(r, 405 if r.command == "GET" else 200, b"", headers=close)
+        msg = json.loads(r.body)
+        method, mid, sid = msg.get("method"), msg.get("id"), r.headers.get("Mcp-Session-Id")
+        status = self._status(method, mid, sid)
+        self.posts.append((method, sid, status))
+        if status == 404:
+            return reply(r, 404, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32001, "message": "Session not found"}}).encode(), headers=close)
+        if status == 400:  # server/discover: a handshake-era server, as the TypeScript SDK answers
+            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "Bad Request: Server not initialized"}}).encode(), headers=close)
+        if mid is None:
+            return reply(r, 202, b"", headers=close)
+        if method == "initialize":
+            self.opened += 1
+            sid = f"s-{self.opened}"
+            self.sessions.add(sid)
+            result: dict = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "sessions", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": self.TOOLS}
+        elif method == "tools/call":
+            result = self._call(msg["params"])
+        else:
+            result = {}
+        body = json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode()
+        reply(r, 200, body, headers={"Mcp-Session-Id": sid, **close})
+
+    def _status(self, method: str, mid, sid: Optional[str]) -> int:
+        if method == "server/discover":
+            return 400
+        if method == "tools/call" and self.forget_calls > 0:
+            self.forget_calls -= 1
+            self.restart()
+        if method != "initialize" and sid not in self.sessions:
+            return 404
+        return 200 if mid is not None else 202
+
+    def _call(self, params: dict) -> dict:
+        args = params.get("arguments") or {}
+        if params.get("name") == "count":
+            key = str(args.get("key"))
+            self.counts[key] = self.counts.get(key, 0) + 1
+            text = str(self.counts[key])
+        else:
+            text = str(args.get("text"))
+        return {"content": [{"type": "text", "text": text}]}
+
+
+class EchoMcp:
+    """A handshake-era Streamable HTTP MCP server (stdlib) whose failures quote the request back,
+    as careless servers do: its tools answer with a JSON-RPC error over HTTP 200 (rpc_error), an
+    HTTP 500 or 400 body (http500, http400), an isError result (is_error) or an ordinary result
+    (echo), each quoting the Authorization and X-Api-Key headers and the path, with an ESC
+    sequence in the error ones; notifications/initialized is refused (400) the same way, and
+    tools/list too (a JSON-RPC error) with `list_fails`.
+
+    It is a login's resource and authorization server too: with `bearer` set, /mcp wants
+    `Authorization: Bearer <bearer>` (else 401 naming its resource metadata), and the OAuth
+    documents (resource metadata; authorization server metadata, `meta` merged in), /register
+    and /token (answered with `token_answer`, each grant kept in `grants`) are served at the
+    same origin."""
+
+    TOOLS = [{"name": n, "inputSchema": {"type": "object"}}
+             for n in ("rpc_error", "http500", "http400", "is_error", "echo")]
+
+    def __init__(self, bearer: Optional[str] = None) -> None:
+        self.bearer = bearer
+        self.meta: Dict[str, object] = {}
+        self.token_answer: Dict[str, object] = {}
+        self.grants: List[Dict[str, str]] = []
+        self.challenge = ""  # WWW-Authenticate of a 401 (default: names the resource metadata)
+        self.list_fails = False  # tools/list answered as rpc_error is
+        self.http = FakeHTTP(self.handle)
+        self.base = self.http.url
+        self.url = self.base + "/mcp"
+
+    def quote(self, r) -> str:
+        import json
+
+        return json.dumps({"auth": r.headers.get("Authorization"), "key": r.headers.get("X-Api-Key"),
+                           "path": r.path})
+
+    def handle(self, r) -> None:
+        import json
+
+        path = urllib.parse.urlsplit(r.path).path
+        if path.startswith("/.well-known/oauth-protected-resource"):
+            return reply(r, 200, json.dumps({"resource": self.url, "authorization_servers": [self.base]}).encode())
+        if path == "/.well-known/oauth-authorization-server":
+            doc = {"issuer": self.base, "authorization_endpoint": self.base + "/authorize",
+                   "token_endpoint": self.base + "/token", "registration_endpoint": self.base + "/register",
+                   "code_challenge_methods_supported": ["S256"], **self.meta}
+            return reply(r, 200, json.dumps(doc).encode())
+        if path == "/register":
+            asked = json.loads(r.body)
+            return reply(r, 201, json.dumps({"client_id": "client-1", "redirect_uris": asked["redirect_uris"],
+                                             "token_endpoint_auth_method": "none"}).encode())
+        if path == "/token":
+            self.grants.append(dict(urllib.parse.parse_qsl(r.body.decode())))
+            return reply(r, 200, json.dumps(self.token_answer).encode())
+        if r.command in ("GET", "DELETE"):
+            return reply(r, 405 if r.command == "GET" else 200, b"")
+        if self.bearer is not None and r.headers.get("Authorization") != f"Bearer {self.bearer}":
+            www = self.challenge or f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"'
+            return reply(r, 401, b"", headers={"WWW-Authenticate": www})
+        msg = json.loads(r.body)
+        method, mid = msg.get("method"), msg.get("id")
+        said = "bad \x1b[31m" + self.quote(r)
+        if method == "notifications/initialized":
+            return reply(r, 400, said.encode(), "text/plain")
+        if mid is None:
+            return reply(r, 202, b"")
+
+        def answer(result: dict) -> None:
+            reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode())
+
+        if method == "server/discover":
+            return reply(r, 400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "Bad Request: Server not initialized"}}).encode())
+        if method == "initialize":
+            return answer({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "echo", "version": "1"}})
+        if method == "tools/list" and not self.list_fails:
+            return answer({"tools": self.TOOLS})
+        name = msg["params"].get("name")
+        if name == "rpc_error" or method == "tools/list":
+            return reply(r, 200, json.dumps({"jsonrpc": "2.0", "id": mid, "error": {
+                "code": -32000, "message": said, "data": json.loads(self.quote(r))}}).encode())
+        if name == "http500":
+            return reply(r, 500, said.encode(), "text/plain")
+        if name == "http400":
+            return reply(r, 400, said.encode(), "text/plain")
+        if name == "is_error":
+            return answer({"content": [{"type": "text", "text": said}], "isError": True})
+        return answer({"content": [{"type": "text", "text": self.quote(r)}]})
+
+    def close(self) -> None:
+        self.http.close()

@@ -719,7 +719,7 @@ def test_retrieve_is_listed_with_its_schema(retr):
     tool = next(t for t in p.result("tools/list")["tools"] if t["name"] == "retrieve_cached_output")
     assert tool["inputSchema"]["required"] == ["token"]
     assert set(tool["inputSchema"]["properties"]) == {"token", "offset", "length", "start_line", "end_line", "pointer",
-                                                      "record_offset", "record_count"}
+                                                      "record_offset", "record_count", "pattern", "context"}
 
 
 def test_cache_entries_are_resources(retr):

@@ -188,7 +188,9 @@ def test_required_arguments_are_checked_before_calling(px, shared):
 
 def test_top_level_argument_types_are_checked(px, shared):
     before = calls(shared)
-    res = feed(px, VALID / "records.csv", tool="needs", data_key="table", tool_args={"records": []})
+    # (a string argument takes the file's text unless data_as says "parsed", issue 25)
+    res = feed(px, VALID / "records.csv", tool="needs", data_key="table", tool_args={"records": []},
+               data_as="parsed")
     assert res.get("isError") is True
     assert "argument 'table' of tool 'needs' must be string, but the file gives list" in text_of(res)
     res = feed(px, VALID / "plain.txt", tool="needs", data_key="records", tool_args={"table": "t"})

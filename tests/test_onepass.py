@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -156,11 +155,18 @@ def test_the_catalog_counts_the_records(tmp_path):
 # ==== loading a cached view into a query table, a line at a time ====================
 
 
+def _db(table) -> sqlite3.Connection:
+    """The table's database file, opened here (queries read it in their worker processes)."""
+    return sqlite3.connect(table.path)
+
+
 def _table_of(table) -> tuple:
-    db = table.db
-    table.deadline = time.monotonic() + 600  # (the progress handler stops a query past it)
+    db = _db(table)
     cols = [d[0] for d in db.execute("SELECT * FROM data LIMIT 0").description]
-    return table.columns, cols, table.rows, table.notes, db.execute("SELECT * FROM data").fetchall()
+    got = table.columns, cols, table.rows, table.notes, db.execute("SELECT * FROM data").fetchall()
+    db.close()
+    table.close()
+    return got
 
 
 def _loaded(tmp_path: Path, data) -> tuple:
@@ -212,7 +218,10 @@ def test_view_records_refuses_what_it_did_not_write():
 def test_a_lone_surrogate_midway_is_replaced_and_no_row_doubles():
     rows = [{"s": "ok"}] * 5 + [{"s": "\ud800"}] + [{"s": "ok"}] * 5
     table = abstract._load_table(iter(rows), batch=4)
-    assert table.db.execute("SELECT count(*), sum(s = '\ufffd') FROM data").fetchone() == (11, 1)
+    db = _db(table)
+    assert db.execute("SELECT count(*), sum(s = '\ufffd') FROM data").fetchone() == (11, 1)
+    db.close()
+    table.close()
 
 
 def test_compact_parts_write_what_dumps_writes():
@@ -230,18 +239,18 @@ def test_compact_parts_write_what_dumps_writes():
 def test_id_columns_are_indexed_when_loaded_and_joins_use_them():
     rows = [{"id": i, "user_id": i % 7, "userId": i, "ID2": i, "paid": i % 2, "guid": str(i)} for i in range(300)]
     table = abstract._load_table(rows)
-    # (the test reads the schema; queries cannot). Not set_authorizer(None): 3.11 and later only
-    table.db.set_authorizer(lambda *_: sqlite3.SQLITE_OK)
-    indexed = {r[0] for r in table.db.execute("SELECT sql FROM sqlite_master WHERE type = 'index'")}
+    db = _db(table)  # (the test reads the schema; queries cannot)
+    indexed = {r[0] for r in db.execute("SELECT sql FROM sqlite_master WHERE type = 'index'")}
     assert indexed == {'CREATE INDEX data_id_0 ON data ("id")', 'CREATE INDEX data_id_1 ON data ("user_id")',
                        'CREATE INDEX data_id_2 ON data ("userId")'}
-    table.deadline = time.monotonic() + 600
-    plan = " ".join(r[-1] for r in table.db.execute(
+    plan = " ".join(r[-1] for r in db.execute(
         "EXPLAIN QUERY PLAN SELECT a.id, b.id FROM data a JOIN data b ON b.id = a.id + 1"))
     assert "SEARCH b USING COVERING INDEX data_id_0 (id=?)" in plan and "AUTOMATIC" not in plan
-    assert table.db.execute("PRAGMA cache_size").fetchone()[0] == -abstract._QUERY_CACHE_KB
+    db.close()
+    assert abstract._query_job(table, "", 1, 1.0, 1, 256)["cache_kb"] == abstract._QUERY_CACHE_KB
     res = abstract._run_query(table, "SELECT count(*) FROM data a JOIN data b ON b.id = a.id + 1", 10, 5, 1 << 20)
     assert res.rows == [(299,)]
+    table.close()
 
 
 def test_large_json_files_escape_lone_surrogates_like_small_ones():

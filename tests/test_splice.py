@@ -327,6 +327,18 @@ def test_a_large_answer_relayed_whole_is_never_copied(world: World):
     assert grew < 1.8 * len(line), f"peak memory grew by {grew / len(line):.1f} times the {len(line) / 1e6:.1f} MB answer"
 
 
+def test_a_long_error_text_is_masked_not_relayed_as_it_came(world: World):
+    """An upstream's isError result has its secrets masked; its long text is decoded for that."""
+    secret = "tok-" + "9f3a" * 6
+    world.fake("up", env={"UP_API_TOKEN": secret})
+    proxy = _start(world)
+    text = "x" * 40000 + f" the token was {secret} " + "y" * 100
+    raw = _line(0, {"content": [{"type": "text", "text": text}], "isError": True}, False).decode()
+    line, res = proxy.upstream_line("up", "long", {"raw": raw.replace('"id": 0', '"id": %ID%', 1)})
+    assert res["isError"] is True and secret not in text_of(res) and "the token was ***" in text_of(res)
+    assert line == _today(json.loads(line))
+
+
 # -- malformed long answers: a clean error, never a line the client cannot parse
 
 def _bad_line(inner: bytes, deep: bool) -> str:

@@ -213,7 +213,6 @@ def test_wrapper_object_is_stored_as_its_records(px):
 
 @pytest.mark.parametrize("data, fmt, reason", [
     ({"name": "x", "n": 1}, "csv", "a single object, not a list of records"),
-    ("just text", "tsv", "a single string, not a list of records"),
     ([[1, 2], [3, 4]], "csv", "a list holding nested lists, not records"),
     ([{"a": 1}, 2], "csv", "a list mixing objects and other values"),
 ])

@@ -32,6 +32,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -344,7 +345,9 @@ def main(argv: list) -> int:
             "XDG_DATA_HOME": os.path.join(home, "data"),
             "XDG_CACHE_HOME": os.path.join(home, "cache"), "TMPDIR": os.path.join(home, "tmp"),
             "APP_CONFIG_PATH": config, "ABSTRACT_CONFIG": settings, "ABSTRACT_TIMEOUT": "30",
-            "BROWSER": f"{sys.executable} {os.path.abspath(__file__)} --browser %s",
+            # quoted: webbrowser splits it with shlex, and a path may hold a space
+            "BROWSER": f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}"
+                       f" --browser %s",
             "CONFORMANCE_BROWSER_LOG": os.path.join(tmp, "browser.log")})
         env.pop("DISPLAY", None)
         env.pop("WAYLAND_DISPLAY", None)

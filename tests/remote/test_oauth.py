@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import queue
+import shlex
 import stat
 import subprocess
 import sys
@@ -34,6 +35,11 @@ if not VENV_PY.exists():
                 allow_module_level=True)
 
 import abstract  # noqa: E402  (after the skip: conftest put the repository on sys.path)
+
+def _q(path) -> str:
+    """A path as a word of $BROWSER, which webbrowser splits with shlex."""
+    return shlex.quote(str(path))
+
 
 WAIT = 60.0  # the SDK server and a login start slowly on a loaded machine
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -103,8 +109,9 @@ class World:
         env = {k: v for k, v in os.environ.items()
                if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "display", "wayland_display")
                and not k.startswith("ABSTRACT_")}
-        cmd = f"{sys.executable} {HERE / 'fake_browser.py'} %s" if browser == "follow" else \
-            f"{sys.executable} -c pass"
+        # quoted: webbrowser splits a $BROWSER holding %s with shlex (a path may hold a space)
+        cmd = f"{_q(sys.executable)} {_q(HERE / 'fake_browser.py')} %s" if browser == "follow" \
+            else f"{_q(sys.executable)} -c pass"
         env.update({"APP_CONFIG_PATH": str(tmp / "client.json"), "XDG_CONFIG_HOME": str(tmp / "config"),
                     "BROWSER": cmd, "FAKE_BROWSER_LOG": str(self.log)})
         if settings is not None:
@@ -440,7 +447,7 @@ def test_a_call_through_abstract_starts_the_login_then_works(start, world, tmp_p
     folder = tmp_path / "xdg" / "abstract" / "oauth"
     log = tmp_path / "opened.log"
     env = world.env(XDG_CONFIG_HOME=str(tmp_path / "xdg"), FAKE_BROWSER_LOG=str(log),
-                    BROWSER=f"{sys.executable} {HERE / 'fake_browser.py'} %s")
+                    BROWSER=f"{_q(sys.executable)} {_q(HERE / 'fake_browser.py')} %s")
     proxy = world.start(env=env)
     first = proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)
     text = first["content"][0]["text"]
@@ -465,7 +472,7 @@ def test_calls_while_a_login_waits_do_not_hold_back_the_call_after_it(start, wor
     server = start()
     world.servers["remote"] = {"type": "http", "url": server.url}
     folder = tmp_path / "xdg" / "abstract" / "oauth"
-    env = world.env(XDG_CONFIG_HOME=str(tmp_path / "xdg"), BROWSER=f"{sys.executable} -c pass")
+    env = world.env(XDG_CONFIG_HOME=str(tmp_path / "xdg"), BROWSER=f"{_q(sys.executable)} -c pass")
     proxy = world.start(env=env)
     texts = [proxy.upstream("remote", "echo", {"text": "hi"}, timeout=WAIT)["content"][0]["text"]
              for _ in range(4)]
