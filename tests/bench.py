@@ -16,7 +16,10 @@ Sections: cold start, per-call latency (echo and ~250 KB of records; direct, Abs
 peer), throughput with C calls in flight, call_tool_and_store of 1k/10k/100k records to json, csv,
 yaml and xml against a one-process floor (json.loads + the stdlib writer), and the bytes a client
 receives for large results (context kept out), and catalog search latency over 10k and 100k outputs
-(search_stored_outputs' engine, FTS5 and the LIKE fallback). Every figure names the machine and the run counts.
+(search_stored_outputs' engine, FTS5 and the LIKE fallback), and relaying a result whole (issue 27:
+added p50 at 1 KB to 10 MB against a line-copy floor, the peer and --before, by this stdlib client and
+the MCP SDK's from --sdk-python when it is there; 16 in flight; peak RSS; about 7 minutes of the run).
+Every figure names the machine and the run counts.
 """
 
 from __future__ import annotations
