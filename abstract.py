@@ -1082,11 +1082,22 @@ def _string_pieces(buf: Any, pos: int, size: int = _PIECE_BYTES) -> Iterator[Tup
         window = min(window * 8, size)
 
 
+# Where an escape _dumps never writes may be (\/, and \u but for a control character's, in
+# lower-case hex: _CONTROL_ESCAPE): a peer's JSON may hold one where today's encoding writes
+# something else. (A literal prefix: re scans for it at C speed, where bytes.find of two bytes
+# is slower.) It is one only after an even run of backslashes: the second half of a \\ is not.
+_ESCAPE_HINT = re.compile(rb"\\[u/]")
+_CONTROL_ESCAPE = re.compile(rb"u00(?:0[0-7bef]|1[0-9a-f])")
+# A surrogate as UTF-8 (read with "surrogatepass"): not UTF-8 a client may be sent
+_UTF8_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+
+
 class _JsonString:
     """A long string value of a JSON message left undecoded: the message's bytes (not copied)
     and where the string lies in them, with its length in characters (taken when the message
     was read, which also checked that it decodes). Its text comes in pieces, or whole from
-    text(); its JSON as it came (the escapes the peer chose) from raw()."""
+    text(); its JSON as it came (the escapes the peer chose) from raw(), and as _dumps writes
+    it from parts()."""
 
     __slots__ = ("buf", "start", "end", "chars")
 
@@ -1115,21 +1126,88 @@ class _JsonString:
         """The string as JSON: its quotes and escapes as the peer sent them (a view, no copy)."""
         return memoryview(self.buf)[self.start:self.end]
 
+    def verbatim(self) -> bool:
+        """Whether raw() is, byte for byte, what _dumps writes for the string: no escape _dumps
+        writes otherwise (_ESCAPE_HINT) and no surrogate (which _frame writes escaped). The
+        string was checked when read (strict JSON: no raw control character, so no newline);
+        the scans run at C speed, and Python looks only at the hints they find."""
+        b, s, e = self.buf, self.start, self.end
+        hint = _ESCAPE_HINT.search(b, s, e)
+        while hint is not None:
+            at = run = hint.start()
+            while b[run - 1] == 0x5C:  # (b[s] is the opening quote)
+                run -= 1
+            if (at - run) % 2 == 0 and not _CONTROL_ESCAPE.match(b, at + 1):
+                return False
+            hint = _ESCAPE_HINT.search(b, at + 2, e)
+        return b.find(b"\xed", s, e) < 0 or not _UTF8_SURROGATE.search(b, s, e)
+
+    def parts(self) -> Iterator[Any]:
+        """The string as _dumps writes it: raw() where that is the same (verbatim), else its
+        text encoded again a piece at a time (pieces never end inside an escape or a pair)."""
+        if self.verbatim():
+            yield self.raw()
+            return
+        yield '"'
+        for piece in self.pieces():
+            yield json.encoder.encode_basestring(piece)[1:-1]  # type: ignore[attr-defined]
+        yield '"'
+
     def same(self, other: Any) -> bool:
         """Whether `other` is a _JsonString sent as the same bytes (so the same string)."""
         return (isinstance(other, _JsonString) and other.end - other.start == self.end - self.start
                 and self.buf.startswith(other.raw(), self.start))
 
 
-def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
+def _spliced_parts(value: Any) -> Iterator[Any]:
+    """Compact JSON, as _dumps writes it, of a value that may hold _JsonStrings at any depth:
+    the rest encoded at once by json (C speed), each _JsonString standing in it as a mark that
+    cannot be forged (a random nonce), then cut out and given as its own parts."""
+    found: List[_JsonString] = []
+    mark = ""
+
+    def stand_in(obj: Any) -> str:
+        nonlocal mark
+        if type(obj) is not _JsonString:
+            raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+        mark = mark or "\0" + os.urandom(8).hex() + ":"
+        found.append(obj)
+        return f"{mark}{len(found) - 1}"
+
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=stand_in)
+    if not found:
+        yield text
+        return
+    cut = '"\\u0000' + mark[1:]  # the mark as json wrote it
+    rest = text.split(cut)
+    yield rest[0]
+    for part in rest[1:]:  # "<i>" + the closing quote + what follows
+        i = part.index('"')
+        yield from found[int(part[:i])].parts()
+        yield part[i + 1:]
+
+
+def _json_chars(value: Any) -> int:
+    """len(_dumps(value)), of a value that may hold _JsonStrings at any depth (a long text's
+    twin, say, left undecoded): those are measured a piece at a time, never decoded whole."""
+    n, utf8 = 0, codecs.getincrementaldecoder("utf-8")()
+    for part in _spliced_parts(value):
+        if type(part) is str:
+            n += len(part)
+            continue
+        for at in range(0, len(part), _PIECE_BYTES):  # (a view: verbatim, so valid UTF-8)
+            n += len(utf8.decode(part[at:at + _PIECE_BYTES]))
+    return n
+
+
+def _compact_parts(value: Any, depth: int = 4) -> Iterator[Any]:
     """Compact JSON, as _dumps writes it, in parts: small objects and arrays (up to 100 members)
     of the first `depth` levels member by member, and a long string a slice at a time (escaping
     works character by character), so a tool result holding one huge text ({"result": {"content":
-    [{"text": ...}]}} is four levels) is never copied whole. A _JsonString is given as a view
-    of the bytes of its JSON as they came (the same value, with the escapes the peer chose);
-    one deeper, or in a larger object or array, decoded."""
+    [{"text": ...}]}} is four levels) is never copied whole. A _JsonString, at any depth, is
+    given as its parts(): a view of its bytes as they came when they are what _dumps writes."""
     if type(value) is _JsonString:
-        yield value.raw()  # type: ignore[misc]
+        yield from value.parts()
     elif type(value) is str and len(value) > _PART_CHARS:
         yield '"'
         for part in _slices(value):
@@ -1147,8 +1225,7 @@ def _compact_parts(value: Any, depth: int = 4) -> Iterator[str]:
             yield from _compact_parts(item, depth - 1)
         yield "]"
     else:
-        yield json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                         default=_JsonString.text)
+        yield from _spliced_parts(value)
 
 
 def _dump_txt(data: Any) -> str:
@@ -3082,15 +3159,24 @@ def _claim_by_rename(dfd: Optional[int], tmp: str, final: str, mine: os.stat_res
 # directions: Abstract's server side (client stdin/stdout) and each upstream session.
 
 
-def _frame(msg: dict) -> bytes:
-    """One message as a line of UTF-8. A lone surrogate (from a \\ud800 escape a peer sent) cannot
-    be encoded as UTF-8; such a message goes out with every non-ASCII character escaped."""
+def _frame(msg: dict) -> List[Any]:
+    """One message as a line of UTF-8, in parts for writelines: the long strings of a relayed
+    answer that a peer sent as _dumps writes them (_JsonString.verbatim) are views of the
+    peer's line, never decoded or copied; the rest is encoded by json at C speed. A lone
+    surrogate (from a \\ud800 escape a peer sent) cannot be encoded as UTF-8; such a message
+    goes out with every non-ASCII character escaped."""
     try:
-        data = _dumps(msg).encode("utf-8")
+        parts = [p if type(p) is memoryview else p.encode("utf-8")
+                 for p in _compact_parts(msg, 0)]
     except UnicodeEncodeError:
-        data = json.dumps(msg, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-    assert b"\n" not in data  # json escapes newlines; a raw one would split the frame
-    return data + b"\n"
+        parts = [json.dumps(msg, ensure_ascii=True, separators=(",", ":"),
+                            default=_JsonString.text).encode("ascii")]
+    # json escapes newlines, and a view is of a string read as strict JSON from one line
+    assert not any(b"\n" in p for p in parts if type(p) is bytes)
+    if len(parts) == 1 and len(parts[0]) <= _PART_CHARS:
+        return [parts[0] + b"\n"]  # (a small copy: one write)
+    parts.append(b"\n")
+    return parts
 
 
 _LINE_PIECE = 1 << 20  # bytes of a long line read at a time
@@ -3148,10 +3234,25 @@ def _error_response(mid: Any, err: RpcError) -> dict:
     return {"jsonrpc": "2.0", "id": mid, "error": d}
 
 
-_LONG_STRING = 1 << 20  # bytes: a longer string value in an answer may be left undecoded
+# bytes: a longer string value in an answer to a request that takes them undecoded (request's
+# `longs`) is left so: a tool result relayed whole writes it out as it came (_frame), and the
+# cache reads it in pieces. Below this, decoding and encoding again cost less than the splice.
+_LONG_STRING = 1 << 14
 _LONG_LINE_STRINGS = 10000  # more strings than this in a long message: it is parsed whole
 # a JSON string without escapes, in bytes (one class repeated: no backtracking state kept)
 _PLAIN_STRING_BYTES = re.compile(rb'"[^"\\]*"')
+
+
+def _may_hold_long(line: bytes, least: int) -> bool:
+    """Whether a string of `line` may be over `least` bytes: such a string holds a whole window
+    of least // 2 bytes (aligned) whose every quote is escaped, which counts at C speed show. A
+    line of many short strings has none, and goes to json.loads without a string looked at."""
+    size = max(least // 2, 1)
+    for at in range(0, len(line), size):
+        quotes = line.count(b'"', at, at + size)
+        if quotes == 0 or quotes == line.count(b'\\"', max(at - 1, 0), at + size):
+            return True
+    return False
 
 
 def _loads_long(line: bytes, least: int = _LONG_STRING) -> Optional[Tuple[Any, list]]:
@@ -3163,7 +3264,8 @@ def _loads_long(line: bytes, least: int = _LONG_STRING) -> Optional[Tuple[Any, l
     json.loads. None when the message is not one to split (not UTF-8, a long key, over
     _LONG_LINE_STRINGS strings, no long string, not valid JSON): json.loads then reads it
     whole, and says what is wrong."""
-    if not line.startswith(b"{") or json.detect_encoding(line) != "utf-8":
+    if (not line.startswith(b"{") or json.detect_encoding(line) != "utf-8"
+            or not _may_hold_long(line, least)):
         return None
     longs: List[_JsonString] = []
     pos = 0
@@ -3321,9 +3423,10 @@ class Connection:
         self.close_reason = "connection closed"
         self._shutting = False
         # queued: a writer thread does the writing, so no caller ever blocks on a peer that stops
-        # reading (an upstream's full stdin pipe, a slow client); stalled() tells how long a write
-        # has hung. half_close: the end of the input does not end the output, so answers to
-        # requests still running go out until finish() (the client side).
+        # reading (an upstream's full stdin pipe, a slow client), but a worker on its own answer
+        # when nothing is queued (send's `direct`); stalled() tells how long a write has hung.
+        # half_close: the end of the input does not end the output, so answers to requests
+        # still running go out until finish() (the client side).
         self._outq: Optional[queue.Queue] = queue.Queue() if queued else None
         self._half_close = half_close
         self._out_done = False  # the writer was told to stop: nothing more is queued
@@ -3361,10 +3464,16 @@ class Connection:
             if not self._out_done:
                 self._out_done = True
                 self._outq.put(None)
+        deadline = time.monotonic() + timeout
         if self._writer is not None and self._writer is not threading.current_thread():
             self._writer.join(max(0.0, timeout))
-            return not self._writer.is_alive()
-        return True  # (the writer itself, whose write failed: it returns once this does)
+            if self._writer.is_alive():
+                return False
+        # (the writer itself, whose write failed, returns once this does)
+        if not self._wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False  # a worker's direct write (send) is still going out
+        self._wlock.release()
+        return True
 
     def lost(self) -> None:
         """The peer is gone though its stream did not close (a grandchild may hold it open):
@@ -3458,24 +3567,36 @@ class Connection:
         self._shut(reason)
 
     # -- writing
-    def send(self, msg: dict, droppable: bool = False) -> bool:
+    def send(self, msg: dict, droppable: bool = False, direct: bool = False) -> bool:
         """Write one message whole (or queue it for the writer); False if the stream is gone, or
-        if the message is `droppable` (a notification) and the peer is not keeping up."""
-        data = _frame(msg)
+        if the message is `droppable` (a notification) and the peer is not keeping up.
+
+        `direct` (a worker's answer): written by the caller when nothing is queued or being
+        written, so it goes out in order without a hand-off to the writer thread; a caller
+        that must never block on the peer (a reader thread) queues instead."""
+        parts = _frame(msg)
         if self._outq is None:
-            return self._write(data)
+            return self._write(parts)
+        size = sum(len(p) for p in parts)
         with self._plock:
             if self._out_done or (droppable and self._queued > _OUTQ_NOTICES_MAX):
                 return False
-            self._queued += len(data)
-            self._outq.put(data)
+            self._queued += size  # (while it is written directly too: later messages queue)
+            direct = direct and self._queued == size
+            if not direct:
+                self._outq.put(parts)
+        if direct:
+            self._written(self._write(parts), size)
         return True
 
-    def _write(self, data: bytes) -> bool:
+    def _write(self, parts: List[Any]) -> bool:
         with self._wlock:
             self._write_started = time.monotonic()
             try:
-                self._wfile.write(data)
+                if len(parts) == 1:
+                    self._wfile.write(parts[0])
+                else:  # (a relayed answer's long strings: views of the upstream's line)
+                    self._wfile.writelines(parts)
                 self._wfile.flush()
                 return True
             except (OSError, ValueError):
@@ -3483,18 +3604,24 @@ class Connection:
             finally:
                 self._write_started = 0.0
 
+    def _written(self, written: bool, size: int) -> bool:
+        """Account for a message written (or not: the peer closed its input, so the session
+        is over and the writer stops); True if it was."""
+        with self._plock:
+            self._queued -= size
+            if not written and not self._out_done:
+                self._out_done = True  # nothing more can go out
+                self._outq.put(None)  # type: ignore[union-attr]
+        if not written:
+            self.lost()
+        return written
+
     def _write_loop(self) -> None:
         while True:
-            data = self._outq.get()  # type: ignore[union-attr]
-            if data is None:
+            parts = self._outq.get()  # type: ignore[union-attr]
+            if parts is None:
                 return
-            written = self._write(data)
-            with self._plock:
-                self._queued -= len(data)
-                if not written:
-                    self._out_done = True  # nothing more can go out
-            if not written:  # the peer closed its input: the session is over
-                self.lost()
+            if not self._written(self._write(parts), sum(len(p) for p in parts)):
                 return
 
     def notify(self, method: str, params: Optional[dict] = None) -> bool:
@@ -3571,7 +3698,7 @@ class Connection:
         if self._long and len(line) > _LONG_STRING:  # an answer that may keep long strings as bytes
             got = _loads_long(line)
             if got is not None:
-                self._on_long(*got, head)
+                self._on_message(self._kept(*got), head)
                 return
         try:
             text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads(bytes)
@@ -3583,7 +3710,18 @@ class Connection:
         text = ""
         self._on_message(msg, head)
 
-    def _on_long(self, msg: dict, places: list, head: bytes) -> None:
+    def loads(self, raw: bytes) -> Any:
+        """A message that arrives by another way than the input stream (a remote upstream's
+        HTTP answers, section 10) parsed as a line read is: the long strings of an answer to a
+        request that takes them (request's `longs`) left undecoded. ValueError (or
+        RecursionError) when it is not JSON."""
+        if self._long and len(raw) > _LONG_STRING:
+            got = _loads_long(raw)
+            if got is not None:
+                return self._kept(*got)
+        return json.loads(raw, parse_constant=_no_nan)
+
+    def _kept(self, msg: dict, places: list) -> dict:
         """A message _loads_long read: the long strings of a result stay undecoded if the
         request it answers asked for that (request's `longs`); all others are decoded now."""
         mid = msg.get("id")
@@ -3596,7 +3734,7 @@ class Connection:
         _decode_long(p for p in places if sink is None or p[3] != "result")
         if sink is not None:
             sink.extend(keep)
-        self._on_message(msg, head)
+        return msg
 
     def deliver(self, msg: Any) -> None:
         """Handle one message that arrived by another way than the input stream (a remote
@@ -3747,7 +3885,7 @@ class Connection:
         try:
             # a cancelled request gets no response (spec); one abandoned was answered already
             if reply and not req.cancelled.is_set() and req.claim():
-                self.send(reply)
+                self.send(reply, direct=self._pool is not None)
         finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
                 self._inflight.pop(key, None)
@@ -6477,6 +6615,10 @@ class _HttpTransport:
     def flush(self) -> None:
         pass
 
+    def writelines(self, parts: List[Any]) -> None:
+        """One framed message given in parts (a large one: Connection._write)."""
+        self.write(b"".join(parts))
+
     def write(self, data: bytes) -> int:
         """One framed message from the Connection's writer thread."""
         if self._closed.is_set():
@@ -6805,7 +6947,8 @@ class _HttpTransport:
         if not raw.strip():
             return False
         try:
-            msg = json.loads(raw, parse_constant=_no_nan)
+            msg = (self._conn.loads(raw) if self._conn is not None
+                   else json.loads(raw, parse_constant=_no_nan))
         except (ValueError, RecursionError) as e:
             if mid is not None:
                 self._fail(mid, f"server '{self.name}' sent an answer that is not JSON "
@@ -7291,9 +7434,9 @@ _DESCENDANTS = _Descendants()
 
 def _mask_error_result(res: dict) -> None:
     """An upstream's isError result is an error too: the secrets of its text items (an embedded
-    resource's text too) and of its structuredContent (keys and values) are masked, in place (a
-    long text left undecoded, and a result that is no error, are the upstream's data, relayed
-    as they came: docs/reference/errors.md)."""
+    resource's text too) and of its structuredContent (keys and values) are masked, in place
+    (its long strings were decoded for it; a result that is no error is the upstream's data,
+    relayed as it came: docs/reference/errors.md)."""
     content = res.get("content")
     for item in content if isinstance(content, list) else ():
         for part in (item, item.get("resource")) if isinstance(item, dict) else ():
@@ -7301,7 +7444,6 @@ def _mask_error_result(res: dict) -> None:
                 part["text"] = _SECRETS.mask(part["text"])
     if "structuredContent" in res:
         res["structuredContent"] = _SECRETS.mask_json(res["structuredContent"])
-
 
 
 def _taskkill(pid: int) -> None:
@@ -8383,6 +8525,9 @@ class Upstream:
             res = self._anew(lambda: self._call_once(tool, args, req, progress, retry, follow,
                                                      task, longs))
             if isinstance(res, dict) and res.get("isError") is True:
+                if longs:  # (an error's long text is masked too: decoded, not relayed as it came)
+                    _decode_long(longs)
+                    del longs[:]
                 _mask_error_result(res)
             if longs and isinstance(res, dict) and res.get("resultType") == "input_required":
                 _decode_long(longs)  # (a question is relayed as it came, never cached)
@@ -9531,13 +9676,7 @@ def _result_size(res: dict, bound: float = float("inf")) -> int:
                 if isinstance(v, (str, _JsonString)):
                     total += len(v)
     if "structuredContent" in res and total <= bound:
-        sc, longs = res["structuredContent"], 0
-        if isinstance(sc, dict) and any(type(v) is _JsonString for v in sc.values()):
-            # a long text's twin (_text_twin), left undecoded: measured a piece at a time
-            longs = sum(len(_dumps(p)) - 2 for v in sc.values() if type(v) is _JsonString
-                        for p in v.pieces())
-            sc = {k: "" if type(v) is _JsonString else v for k, v in sc.items()}
-        total = max(total, len(_dumps(sc)) + longs)
+        total = max(total, _json_chars(res["structuredContent"]))
     return total
 
 
@@ -12841,15 +12980,18 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
        cannot take it, the model is told why and what to do, never handed the whole result.
     4. The answer: a preview, the shape and the token (`structured`: also as
        structuredContent, which transparent mode leaves out: the tool's own schema rules it).
-    5. `longs`: the long strings of the result left undecoded (_cache_longs); decoded here
-       unless the cache reads them in pieces.
+    5. `longs`: the long strings of the result left undecoded (Connection.request). A result
+       relayed whole keeps them so: the writer sends them as they came (_frame). The cache
+       reads one long text of records in pieces (OutputCache.put); any other is decoded.
     """
     cache = call.ctx.cache
     policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
     size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
-        _decode_long(longs)
         return res
+    if longs and _records_text(res, _VIEW_INDENT_MAX) is None:
+        _decode_long(longs)
+        longs = ()
     try:
         entry, ex, text = cache.put(res, server, tool, int(policy["preview_chars"]), longs)
     except (OSError, ConfigError) as e:  # a full disk, a cache directory removed and not made again
@@ -12889,22 +13031,11 @@ def _uncached_answer(call: _Call, cache: OutputCache, server: str, tool: str, si
     return _text_result(text, is_error=True)
 
 
-def _cache_longs(call: _Call, server: str, tool: str) -> Optional[list]:
-    """A list for the long strings of a tool's answer to be left undecoded in (Connection.request)
-    when the cache will take a large result of it; None when it will not (they are decoded as
-    the answer is read: a result relayed whole is needed whole)."""
-    policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
-    return [] if call.ctx.cache is not None and policy["enabled"] else None
-
-
 def _tool_call_tool(call: _Call) -> dict:
     server, tool = call.required("server"), call.required("tool_name")
-    longs = _cache_longs(call, server, tool)
+    longs: list = []  # the long strings of the answer, left undecoded (Connection.request)
     res = _upstream_call(call, server, tool, call.obj("tool_args"), longs)
-    if longs and _records_text(res, _VIEW_INDENT_MAX) is None:
-        _decode_long(longs)  # only one long text of records is read in pieces (OutputCache.put)
-        longs = []
-    return _maybe_cache(call, server, tool, res, longs=longs or ())
+    return _maybe_cache(call, server, tool, res, longs=longs)
 
 
 def _skip_lines(text: str, count: int, step: int = 65536) -> int:
@@ -14360,7 +14491,9 @@ class _Transparent:
         server, tool = target
         task = (call.req.params or {}).get("task")  # the client's task request: it polls itself
         task = task if isinstance(task, dict) else None
-        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args, task)
+        longs: list = []  # the long strings of the answer, left undecoded (Connection.request)
+        res = _relayed_call(call, self.ctx.upstreams.get(server), tool["name"], call.args, task,
+                            longs)
         made = res.get("task") if task is not None and "content" not in res else None
         if isinstance(made, dict) and isinstance(made.get("taskId"), str):
             with self._lock:
@@ -14370,7 +14503,7 @@ class _Transparent:
             return res
         if "outputSchema" in tool and self._keeps_schema(server, tool):
             return res  # structuredContent must reach the client as the advertised schema says
-        return _maybe_cache(call, server, tool["name"], res, structured=False)
+        return _maybe_cache(call, server, tool["name"], res, structured=False, longs=longs)
 
     def prompts(self) -> List[dict]:
         mapping, out = {}, []

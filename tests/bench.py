@@ -16,7 +16,10 @@ Sections: cold start, per-call latency (echo and ~250 KB of records; direct, Abs
 peer), throughput with C calls in flight, call_tool_and_store of 1k/10k/100k records to json, csv,
 yaml and xml against a one-process floor (json.loads + the stdlib writer), and the bytes a client
 receives for large results (context kept out), and catalog search latency over 10k and 100k outputs
-(search_stored_outputs' engine, FTS5 and the LIKE fallback). Every figure names the machine and the run counts.
+(search_stored_outputs' engine, FTS5 and the LIKE fallback), and relaying a result whole (issue 27:
+added p50 at 1 KB to 10 MB against a line-copy floor, the peer and --before, by this stdlib client and
+the MCP SDK's from --sdk-python when it is there; 16 in flight; peak RSS; about 7 minutes of the run).
+Every figure names the machine and the run counts.
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ def serve_upstream() -> None:
                     memo[n] = json.dumps(make_rows(n), ensure_ascii=False)
                 text = memo[n]
             elif name == "blob":
-                text = ("0123456789abcdef" * 64 + "\n") * int(args.get("kb", 1))
+                kb = int(args.get("kb", 1))
+                text = memo.setdefault(-kb, ("0123456789abcdef" * 64 + "\n") * kb)
             else:
                 text = str(args.get("text", ""))
             result = {"content": [{"type": "text", "text": text}]}
@@ -93,6 +97,71 @@ def serve_upstream() -> None:
             result = {}
         out.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}, ensure_ascii=False).encode() + b"\n")
         out.flush()
+
+
+def serve_floor(cmd: List[str]) -> None:
+    """The floor of a stdio relay: spawn `cmd` and copy its lines both ways, never parsed."""
+    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+
+    def inbound() -> None:
+        for line in sys.stdin.buffer:
+            child.stdin.write(line)
+        child.stdin.close()
+
+    threading.Thread(target=inbound, daemon=True).start()
+    out = sys.stdout.buffer
+    for line in io.BufferedReader(child.stdout, 1 << 16):
+        out.write(line)
+        out.flush()
+    child.wait()
+
+
+def sdk_client(spec_json: str) -> None:
+    """(Run by the MCP SDK's python, --sdk-client.) Spawn spec's command, call its tool
+    warmup + n times over one ClientSession, and print the n latencies (ms) as JSON; with
+    "inflight", n calls that many at a time, and print the calls per second."""
+    import anyio  # the SDK's own dependencies: never imported by the stdlib run
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    spec = json.loads(spec_json)
+    params = StdioServerParameters(command=spec["cmd"][0], args=spec["cmd"][1:], env=spec["env"])
+
+    async def run() -> List[float]:
+        xs = []
+        with open(os.devnull, "w") as quiet:
+            async with stdio_client(params, errlog=quiet) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    if spec.get("inflight"):
+                        return [await _sdk_flight(session, spec)]
+                    for i in range(spec["warmup"] + spec["n"]):
+                        t = time.perf_counter()
+                        res = await session.call_tool(spec["tool"], spec["args"])
+                        if i >= spec["warmup"]:
+                            xs.append((time.perf_counter() - t) * 1000)
+                        assert not getattr(res, "is_error", getattr(res, "isError", False)), res
+        return xs
+
+    print(json.dumps(anyio.run(run)))
+
+
+async def _sdk_flight(session: Any, spec: dict) -> float:
+    """spec's n calls over `session`, spec's inflight at a time: calls per second."""
+    import anyio
+
+    await session.call_tool(spec["tool"], spec["args"])
+    left = iter(range(spec["n"]))
+
+    async def worker() -> None:
+        while next(left, None) is not None:
+            await session.call_tool(spec["tool"], spec["args"])
+
+    t = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(spec["inflight"]):
+            tg.start_soon(worker)
+    return spec["n"] / (time.perf_counter() - t)
 
 
 # ---------------------------------------------------------------- a client over Abstract's Connection
@@ -160,6 +229,120 @@ class Target:
 
 
 # ---------------------------------------------------------------- measurements
+
+
+def _calls(target: Target, client: str, sdk_py: str, tool: str, args: dict, n: int, warmup: int,
+           inflight: int = 0) -> List[float]:
+    """n call latencies (ms) through `target`, by the stdlib client (Abstract's Connection) or the
+    SDK's; with `inflight` (the SDK's), [calls per second] of n calls that many at a time."""
+    if client == "stdlib":
+        peer = target.start()
+        try:
+            for _ in range(warmup):
+                target.invoke(peer, tool, args)
+            xs, cpu = [], _cpu_ms(peer.proc.pid)
+            for _ in range(n):
+                t = time.perf_counter()
+                target.invoke(peer, tool, args)
+                xs.append((time.perf_counter() - t) * 1000)
+            if cpu is not None:
+                _CPU[target.label] = (_cpu_ms(peer.proc.pid) - cpu) / n  # type: ignore[operator]
+            return xs
+        finally:
+            peer.close()
+    name, args = (("call_tool", {"server": target.via, "tool_name": tool, "tool_args": args}) if target.via
+                  else (target.prefix + tool, args))
+    spec = {"cmd": target.cmd, "env": target.env, "tool": name, "args": args, "n": n, "warmup": warmup,
+            "inflight": inflight}
+    out = subprocess.run([sdk_py, HERE, "--sdk-client", json.dumps(spec)], capture_output=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"the SDK client failed on {target.label}: {out.stderr.decode()[-2000:]}")
+    return json.loads(out.stdout)
+
+
+_CPU: Dict[str, float] = {}  # the last _calls' CPU ms per call of each target's process (stdlib client)
+
+
+def _cpu_ms(pid: int) -> Optional[float]:
+    """CPU time (user + system, ms) of a process so far (Linux: /proc; 10 ms ticks); None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_mb(target: Target, tool: str, args: dict, calls: int) -> Optional[float]:
+    """The target's peak RSS (MB) over `calls` calls, from a warm start (Linux: clear_refs, VmHWM)."""
+    peer = target.start()
+    try:
+        target.invoke(peer, tool, args)
+        if not peer.reset_peak():
+            return None
+        for _ in range(calls):
+            target.invoke(peer, tool, args)
+        kb = peer.peak_kb()
+        return kb / 1024 if kb is not None else None
+    finally:
+        peer.close()
+
+
+RELAY_SIZES = [("1 KB", 1, 200), ("250 KB", 250, 60), ("1 MB", 1024, 30), ("10 MB", 10240, 8)]
+
+
+def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool) -> dict:
+    """Issue 27: the added p50 of each target over a direct call, at 1 KB to 10 MB of text, by the
+    stdlib client and the SDK's (10 MB: the stdlib client only; the SDK's own parsing would swamp
+    it); the targets in a rotating order within each run, so a change in load falls on all alike;
+    16 calls in flight (stdlib client); and the peak RSS relaying 10 MB."""
+    clients = ["stdlib"] + (["sdk"] if sdk_py else [])
+    p50: Dict[str, Dict[str, List[float]]] = {}
+    cpu: Dict[str, Dict[str, List[float]]] = {}  # the relay's own CPU time per call: steadier under load
+    for run in range(runs):
+        for size, kb, n in RELAY_SIZES:
+            n = max(3, n // 4) if quick else n
+            for client in clients:
+                if client == "sdk" and kb > 1024:
+                    continue
+                order = targets[run % len(targets):] + targets[:run % len(targets)]
+                for t in order:
+                    xs = _calls(t, client, sdk_py, "blob", {"kb": kb}, n, max(2, n // 10))
+                    p50.setdefault(f"{size} {client}", {}).setdefault(t.label, []).append(pct(xs, 50))
+                    if client == "stdlib" and t.label in _CPU:
+                        cpu.setdefault(f"{size} CPU ms/call", {}).setdefault(t.label, []).append(_CPU[t.label])
+    added = {}
+    for case, per in p50.items():
+        direct = per["direct"]
+        added[case] = {label: {"p50_ms": statistics.median(v),
+                               "added_ms": statistics.median([x - d for x, d in zip(v, direct)])}
+                       for label, v in per.items()}
+    flight: Dict[str, Dict[str, List[float]]] = {}
+    for run in range(runs):
+        for client in clients:
+            for t in targets[run % len(targets):] + targets[:run % len(targets)]:
+                cps = (throughput(t, 400 if quick else 2000, 16)["calls_per_s"] if client == "stdlib" else
+                       _calls(t, client, sdk_py, "echo", {"text": "x"}, 400 if quick else 2000, 0, 16)[0])
+                flight.setdefault(client, {}).setdefault(t.label, []).append(cps)
+    peak = {t.label: _peak_mb(t, "blob", {"kb": 10240}, 3) for t in targets}
+    return {"runs": runs, "added": added, "peak_rss_10mb_mb": peak,
+            "cpu_ms_per_call": {case: {k: statistics.median(v) for k, v in per.items()} for case, per in cpu.items()},
+            "in_flight_calls_per_s": {c: {k: statistics.median(v) for k, v in per.items()}
+                                      for c, per in flight.items()}}
+
+
+def _relay_rows(r: dict) -> List[List[Any]]:
+    labels = list(r["peak_rss_10mb_mb"])
+    rows = []
+    for case, per in r["added"].items():
+        rows.append([case] + [per[k]["added_ms"] if k != "direct" else per[k]["p50_ms"] for k in labels])
+    for case, per in r.get("cpu_ms_per_call", {}).items():
+        rows.append([case] + [per.get(k) for k in labels])
+    for client, per in r["in_flight_calls_per_s"].items():
+        rows.append([f"16 in flight {client}, calls/s (vs direct)"]
+                    + [f"{per[k]:,.0f} ({per[k] / per['direct']:.2f})" for k in labels])
+    rows.append(["peak RSS relaying 10 MB, MB"] + [r["peak_rss_10mb_mb"][k] for k in labels])
+    return rows
 
 
 def pct(xs: List[float], p: float) -> float:
@@ -507,6 +690,9 @@ _TABLES: Dict[str, Callable[[Any], tuple]] = {
                            r.get("fresh_rss_vs_payload") or 0),
                         ["query", "result rows", "later p50 ms (target: under 50)"],
                         [[k, v["rows"], v["p50_ms"]] for k, v in r["queries"].items()]),
+    "relay": lambda r: ("Relaying a result whole (cache off): added p50 ms over direct (the direct column: its "
+                        "p50), median of %d interleaved runs" % r["runs"],
+                        ["case"] + list(r["peak_rss_10mb_mb"]), _relay_rows(r)),
     "catalog": lambda r: ("Catalog search (Catalog.search, 10 results with snippets, ~1 KB of text per output)",
                           ["outputs", "engine", "query", "queries", "p50 ms", "p90 ms", "insert s", "DB MB"],
                           [[x["rows"], x["engine"], x["query"], x["queries"], x["p50_ms"], x["p90_ms"], x["insert_s"],
@@ -531,7 +717,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--n", type=int, default=500, help="calls per latency measurement")
     ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
     ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
-    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,bigcall,query,catalog")
+    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,bigcall,query,catalog,relay")
+    ap.add_argument("--serve-floor", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    ap.add_argument("--sdk-client", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--sdk-python", default=os.path.join(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop",
+                                                         "venv", "bin", "python"),
+                    help="a python with the MCP SDK (mcp) installed: the relay section's SDK client")
+    ap.add_argument("--before", default="", help="another abstract.py (the one before a change): a column of its own "
+                                                 "in the relay section")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs of the relay section")
     ap.add_argument("--json", default="", help="write the figures as JSON to this file")
     ap.add_argument("--markdown", default="", help="write the tables as Markdown to this file")
     a = ap.parse_args(argv)
@@ -540,6 +734,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if a.floor:
         run_floor(a.floor[0], int(a.floor[1]), a.floor[2])
+        return 0
+    if a.serve_floor:
+        serve_floor(a.serve_floor)
+        return 0
+    if a.sdk_client:
+        sdk_client(a.sdk_client)
         return 0
     n = 100 if a.quick else a.n
     work = tempfile.mkdtemp(prefix="abstract-bench-")
@@ -563,7 +763,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     res: Dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv)}
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     want = set(a.only.split(",")) if a.only else {"cold", "latency", "throughput", "storing", "context", "bigcall",
-                                                  "query", "catalog"}
+                                                  "query", "catalog", "relay"}
     if "cold" in want:
         say("cold start ...")
         res["cold"] = [(t.label, cold_start(t, 5 if a.quick else 15)) for t in targets]
@@ -591,6 +791,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "query" in want:
         say("query_output ...")
         res["query"] = query_bench(base_env, store, 10000 if a.quick else 100000, 5 if a.quick else 20)
+    if "relay" in want:
+        say("relay (issue 27) ...")
+        upstream = [sys.executable, HERE, "--serve-upstream"]
+        relays = [targets[0], Target("floor", [sys.executable, HERE, "--serve-floor", *upstream], dict(os.environ)),
+                  *targets[1:]]
+        if a.before:
+            relays.append(Target("before", [sys.executable, a.before, store], relay_env, via="bench"))
+        sdk_py = a.sdk_python if os.path.exists(a.sdk_python) else ""
+        if not sdk_py:
+            say(f"no MCP SDK python at {a.sdk_python}: the SDK client's rows are left out")
+        res["relay"] = relay_bench(relays, sdk_py, a.runs, a.quick)
     if "catalog" in want:
         say("catalog search ...")
         res["catalog"] = catalog_search([10000] if a.quick else [10000, 100000], 50 if a.quick else 200, [10000])

@@ -112,7 +112,7 @@ def client():
 
 
 def test_frame_is_one_line_with_unicode_kept_and_newlines_escaped():
-    data = abstract._frame({"text": "héllo\nwörld ✓\r\u2028"})
+    data = b"".join(abstract._frame({"text": "héllo\nwörld ✓\r\u2028"}))
     assert data.endswith(b"\n") and data.count(b"\n") == 1
     assert "héllo".encode() in data and "✓".encode() in data
     assert b"\\n" in data and b"\\r" in data
