@@ -10027,7 +10027,14 @@ class OutputCache:
 
 
 
-def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
+def _shut_rdwr() -> int:
+    """socket.SHUT_RDWR (socket is imported lazily: see Imports)."""
+    import socket  # lazy: see Imports
+
+    return socket.SHUT_RDWR
+
+
+class _LinkServerMixin:
     """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
     `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
     backlog that takes a burst of downloads. At the cap, the connection that has waited longest
@@ -10035,135 +10042,139 @@ def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
     coming longest, so idle or trickling connections cannot keep a request waiting; when every
     one has its request in, the accept loop waits for a free slot, and more connections wait in
     the listen backlog, not in Abstract."""
-    import selectors  # lazy: see Imports
-    import socket  # lazy: see Imports
 
-    header_s, _, max_conn = limits
+    daemon_threads = True
+    _header_s, _max_conn = 10.0, 64  # (set by _link_server_class)
+    # socketserver's 5 refuses connections in a burst (the kernel may cap it)
+    request_queue_size = 1024
 
-    class LinkServer(base):  # type: ignore[misc, valid-type]
-        daemon_threads = True
-        # socketserver's 5 refuses connections in a burst (the kernel may cap it)
-        request_queue_size = 1024
+    def server_activate(self) -> None:
+        self._slots = threading.Semaphore(self._max_conn)
+        # connections whose request has not come whole, oldest first (dicts keep order)
+        self._deadlines: Dict[Any, float] = {}
+        self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
+        self._evicted: set = set()  # dropped to make room, their slot not yet freed
+        self._lock = threading.Lock()
+        self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
+        super().server_activate()
+        self._stopped = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
+                                         daemon=True)
+        self._watcher.start()
 
-        def server_activate(self) -> None:
-            self._slots = threading.Semaphore(max_conn)
-            # connections whose request has not come whole, oldest first (dicts keep order)
-            self._deadlines: Dict[Any, float] = {}
-            self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
-            self._evicted: set = set()  # dropped to make room, their slot not yet freed
-            self._lock = threading.Lock()
-            self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
-            super().server_activate()
-            self._stopped = threading.Event()
-            self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
-                                             daemon=True)
-            self._watcher.start()
+    def server_close(self) -> None:
+        super().server_close()
+        watcher = getattr(self, "_watcher", None)  # (none when the port could not be bound)
+        if watcher is not None:
+            self._stopped.set()
+            watcher.join(_STOP_JOIN_S)
 
-        def server_close(self) -> None:
-            super().server_close()
-            watcher = getattr(self, "_watcher", None)  # (none when the port could not be bound)
-            if watcher is not None:
-                self._stopped.set()
-                watcher.join(_STOP_JOIN_S)
-
-        def process_request(self, request: Any, client_address: Any) -> None:
-            # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
-            got = self._slots.acquire(blocking=False)
-            while not got:
-                if self._closing.is_set():  # stopping: closed unserved (it holds no slot)
-                    base.shutdown_request(self, request)
-                    return
-                self._evict()
-                got = self._slots.acquire(timeout=0.1)
-            with self._lock:
-                self._deadlines[request] = time.monotonic() + header_s
-            super().process_request(request, client_address)
-
-        def shutdown(self) -> None:
-            """Stop the accept loop, even one waiting for a free slot (every slot a download
-            whose reader stalled would hold it up to http_idle_timeout_seconds)."""
-            self._closing.set()
-            super().shutdown()
-
-        def spoke(self, request: Any) -> None:
-            """The connection sent its first byte: dropped to make room only if none is
-            silent."""
-            with self._lock:
-                if request in self._deadlines:
-                    self._spoke.add(request)
-
-        def request_started(self, request: Any) -> bool:
-            """The request line and headers are in: the header deadline no longer applies.
-            False if the connection was dropped to make room just before (_evict): it is not
-            answered."""
-            with self._lock:
-                self._deadlines.pop(request, None)
-                self._spoke.discard(request)
-                return request not in self._evicted
-
-        def shutdown_request(self, request: Any) -> None:
-            super().shutdown_request(request)
-            with self._lock:
-                self._deadlines.pop(request, None)
-                self._spoke.discard(request)
-                self._evicted.discard(request)
-            self._slots.release()
-
-        def _evict(self) -> None:
-            """Drop the connection that has waited longest without sending a byte (its handler
-            has seen none, and none waits unread); if none is silent, the one whose handler has
-            been reading its request longest (a byte a minute holds a slot as well as silence
-            does; one whose bytes wait for a handler yet to run is not dropped). Not
-            while one dropped before still holds its slot. Its request had not come whole, so
-            nothing was asked on it: nothing is lost but the connection, and a download under
-            way (its request in) is never dropped."""
-            with self._lock:
-                if self._evicted:
-                    return
-                waiting = list(self._deadlines)  # (oldest first)
-                idle = [r for r in waiting if r not in self._spoke]
-                # (its handler reads it: not a whole request whose handler has yet to run)
-                trickling = [r for r in waiting if r in self._spoke]
-            victim = next((r for r in idle if self._silent(r)), trickling[0] if trickling else None)
-            if victim is None:
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
+        got = self._slots.acquire(blocking=False)
+        while not got:
+            if self._closing.is_set():  # stopping: closed unserved (it holds no slot)
+                super().shutdown_request(request)
                 return
+            self._evict()
+            got = self._slots.acquire(timeout=0.1)
+        with self._lock:
+            self._deadlines[request] = time.monotonic() + self._header_s
+        super().process_request(request, client_address)
+
+    def shutdown(self) -> None:
+        """Stop the accept loop, even one waiting for a free slot (every slot a download
+        whose reader stalled would hold it up to http_idle_timeout_seconds)."""
+        self._closing.set()
+        super().shutdown()
+
+    def spoke(self, request: Any) -> None:
+        """The connection sent its first byte: dropped to make room only if none is
+        silent."""
+        with self._lock:
+            if request in self._deadlines:
+                self._spoke.add(request)
+
+    def request_started(self, request: Any) -> bool:
+        """The request line and headers are in: the header deadline no longer applies.
+        False if the connection was dropped to make room just before (_evict): it is not
+        answered."""
+        with self._lock:
+            self._deadlines.pop(request, None)
+            self._spoke.discard(request)
+            return request not in self._evicted
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        with self._lock:
+            self._deadlines.pop(request, None)
+            self._spoke.discard(request)
+            self._evicted.discard(request)
+        self._slots.release()
+
+    def _evict(self) -> None:
+        """Drop the connection that has waited longest without sending a byte (its handler
+        has seen none, and none waits unread); if none is silent, the one whose handler has
+        been reading its request longest (a byte a minute holds a slot as well as silence
+        does; one whose bytes wait for a handler yet to run is not dropped). Not
+        while one dropped before still holds its slot. Its request had not come whole, so
+        nothing was asked on it: nothing is lost but the connection, and a download under
+        way (its request in) is never dropped."""
+        with self._lock:
+            if self._evicted:
+                return
+            waiting = list(self._deadlines)  # (oldest first)
+            idle = [r for r in waiting if r not in self._spoke]
+            # (its handler reads it: not a whole request whose handler has yet to run)
+            trickling = [r for r in waiting if r in self._spoke]
+        victim = next((r for r in idle if self._silent(r)), trickling[0] if trickling else None)
+        if victim is None:
+            return
+        with self._lock:
+            if victim not in self._deadlines:
+                return  # (its request came whole meanwhile)
+            del self._deadlines[victim]
+            self._evicted.add(victim)
+        with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
+            victim.shutdown(_shut_rdwr())
+
+    @staticmethod
+    def _silent(request: Any) -> bool:
+        """No byte waits unread on the connection (a look that does not wait or read:
+        the handler thread may not have run yet)."""
+        import selectors  # lazy: see Imports
+
+        sel = selectors.DefaultSelector()  # (not select(): no FD_SETSIZE limit)
+        try:
+            sel.register(request, selectors.EVENT_READ)
+            return not sel.select(0)
+        except (OSError, ValueError):
+            return False
+        finally:
+            sel.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
+        _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(0.25):  # a deadline is met within a quarter of a second
+            now = time.monotonic()
             with self._lock:
-                if victim not in self._deadlines:
-                    return  # (its request came whole meanwhile)
-                del self._deadlines[victim]
-                self._evicted.add(victim)
-            with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
-                victim.shutdown(socket.SHUT_RDWR)
+                late = [r for r, t in self._deadlines.items() if t <= now]
+                for r in late:
+                    del self._deadlines[r]
+            for r in late:  # the handler's blocked read returns; its thread ends
+                with contextlib.suppress(OSError):
+                    r.shutdown(_shut_rdwr())
 
-        @staticmethod
-        def _silent(request: Any) -> bool:
-            """No byte waits unread on the connection (a look that does not wait or read:
-            the handler thread may not have run yet)."""
-            sel = selectors.DefaultSelector()  # (not select(): no FD_SETSIZE limit)
-            try:
-                sel.register(request, selectors.EVENT_READ)
-                return not sel.select(0)
-            except (OSError, ValueError):
-                return False
-            finally:
-                sel.close()
 
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
-            _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
-
-        def _watch(self) -> None:
-            while not self._stopped.wait(0.25):  # a deadline is met within a quarter of a second
-                now = time.monotonic()
-                with self._lock:
-                    late = [r for r, t in self._deadlines.items() if t <= now]
-                    for r in late:
-                        del self._deadlines[r]
-                for r in late:  # the handler's blocked read returns; its thread ends
-                    with contextlib.suppress(OSError):
-                        r.shutdown(socket.SHUT_RDWR)
-
-    return LinkServer
+def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
+    """_LinkServerMixin over `base` (ThreadingHTTPServer, imported lazily) with the header
+    deadline and the connection cap of `limits` (header_s, idle_s, max_conn)."""
+    header_s, _, max_conn = limits
+    return type("LinkServer", (_LinkServerMixin, base), {"_header_s": header_s,
+                                                         "_max_conn": max_conn})
 
 
 def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str,
@@ -15416,6 +15427,18 @@ def _on_signals(server: Server) -> Iterator[None]:
                 signal.signal(signum, handler)
 
 
+def _check_cli(config: ClientConfig, upstreams: Upstreams, out: Any, catalog: str) -> int:
+    """--check: start every upstream once and report, then the login of each remote one
+    (reported as needed, never started)."""
+    for name in upstreams.names():
+        auth = upstreams.get(name).auth
+        if isinstance(auth, _OAuth):
+            auth.start_logins = False
+    code = _check(config, upstreams, out, catalog)
+    _auth_report(config, upstreams, out)
+    return code
+
+
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
     """main()'s work once logging is set up; returns the exit code.
 
@@ -15466,16 +15489,8 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
 
             return _to_text(stdout, reindex)
         if args.check:
-            def check(out: Any) -> int:
-                for name in upstreams.names():  # --check reports a login as needed, starts none
-                    auth = upstreams.get(name).auth
-                    if isinstance(auth, _OAuth):
-                        auth.start_logins = False
-                code = _check(config, upstreams, out, catalog.describe() if catalog else why)
-                _auth_report(config, upstreams, out)
-                return code
-
-            return _to_text(stdout, check)
+            described = catalog.describe() if catalog else why
+            return _to_text(stdout, lambda out: _check_cli(config, upstreams, out, described))
         if config.error:
             _log.warning("%s; tools that need upstream servers will say so", config.error)
         rfile = stdin if stdin is not None else sys.stdin.buffer  # 4.
