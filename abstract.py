@@ -10027,6 +10027,11 @@ class OutputCache:
 
 
 
+# --http link server at its cap: a connection is dropped to make room for a new one only when
+# none has ended on its own for this long (idle or trickling connections hold every slot)
+_EVICT_AFTER_S = 0.25
+
+
 def _shut_rdwr() -> int:
     """socket.SHUT_RDWR (socket is imported lazily: see Imports)."""
     import socket  # lazy: see Imports
@@ -10054,6 +10059,7 @@ class _LinkServerMixin:
         self._deadlines: Dict[Any, float] = {}
         self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
         self._evicted: set = set()  # dropped to make room, their slot not yet freed
+        self._freed_at = time.monotonic()  # when a connection last ended on its own
         self._lock = threading.Lock()
         self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
         super().server_activate()
@@ -10076,8 +10082,11 @@ class _LinkServerMixin:
             if self._closing.is_set():  # stopping: closed unserved (it holds no slot)
                 super().shutdown_request(request)
                 return
-            self._evict()
-            got = self._slots.acquire(timeout=0.1)
+            # only when no connection has ended on its own for _EVICT_AFTER_S: a burst of
+            # downloads frees slots all the time, and its connections are never dropped
+            if time.monotonic() - self._freed_at >= _EVICT_AFTER_S:
+                self._evict()
+            got = self._slots.acquire(timeout=0.05)
         with self._lock:
             self._deadlines[request] = time.monotonic() + self._header_s
         super().process_request(request, client_address)
@@ -10109,7 +10118,10 @@ class _LinkServerMixin:
         with self._lock:
             self._deadlines.pop(request, None)
             self._spoke.discard(request)
-            self._evicted.discard(request)
+            if request in self._evicted:
+                self._evicted.discard(request)
+            else:
+                self._freed_at = time.monotonic()
         self._slots.release()
 
     def _evict(self) -> None:
