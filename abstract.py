@@ -3159,18 +3159,41 @@ def _claim_by_rename(dfd: Optional[int], tmp: str, final: str, mine: os.stat_res
 # directions: Abstract's server side (client stdin/stdout) and each upstream session.
 
 
+def _frame_parts(msg: dict) -> List[Any]:
+    """_frame's parts, the newline not yet added."""
+    try:
+        return [p if type(p) is memoryview else p.encode("utf-8")
+                for p in _compact_parts(msg, 0)]
+    except UnicodeEncodeError:
+        return [json.dumps(msg, ensure_ascii=True, separators=(",", ":"),
+                           default=_JsonString.text).encode("ascii")]
+
+
+def _null_nonfinite(msg: dict) -> None:
+    """Make null, in place, every float of `msg` that is not finite (as _no_nan reads NaN):
+    json writes one as the bare word Infinity or NaN, which is no JSON. (Iterative: a peer's
+    message may nest deep.)"""
+    stack: list = [msg]
+    while stack:
+        node = stack.pop()
+        for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
+            if type(value) is float and not math.isfinite(value):
+                node[key] = None
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+
+
 def _frame(msg: dict) -> List[Any]:
     """One message as a line of UTF-8, in parts for writelines: the long strings of a relayed
     answer that a peer sent as _dumps writes them (_JsonString.verbatim) are views of the
     peer's line, never decoded or copied; the rest is encoded by json at C speed. A lone
     surrogate (from a \\ud800 escape a peer sent) cannot be encoded as UTF-8; such a message
-    goes out with every non-ASCII character escaped."""
-    try:
-        parts = [p if type(p) is memoryview else p.encode("utf-8")
-                 for p in _compact_parts(msg, 0)]
-    except UnicodeEncodeError:
-        parts = [json.dumps(msg, ensure_ascii=True, separators=(",", ":"),
-                            default=_JsonString.text).encode("ascii")]
+    goes out with every non-ASCII character escaped. A float that is not finite (a peer's
+    1e999, read as infinity) goes out as null."""
+    parts = _frame_parts(msg)
+    if any(b"Infinity" in p or b"NaN" in p for p in parts if type(p) is bytes):
+        _null_nonfinite(msg)  # (or a string holds the word: nothing changes)
+        parts = _frame_parts(msg)
     # json escapes newlines, and a view is of a string read as strict JSON from one line
     assert not any(b"\n" in p for p in parts if type(p) is bytes)
     if len(parts) == 1 and len(parts[0]) <= _PART_CHARS:
