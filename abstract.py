@@ -11772,14 +11772,17 @@ class _Tables:
 
     def put(self, key: Any, table: _Table, budget: int) -> None:
         with self._lock:
-            old = self._tables.pop(key, None)
-            self._tables[key] = table
-            dropped = [old] if old is not None else []
-            total = sum(t.size for t in self._tables.values())
-            while total > budget and len(self._tables) > 1:
-                _, first = self._tables.popitem(last=False)
-                total -= first.size
-                dropped.append(first)
+            if self._closed:  # a load that ended after the shutdown's close(): its file goes
+                dropped = [table]
+            else:
+                old = self._tables.pop(key, None)
+                self._tables[key] = table
+                dropped = [old] if old is not None else []
+                total = sum(t.size for t in self._tables.values())
+                while total > budget and len(self._tables) > 1:
+                    _, first = self._tables.popitem(last=False)
+                    total -= first.size
+                    dropped.append(first)
         self._forget(dropped)
 
     def drop(self, key: Any) -> None:

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+import abstract
+
 from conftest import World
 from test_splice import _start
 
@@ -34,3 +36,17 @@ def test_an_upstream_number_too_large_for_a_float_reaches_the_client_as_json(wor
     line, _ = proxy.upstream_line("up", "long", {"raw": raw}, direct)
     msg = _strict(line)
     assert msg["result"]["structuredContent"] == {"v": None, "w": [None]}, line[:300]
+
+
+# ==== query: the table files never outlive Abstract =====================================
+
+
+def test_a_table_loaded_after_the_shutdown_closed_the_tables_is_removed(tmp_path):
+    """Before: a query whose load ended after the shutdown's _Tables.close() kept its table,
+    so the records' file stayed in the temporary folder after Abstract exited."""
+    tables = abstract._Tables()
+    tables.close()
+    table = abstract._load_table([{"id": 1, "secret": "x"}], folder=str(tmp_path))
+    tables.put(("file", "a"), table, 1 << 30)
+    assert list(tmp_path.iterdir()) == []
+    assert tables.get(("file", "a")) is None
