@@ -8112,16 +8112,17 @@ class Upstream:
             p.conn.notify("notifications/cancelled", {"requestId": p.mid, "reason": reason})
             self._done(p)
 
-    def _await(self, fut: Future, limit: float, follow: Optional[_Follow] = None) -> Any:
-        """fut's result within `limit` seconds, not counting the wait for the user: while a
-        question to the client is pending the deadline does not pass, and once one is answered
-        the call gets `limit` seconds again, counted from the answer. For a 2026-07-28 client's
-        call (`follow`), the upstream's question handed to it instead (a _Question), if one
-        comes first."""
+    def _await(self, fut: Future, limit: float, follow: Optional[_Follow] = None,
+               spent: float = 0.0) -> Any:
+        """fut's result within `limit` seconds (less the `spent` already: the wait for the
+        server's start), not counting the wait for the user: while a question to the client is
+        pending the deadline does not pass, and once one is answered the call gets `limit`
+        seconds again, counted from the answer. For a 2026-07-28 client's call (`follow`), the
+        upstream's question handed to it instead (a _Question), if one comes first."""
         import concurrent.futures
 
         asked = self._wait_for_questions(follow) if follow is not None else None
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + limit - spent
         took = False
         try:
             while True:
@@ -8619,6 +8620,7 @@ class Upstream:
         5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """
+        begun = time.monotonic()
         if follow is not None and follow.hold:
             p = self._resume(follow, progress)
         else:
@@ -8626,10 +8628,12 @@ class Upstream:
         if req is not None:
             req.on_cancel(lambda: self._cancel_call(p.conn, p.mid, p.task_id))
         limit = self.settings.timeout(self.name)
+        spent = time.monotonic() - begun  # (waiting for a start: within the call's limit)
         conn, run, held = p.conn, p.run, False
         try:
             while True:
-                got = self._await(p.fut, limit, follow if p.modern else None)
+                got = self._await(p.fut, limit, follow if p.modern else None, spent)
+                spent = 0.0
                 if isinstance(got, _Question):
                     held = True
                     return self._hold(p, got, follow)  # type: ignore[arg-type]
