@@ -3169,18 +3169,20 @@ def _frame_parts(msg: dict) -> List[Any]:
                            default=_JsonString.text).encode("ascii")]
 
 
-def _null_nonfinite(msg: dict) -> None:
+def _null_nonfinite(msg: dict) -> bool:
     """Make null, in place, every float of `msg` that is not finite (as _no_nan reads NaN):
-    json writes one as the bare word Infinity or NaN, which is no JSON. (Iterative: a peer's
-    message may nest deep.)"""
+    json writes one as the bare word Infinity or NaN, which is no JSON. Whether there was one.
+    (Iterative: a peer's message may nest deep.)"""
     stack: list = [msg]
+    found = False
     while stack:
         node = stack.pop()
         for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
             if type(value) is float and not math.isfinite(value):
-                node[key] = None
+                node[key], found = None, True
             elif isinstance(value, (dict, list)):
                 stack.append(value)
+    return found
 
 
 def _frame(msg: dict) -> List[Any]:
@@ -3191,8 +3193,8 @@ def _frame(msg: dict) -> List[Any]:
     goes out with every non-ASCII character escaped. A float that is not finite (a peer's
     1e999, read as infinity) goes out as null."""
     parts = _frame_parts(msg)
-    if any(b"Infinity" in p or b"NaN" in p for p in parts if type(p) is bytes):
-        _null_nonfinite(msg)  # (or a string holds the word: nothing changes)
+    if (any(b"Infinity" in p or b"NaN" in p for p in parts if type(p) is bytes)
+            and _null_nonfinite(msg)):  # (or a string holds the word: nothing to change)
         parts = _frame_parts(msg)
     # json escapes newlines, and a view is of a string read as strict JSON from one line
     assert not any(b"\n" in p for p in parts if type(p) is bytes)
