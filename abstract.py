@@ -3159,18 +3159,43 @@ def _claim_by_rename(dfd: Optional[int], tmp: str, final: str, mine: os.stat_res
 # directions: Abstract's server side (client stdin/stdout) and each upstream session.
 
 
+def _frame_parts(msg: dict) -> List[Any]:
+    """_frame's parts, the newline not yet added."""
+    try:
+        return [p if type(p) is memoryview else p.encode("utf-8")
+                for p in _compact_parts(msg, 0)]
+    except UnicodeEncodeError:
+        return [json.dumps(msg, ensure_ascii=True, separators=(",", ":"),
+                           default=_JsonString.text).encode("ascii")]
+
+
+def _null_nonfinite(msg: dict) -> bool:
+    """Make null, in place, every float of `msg` that is not finite (as _no_nan reads NaN):
+    json writes one as the bare word Infinity or NaN, which is no JSON. Whether there was one.
+    (Iterative: a peer's message may nest deep.)"""
+    stack: list = [msg]
+    found = False
+    while stack:
+        node = stack.pop()
+        for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
+            if type(value) is float and not math.isfinite(value):
+                node[key], found = None, True
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    return found
+
+
 def _frame(msg: dict) -> List[Any]:
     """One message as a line of UTF-8, in parts for writelines: the long strings of a relayed
     answer that a peer sent as _dumps writes them (_JsonString.verbatim) are views of the
     peer's line, never decoded or copied; the rest is encoded by json at C speed. A lone
     surrogate (from a \\ud800 escape a peer sent) cannot be encoded as UTF-8; such a message
-    goes out with every non-ASCII character escaped."""
-    try:
-        parts = [p if type(p) is memoryview else p.encode("utf-8")
-                 for p in _compact_parts(msg, 0)]
-    except UnicodeEncodeError:
-        parts = [json.dumps(msg, ensure_ascii=True, separators=(",", ":"),
-                            default=_JsonString.text).encode("ascii")]
+    goes out with every non-ASCII character escaped. A float that is not finite (a peer's
+    1e999, read as infinity) goes out as null."""
+    parts = _frame_parts(msg)
+    if (any(b"Infinity" in p or b"NaN" in p for p in parts if type(p) is bytes)
+            and _null_nonfinite(msg)):  # (or a string holds the word: nothing to change)
+        parts = _frame_parts(msg)
     # json escapes newlines, and a view is of a string read as strict JSON from one line
     assert not any(b"\n" in p for p in parts if type(p) is bytes)
     if len(parts) == 1 and len(parts[0]) <= _PART_CHARS:
@@ -8089,16 +8114,17 @@ class Upstream:
             p.conn.notify("notifications/cancelled", {"requestId": p.mid, "reason": reason})
             self._done(p)
 
-    def _await(self, fut: Future, limit: float, follow: Optional[_Follow] = None) -> Any:
-        """fut's result within `limit` seconds, not counting the wait for the user: while a
-        question to the client is pending the deadline does not pass, and once one is answered
-        the call gets `limit` seconds again, counted from the answer. For a 2026-07-28 client's
-        call (`follow`), the upstream's question handed to it instead (a _Question), if one
-        comes first."""
+    def _await(self, fut: Future, limit: float, follow: Optional[_Follow] = None,
+               spent: float = 0.0) -> Any:
+        """fut's result within `limit` seconds (less the `spent` already: the wait for the
+        server's start), not counting the wait for the user: while a question to the client is
+        pending the deadline does not pass, and once one is answered the call gets `limit`
+        seconds again, counted from the answer. For a 2026-07-28 client's call (`follow`), the
+        upstream's question handed to it instead (a _Question), if one comes first."""
         import concurrent.futures
 
         asked = self._wait_for_questions(follow) if follow is not None else None
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + limit - spent
         took = False
         try:
             while True:
@@ -8596,6 +8622,7 @@ class Upstream:
         5. At the timeout the call is cancelled upstream, unless the upstream stopped reading
            its input: then nothing more can reach it, and the run is stopped.
         """
+        begun = time.monotonic()
         if follow is not None and follow.hold:
             p = self._resume(follow, progress)
         else:
@@ -8603,10 +8630,12 @@ class Upstream:
         if req is not None:
             req.on_cancel(lambda: self._cancel_call(p.conn, p.mid, p.task_id))
         limit = self.settings.timeout(self.name)
+        spent = time.monotonic() - begun  # (waiting for a start: within the call's limit)
         conn, run, held = p.conn, p.run, False
         try:
             while True:
-                got = self._await(p.fut, limit, follow if p.modern else None)
+                got = self._await(p.fut, limit, follow if p.modern else None, spent)
+                spent = 0.0
                 if isinstance(got, _Question):
                     held = True
                     return self._hold(p, got, follow)  # type: ignore[arg-type]
@@ -11749,14 +11778,17 @@ class _Tables:
 
     def put(self, key: Any, table: _Table, budget: int) -> None:
         with self._lock:
-            old = self._tables.pop(key, None)
-            self._tables[key] = table
-            dropped = [old] if old is not None else []
-            total = sum(t.size for t in self._tables.values())
-            while total > budget and len(self._tables) > 1:
-                _, first = self._tables.popitem(last=False)
-                total -= first.size
-                dropped.append(first)
+            if self._closed:  # a load that ended after the shutdown's close(): its file goes
+                dropped = [table]
+            else:
+                old = self._tables.pop(key, None)
+                self._tables[key] = table
+                dropped = [old] if old is not None else []
+                total = sum(t.size for t in self._tables.values())
+                while total > budget and len(self._tables) > 1:
+                    _, first = self._tables.popitem(last=False)
+                    total -= first.size
+                    dropped.append(first)
         self._forget(dropped)
 
     def drop(self, key: Any) -> None:
