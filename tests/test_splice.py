@@ -388,7 +388,7 @@ def test_server_filesystem_reads_relay_as_today(world: World, tmp_path: Path, di
     data = tmp_path / "data"
     data.mkdir()
     text = awkward_text(0.4).replace("\x00", "\x01")  # (a file of text: no NUL)
-    (data / "awkward.txt").write_text(text, encoding="utf-8", newline="")
+    (data / "awkward.txt").write_bytes(text.encode("utf-8"))  # (as it is: no newline translation)
     proxy = _real(world, "fs", {"command": str(FILESYSTEM), "args": [str(data)]},
                   *(["--expose", "direct"] if direct else []))
     line, res = proxy.upstream_line("fs", "read_text_file", {"path": str(data / "awkward.txt")}, direct)
