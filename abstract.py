@@ -880,6 +880,11 @@ _view_json = _make_compact_encoder(json.JSONEncoder(ensure_ascii=False))
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _clean_text(value: Any) -> Any:
+    """A string UTF-8 can hold (SQLite, a file): lone surrogates replaced by U+FFFD."""
+    return _LONE_SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
+
+
 class _Converted(NamedTuple):
     """The result of _convert: how to render the text (in parts, so a large table is never
     one huge string) and what it holds."""
@@ -11225,7 +11230,7 @@ def _tool_text(tool: dict) -> Tuple[str, str, str, str]:
             params.append(spec["description"][:500])
     title = tool.get("title") or (ann.get("title") if isinstance(ann, dict) else None)
     # a server's lone surrogate (a \\ud800 escape) is U+FFFD here: SQLite takes only UTF-8
-    words, heading, about, args = (_LONE_SURROGATE.sub("\ufffd", c) for c in (
+    words, heading, about, args = (_clean_text(c) for c in (
         name + " " + _CAMEL.sub(" ", name), str(title or ""),
         str(tool.get("description") or "")[:4000], " ".join(params)))
     return words, heading, about, args
@@ -11530,11 +11535,6 @@ def _sql_columns(keys: Iterable[str], seen: set) -> Tuple[List[str], List[str]]:
         if name != key:
             notes.append(f"key {key!r} is column {name}")
     return names, notes
-
-
-def _clean_text(value: Any) -> Any:
-    """A string SQLite can take (UTF-8): lone surrogates replaced by U+FFFD."""
-    return _LONE_SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
 
 
 class _Table:
@@ -12313,7 +12313,7 @@ class _Call:
         v = self.args.get(key)
         if v is None or not isinstance(v, str):
             return self.string(key)  # (None, or the error for a wrong type)
-        return _LONE_SURROGATE.sub("\ufffd", v)
+        return _clean_text(v)
 
     def required(self, key: str) -> str:
         """A string argument the tool cannot do without: present and not empty."""
