@@ -20,20 +20,52 @@ stored as files in the allowed folders instead of flowing through the conversati
 Vendoring: this file depends on the Python standard library only (3.9 and later). Copy it
 anywhere and run it with any python3; nothing else is needed.
 
-Sections (grep -n '^# ==' abstract.py):
-    1. Imports            2. Version and exports   3. Constants
-    4. Errors             5. Helpers               6. Formats (csv, json, yaml, xml, md, html)
-    7. Sandbox and atomic writer                   8. JSON-RPC (framing, Connection)
-    8b. HTTP client (requests, proxies, TLS, SSE)  8c. Remote auth (OAuth 2.1 logins)
-    9. Config and settings                         10. Upstreams (client, supervisor)
-    11. Results: extraction and shape              12. Output cache and signed links
-    13. Catalog (sqlite3)                          14. Queries (sqlite3)
-    15. Tool calls (arguments)                     16. Storing (files, quota, catalog hooks)
-    17. Tools                                      18. Server (both protocol eras)
-    19. CLI                                        20. Entry point
+The map. `grep -n '^# ==' abstract.py` prints the parts, in this order; each part uses only the
+parts above it, and `# -- name` lines mark the pieces inside one. Nothing is public but __all__.
+
+    Imports             the standard library only; the imports kept lazy (start-up) are named
+    Version, exports and constants
+                        __version__, __all__, protocol versions, JSON-RPC codes, shared limits
+    Errors              Error and every exception under it (RpcError, UpstreamError, _ToolError)
+    Helpers             _Pool (bounded workers), _Secrets (masking), _LogGate, _Signer, URLs
+    Formats             _convert and the readers and writers: json, csv, yaml, xml, md, html
+    Files               _Sandbox (allowed folders), _write_new (the atomic writer), the walker
+    Wire                Connection (JSON-RPC 2.0, both directions), _frame
+    Config              _ClientConfig (the client's config file), _Settings (Abstract's own)
+    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin (the server
+                        side); _HttpTransport (a remote upstream session's wire)
+    Remote auth         _OAuth (logins for remote upstreams), _TokenStore, _Loopback
+    Upstreams           _Upstream (one server: start, back-off, tools, calls), _Run and
+                        _HttpRun (one session), _ClientLink (its questions to the client),
+                        _Upstreams (all of them)
+    Results             _extract (the one path that takes a result apart), shapes and hints
+    Output cache        _OutputCache (large results as files, read in windows), _serve_links
+    Catalog             _Catalog (SQLite: stored files, outputs, memory), _ToolIndex
+    Queries             _Tables and the locked-down worker process (_QUERY_WORKER)
+    Tool calls          _ToolContext, _Call (one call's arguments, errors a model can act on)
+    Storing             _store_result: sandbox and quota first, convert, write, record
+    Tools               each tool's schema, description and handler
+    Server              _Server (both protocol eras), _Transparent (direct mode)
+    CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
+    Entry point         _console (the `abstract` command), _exit_now
+
+How a request flows: the client reader (Wire) parses a line and hands a request to the worker
+pool; _Server checks its protocol era and runs the method's handler; tools/call builds a _Call
+over the _ToolContext and runs the tool (Tools), which reaches an upstream through _Upstreams
+and _Upstream, whose session speaks over a pipe or _HttpTransport. A large result is taken
+apart once (_extract), then cached (Output cache) or stored (Storing, through Files) and
+recorded (Catalog). A _ToolError becomes an isError result; any other exception becomes a
+JSON-RPC error in one place, Connection._dispatch. The answer goes out on the client's writer.
+
+Threads (no asyncio; docs/design.md has the long table): main (start, wait, shut down); the
+client's reader and writer; a bounded worker pool; per upstream a reader, a writer, a stderr
+drain, a watcher, a few threads for its own requests, a start thread while it starts and a
+subscription listener (2026-07-28); per remote request in flight one thread (bounded); the
+--http link server; a login's loopback; the cache sweep; the reaper (Linux).
 """
 
-# ==== 1. Imports ==================================================================
+
+# ==== Imports =====================================================================
 
 from __future__ import annotations
 
@@ -92,7 +124,10 @@ try:  # optional in a Python built without it, as shutil treats zlib: the catalo
 except ImportError:  # pragma: no cover
     sqlite3 = None  # type: ignore[assignment]
 
-# ==== 2. Version and exports ======================================================
+
+# ==== Version, exports and constants ==============================================
+# The version, the public surface (__all__: the errors, Connection and main; every other name is
+# private), the protocol versions and JSON-RPC codes, and the limits every part shares.
 
 __version__ = "0.1.0"
 __all__ = [
@@ -106,24 +141,23 @@ __all__ = [
     "main",
 ]
 
-# ==== 3. Constants ================================================================
-
-HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
-MODERN_VERSIONS = ("2026-07-28",)
-_LINK_VERSIONS = ("2025-11-25", "2025-06-18") + MODERN_VERSIONS  # resource_link content exists
+_HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
+_MODERN_VERSIONS = ("2026-07-28",)
+_LINK_VERSIONS = ("2025-11-25", "2025-06-18") + _MODERN_VERSIONS  # resource_link content exists
 _SERVER_NAME = "abstract"
 
 # JSON-RPC 2.0 and MCP error codes
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-CONNECTION_CLOSED = -32000  # SDK-local codes, reused for a dead or timed-out upstream
-BUSY = -32000  # (JSON-RPC's first "server error" code) a peer's request over the bound held at once
-REQUEST_TIMEOUT = -32001
-RESOURCE_NOT_FOUND = -32002  # legacy era; the modern era uses INVALID_PARAMS
-UNSUPPORTED_VERSION = -32022
+_PARSE_ERROR = -32700
+_INVALID_REQUEST = -32600
+_METHOD_NOT_FOUND = -32601
+_INVALID_PARAMS = -32602
+_INTERNAL_ERROR = -32603
+_CONNECTION_CLOSED = -32000  # SDK-local codes, reused for a dead or timed-out upstream
+# (JSON-RPC's first "server error" code) a peer's request over the bound held at once
+_BUSY = -32000
+_REQUEST_TIMEOUT = -32001
+_RESOURCE_NOT_FOUND = -32002  # legacy era; the modern era uses INVALID_PARAMS
+_UNSUPPORTED_VERSION = -32022
 
 # Modern-era per-request _meta keys
 _META_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -189,7 +223,10 @@ _MACOS = sys.platform == "darwin"
 
 _log = logging.getLogger("abstract")
 
-# ==== 4. Errors ===================================================================
+
+# ==== Errors ======================================================================
+# Every exception Abstract raises on purpose, under one root (Error); each also inherits the
+# nearest builtin, so a caller's generic except still works.
 
 
 class Error(Exception):
@@ -216,7 +253,7 @@ class SandboxError(Error, ValueError):
     """A path outside the allowed directories, or a name that is not a plain file name."""
 
 
-class ToolError(Error):
+class _ToolError(Error):
     """A tool call that failed in a way the model can act on: becomes an isError result."""
 
 
@@ -238,16 +275,16 @@ class RpcError(Error):
     def from_dict(cls, d: Any) -> "RpcError":
         """Build from a response's `error` member, tolerating malformed ones."""
         if not isinstance(d, dict):
-            return cls(INTERNAL_ERROR, f"malformed error: {d!r}")
+            return cls(_INTERNAL_ERROR, f"malformed error: {d!r}")
         code = d.get("code")
-        return cls(code if isinstance(code, int) else INTERNAL_ERROR, str(d.get("message", "")),
+        return cls(code if isinstance(code, int) else _INTERNAL_ERROR, str(d.get("message", "")),
                    d.get("data"))
 
 
 class UpstreamError(RpcError):
     """An upstream that is dead, cannot start, or did not answer in time."""
 
-    def __init__(self, message: str, code: int = CONNECTION_CLOSED) -> None:
+    def __init__(self, message: str, code: int = _CONNECTION_CLOSED) -> None:
         super().__init__(code, message)
 
 
@@ -265,15 +302,15 @@ class _NotReached(_NotSent):
 class _SessionGone(_NotSent):
     """HTTP 404 to a request that carried Mcp-Session-Id: the server ended that session (it
     restarted, or expired it) and did not process the request (2025-11-25 spec, basic/transports
-    #session-management). Upstream._anew sends it once more, in a new session."""
+    #session-management). _Upstream._anew sends it once more, in a new session."""
 
 
 class _StillStarting(UpstreamError):
-    """An upstream whose start (in the background, Upstream._current) has not answered within
+    """An upstream whose start (in the background, _Upstream._current) has not answered within
     the wait: `since` is how long it has been starting, in seconds."""
 
     def __init__(self, message: str, since: float) -> None:
-        super().__init__(message, REQUEST_TIMEOUT)
+        super().__init__(message, _REQUEST_TIMEOUT)
         self.since = since
 
 
@@ -290,7 +327,59 @@ class _InputRequired(Error):
         self.result = result
 
 
-# ==== 5. Helpers ==================================================================
+class _NotRegular(SandboxError):
+    """Inside the sandbox, but not a regular file (a folder, FIFO, device): resources/read
+    answers "not found" for it, as for a missing file."""
+
+
+class _HttpError(Error, OSError):
+    """An HTTP exchange that failed: no connection, TLS, a timeout, a refused redirect, a body
+    over its bound, or (raised by callers through _HttpResponse.error) an unwanted status.
+    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query;
+    `unsent`: no connection was made, so nothing of the request left (a refused connect)."""
+
+    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "",
+                 unsent: bool = False) -> None:
+        super().__init__(message)
+        self.url, self.status, self.first_line = url, status, first_line
+        self.unsent = unsent
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class _AuthError(_HttpError):
+    """A remote server's login cannot go on, or must be done first: the message says what to do.
+    An HttpError, so the transport reports it as it reports any failed request. `refused`: the
+    authorization server turned a grant down (invalid_grant), as opposed to not being reached."""
+
+    def __init__(self, message: str, refused: bool = False, login: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+        self.login = login  # a login is needed (and has started, unless --check): no fault
+
+
+class _LoginNeeded(UpstreamError):
+    """A request to a remote server that waits for a login: the message says what to do. Not a
+    fault of the server's: a handshake that fails with it does not count as a crash."""
+
+
+class _ProbeFatal(UpstreamError):
+    """A stdio server of unknown era that exited on the server/discover probe (many hand-rolled
+    handshake-era servers exit on a method they do not know): _Upstream._start starts it again,
+    once, straight to initialize."""
+
+
+class _NotRecords(Error):
+    """A text read in one pass (_scan_records) proved not to be a JSON array of objects: it is
+    read the ordinary way instead (_extract)."""
+
+
+class _Closed(Error):
+    """The table was closed (evicted) before the query began to read it."""
+
+
+# ==== Helpers =====================================================================
 
 
 def _dumps(obj: Any) -> str:
@@ -836,14 +925,77 @@ def _retry_shared(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         try:
             return fn(*args, **kw)
         except OSError as e:
-            if getattr(e, "winerror", None) not in _SHARING_ERRORS or \
-                    time.monotonic() + pause > deadline:
+            if (getattr(e, "winerror", None) not in _SHARING_ERRORS
+                    or time.monotonic() + pause > deadline):
                 raise
         time.sleep(pause)  # (Windows has no way to wait for another program's handle to close)
         pause = min(pause * 2, 0.5)
 
 
-# ==== 6. Formats ==================================================================
+# -- URLs and signatures
+
+
+def _safe_url(url: str) -> str:
+    """A URL fit for logs and errors: scheme, host, port and path; no user:password, and a query
+    (which may hold an API key) shown as `?…`."""
+    try:
+        p = urllib.parse.urlsplit(url)
+        host = p.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{p.port}" if p.port else ""
+    except ValueError:  # a malformed port
+        return "(malformed URL)"
+    return f"{p.scheme}://{host}{port}{p.path}" + ("?…" if p.query else "")
+
+
+def _basic_auth(parts: urllib.parse.SplitResult) -> str:
+    """The HTTP Basic credential of a URL's user:password@ (percent-decoded), as curl sends it."""
+    pair = (f"{urllib.parse.unquote(parts.username or '')}:"
+            f"{urllib.parse.unquote(parts.password or '')}")
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def _strip_userinfo(url: str) -> str:
+    """`url` without its user:password@ (and without a fragment, which is never sent)."""
+    p = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((p.scheme, p.netloc.rpartition("@")[2], p.path, p.query, ""))
+
+
+def _url_origin(url: str) -> Tuple[str, str, int]:
+    p = urllib.parse.urlsplit(url)
+    return p.scheme, (p.hostname or "").lower(), p.port or (443 if p.scheme == "https" else 80)
+
+
+# what no URL of a metadata document may hold: whitespace, controls (a terminal's escape
+# sequences, BEL) and the invisible or reordering characters that make a URL read as another
+_URL_BAD_RE = re.compile("[\\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+class _Signer:
+    """HMAC-SHA256 signatures over "{token}:{expires}": cache download links, and the requestState
+    Abstract gives a 2026-07-28 client (_ClientLink.seal)."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def sign(self, token: str, expires: int) -> str:
+        import hashlib
+        import hmac
+
+        # surrogatepass: a client's requestState may hold a lone surrogate (it then fails check)
+        return hmac.new(self._secret, f"{token}:{expires}".encode("utf-8", "surrogatepass"),
+                        hashlib.sha256).hexdigest()
+
+    def check(self, token: str, expires: int, sig: str) -> bool:
+        import hmac
+
+        # bytes: compare_digest raises TypeError for str with non-ASCII characters (%C3%A9 decoded)
+        return hmac.compare_digest(self.sign(token, expires).encode(),
+                                   sig.encode("utf-8", "replace"))
+
+
+# ==== Formats =====================================================================
 # Converts JSON values (dict, list, str, int, float, bool, None) to and from
 # json, csv, tsv, md, txt, html, yaml and xml, the large ones in parts (never one huge string).
 # Imports used here: csv, html, io, itertools, json, math, re, xml.etree.ElementTree as ET.
@@ -1553,7 +1705,7 @@ def _yaml_emit(value: Any, indent: int) -> List[str]:
     return [pad + first] + rest
 
 
-def dump_yaml(data: Any) -> str:
+def _dump_yaml(data: Any) -> str:
     """Block-style YAML 1.2 for JSON data; yaml.safe_load and load_yaml read it back equal."""
     return "\n".join(_yaml_emit(data, 0)) + "\n"
 
@@ -2092,7 +2244,7 @@ def _parse_yaml_document(src: str) -> Any:
     return value
 
 
-def load_yaml(text: str) -> Any:
+def _load_yaml(text: str) -> Any:
     """Read the YAML people write by hand (and dump_yaml writes) into JSON data.
 
     YAML 1.2 core schema; anchors, aliases, tags, several documents, complex
@@ -2450,7 +2602,7 @@ def _convert(data: Any, fmt: str, title: str = "") -> _Converted:
         elif fmt == "json":
             render = lambda: _dump_json_parts(data)  # noqa: E731  (rendered while writing)
         else:
-            text = {"txt": _dump_txt, "yaml": dump_yaml}[fmt](data)
+            text = {"txt": _dump_txt, "yaml": _dump_yaml}[fmt](data)
             render = lambda: [text]  # noqa: E731
     except RecursionError:
         raise FormatError(f"data nested too deeply to write as {fmt}") from None
@@ -2514,7 +2666,7 @@ def _parse_text(text: str, fmt: str) -> Any:
     if fmt in ("csv", "tsv"):
         return _load_csv(text, "\t" if fmt == "tsv" else ",")
     if fmt == "yaml":
-        return load_yaml(text)
+        return _load_yaml(text)
     if fmt == "xml":
         return _xml_to_data(text)
     if fmt == "txt":
@@ -2525,7 +2677,10 @@ def _parse_text(text: str, fmt: str) -> Any:
     raise FormatError(f"cannot read format {fmt!r}; readable formats: {', '.join(_READABLE)}")
 
 
-# ==== 7. Sandbox and atomic writer ================================================
+# ==== Files =======================================================================
+# The one sandbox (allowed folders, checked on the opened file, not just the name) and the one
+# atomic writer (a new file appears whole or not at all; nothing existing is overwritten), plus the
+# bounded walker and the quota's usage count.
 
 
 def _caseless(name: str) -> str:
@@ -2673,12 +2828,7 @@ def _walk_failure(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-class _NotRegular(SandboxError):
-    """Inside the sandbox, but not a regular file (a folder, FIFO, device): resources/read
-    answers "not found" for it, as for a missing file."""
-
-
-class Sandbox:
+class _Sandbox:
     """The allowed directories; every path Abstract reads or writes is checked here first.
 
     Containment is decided on fully resolved real paths (symlinks followed, `..` collapsed),
@@ -2704,7 +2854,7 @@ class Sandbox:
     def _refuse(self, path: str, why: str, kind: type = SandboxError) -> SandboxError:
         return kind(f"{path!r} {why}. Allowed directories: {', '.join(self.roots)}. Use a path "
                     f"inside "
-                            f"one of them (relative paths are taken from {self.default}).")
+                    f"one of them (relative paths are taken from {self.default}).")
 
     def _locate(self, real: str) -> Optional[Tuple[str, List[str]]]:
         """(the allowed root that contains the resolved path `real`, the names below it)."""
@@ -2824,7 +2974,17 @@ class Sandbox:
         return os.fdopen(fd, "rb"), real, st.st_size
 
 
-_UMASK = 0o022  # main() reads the real one at start-up, before any thread runs
+_UMASK: List[int] = []  # the process's umask, once read (_umask)
+
+
+def _umask() -> int:
+    """The process's umask: os.umask can only be read by setting it, so it is read once, by
+    main() before any thread starts; later calls give what was read."""
+    if not _UMASK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        _UMASK.append(mask)
+    return _UMASK[0]
 
 
 class _Temps:
@@ -2870,7 +3030,7 @@ _WRITES = threading.local()  # .temps: the _Temps of the Server whose request th
 
 
 def _temps() -> _Temps:
-    """Where the write this thread makes is registered (Server._enveloped sets it)."""
+    """Where the write this thread makes is registered (_Server._enveloped sets it)."""
     return getattr(_WRITES, "temps", None) or _TEMPS
 
 
@@ -2891,7 +3051,7 @@ def _write_new(directory: str, stem: str, ext: str, data: Any, mode: Optional[in
     reserved with O_EXCL and the finished file renamed over the reservation.
 
     Where _DIR_FDS every step is relative to the directory's descriptor (the one a _Dir from
-    Sandbox.make_dir holds, else the directory opened here without following a symlink), so a
+    _Sandbox.make_dir holds, else the directory opened here without following a symlink), so a
     folder renamed or replaced by a symlink meanwhile cannot send the file elsewhere.
     """
     held = getattr(directory, "fd", None)
@@ -2937,9 +3097,9 @@ def _write_in(dfd: Optional[int], directory: str, stem: str, ext: str, data: Any
             if durable:
                 os.fsync(f.fileno())
             if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), 0o666 & ~_UMASK if mode is None else mode)
+                os.fchmod(f.fileno(), 0o666 & ~_umask() if mode is None else mode)
             else:  # Windows: only the read-only bit exists, and the file is writable anyway
-                os.chmod(at(tmp), 0o666 & ~_UMASK if mode is None else mode)
+                os.chmod(at(tmp), 0o666 & ~_umask() if mode is None else mode)
             mine = os.fstat(f.fileno())
         if replace:
             # (Windows: a reader of the old file blocks the replace until it closes it)
@@ -3159,7 +3319,7 @@ def _claim_by_rename(dfd: Optional[int], tmp: str, final: str, mine: os.stat_res
     return True
 
 
-# ==== 8. JSON-RPC =================================================================
+# ==== Wire ========================================================================
 # Newline-delimited JSON-RPC 2.0 over binary streams. One Connection class serves both
 # directions: Abstract's server side (client stdin/stdout) and each upstream session.
 
@@ -3397,7 +3557,7 @@ class _Request:
         return m if isinstance(m, dict) else {}
 
 
-Handler = Callable[[_Request], Any]
+_Handler = Callable[[_Request], Any]
 
 
 class Connection:
@@ -3414,7 +3574,7 @@ class Connection:
         wfile: Any,
         *,
         name: str = "peer",
-        requests: Optional[Dict[str, Handler]] = None,
+        requests: Optional[Dict[str, _Handler]] = None,
         notifications: Optional[Dict[str, Callable[[Any], None]]] = None,
         pool: Optional[_Pool] = None,
         strict: bool = True,
@@ -3544,7 +3704,7 @@ class Connection:
             m = _HEAD_ID.match(head)
             mid = json.loads(m.group(1)) if m else None
             _log.warning("%s: a message over %s was dropped: %s", self.name, limit, head[:100])
-            self.send(_error_response(mid, RpcError(INVALID_REQUEST,
+            self.send(_error_response(mid, RpcError(_INVALID_REQUEST,
                                                     f"Request too large: more than {limit} in one "
                                                     f"message (max_client_message_mb in Abstract's "
                                                     f"settings)")))
@@ -3586,7 +3746,7 @@ class Connection:
         its handler's answer, if it comes, is dropped. How many there were."""
         with self._plock:
             reqs = list(self._inflight.values())
-        error = RpcError(CONNECTION_CLOSED, reason)
+        error = RpcError(_CONNECTION_CLOSED, reason)
         mine = [req for req in reqs if not req.cancelled.is_set() and req.claim()]
         for req in mine:
             self.send(_error_response(req.id, error))
@@ -3705,7 +3865,7 @@ class Connection:
             self.notify("notifications/cancelled", {"requestId": mid,
                                                     "reason": f"timed out after {timeout:g} s"})
             raise UpstreamError(f"{self.name}: no answer to {method} within {timeout:g} s",
-                                REQUEST_TIMEOUT) from None
+                                _REQUEST_TIMEOUT) from None
         finally:
             self.forget(mid)
 
@@ -3735,14 +3895,14 @@ class Connection:
             line = b""
             msg = json.loads(text, parse_constant=_no_nan)
         except (ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nested past the limit
-            self._bad(head, PARSE_ERROR, f"Parse error: {str(e)[:200]}")
+            self._bad(head, _PARSE_ERROR, f"Parse error: {str(e)[:200]}")
             return
         text = ""
         self._on_message(msg, head)
 
     def loads(self, raw: bytes) -> Any:
         """A message that arrives by another way than the input stream (a remote upstream's
-        HTTP answers, section 10) parsed as a line read is: the long strings of an answer to a
+        HTTP answers: _HttpTransport) parsed as a line read is: the long strings of an answer to a
         request that takes them (request's `longs`) left undecoded. ValueError (or
         RecursionError) when it is not JSON."""
         if self._long and len(raw) > _LONG_STRING:
@@ -3768,7 +3928,7 @@ class Connection:
 
     def deliver(self, msg: Any) -> None:
         """Handle one message that arrived by another way than the input stream (a remote
-        upstream's HTTP answers, section 10), as if it had been read; never raises."""
+        upstream's HTTP answers: _HttpTransport), as if it had been read; never raises."""
         try:
             self._on_message(msg, b"(a message received over HTTP)")
         except Exception:
@@ -3781,15 +3941,15 @@ class Connection:
 
     def _on_message(self, msg: Any, line: bytes) -> None:
         if not isinstance(msg, dict):
-            self._bad(line, INVALID_REQUEST, "Invalid Request: expected a JSON object (batches are "
-                                             "not supported)")
+            self._bad(line, _INVALID_REQUEST, "Invalid Request: expected a JSON object (batches "
+                      "are not supported)")
             return
         method = msg.get("method")
         if method is None and "id" in msg and ("result" in msg or "error" in msg):
             self._on_response(msg)
         elif not isinstance(method, str) or msg.get("jsonrpc") != "2.0" or not self._valid_id(msg):
-            self._bad(line, INVALID_REQUEST, "Invalid Request: needs jsonrpc '2.0', a string "
-                                             "method and a string or integer id", msg.get("id"))
+            self._bad(line, _INVALID_REQUEST, "Invalid Request: needs jsonrpc '2.0', a string "
+                      "method and a string or integer id", msg.get("id"))
         elif "id" in msg:
             self._on_request(msg)
         else:
@@ -3816,8 +3976,8 @@ class Connection:
             # deadline
             if m:
                 self.forget(json.loads(m.group(1)), RpcError(
-                    INTERNAL_ERROR, f"{self.name} answered with a message that cannot be read "
-                                    f"({message})"))
+                    _INTERNAL_ERROR, f"{self.name} answered with a message that cannot be read "
+                    f"({message})"))
 
     def _on_response(self, msg: dict) -> None:
         if not self._valid_id(msg):
@@ -3882,7 +4042,7 @@ class Connection:
             _log.warning("%s: sent more than %d requests at once; refusing more until some are "
                          "answered", self.name, self._max_requests)
         self.send(_error_response(req.id, RpcError(
-            BUSY, f"Too many requests at once: Abstract holds at most {self._max_requests} "
+            _BUSY, f"Too many requests at once: Abstract holds at most {self._max_requests} "
                   f"requests from this server at a time ({req.method} refused); send it again "
                   f"once some are answered")), droppable=True)
 
@@ -3900,9 +4060,9 @@ class Connection:
         try:
             handler = self.requests.get(req.method)
             if handler is None:
-                raise RpcError(METHOD_NOT_FOUND, f"Method not found: {req.method}")
+                raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method}")
             if req.params is not None and not isinstance(req.params, dict):
-                raise RpcError(INVALID_PARAMS, "params must be an object")
+                raise RpcError(_INVALID_PARAMS, "params must be an object")
             reply: dict = {"jsonrpc": "2.0", "id": req.id, "result": handler(req)}
         except _Cancelled:
             reply = {}
@@ -3910,7 +4070,7 @@ class Connection:
             reply = _error_response(req.id, e)
         except Exception as e:
             _log.error("%s: %s failed:\n%s", self.name, req.method, traceback.format_exc())
-            reply = _error_response(req.id, RpcError(INTERNAL_ERROR,
+            reply = _error_response(req.id, RpcError(_INTERNAL_ERROR,
                                                      f"Internal error: {type(e).__name__}: {e}"))
         try:
             # a cancelled request gets no response (spec); one abandoned was answered already
@@ -3922,7 +4082,645 @@ class Connection:
                 if not self._inflight:
                     self._idle.set()
 
-# ==== 8b. HTTP client =============================================================
+
+# ==== Config ======================================================================
+# The MCP client's own config file (APP_CONFIG_PATH) names the upstreams; Abstract's optional
+# settings file (ABSTRACT_CONFIG) holds Abstract's own knobs.
+
+_SERVER_KEYS = ("mcpServers", "servers", "mcp_servers")
+
+
+class _ServerSpec:
+    """One upstream as the client config describes it, variables expanded.
+
+    `problem` is set (and the rest may be partial) when the entry cannot be started: an
+    unsupported transport, a disabled entry, an unset variable, an entry that runs Abstract.
+    """
+
+    __slots__ = ("name", "command", "args", "env", "cwd", "problem", "transport", "url", "headers")
+
+    def __init__(self, name: str, command: str = "", args: Optional[List[str]] = None,
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+                 problem: str = "", transport: str = "stdio", url: str = "",
+                 headers: Optional[Dict[str, str]] = None) -> None:
+        self.name, self.command, self.args = name, command, list(args or [])
+        self.env, self.cwd, self.problem = dict(env or {}), cwd, problem
+        # "stdio", or for a remote server "http" (Streamable HTTP), "sse" (the 2024-11-05
+        # HTTP+SSE transport) or "auto" (no type given: Streamable HTTP, else HTTP+SSE)
+        self.transport, self.url, self.headers = transport, url, dict(headers or {})
+
+    @property
+    def remote(self) -> bool:
+        return self.transport != "stdio"
+
+    def argv(self) -> List[str]:
+        return [] if self.remote else [self.command] + self.args
+
+
+# JSONC, as VS Code and Cursor write their configs: // and /* */ comments, trailing commas.
+# Strings are matched first so that nothing inside them is touched.
+# Each alternative matches in one way only (a // comment to its line's end, a /* */ comment to its
+# first */), so the scan is linear and no bracket inside a comment makes a comma look trailing.
+_JSONC_BLOCK = r"/\*(?:[^*]|\*(?!/))*\*/"
+_JSONC_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|' + _JSONC_BLOCK
+                       + r"|,(?=(?:\s|//[^\n]*\n|" + _JSONC_BLOCK + r")*[}\]])")
+
+
+def _strip_jsonc(text: str) -> str:
+    """JSON from JSONC: comments and trailing commas become spaces (newlines kept), so an
+    error's line and column still point into the file as written."""
+
+    def blank(m: "re.Match[str]") -> str:
+        tok = m.group()
+        return tok if tok.startswith('"') else re.sub(r"[^\n]", " ", tok)
+
+    return _JSONC_RE.sub(blank, text)
+
+
+def _read_json_file(path: str, what: str) -> Any:
+    """Parse a JSON (or JSONC) file; ConfigError names the file and, for bad JSON, the line and
+    column."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"{what} {path} cannot be read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return json.loads(_strip_jsonc(text))  # plain JSON needs no scan; JSONC is read too
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {path} is not UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column "
+                          f"{e.colno}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path} is nested too deeply to read") from None
+    except ValueError:  # Python 3.11+: an integer of more than 4300 digits
+        raise ConfigError(f"{what} {path} holds a number with too many digits") from None
+
+
+def _config_entries(doc: Any, path: str) -> Dict[str, Any]:
+    """The server entries of a client config, whichever client wrote it."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"client config {path} must hold a JSON object, not {type(doc).__name__}")
+    for key in _SERVER_KEYS:
+        if key in doc:
+            entries = doc[key]
+            if not isinstance(entries, dict):
+                raise ConfigError(f"client config {path}: '{key}' must be an object mapping names "
+                                  f"to servers")
+            return entries
+    raise ConfigError(f"client config {path} has no servers: expected a top-level key "
+                      f"{' or '.join(_SERVER_KEYS)}")
+
+
+def _runs_abstract(argv: List[str]) -> bool:
+    """True when a config entry would start Abstract itself (never spawned: no recursion)."""
+    me = os.path.realpath(__file__)
+    for i, tok in enumerate(argv):
+        base = os.path.basename(tok.replace("\\", "/")).lower()
+        if (base in ("abstract.py", "abstract.pyz")
+            or (i == 0 and base in ("abstract", "abstract.exe"))):
+            return True
+        if tok == "abstract" and i > 0 and argv[i - 1] == "-m":
+            return True
+        if os.path.isabs(tok) and os.path.realpath(tok) == me:
+            return True
+    return False
+
+
+def _known_vars(path: str, environ: Dict[str, str], inputs: Dict[str, str]) -> Dict[str, str]:
+    """The editors' predefined variables for a config file at `path`: ${workspaceFolder} is the
+    folder holding .vscode/ or .cursor/ (else the file's own folder), and the settings' inputs
+    answer VS Code's ${input:id} prompts."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder).lower() in (".vscode", ".cursor"):
+        folder = os.path.dirname(folder)
+    home = _env_get(environ, "USERPROFILE" if _WINDOWS else "HOME") or os.path.expanduser("~")
+    known = {"workspaceFolder": folder, "workspaceRoot": folder, "userHome": home,
+             "pathSeparator": os.sep, "/": os.sep}
+    known.update({f"input:{k}": v for k, v in inputs.items()})
+    return known
+
+
+def _missing_text(missing: List[str], path: str) -> str:
+    """Why an entry cannot start when variables are not set, and how to set them."""
+    asks = sorted({m[6:] for m in missing if m.startswith("input:")})
+    names = sorted({m for m in missing if not m.startswith("input:")})
+    out = []
+    if names:
+        out.append(f"environment variable {', '.join(names)} is not set (used in {path}); "
+                   f"set it in Abstract's env, or write ${{{names[0]}:-default}}")
+    if asks:
+        out.append(f"${{input:{asks[0]}}} asks the editor to prompt for a value, which Abstract "
+                   f"cannot do; give it in Abstract's settings file as \"inputs\": "
+                   f"{{\"{asks[0]}\": \"...\"}}, or write ${{env:NAME}} in {path} and set NAME in "
+                   f"Abstract's env")
+    return "; ".join(out)
+
+
+def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
+               known: Optional[Dict[str, str]] = None) -> _ServerSpec:
+    """Validate and expand one config entry."""
+    if not isinstance(entry, dict):
+        return _ServerSpec(name, problem=f"its entry in {path} is not an object")
+    if entry.get("disabled") is True:
+        return _ServerSpec(name, problem=f"it is disabled in {path}")
+    kind = entry.get("type")
+    if kind not in (None, "stdio") or ("command" not in entry
+                                       and ("url" in entry or "serverUrl" in entry)):
+        return _remote_spec(name, entry, environ, path, known)
+    command, args = entry.get("command"), entry.get("args", [])
+    env, cwd = entry.get("env", {}), entry.get("cwd")
+    if not isinstance(command, str) or not command:
+        return _ServerSpec(name, problem=f"its entry in {path} has no 'command'")
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return _ServerSpec(name, problem=f"'args' in {path} must be a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        return _ServerSpec(name, problem=f"'env' in {path} must map names to strings")
+    if cwd is not None and not isinstance(cwd, str):
+        return _ServerSpec(name, problem=f"'cwd' in {path} must be a string")
+    missing: List[str] = []
+    command = _expand_path(command, environ, missing, known)
+    args = [_expand_path(a, environ, missing, known) for a in args]
+    env = {k: _expand(v, environ, missing, known) for k, v in env.items()}
+    _SECRETS.add_env(env)
+    _SECRETS.add_args(args)
+    cwd = _expand_path(cwd, environ, missing, known) if cwd else None
+    spec = _ServerSpec(name, command, args, env, cwd)
+    if missing:
+        spec.problem = _missing_text(missing, path)
+    elif _runs_abstract(spec.argv()):
+        spec.problem = "it runs Abstract itself, which would proxy itself forever"
+    return spec
+
+
+# A remote entry's "type": Claude Code and VS Code write "http" or "sse"; others spell
+# Streamable HTTP in these ways. No type with a url (Cursor, Windsurf's serverUrl) is "auto".
+_REMOTE_TYPES = {"http": "http", "streamable-http": "http", "streamableHttp": "http",
+                 "streamable_http": "http", "sse": "sse"}
+
+
+def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
+                 known: Optional[Dict[str, str]]) -> _ServerSpec:
+    """A remote server's entry: url (or Windsurf's serverUrl) and headers, variables expanded."""
+    kind = entry.get("type")
+    if kind is not None and kind not in _REMOTE_TYPES:
+        return _ServerSpec(name, problem=f"its type {str(kind)[:40]!r} in {path} is not one "
+                           f"Abstract knows (stdio, http, sse)")
+    url, headers = entry.get("url", entry.get("serverUrl")), entry.get("headers", {})
+    if not isinstance(url, str) or not url:
+        return _ServerSpec(name, problem=f"its entry in {path} has no 'url' (a remote server needs "
+                           f"one)")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        return _ServerSpec(name, problem=f"'headers' in {path} must map header names to strings")
+    missing: List[str] = []
+    url = _expand(url, environ, missing, known)
+    headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
+    _SECRETS.add_url(url)
+    for k, v in headers.items():
+        _SECRETS.add_header(k, v)
+    spec = _ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
+    # (a value as http.client sends it: Latin-1, no control character but tab)
+    bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
+           or not re.fullmatch(r"[\t\x20-\x7e\xa0-\xff]*", v)]
+    if missing:
+        spec.problem = _missing_text(missing, path)
+    elif not url.lower().startswith(("http://", "https://")):
+        spec.problem = f"its url in {path} is not an http:// or https:// URL: {_safe_url(url)}"
+    elif _URL_BAD_RE.search(url) or _unicode_problem(url):  # (http.client's error quotes it)
+        spec.problem = (f"its url in {path} holds whitespace, control characters or a lone "
+                        f"surrogate ({_escape_controls(_safe_url(url))!r}): write them "
+                        f"percent-encoded (%20, %0A)")
+    elif bad:
+        spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of "
+                        f"letters, digits and -, a value of Latin-1 characters without line "
+                        f"breaks or other control characters)")
+    else:
+        _userinfo_to_header(spec, path)
+    return spec
+
+
+def _userinfo_to_header(spec: _ServerSpec, path: str) -> None:
+    """user:password@ in a remote server's url is HTTP Basic auth to it, as in curl: it becomes
+    the entry's Authorization header, and the url keeps no credentials (so no request line,
+    proxy, log or error ever holds them, and no OAuth login is tried)."""
+    try:
+        p = urllib.parse.urlsplit(spec.url)
+        p.port  # (a malformed port is refused here, not on the first call)
+    except ValueError:
+        spec.problem = f"its url in {path} is not a valid URL: {_safe_url(spec.url)}"
+        return
+    if p.username is None:
+        return
+    if any(k.lower() == "authorization" for k in spec.headers):
+        spec.problem = (f"its url in {path} holds user:password@ and its headers an Authorization "
+                        f"too; keep one of them")
+        return
+    spec.headers["Authorization"] = _basic_auth(p)
+    _SECRETS.add_header("Authorization", spec.headers["Authorization"])
+    spec.url = _strip_userinfo(spec.url)
+
+
+class _ClientConfig:
+    """The upstreams named by the client config, after selection by ABSTRACT_PROXY_SERVERS."""
+
+    def __init__(self, path: Optional[str], selection: Optional[str], environ: Dict[str, str],
+                 inputs: Optional[Dict[str, str]] = None) -> None:
+        self.path = path or ""
+        self._inputs = dict(inputs or {})  # answers to VS Code's ${input:id}, from the settings
+        self.error = ""  # why there are no upstreams at all
+        self.specs: Dict[str, _ServerSpec] = {}  # selected servers, in config order
+        self.unselected: List[str] = []  # in the file but not selected
+        self.missing: List[str] = []  # selected but not in the file
+        try:
+            self._load(path, selection, environ)
+        except ConfigError as e:
+            self.error = str(e)
+
+    def _load(self, path: Optional[str], selection: Optional[str], environ: Dict[str, str]) -> None:
+        if not path:
+            raise ConfigError("APP_CONFIG_PATH is not set: point it at your MCP client's config "
+                              "file (for example claude_desktop_config.json)")
+        entries = _config_entries(_read_json_file(path, "client config"), path)
+        wanted = [s.strip() for s in (selection or "").split(",") if s.strip()]
+        known = _known_vars(path, environ, self._inputs)
+        for name, entry in entries.items():
+            spec = _make_spec(name, entry, environ, path, known)
+            if wanted and name not in wanted:
+                self.unselected.append(name)
+            elif not wanted and spec.problem and (_runs_abstract(spec.argv())
+                                                  or "disabled" in spec.problem):
+                continue  # by default, quietly skip Abstract's own entry and disabled ones
+            else:
+                self.specs[name] = spec
+        self.missing = [w for w in wanted if w not in entries]
+
+
+_ORGANIZE = ("flat", "by_server", "by_server_tool")
+_ROOTS_MODES = ("client", "allowed_directories", "none")
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
+
+
+_SECONDS = "a number of seconds > 0 and at most 10000000 (about 4 months)"
+
+
+def _seconds(v: Any) -> bool:
+    """A duration the clocks and waits can hold (a huge one overflows time_t in a wait)."""
+    return _positive(v) and v <= 1e7
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+_MEGABYTES = "a number of megabytes > 0 and at most 4096"
+_HTTP_SECONDS = "a number of seconds > 0 and at most 3600"
+_GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "timeout_seconds": (_seconds, _SECONDS, _CALL_TIMEOUT_S),
+    "startup_timeout_seconds": (_seconds, _SECONDS, _START_TIMEOUT_S),
+    "organize": (lambda v: v in _ORGANIZE, f"one of {', '.join(_ORGANIZE)}", "flat"),
+    "max_input_file_mb": (_positive, "a number of megabytes > 0", 10),
+    # The roots upstreams are told of: the client's own (relayed; none when the client declares
+    # none, so servers such as server-filesystem keep their configured folders), Abstract's
+    # allowed directories, or none. share_roots is the older spelling: true/false.
+    "roots": (lambda v: v in _ROOTS_MODES, f"one of {', '.join(_ROOTS_MODES)}", "client"),
+    "share_roots": (lambda v: isinstance(v, bool), "true (allowed_directories) or false (none)",
+                    None),
+    # Transparent mode advertises upstream tools without their outputSchema, so that a large
+    # result can be cached; true keeps the schemas (and relays those tools' results whole).
+    "keep_output_schemas": (lambda v: isinstance(v, bool), "true or false", False),
+    "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
+                       "an http:// or https:// URL", ""),
+    # --http download links: time to send a request whole, longest stall of any read or write,
+    # connections
+    "http_header_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 10),
+    "http_idle_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 30),
+    "http_max_connections": (lambda v: _count(v) and 1 <= v <= 4096,
+                             "a whole number from 1 to 4096", 64),
+    "max_upstream_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_MESSAGE_MB),
+    "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES,
+                              _MAX_CLIENT_MESSAGE_MB),
+}
+
+
+def _patterns(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(p, str) and p for p in v)
+
+
+_SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "timeout_seconds": (_seconds, _SECONDS, None),
+    "startup_timeout_seconds": (_seconds, _SECONDS, None),
+    # Which of the server's tools Abstract shows: names or shell-style patterns (fnmatch, case
+    # sensitive) of the upstream's own names; deny wins over allow.
+    "allow_tools": (_patterns, "a list of tool names or patterns such as \"read_*\"", None),
+    "deny_tools": (_patterns, "a list of tool names or patterns such as \"delete_*\"", None),
+}
+
+
+# Output cache knobs; the same keys at every level (global, server, tool), the most specific wins.
+_CACHE_POLICY: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "enabled": (lambda v: isinstance(v, bool), "true or false", True),
+    "min_size": (_count, "a number of characters >= 0", 50000),
+    "preview_chars": (_count, "a number of characters >= 0", 500),
+}
+_CACHE_GLOBAL: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    **_CACHE_POLICY,
+    "ttl_seconds": (_seconds, _SECONDS, 3600),
+    "max_total_mb": (_positive, "a number of megabytes > 0", 1024),
+    "max_window_chars": (lambda v: _count(v) and v > 0, "a number of characters > 0", 20000),
+    "dir": (lambda v: isinstance(v, str) and bool(v), "a directory path", ""),
+}
+# The catalog: whether there is one, where it lives, how much text of each output it keeps.
+_CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "enabled": (lambda v: isinstance(v, bool), "true or false", True),
+    "path": (lambda v: isinstance(v, str) and bool(v.strip()), "a file path", ""),
+    "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024",
+                    64),
+}
+# query_output (the Queries part): how long one query may run, how large the loaded tables may be in
+# all, the largest file it reads, the largest result it stores with file_format, and the memory
+# of the worker process each query runs in.
+_QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "timeout_seconds": (lambda v: _positive(v) and v <= 3600, "a number of seconds > 0 and at most "
+                                                              "3600", 5),
+    "max_memory_mb": (lambda v: _positive(v) and v <= 65536, "a number of megabytes > 0 and at "
+                                                             "most 65536", 512),
+    "max_file_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 200),
+    "max_result_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 100),
+    "worker_memory_mb": (lambda v: _positive(v) and 32 <= v <= 65536, "a number of megabytes "
+                                                                      "from 32 to 65536", 256),
+}
+# Quotas of the allowed directories: storage.max_total_mb for each of them, or
+# storage.directories.<dir>.max_total_mb for one. Abstract refuses a store then; it never deletes.
+_QUOTA_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "max_total_mb": (_positive, "a number of megabytes > 0", None),
+}
+
+
+# The default output_cache.min_size by client (the clientInfo name it sends), from what each
+# does with a big result (docs/reference/cache.md#the-threshold-by-client): Claude Code warns
+# above 10,000 tokens (about 40,000 characters) and saves results over about 50,000 characters
+# to a file by itself; Claude Desktop ("claude-ai") and Cursor put every result into the context,
+# so less gets through there. Other clients keep 50,000.
+_CLIENT_MIN_SIZE = (("claude-code", 40000), ("claude-ai", 20000), ("cursor", 20000))
+
+
+def _client_min_size(client: str) -> int:
+    """The default min_size for a client by its clientInfo name (a prefix, any case)."""
+    name = client.strip().lower()
+    return next((size for prefix, size in _CLIENT_MIN_SIZE if name.startswith(prefix)),
+                _CACHE_POLICY["min_size"][2])
+
+
+def _check_storage(conf: Any) -> None:
+    _check_keys(conf, _QUOTA_SETTINGS, "storage", extra=("directories",))
+    dirs = conf.get("directories", {})
+    if not isinstance(dirs, dict):
+        raise ConfigError("key 'storage.directories' must be an object mapping directories to "
+                          "{\"max_total_mb\": N}")
+    for directory, dconf in dirs.items():
+        _check_keys(dconf, _QUOTA_SETTINGS, f"storage.directories.{directory}")
+
+
+def _check_policy(value: Any, where: str) -> None:
+    """A cache policy: an object of _CACHE_POLICY keys, or true/false as shorthand for enabled."""
+    if not isinstance(value, bool):
+        _check_keys(value, _CACHE_POLICY, where)
+
+
+# Per tool, beside cache_output: `name` renames the tool (the upstream still gets its own name),
+# `description` replaces the upstream's.
+_TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "name": (lambda v: isinstance(v, str) and 0 < len(v) <= 128 and v.strip() == v,
+             "a tool name (1 to 128 characters, no surrounding spaces)", None),
+    "description": (lambda v: isinstance(v, str), "a string", None),
+}
+
+
+# servers.<name>.oauth, for a remote server that asks for an OAuth login (Remote auth): a client
+# registered there beforehand, or the URL of a client metadata document the user published (else
+# Abstract registers itself dynamically), the scope to ask for
+# (else the server's), a fixed port for the loopback redirect (else a free one).
+_OAUTH_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "client_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a client id (a string)",
+                  None),
+    "client_secret": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a string", None),
+    # a client ID metadata document: an https URL with a path (the draft's rule for client_id)
+    "client_metadata_url": (lambda v: isinstance(v, str) and len(v) <= 2000
+                            and v.startswith("https://")
+                            and len(urllib.parse.urlsplit(v).path) > 1,
+                            "the https URL (with a path) of your client metadata document", None),
+    "scope": (lambda v: isinstance(v, str) and len(v) <= 2000, "space-separated scopes", None),
+    "redirect_port": (lambda v: _count(v) and 0 < v < 65536, "a port number from 1 to 65535", None),
+}
+
+
+def _check_server(name: str, conf: Any) -> None:
+    where = f"servers.{name}"
+    _check_keys(conf, _SERVER_SETTINGS, where, extra=("cache_outputs", "tools", "oauth"))
+    if "oauth" in conf:
+        _check_keys(conf["oauth"], _OAUTH_SETTINGS, f"{where}.oauth")
+    if "cache_outputs" in conf:
+        _check_policy(conf["cache_outputs"], f"{where}.cache_outputs")
+    tools = conf.get("tools", {})
+    if not isinstance(tools, dict):
+        raise ConfigError(f"key '{where}.tools' must be an object mapping tool names to settings")
+    renamed: Dict[str, str] = {}
+    for tool, tconf in tools.items():
+        _check_keys(tconf, _TOOL_SETTINGS, f"{where}.tools.{tool}", extra=("cache_output",))
+        if "cache_output" in tconf:
+            _check_policy(tconf["cache_output"], f"{where}.tools.{tool}.cache_output")
+        new = tconf.get("name")
+        if new is not None and new in renamed:
+            raise ConfigError(f"keys '{where}.tools.{renamed[new]}.name' and "
+                              f"'{where}.tools.{tool}.name' "
+                              f"both rename to {new!r}; give each tool its own name")
+        if new is not None:
+            renamed[new] = tool
+
+
+def _check_keys(obj: Any, spec: Dict[str, Tuple[Callable[[Any], bool], str, Any]], where: str,
+                extra: Tuple[str, ...] = ()) -> None:
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where or 'the top level'} must be an object")
+    for key, value in obj.items():
+        full = f"{where}.{key}" if where else key
+        if key in extra:
+            continue
+        if key not in spec:
+            raise ConfigError(f"unknown key '{full}' (known: "
+                              f"{', '.join(sorted(list(spec) + list(extra)))})")
+        ok, want, _ = spec[key]
+        if not ok(value):
+            raise ConfigError(f"key '{full}' must be {want}, not {_dumps(value)}")
+
+
+def _env_seconds(environ: Dict[str, str], name: str) -> Optional[float]:
+    raw = environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not _seconds(value):
+        raise ConfigError(f"{name} must be {_SECONDS}, not {raw!r}")
+    return value
+
+
+class _Settings:
+    """Abstract's own settings (ABSTRACT_CONFIG, a JSON file); defaults work without one."""
+
+    def __init__(self, data: Optional[dict] = None,
+                 environ: Optional[Dict[str, str]] = None) -> None:
+        data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
+        _check_keys(data, _GLOBAL_SETTINGS, "",
+                    extra=("servers", "output_cache", "catalog", "storage", "inputs", "query"))
+        inputs = data.get("inputs", {})
+        if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
+            raise ConfigError("key 'inputs' must be an object mapping VS Code input ids to strings")
+        _check_keys(data.get("output_cache", {}), _CACHE_GLOBAL, "output_cache")
+        _check_keys(data.get("catalog", {}), _CATALOG_SETTINGS, "catalog")
+        _check_keys(data.get("query", {}), _QUERY_SETTINGS, "query")
+        _check_storage(data.get("storage", {}))
+        servers = data.get("servers", {})
+        if not isinstance(servers, dict):
+            raise ConfigError("key 'servers' must be an object mapping server names to settings")
+        for name, conf in servers.items():
+            _check_server(name, conf)
+        self.data, self.servers = data, servers
+        self.env_timeout = _env_seconds(environ or {}, "ABSTRACT_TIMEOUT")
+
+    @classmethod
+    def load(cls, path: Optional[str], environ: Dict[str, str]) -> "_Settings":
+        if not path:
+            return cls({}, environ)
+        _env_seconds(environ, "ABSTRACT_TIMEOUT")  # its own message, not blamed on the file
+        try:
+            return cls(_read_json_file(path, "settings file"), environ)
+        except ConfigError as e:
+            msg = str(e)
+            raise ConfigError(msg if msg.startswith("settings file")
+                              else f"settings file {path}: {msg}") from None
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key, _GLOBAL_SETTINGS[key][2])
+
+    def roots_mode(self) -> str:
+        """roots, or the older share_roots: true is allowed_directories, false none."""
+        if "roots" not in self.data and "share_roots" in self.data:
+            return "allowed_directories" if self.data["share_roots"] else "none"
+        return str(self.get("roots"))
+
+    def timeout(self, server: str) -> float:
+        """Tool-call deadline: the server's setting, else ABSTRACT_TIMEOUT, else the global one."""
+        own = self.servers.get(server, {}).get("timeout_seconds")
+        if own is not None:
+            return float(own)
+        return self.env_timeout or float(self.get("timeout_seconds"))
+
+    def cache(self, key: str) -> Any:
+        """A global output_cache setting."""
+        return self.data.get("output_cache", {}).get(key, _CACHE_GLOBAL[key][2])
+
+    def catalog(self, key: str) -> Any:
+        """A catalog setting."""
+        return self.data.get("catalog", {}).get(key, _CATALOG_SETTINGS[key][2])
+
+    def query(self, key: str) -> Any:
+        """A query_output setting."""
+        return self.data.get("query", {}).get(key, _QUERY_SETTINGS[key][2])
+
+    def quota_mb(self, root: str) -> Optional[float]:
+        """The max_total_mb of the allowed directory `root` (a real path), if it has one."""
+        storage = self.data.get("storage", {})
+        for directory, conf in storage.get("directories", {}).items():
+            if "max_total_mb" in conf and os.path.realpath(os.path.expanduser(directory)) == root:
+                return float(conf["max_total_mb"])
+        own = storage.get("max_total_mb")
+        return None if own is None else float(own)
+
+    def _shown(self, server: str, tool: str) -> bool:
+        """Whether allow_tools and deny_tools let a tool (by its upstream name) be shown."""
+        conf = self.servers.get(server, {})
+        allow, deny = conf.get("allow_tools"), conf.get("deny_tools") or []
+        if allow is not None and not any(fnmatch.fnmatchcase(tool, p) for p in allow):
+            return False
+        return not any(fnmatch.fnmatchcase(tool, p) for p in deny)
+
+    def _renames(self, server: str) -> Dict[str, str]:
+        """new name -> upstream name, for the renames of tools that are shown."""
+        own = self.servers.get(server, {}).get("tools", {})
+        return {c["name"]: t for t, c in own.items() if "name" in c and self._shown(server, t)}
+
+    def upstream_tool(self, server: str, tool: str) -> str:
+        """The upstream's own name of a tool that Abstract shows as `tool` (renamed or not)."""
+        return self._renames(server).get(tool, tool)
+
+    def shape_tools(self, server: str, tools: List[dict]) -> List[dict]:
+        """The tools Abstract shows of an upstream's list: allow_tools/deny_tools applied, then
+        each tool's name and description replaced where its settings say. A tool keeping its own
+        name that a shown tool is renamed to is hidden (the rename wins), with a warning; renames
+        may swap names."""
+        own = self.servers.get(server, {}).get("tools", {})
+        renames = self._renames(server)
+        out = []
+        for t in tools:
+            name = t["name"]
+            if not self._shown(server, name):
+                continue
+            tconf = own.get(name, {})
+            if name in renames and renames[name] != name and "name" not in tconf:
+                _log.warning("%s: tool %r is hidden: settings rename %r to that name",
+                             server, name, renames[name])
+                continue
+            if "name" in tconf or "description" in tconf:
+                t = {**t, "name": tconf.get("name", name)}
+                if "description" in tconf:
+                    t["description"] = tconf["description"]
+            out.append(t)
+        return out
+
+    def cache_policy(self, server: str, tool: str, client: str = "") -> Dict[str, Any]:
+        """enabled / min_size / preview_chars for one tool (by the name Abstract shows): tool,
+        then server, then global, then the default for the client (its clientInfo name,
+        _client_min_size)."""
+        tool = self.upstream_tool(server, tool)  # settings are keyed by the upstream's name
+        conf = self.servers.get(server, {})
+        levels = [self.data.get("output_cache", {}), conf.get("cache_outputs", {}),
+                  conf.get("tools", {}).get(tool, {}).get("cache_output", {})]
+        policy = {k: spec[2] for k, spec in _CACHE_POLICY.items()}
+        policy["min_size"] = _client_min_size(client)
+        for level in levels:
+            level = {"enabled": level} if isinstance(level, bool) else level
+            policy.update({k: v for k, v in level.items() if k in _CACHE_POLICY})
+        return policy
+
+    def oauth(self, server: str) -> dict:
+        """A remote server's OAuth settings (servers.<name>.oauth), {} when none."""
+        return dict(self.servers.get(server, {}).get("oauth", {}))
+
+    def startup_timeout(self, server: str) -> float:
+        own = self.servers.get(server, {}).get("startup_timeout_seconds")
+        return float(own if own is not None else self.get("startup_timeout_seconds"))
+
+
+# ==== HTTP ========================================================================
+# Everything HTTP: the client (requests, the keep-alive pool, TLS, proxies, the SSE parser), the
+# server side (a bounded ThreadingHTTPServer: the --http link server and the OAuth loopback), and
+# the MCP transport of a remote upstream session (Streamable HTTP, HTTP+SSE).
+
+
+# -- client: requests, the keep-alive pool, TLS, proxies, SSE
 # A small HTTP/1.1 client on http.client for remote upstreams (Streamable HTTP, HTTP+SSE) and
 # for an auth provider: a connection per request, or one kept alive in a caller's _HttpPool
 # (an upstream session's), every wait and every body bounded, TLS with
@@ -3945,57 +4743,9 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 # carried ("No valid session ID provided", "Mcp-Session-Id header is required", "Invalid or
 # expired session ID"; not a tool's "session_id" argument), and the codes transports use for it
 _SESSION_ID_RE = re.compile(r"\bsession[ -]id\b", re.IGNORECASE)
-_SESSION_ERROR_CODES = (-32000, -32001, INVALID_REQUEST)
+_SESSION_ERROR_CODES = (-32000, -32001, _INVALID_REQUEST)
 _PORTABLE_HEADERS = ("accept", "content-type", "last-event-id", "mcp-protocol-version",
                      "user-agent")
-
-
-class HttpError(Error, OSError):
-    """An HTTP exchange that failed: no connection, TLS, a timeout, a refused redirect, a body
-    over its bound, or (raised by callers through HttpResponse.error) an unwanted status.
-    `status` is 0 when no HTTP answer came; `url` is shown without credentials or query;
-    `unsent`: no connection was made, so nothing of the request left (a refused connect)."""
-
-    def __init__(self, message: str, url: str = "", status: int = 0, first_line: str = "",
-                 unsent: bool = False) -> None:
-        super().__init__(message)
-        self.url, self.status, self.first_line = url, status, first_line
-        self.unsent = unsent
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-def _safe_url(url: str) -> str:
-    """A URL fit for logs and errors: scheme, host, port and path; no user:password, and a query
-    (which may hold an API key) shown as `?…`."""
-    try:
-        p = urllib.parse.urlsplit(url)
-        host = p.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{p.port}" if p.port else ""
-    except ValueError:  # a malformed port
-        return "(malformed URL)"
-    return f"{p.scheme}://{host}{port}{p.path}" + ("?…" if p.query else "")
-
-
-def _basic_auth(parts: urllib.parse.SplitResult) -> str:
-    """The HTTP Basic credential of a URL's user:password@ (percent-decoded), as curl sends it."""
-    pair = f"{urllib.parse.unquote(parts.username or '')}:" \
-           f"{urllib.parse.unquote(parts.password or '')}"
-    return "Basic " + base64.b64encode(pair.encode()).decode()
-
-
-def _strip_userinfo(url: str) -> str:
-    """`url` without its user:password@ (and without a fragment, which is never sent)."""
-    p = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit((p.scheme, p.netloc.rpartition("@")[2], p.path, p.query, ""))
-
-
-def _url_origin(url: str) -> Tuple[str, str, int]:
-    p = urllib.parse.urlsplit(url)
-    return p.scheme, (p.hostname or "").lower(), p.port or (443 if p.scheme == "https" else 80)
 
 
 def _no_proxy(host: str, port: int, environ: Dict[str, str]) -> bool:
@@ -4026,13 +4776,14 @@ def _proxy_for(url: str, environ: Dict[str, str]) -> Optional[urllib.parse.Split
         return None
     proxy = urllib.parse.urlsplit(raw if "://" in raw else "http://" + raw)
     if proxy.scheme != "http" or not proxy.hostname:
-        raise HttpError(f"{scheme.upper()}_PROXY {_safe_url(raw)} is not usable: only http:// "
-                        f"proxies are supported (the tunnel to an https:// server is still "
-                        f"encrypted)")
+        raise _HttpError(f"{scheme.upper()}_PROXY {_safe_url(raw)} is not usable: only http:// "
+                         f"proxies are supported (the tunnel to an https:// server is still "
+                         f"encrypted)")
     return proxy
 
 
-_TLS_CONTEXTS: Dict[Tuple[str, str], Any] = {}
+_TLS_CONTEXTS: Dict[Tuple[str, str], Any] = {}  # (under _TLS_LOCK)
+_TLS_LOCK = threading.Lock()
 
 
 def _tls_context(environ: Dict[str, str]) -> Any:
@@ -4041,22 +4792,23 @@ def _tls_context(environ: Dict[str, str]) -> Any:
     try:
         import ssl  # lazy: see Imports
     except ImportError:  # pragma: no cover - a Python built without OpenSSL
-        raise HttpError("this Python has no ssl module, so https:// servers cannot be "
-                        "reached") from None
+        raise _HttpError("this Python has no ssl module, so https:// servers cannot be "
+                         "reached") from None
     key = (environ.get("SSL_CERT_FILE", ""), environ.get("SSL_CERT_DIR", ""))
-    ctx = _TLS_CONTEXTS.get(key)
-    if ctx is None:
-        try:
-            ctx = ssl.create_default_context(cafile=key[0] or None, capath=key[1] or None)
-        except (OSError, ssl.SSLError) as e:
-            raise HttpError(f"the certificates in SSL_CERT_FILE={key[0]!r} / "
-                            f"SSL_CERT_DIR={key[1]!r} cannot be loaded: {e}") from None
-        _TLS_CONTEXTS[key] = ctx
+    with _TLS_LOCK:  # (two first requests at once load the trust store once)
+        ctx = _TLS_CONTEXTS.get(key)
+        if ctx is None:
+            try:
+                ctx = ssl.create_default_context(cafile=key[0] or None, capath=key[1] or None)
+            except (OSError, ssl.SSLError) as e:
+                raise _HttpError(f"the certificates in SSL_CERT_FILE={key[0]!r} / "
+                                 f"SSL_CERT_DIR={key[1]!r} cannot be loaded: {e}") from None
+            _TLS_CONTEXTS[key] = ctx
     return ctx
 
 
 def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout: float,
-               connected: bool) -> HttpError:
+               connected: bool) -> _HttpError:
     """A failed exchange in words: what went wrong, at which URL, and what to check."""
     import ssl  # lazy: see Imports
     import socket  # lazy: see Imports
@@ -4074,7 +4826,7 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
     elif isinstance(e, (socket.timeout, TimeoutError)):
         why = (f"no answer within {read_timeout:g} s" if connected
                else f"no connection within {connect_timeout:g} s")
-    elif isinstance(e, HttpError):
+    elif isinstance(e, _HttpError):
         return e
     else:
         import http.client  # lazy: see Imports
@@ -4092,7 +4844,7 @@ def _net_error(e: BaseException, url: str, connect_timeout: float, read_timeout:
             why = f"the answer is not valid HTTP ({type(e).__name__}: {str(e)[:100]})"
         else:
             why = getattr(e, "strerror", None) or str(e) or type(e).__name__
-    return HttpError(f"cannot reach {where}: {why}", where, unsent=not connected)
+    return _HttpError(f"cannot reach {where}: {why}", where, unsent=not connected)
 
 
 def _abort(conn: Any, sock: Any = None) -> None:
@@ -4195,7 +4947,7 @@ class _Lease:
             _abort(self.conn, self.sock)
 
 
-class HttpResponse:
+class _HttpResponse:
     """An HTTP answer whose body has not been read yet. Read it whole (`read`, bounded), by
     lines (`readline`), or as Server-Sent Events (`events`); close it when done (or use it as
     a context manager). `headers` is case-insensitive (an http.client.HTTPMessage)."""
@@ -4225,22 +4977,22 @@ class HttpResponse:
             while size <= limit:
                 if deadline is not None and time.monotonic() > deadline:
                     self.close()
-                    raise HttpError(f"{_safe_url(self.url)} took more than {within:g} s to send "
-                                    f"its answer", _safe_url(self.url), self.status)
+                    raise _HttpError(f"{_safe_url(self.url)} took more than {within:g} s to send "
+                                     f"its answer", _safe_url(self.url), self.status)
                 part = self._resp.read1(min(1 << 16, limit + 1 - size))
                 if not part:
                     break
                 parts.append(part)
                 size += len(part)
-        except HttpError:
+        except _HttpError:
             raise
         except Exception as e:
             raise _net_error(e, self.url, 0, self._timeout(), True) from None
         data, self._head = b"".join(parts), b""
         if len(data) > limit:
             self.close()
-            raise HttpError(f"{_safe_url(self.url)} sent a body of more than {limit:,} bytes",
-                            _safe_url(self.url), self.status)
+            raise _HttpError(f"{_safe_url(self.url)} sent a body of more than {limit:,} bytes",
+                             _safe_url(self.url), self.status)
         return data
 
     def readline(self, limit: int) -> bytes:
@@ -4250,7 +5002,7 @@ class HttpResponse:
         except Exception as e:
             raise _net_error(e, self.url, 0, self._timeout(), True) from None
 
-    def events(self, parser: "SseParser") -> Iterator["SseEvent"]:
+    def events(self, parser: "_SseParser") -> Iterator["_SseEvent"]:
         """The body's Server-Sent Events, read incrementally through `parser` (which keeps the
         last event id and retry delay across reconnections, and bounds each event)."""
         while True:
@@ -4273,13 +5025,13 @@ class HttpResponse:
                 return line.strip()[:limit]
         return ""
 
-    def error(self, what: str = "") -> HttpError:
+    def error(self, what: str = "") -> _HttpError:
         """HttpError for an unwanted status: `what` (e.g. "server 'x'"), the status, the URL
         without secrets and the first line of the body."""
         line = self.first_line()
         where = _safe_url(self.url)
         msg = f"{what + ': ' if what else ''}HTTP {self.status} {self.reason} from {where}"
-        return HttpError(msg + (f": {line}" if line else ""), where, self.status, line)
+        return _HttpError(msg + (f": {line}" if line else ""), where, self.status, line)
 
     def _timeout(self) -> float:
         try:
@@ -4292,7 +5044,7 @@ class HttpResponse:
         than once. A connection whose answer was read to its end goes back to its pool."""
         self._lease.release(self._resp)
 
-    def __enter__(self) -> "HttpResponse":
+    def __enter__(self) -> "_HttpResponse":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -4324,14 +5076,14 @@ def _http_conn(p: urllib.parse.SplitResult, port: int,
 def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[bytes],
                environ: Dict[str, str], connect_timeout: float, read_timeout: float,
                watch: Optional[Callable[[Callable[[], None]], None]] = None,
-               pool: Optional[_HttpPool] = None) -> HttpResponse:
+               pool: Optional[_HttpPool] = None) -> _HttpResponse:
     """One request, on a connection kept alive in `pool` or on a new one (through the proxy if
     one applies); the answer's headers are read, its body is not."""
     import http.client  # lazy: see Imports
 
     p = urllib.parse.urlsplit(url)
     if p.scheme not in ("http", "https") or not p.hostname:
-        raise HttpError(f"not an http:// or https:// URL: {_safe_url(url)}", _safe_url(url))
+        raise _HttpError(f"not an http:// or https:// URL: {_safe_url(url)}", _safe_url(url))
     port = p.port or (443 if p.scheme == "https" else 80)
     target = urllib.parse.urlunsplit(("", "", p.path or "/", p.query, ""))
     proxy = _proxy_for(url, environ)
@@ -4368,26 +5120,26 @@ def _http_once(method: str, url: str, headers: Dict[str, str], body: Optional[by
                 lease.abort()
                 kept = None
                 continue
-            return HttpResponse(url, lease, conn.getresponse())
+            return _HttpResponse(url, lease, conn.getresponse())
         except Exception as e:
             cancelled = lease.aborted
             lease.abort()
             if cancelled:
-                raise HttpError(f"the request to {_safe_url(url)} was cancelled",
-                                _safe_url(url)) from None
+                raise _HttpError(f"the request to {_safe_url(url)} was cancelled",
+                                 _safe_url(url)) from None
             raise _net_error(e, url, connect_timeout, read_timeout, connected) from None
 
 
-def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None,
-                 body: Optional[bytes] = None, *, auth: Any = None,
-                 environ: Optional[Dict[str, str]] = None,
-                 connect_timeout: float = _HTTP_CONNECT_S,
-                 read_timeout: float = _HTTP_READ_S,
-                 watch: Optional[Callable[[Callable[[], None]], None]] = None,
-                 pool: Optional[_HttpPool] = None) -> HttpResponse:
+def _http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None,
+                  body: Optional[bytes] = None, *, auth: Any = None,
+                  environ: Optional[Dict[str, str]] = None,
+                  connect_timeout: float = _HTTP_CONNECT_S,
+                  read_timeout: float = _HTTP_READ_S,
+                  watch: Optional[Callable[[Callable[[], None]], None]] = None,
+                  pool: Optional[_HttpPool] = None) -> _HttpResponse:
     """Send one HTTP request and return the answer with its body unread (an HttpResponse).
 
-    Any status is returned (the caller decides what is an error; HttpResponse.error words it);
+    Any status is returned (the caller decides what is an error; _HttpResponse.error words it);
     HttpError means no usable answer. Redirects: followed up to _HTTP_REDIRECTS times for GET,
     HEAD and DELETE (credentials are not carried to another origin); a POST follows only a 307
     or 308 to the same origin, as anything else could send its body, or the answer, elsewhere.
@@ -4413,10 +5165,10 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
             same = _url_origin(target) == _url_origin(url)
             if method == "POST" and not (same and resp.status in (307, 308)):
                 resp.close()
-                raise HttpError(f"{_safe_url(url)} redirected a POST (HTTP {resp.status}) to "
-                                f"{_safe_url(target)}, which is not followed: put the final URL in "
-                                f"the config",
-                                _safe_url(url), resp.status)
+                raise _HttpError(f"{_safe_url(url)} redirected a POST (HTTP {resp.status}) to "
+                                 f"{_safe_url(target)}, which is not followed: put the final URL "
+                                 f"in the config",
+                                 _safe_url(url), resp.status)
             resp.close()
             if not same:  # credentials of this origin are not for the next one, nor the login's
                 base = {k: v for k, v in base.items() if k.lower() in _PORTABLE_HEADERS}
@@ -4431,10 +5183,10 @@ def http_request(method: str, url: str, headers: Optional[Dict[str, str]] = None
                 resp.close()
                 continue
         return resp
-    raise HttpError(f"{_safe_url(url)}: more than {_HTTP_REDIRECTS} redirects", _safe_url(url))
+    raise _HttpError(f"{_safe_url(url)}: more than {_HTTP_REDIRECTS} redirects", _safe_url(url))
 
 
-class SseEvent(NamedTuple):
+class _SseEvent(NamedTuple):
     """One Server-Sent Event: its type ("message" by default), data (bytes, the data lines
     joined by \\n) and id (None when it carried none)."""
 
@@ -4443,7 +5195,7 @@ class SseEvent(NamedTuple):
     id: Optional[str]
 
 
-class SseParser:
+class _SseParser:
     """Incremental Server-Sent Events parser (WHATWG HTML, "event stream interpretation"): feed
     it the stream's lines; it returns each event as its blank line arrives. `last_id` and
     `retry_ms` outlive a stream, for reconnecting with Last-Event-ID. No event may exceed
@@ -4462,13 +5214,13 @@ class SseParser:
         self._type = ""
         self._id: Optional[str] = None
 
-    def feed(self, line: bytes) -> Optional[SseEvent]:
+    def feed(self, line: bytes) -> Optional[_SseEvent]:
         if self._first:
             self._first = False
             if line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]
         if len(line) > self.max_event and not line.endswith(b"\n"):
-            raise HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
+            raise _HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
         line = line.rstrip(b"\n").rstrip(b"\r")
         if not line:
             return self._dispatch()
@@ -4480,7 +5232,7 @@ class SseParser:
         if name == b"data":
             self._size += len(value) + 1
             if self._size > self.max_event:
-                raise HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
+                raise _HttpError(f"a Server-Sent Event of more than {self.max_event:,} bytes")
             self._data.append(value)
         elif name == b"event":
             self._type = value.decode("utf-8", "replace")
@@ -4490,16 +5242,884 @@ class SseParser:
             self.retry_ms = int(value)
         return None
 
-    def _dispatch(self) -> Optional[SseEvent]:
+    def _dispatch(self) -> Optional[_SseEvent]:
         if self._id is not None:
             self.last_id = self._id  # kept even for an event without data (a "priming" event)
         ev = None
         if self._data:
-            ev = SseEvent(self._type or "message", b"\n".join(self._data), self._id)
+            ev = _SseEvent(self._type or "message", b"\n".join(self._data), self._id)
         self._reset()
         return ev
 
-# ==== 8c. Remote auth =============================================================
+
+# -- server side: the bounded ThreadingHTTPServer
+# A ThreadingHTTPServer with bounds (connections, header deadline, idle timeout), shared by every
+# HTTP server Abstract runs.
+
+
+# --http link server at its cap: a connection is dropped to make room for a new one only when
+# none has ended on its own for this long (idle or trickling connections hold every slot)
+_EVICT_AFTER_S = 0.25
+
+
+def _shut_rdwr() -> int:
+    """socket.SHUT_RDWR (socket is imported lazily: see Imports)."""
+    import socket  # lazy: see Imports
+
+    return socket.SHUT_RDWR
+
+
+class _BoundedServerMixin:
+    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
+    `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
+    backlog that takes a burst of downloads. At the cap, the connection that has waited longest
+    without sending a byte is dropped to make room (_evict), else the one whose request has been
+    coming longest, so idle or trickling connections cannot keep a request waiting; when every
+    one has its request in, the accept loop waits for a free slot, and more connections wait in
+    the listen backlog, not in Abstract."""
+
+    daemon_threads = True
+    _header_s, _max_conn = 10.0, 64  # (set by _bounded_server_class)
+    # socketserver's 5 refuses connections in a burst (the kernel may cap it)
+    request_queue_size = 1024
+
+    def server_activate(self) -> None:
+        self._slots = threading.Semaphore(self._max_conn)
+        # connections whose request has not come whole, oldest first (dicts keep order)
+        self._deadlines: Dict[Any, float] = {}
+        self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
+        self._evicted: set = set()  # dropped to make room, their slot not yet freed
+        self._freed_at = time.monotonic()  # when a connection last ended on its own
+        self._lock = threading.Lock()
+        self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
+        super().server_activate()
+        self._stopped = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
+                                         daemon=True)
+        self._watcher.start()
+
+    def server_close(self) -> None:
+        super().server_close()
+        watcher = getattr(self, "_watcher", None)  # (none when the port could not be bound)
+        if watcher is not None:
+            self._stopped.set()
+            watcher.join(_STOP_JOIN_S)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
+        got = self._slots.acquire(blocking=False)
+        while not got:
+            if self._closing.is_set():  # stopping: closed unserved (it holds no slot)
+                super().shutdown_request(request)
+                return
+            # only when no connection has ended on its own for _EVICT_AFTER_S: a burst of
+            # downloads frees slots all the time, and its connections are never dropped
+            if time.monotonic() - self._freed_at >= _EVICT_AFTER_S:
+                self._evict()
+            got = self._slots.acquire(timeout=0.05)
+        with self._lock:
+            self._deadlines[request] = time.monotonic() + self._header_s
+        super().process_request(request, client_address)
+
+    def shutdown(self) -> None:
+        """Stop the accept loop, even one waiting for a free slot (every slot a download
+        whose reader stalled would hold it up to http_idle_timeout_seconds)."""
+        self._closing.set()
+        super().shutdown()
+
+    def spoke(self, request: Any) -> None:
+        """The connection sent its first byte: dropped to make room only if none is
+        silent."""
+        with self._lock:
+            if request in self._deadlines:
+                self._spoke.add(request)
+
+    def request_started(self, request: Any) -> bool:
+        """The request line and headers are in: the header deadline no longer applies.
+        False if the connection was dropped to make room just before (_evict): it is not
+        answered."""
+        with self._lock:
+            self._deadlines.pop(request, None)
+            self._spoke.discard(request)
+            return request not in self._evicted
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        with self._lock:
+            self._deadlines.pop(request, None)
+            self._spoke.discard(request)
+            if request in self._evicted:
+                self._evicted.discard(request)
+            else:
+                self._freed_at = time.monotonic()
+        self._slots.release()
+
+    def _evict(self) -> None:
+        """Drop the connection that has waited longest without sending a byte (its handler
+        has seen none, and none waits unread); if none is silent, the one whose handler has
+        been reading its request longest (a byte a minute holds a slot as well as silence
+        does; one whose bytes wait for a handler yet to run is not dropped). Not
+        while one dropped before still holds its slot. Its request had not come whole, so
+        nothing was asked on it: nothing is lost but the connection, and a download under
+        way (its request in) is never dropped."""
+        with self._lock:
+            if self._evicted:
+                return
+            waiting = list(self._deadlines)  # (oldest first)
+            idle = [r for r in waiting if r not in self._spoke]
+            # (its handler reads it: not a whole request whose handler has yet to run)
+            trickling = [r for r in waiting if r in self._spoke]
+        victim = next((r for r in idle if self._silent(r)), trickling[0] if trickling else None)
+        if victim is None:
+            return
+        with self._lock:
+            if victim not in self._deadlines:
+                return  # (its request came whole meanwhile)
+            del self._deadlines[victim]
+            self._evicted.add(victim)
+        with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
+            victim.shutdown(_shut_rdwr())
+
+    @staticmethod
+    def _silent(request: Any) -> bool:
+        """No byte waits unread on the connection (a look that does not wait or read:
+        the handler thread may not have run yet)."""
+        import selectors  # lazy: see Imports
+
+        sel = selectors.DefaultSelector()  # (not select(): no FD_SETSIZE limit)
+        try:
+            sel.register(request, selectors.EVENT_READ)
+            return not sel.select(0)
+        except (OSError, ValueError):
+            return False
+        finally:
+            sel.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
+        _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(0.25):  # a deadline is met within a quarter of a second
+            now = time.monotonic()
+            with self._lock:
+                late = [r for r, t in self._deadlines.items() if t <= now]
+                for r in late:
+                    del self._deadlines[r]
+            for r in late:  # the handler's blocked read returns; its thread ends
+                with contextlib.suppress(OSError):
+                    r.shutdown(_shut_rdwr())
+
+
+def _bounded_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
+    """_BoundedServerMixin over `base` (ThreadingHTTPServer, imported lazily) with the header
+    deadline and the connection cap of `limits` (header_s, idle_s, max_conn)."""
+    header_s, _, max_conn = limits
+    return type("BoundedServer", (_BoundedServerMixin, base), {"_header_s": header_s,
+                                                            "_max_conn": max_conn})
+
+
+# (status, content type, body): body is bytes, or a function that opens what to stream and gives
+# (binary file, size)
+_HttpAnswer = Tuple[int, str, Any]
+
+
+def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], name: str,
+                limits: Tuple[float, float, int] = (10.0, 30.0, 64)
+                ) -> Tuple[Any, Callable[[], None]]:
+    """Serve GET `respond(target)` on a daemon thread `name`, bounded (_BoundedServerMixin):
+    `limits` are the seconds to send the request, the seconds any read or write may stall, and
+    the connections at once. Other methods get 405 (HEAD, OPTIONS: http.server's 501). Request
+    targets are never logged with their query (a login's code, a link's signature). Returns
+    (server, stop); stop closes the listener and ends its thread (an answer under way ends on
+    its own, bounded by `limits`)."""
+    import http.server  # lazy: see Imports
+    import socket  # lazy: see Imports
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        server_version = f"abstract/{__version__}"
+        timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
+
+        def handle(self) -> None:
+            # the first byte, waited for and left unread: from then on the connection has sent
+            # something, and is dropped to make room for another only when none is silent
+            with contextlib.suppress(OSError):
+                self.connection.recv(1, socket.MSG_PEEK)
+            self.server.spoke(self.connection)  # type: ignore[attr-defined]
+            super().handle()
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            if not self.server.request_started(self.connection):  # type: ignore[attr-defined]
+                return
+            # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
+            # patch releases), and the answer must not depend on the Python version.
+            _answer(self, *respond(self.requestline.split()[1]))
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.send_error(405)
+
+        do_PUT = do_DELETE = do_PATCH = do_POST
+
+        def log_request(self, code: Any = "-", size: Any = "-") -> None:
+            target = self.requestline.split()[1] if " " in self.requestline else "?"
+            _log.debug("http: %s %s %s", self.command, target.partition("?")[0], code)
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            _log.debug("http: " + fmt, *args)
+
+    class Bounded(_bounded_server_class(http.server.ThreadingHTTPServer, limits)):  # type: ignore
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT too
+
+    httpd = Bounded((host, port), Page)
+    thread = threading.Thread(target=httpd.serve_forever, name=name, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(_STOP_JOIN_S)
+
+    return httpd, stop
+
+
+def _answer(page: Any, status: int, ctype: str, body: Any) -> None:
+    """Write one answer of _serve_http: bytes at once, or streamed from the file `body()`
+    opens (a slow reader holds 64 KiB, not the whole of it)."""
+    try:
+        f, size = (None, len(body)) if isinstance(body, bytes) else body()
+    except OSError:  # gone between the check and the open (a swept cache file)
+        status, ctype = 404, "text/plain; charset=utf-8"
+        body = b"not found (expired or evicted)\n"
+        f, size = None, len(body)
+    with f if f is not None else contextlib.nullcontext():
+        page.send_response(status)
+        page.send_header("Content-Type", ctype)
+        page.send_header("Content-Length", str(size))
+        page.send_header("Cache-Control", "private, no-store")
+        page.send_header("X-Content-Type-Options", "nosniff")
+        page.end_headers()
+        if f is None:
+            page.wfile.write(body)
+        else:
+            for chunk in iter(lambda: f.read(1 << 16), b""):
+                page.wfile.write(chunk)
+
+
+# -- the MCP transport of a remote upstream session
+# One remote upstream session's wire, shaped as the Connection's input and output.
+
+_HTTP_POSTS_MAX = 32  # requests of one remote upstream in flight at once (more wait their turn)
+
+_HTTP_WAITING_MAX = 64  # requests waiting for one of those; more are refused, unsent
+
+_HTTP_NOTIFY_S = 30.0  # read deadline of a notification's or response's POST (answered by 202)
+
+_HTTP_LISTEN_S = 300.0  # a quiet GET stream is reopened after this long
+
+_SSE_RESUMES = 5  # reconnections (Last-Event-ID) of one answer's stream without a new event
+
+_SSE_RETRY_MS = 1000  # wait before resuming when the server set no retry (spec: SHOULD set one)
+
+_SSE_RETRY_MAX_MS = 60000
+
+_LISTEN_MIN_MS = 500  # the server's GET stream is reopened no sooner than this
+
+_MCP_NAME_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def _header_value(value: str) -> str:
+    """A value for an Mcp-Name header: as it is when plain visible ASCII, else the 2026-07-28
+    base64 sentinel form (=?base64?...?=)."""
+    if value and value == value.strip() and all(" " <= c <= "~" for c in value):
+        return value
+
+    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+class _HttpTransport:
+    """The wire of one remote upstream session, in the shape the Connection expects: it is the
+    Connection's output (write: each message becomes a POST) and its input (readline ends, EOF,
+    when the session does), and delivers what the server sends straight to the Connection.
+
+    Streamable HTTP (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports):
+    a request's answer is a JSON body or an SSE stream read incrementally (a cut stream resumed
+    with Last-Event-ID after the server's `retry`); Mcp-Session-Id kept and sent; the
+    MCP-Protocol-Version header after initialize (2026-07-28: on every POST with Mcp-Method and
+    Mcp-Name); the GET stream for the server's own messages; DELETE of the session at the end.
+    HTTP+SSE (2024-11-05): GET the event stream, POST to its `endpoint`, answers on the stream.
+    "auto" tries Streamable HTTP and falls back to HTTP+SSE on 400/404/405 to the first POST
+    (the spec's backwards-compatibility rule). Notifications and responses are POSTed in order
+    on the Connection's writer thread; requests on threads of their own, at most _HTTP_POSTS_MAX
+    at once: more wait in a bounded queue that a finished request's thread drains, so the writer
+    never waits for a request to end (a cancel, or the answer to the server's own request, would
+    wait behind it). Nothing the server may have run is sent twice: a call whose answer is lost
+    fails, naming the reason. Only a request the server did not process because it no longer
+    knows the session (HTTP 404) fails as _SessionGone, which _Upstream._anew sends again, once,
+    in a new session; one that never reached the server fails as _NotReached.
+    """
+
+    def __init__(self, spec: _ServerSpec, environ: Dict[str, str], read_timeout: float,
+                 max_message: int, auth: Any = None) -> None:
+        self.name, self.url, self.mode = spec.name, spec.url, spec.transport
+        self.post_url = spec.url
+        self._static = dict(spec.headers)
+        self._environ, self.auth = environ, auth
+        self._read_s, self.max_message = read_timeout, max_message
+        self.session_id = ""
+        self.version = ""  # the negotiated version, for MCP-Protocol-Version
+        self._init_id: Any = None
+        self._first = True  # no POST has been answered yet (auto: the fallback decision)
+        self._conn: Optional[Connection] = None
+        self._closed = threading.Event()
+        self.reason = "ended its session"
+        self.forgotten = False  # the server ended the session (HTTP 404): no crash of its own
+        # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
+        self._open: Dict[Any, Callable[[], None]] = {}
+        self._live: set = set()  # ids of the requests being sent or answered (on a thread)
+        self._cancelled: set = set()  # those of them cancelled (so at most _HTTP_POSTS_MAX)
+        self._olock = threading.Lock()
+        self._pool = _HttpPool()  # connections kept alive between requests, closed at the end
+        self._running = 0  # request threads (at most _HTTP_POSTS_MAX)
+        self._waiting: "collections.deque[Tuple[dict, bytes]]" = collections.deque()
+        self._fallback_lock = threading.Lock()
+        self.delete_thread: Optional[threading.Thread] = None
+
+    def where(self) -> str:
+        return _safe_url(self.url)
+
+    # -- the Connection's side
+    def attach(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def readline(self, limit: int = -1) -> bytes:
+        """The Connection's input: nothing arrives here (answers are delivered); EOF when the
+        session ends, so the Connection fails what is pending with `reason`."""
+        self._closed.wait()
+        return b""
+
+    def flush(self) -> None:
+        pass
+
+    def writelines(self, parts: List[Any]) -> None:
+        """One framed message given in parts (a large one: Connection._write)."""
+        self.write(b"".join(parts))
+
+    def write(self, data: bytes) -> int:
+        """One framed message from the Connection's writer thread."""
+        if self._closed.is_set():
+            raise OSError(self.reason)
+        msg = json.loads(data)
+        method = msg.get("method")
+        if method == "notifications/cancelled":
+            rid = (msg.get("params") or {}).get("requestId")
+            with self._olock:
+                unsent = [w for w in self._waiting if w[0]["id"] == rid]
+                for w in unsent:  # never sent: the server need not hear of it
+                    self._waiting.remove(w)
+                if rid in self._live:  # (a cancel after the answer leaves nothing behind)
+                    self._cancelled.add(rid)
+                stop = self._open.pop(rid, None)
+            if stop is not None:  # stop reading an answer nobody waits for (or waiting for it)
+                stop()
+            if self.modern or unsent:  # 2026-07-28: closing the stream is the cancellation
+                return len(data)
+        if method is not None and "id" in msg:
+            if method == "initialize":
+                self._init_id = msg["id"]
+            self._start_request(msg, data)
+        else:
+            self._post_one_way(msg, data)
+        return len(data)
+
+    def _start_request(self, msg: dict, data: bytes) -> None:
+        """A request on a thread of its own, or queued for the next free one; refused, unsent,
+        when _HTTP_WAITING_MAX already wait. It never blocks: it runs on the writer thread."""
+        with self._olock:
+            if self._running < _HTTP_POSTS_MAX:
+                self._running += 1
+                self._live.add(msg["id"])
+                start = True
+            elif len(self._waiting) < _HTTP_WAITING_MAX:
+                self._waiting.append((msg, data))
+                return
+            else:
+                start = False
+        if start:
+            threading.Thread(target=self._requests, args=(msg, data), name=f"http-{self.name}",
+                             daemon=True).start()
+            return
+        self._fail(msg["id"], f"server '{self.name}' already has {_HTTP_POSTS_MAX} requests "
+                              f"running and {_HTTP_WAITING_MAX} more waiting, so this one was not "
+                              f"sent; try again when some have finished", _NotSent)
+
+    def _requests(self, msg: dict, data: bytes) -> None:
+        """Run a request, then those waiting for a thread, until none waits."""
+        while True:
+            self._request(msg, data)
+            with self._olock:
+                if not self._waiting or self._closed.is_set():
+                    self._running -= 1
+                    return
+                msg, data = self._waiting.popleft()
+                self._live.add(msg["id"])
+
+    @property
+    def modern(self) -> bool:
+        return self.version in _MODERN_VERSIONS
+
+    # -- sending
+    def _send(self, method: str, url: str, body: Optional[bytes], extra: Dict[str, str],
+              read_timeout: Optional[float] = None, mid: Any = None) -> _HttpResponse:
+        """One request of the session; with `mid`, a cancel of that request aborts it even
+        before its answer begins (a server that never answers keeps no thread)."""
+        hdrs = dict(self._static)
+        hdrs.update(extra)
+        if self.session_id and not self.modern:
+            hdrs["Mcp-Session-Id"] = self.session_id
+        try:
+            return _http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
+                                 read_timeout=read_timeout or self._read_s, pool=self._pool,
+                                 watch=None if mid is None else lambda stop: self._watch(mid, stop))
+        except _AuthError as e:  # of its own kind still: whether a login is needed matters
+            raise _AuthError(_clean(str(e)), e.refused, e.login) from None
+        except _HttpError as e:
+            raise _HttpError(_clean(str(e)), e.url, e.status, unsent=e.unsent) from None
+
+    def _post_headers(self, msg: dict) -> Dict[str, str]:
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        version = meta.get(_META_VERSION) or self.version
+        if isinstance(version, str) and version and self.mode != "sse":
+            hdrs["MCP-Protocol-Version"] = version
+        if version in _MODERN_VERSIONS and isinstance(msg.get("method"), str):
+            hdrs["Mcp-Method"] = msg["method"]  # 2026-07-28: the request metadata headers
+            key = _MCP_NAME_METHODS.get(msg["method"])
+            if key and isinstance(params.get(key), str):
+                hdrs["Mcp-Name"] = _header_value(params[key])
+        return hdrs
+
+    def _get_headers(self, last_id: str = "") -> Dict[str, str]:
+        """A GET for an SSE stream: the server's own, or an answer's resumed after `last_id`;
+        MCP-Protocol-Version on it too, as on every request after initialize."""
+        hdrs = {"Accept": "text/event-stream"}
+        if self.version:
+            hdrs["MCP-Protocol-Version"] = self.version
+        if last_id:
+            hdrs["Last-Event-ID"] = last_id
+        return hdrs
+
+    def _post_one_way(self, msg: dict, data: bytes) -> None:
+        """A notification or a response: POSTed in order, answered with 202."""
+        try:
+            with self._send("POST", self.post_url, data.rstrip(b"\n"), self._post_headers(msg),
+                            _HTTP_NOTIFY_S) as resp:
+                if resp.status == 404 and self.session_id:
+                    self.forgotten = True
+                    self._end("ended its session (HTTP 404); a new one starts on the next call")
+                elif resp.status >= 300:
+                    what = msg.get("method") or "a response"
+                    refused = resp.error(f"server '{self.name}' refused {what}")
+                    _log.warning("%s", _clean(str(refused)))
+        except _HttpError as e:
+            _log.warning("%s", e)
+            return
+        if msg.get("method") == "notifications/initialized" and self.mode == "http":
+            threading.Thread(target=self._listen, name=f"http-listen-{self.name}",
+                             daemon=True).start()
+
+    def _request(self, msg: dict, data: bytes) -> None:
+        mid = msg["id"]
+        try:
+            self._exchange(msg, data.rstrip(b"\n"), mid)
+        except _AuthError as e:  # its text names the server too (for --login): once is enough
+            text = str(e)
+            text = text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
+            self._fail(mid, f"server '{self.name}': {text}", _LoginNeeded if e.login else None)
+        except _HttpError as e:
+            if e.unsent:  # (a kept-alive connection the server had closed is replaced, in
+                # _http_once: this is a server that does not take connections now)
+                self._fail(mid, f"server '{self.name}': {e}. The request never reached the "
+                                f"server, so nothing ran; call again once it is up", _NotReached)
+            else:
+                self._fail(mid, f"server '{self.name}': {e}")
+        except Exception as e:  # a bug must fail the call, not leave it to its deadline
+            _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
+            self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
+        finally:
+            with self._olock:
+                self._open.pop(mid, None)
+                self._live.discard(mid)
+                self._cancelled.discard(mid)
+
+    def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
+        with self._olock:  # cancelled before it was sent (its caller has its answer): never sent
+            if mid in self._cancelled:
+                return
+        # (a subscription's stream may be quiet for long: reopened after _HTTP_LISTEN_S)
+        resp = self._send("POST", self.post_url, body, self._post_headers(msg),
+                          _HTTP_LISTEN_S if msg.get("method") == "subscriptions/listen" else None,
+                          mid)
+        first, self._first = self._first, False
+        with resp:
+            if not self._track(mid, resp):
+                return
+            if msg.get("method") == "initialize" and resp.header("Mcp-Session-Id"):
+                self.session_id = resp.header("Mcp-Session-Id")
+            if msg.get("method") == "server/discover":
+                return self._probe_answer(resp, first, mid)
+            if resp.status in (400, 404, 405) and first and self.mode == "auto":
+                raw = self._small_body(resp)
+                if self._rpc_error(raw) is None:  # not an MCP server's JSON-RPC error: try HTTP+SSE
+                    resp.close()
+                    self._fall_back(resp.status)
+                    return self._exchange(msg, body, mid)
+                return self._refused(resp, raw, mid)
+            if (resp.status in (400, 404) and self.session_id and not self.modern
+                    and msg.get("method") != "initialize"):  # (sent with the session id)
+                raw = self._small_body(resp)
+                if self._session_unknown(resp.status, raw, mid):
+                    return self._forget_session(resp, raw, mid)
+                return self._refused(resp, raw, mid)
+            if resp.status >= 300:
+                return self._refused(resp, self._small_body(resp), mid)
+            if self.mode == "sse":  # HTTP+SSE: the answer comes on the event stream
+                return
+            if resp.content_type == "text/event-stream":
+                return self._read_stream(resp, mid)
+            if resp.content_type == "application/json":
+                return self._deliver_bytes(resp.read(self.max_message), mid)
+            self._fail(mid, f"server '{self.name}' answered with HTTP {resp.status} and "
+                            f"Content-Type {resp.content_type or '(none)'!r} from {self.where()}, "
+                            f"not JSON or an SSE stream")
+
+    def _probe_answer(self, resp: _HttpResponse, first: bool, mid: Any) -> None:
+        """The answer to the server/discover probe (2026-07-28 spec, basic/versioning#backward-
+        compatibility-with-initialization-based-versions): its result, or a JSON-RPC error, is
+        the server's own (-32022 names the versions it speaks); anything else (a 4xx or 5xx
+        without a JSON-RPC error, a body that is not the answer, another Content-Type) marks a
+        handshake-era server, and initialize follows (and after it, for an entry without a
+        type, HTTP+SSE, as for a first POST). No connection, no answer in time or a login
+        needed is no answer: raised, it fails the probe."""
+        if resp.status < 300 and resp.content_type == "text/event-stream":
+            return self._read_stream(resp, mid)
+        raw = b""
+        if resp.status >= 300:
+            raw = self._small_body(resp)
+        elif resp.content_type == "application/json":
+            raw = resp.read(self.max_message)
+        answer = self._json(raw)
+        if (resp.status < 300 and isinstance(answer, dict) and answer.get("id") == mid
+                and ("result" in answer or "error" in answer)):
+            self._deliver_bytes(raw, mid)
+        elif self._rpc_error(raw) is not None or self._conn is None:
+            self._refused(resp, raw, mid)
+        else:
+            self._first = first
+            ctype = resp.content_type or "no Content-Type"
+            self._conn.forget(mid, RpcError(_INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} "
+                                            f"({ctype}) to server/discover"))
+
+    @classmethod
+    def _session_unknown(cls, status: int, raw: bytes, mid: Any) -> bool:
+        """Whether an HTTP 400 or 404 to a request that carried Mcp-Session-Id says the server
+        does not know the session (so the request was not processed and may be sent again), not
+        that the request ran and failed. A 404 is the spec's answer, unless its body is the
+        server's JSON-RPC answer to this very request (its id, not about the session id: a
+        server that maps its tools' errors to statuses). A 400 is one only when its JSON-RPC
+        error is a transport's code naming the session id (server-everything, and the servers
+        built on the TypeScript SDK's example, answer an unknown session id with 400 -32000 "Bad
+        Request: No valid session ID provided"), or its body, not JSON, names it. A tool's
+        error that mentions a session of its own ("session_id 'x' is not open", "database
+        session expired") is none: the call ran."""
+        doc = cls._json(raw)
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and "result" in doc:
+            return False  # (an answer: the request ran)
+        names = (isinstance(err, dict) and err.get("code") in _SESSION_ERROR_CODES
+                 and _SESSION_ID_RE.search(str(err.get("message", ""))) is not None)
+        if doc is None:  # not JSON, so no tool's answer: older releases of the Python SDK
+            # answered 400 "Bad Request: No valid session ID provided" in plain text
+            names = _SESSION_ID_RE.search(raw[:1000].decode("utf-8", "replace")) is not None
+        if status == 404:
+            return names or not isinstance(err, dict) or doc.get("id") != mid
+        return names
+
+    def _forget_session(self, resp: _HttpResponse, raw: bytes, mid: Any) -> None:
+        """The server no longer knows the session the request named: the session is gone and
+        the request was not processed (the spec's HTTP 404, basic/transports#session-management).
+        The request fails with _SessionGone, which _Upstream._anew sends again in a new session;
+        the run is no longer handed out from the moment `forgotten` is set. It fails before the
+        session ends: the EOF that follows would fail it as a request that may have run."""
+        self.forgotten = True
+        said = ""
+        if resp.status != 404:
+            err = self._rpc_error(raw) or {"error": {}}
+            said = f": {_clean(str(err['error'].get('message', ''))[:200])}"
+        gone = (f"server '{self.name}' ended its session (HTTP {resp.status} from "
+                f"{self.where()}{said})")
+        with self._olock:  # those waiting for their turn were never sent: sent anew too
+            unsent, self._waiting = list(self._waiting), collections.deque()
+        for msg, _ in unsent:
+            self._fail(msg["id"], f"{gone} before the request was sent", _SessionGone)
+        self._fail(mid, f"{gone} without running the request", _SessionGone)
+        self._end(f"ended its session (HTTP {resp.status}); a new one starts on the next call")
+
+    def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
+        """Register how to abort a request whose answer is awaited (its connection is open), so
+        a cancel ends it at once; aborted at once if already cancelled."""
+        with self._olock:
+            gone = mid in self._cancelled or self._closed.is_set()
+            if not gone:
+                self._open[mid] = stop
+        if gone:
+            stop()
+
+    def _track(self, mid: Any, resp: _HttpResponse) -> bool:
+        """Register an answer being read, so a cancel can close it; False if already cancelled."""
+        with self._olock:
+            if mid in self._cancelled or self._closed.is_set():
+                resp.close()
+                return False
+            self._open[mid] = resp.close
+        return True
+
+    @staticmethod
+    def _small_body(resp: _HttpResponse) -> bytes:
+        try:
+            return resp.read(1 << 16)
+        except _HttpError:
+            return b""
+
+    @staticmethod
+    def _json(raw: bytes) -> Any:
+        """`raw` parsed, or None if it is not JSON."""
+        try:
+            return json.loads(raw, parse_constant=_no_nan)
+        except (ValueError, RecursionError):
+            return None
+
+    @classmethod
+    def _rpc_error(cls, raw: bytes) -> Optional[dict]:
+        doc = cls._json(raw)
+        return doc if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else None
+
+    def _refused(self, resp: _HttpResponse, raw: bytes, mid: Any) -> None:
+        """An error status: the server's JSON-RPC error when the body is one (so a refused
+        initialize can fall back to another era), else the status in words."""
+        err = self._rpc_error(raw)
+        if err is not None and self._conn is not None:
+            e = RpcError.from_dict(err["error"])
+            self._conn.forget(mid, RpcError(e.code, _clean(e.message),
+                                            _SECRETS.mask_json(e.data)))
+            return
+        line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines()
+                     if ln.strip()), "")
+        hint = ""
+        if resp.status in (401, 403) and self.auth is None:
+            hint = "; the server wants credentials: give them in the entry's \"headers\""
+        self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from "
+                        f"{self.where()}"
+                        + (f": {_clean(line[:200])}" if line else "") + hint)
+
+    # -- receiving
+    def _fail(self, mid: Any, message: str, kind: Optional[type] = None) -> None:
+        if self._conn is not None:
+            self._conn.forget(mid, (kind or UpstreamError)(_clean(message)))
+
+    def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
+        """One JSON-RPC message from the server; True if it is the answer to `mid`."""
+        if not raw.strip():
+            return False
+        try:
+            msg = (self._conn.loads(raw) if self._conn is not None
+                   else json.loads(raw, parse_constant=_no_nan))
+        except (ValueError, RecursionError) as e:
+            if mid is not None:
+                self._fail(mid, f"server '{self.name}' sent an answer that is not JSON "
+                                f"({str(e)[:100]})")
+                return True
+            _log.warning("%s: skipped a message that is not JSON: %s", self.name, raw[:200])
+            return False
+        answer = isinstance(msg, dict) and "method" not in msg and "id" in msg
+        if answer and msg["id"] == self._init_id and isinstance(msg.get("result"), dict):
+            version = msg["result"].get("protocolVersion")
+            self.version = version if isinstance(version, str) else ""
+        if isinstance(msg, dict) and msg.get("id") == mid and mid is not None and answer:
+            self._first = False
+        if self._conn is not None:
+            self._conn.deliver(msg)
+        return answer and mid is not None and msg.get("id") == mid
+
+    def _deliver_events(self, resp: _HttpResponse, parser: _SseParser, mid: Any) -> bool:
+        """Deliver a stream's messages until it ends; True once the answer to `mid` came."""
+        answered = False
+        for ev in resp.events(parser):
+            if ev.event == "message" and self._deliver_bytes(ev.data, mid):
+                answered = True
+        return answered
+
+    def _read_stream(self, resp: _HttpResponse, mid: Any) -> None:
+        """An answer's SSE stream, resumed (GET with Last-Event-ID, after `retry`) when it is cut
+        before the answer; the call fails, never re-sent, when it cannot be resumed."""
+        parser = _SseParser(self.max_message)
+        tries = 0
+        while True:
+            try:
+                if self._deliver_events(resp, parser, mid):
+                    return
+                why = "the stream ended before the answer"
+            except _HttpError as e:
+                why = str(e).replace(f"{self.where()} sent ", "")
+            resp.close()
+            with self._olock:
+                gone = mid in self._cancelled or self._closed.is_set()
+            if gone or self._conn is None or not self._conn.waits_for(mid):
+                return
+            seen = parser.last_id
+            if not seen or self.modern or tries >= _SSE_RESUMES:
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}; the call was not "
+                                f"retried, as the server may have run it")
+                return
+            tries += 1
+            delay = min(parser.retry_ms if parser.retry_ms is not None else _SSE_RETRY_MS,
+                        _SSE_RETRY_MAX_MS)
+            if self._closed.wait(delay / 1000):
+                return
+            try:
+                resp = self._send("GET", self.url, None, self._get_headers(seen), mid=mid)
+            except _HttpError as e:
+                why = str(e)
+                continue
+            if not self._track(mid, resp):
+                return
+            if resp.status != 200 or resp.content_type != "text/event-stream":
+                err = resp.error()
+                resp.close()
+                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}, and resuming it "
+                                f"failed ({err}); the call was not retried, as the server may have "
+                                f"run it")
+                return
+            if parser.last_id != seen:
+                tries = 0
+
+    def _listen(self) -> None:
+        """The GET stream for the server's own requests and notifications (optional: 405 means
+        the server has none), reopened after `retry` while the session lasts."""
+        parser, failures = _SseParser(self.max_message), 0
+        while not self._closed.is_set() and failures < 5:
+            try:
+                with self._send("GET", self.url, None, self._get_headers(parser.last_id or ""),
+                                _HTTP_LISTEN_S) as resp:
+                    if resp.status == 404 and self.session_id:
+                        self.forgotten = True
+                        self._end("ended its session (HTTP 404); a new one starts on the next call")
+                        return
+                    if resp.status != 200 or resp.content_type != "text/event-stream":
+                        return  # 405: no such stream, as the spec allows
+                    if not self._track("listen", resp):
+                        return
+                    failures = 0
+                    self._deliver_events(resp, parser, None)
+            except _HttpError as e:
+                failures += 1
+                _log.debug("%s: GET stream: %s", self.name, e)
+            delay = parser.retry_ms if parser.retry_ms is not None else 2000 * (failures + 1)
+            # (at least _LISTEN_MIN_MS: a server that says retry: 0 and closes is no busy loop)
+            delay = max(_LISTEN_MIN_MS, min(delay, _SSE_RETRY_MAX_MS))
+            if self._closed.wait(delay / 1000):
+                return
+
+    # -- HTTP+SSE (2024-11-05)
+    def open(self, timeout: float) -> None:
+        """Before the first message: an "sse" server's event stream and its endpoint."""
+        if self.mode == "sse":
+            self._connect_sse(timeout)
+
+    def _fall_back(self, status: int) -> None:
+        with self._fallback_lock:
+            if self.mode == "auto":
+                _log.info("%s: HTTP %d to a POST: trying the older HTTP+SSE transport", self.name,
+                          status)
+                self._connect_sse(self._read_s)
+
+    def _connect_sse(self, timeout: float) -> None:
+        resp = self._send("GET", self.url, None, {"Accept": "text/event-stream"}, timeout)
+        if resp.status != 200 or resp.content_type != "text/event-stream":
+            err = resp.error()
+            resp.close()
+            raise _HttpError(_clean(f"{err} (expected an SSE event stream)"), self.where(),
+                             err.status)
+        parser = _SseParser(self.max_message)
+        events = resp.events(parser)
+        try:
+            endpoint = next((ev.data for ev in events if ev.event == "endpoint"), None)
+        except _HttpError:
+            resp.close()
+            raise
+        if endpoint is None:
+            resp.close()
+            raise _HttpError(f"its event stream at {self.where()} ended before the 'endpoint' "
+                             "event")
+        target = urllib.parse.urljoin(self.url, endpoint.decode("utf-8", "replace").strip())
+        if _url_origin(target) != _url_origin(self.url):
+            resp.close()
+            raise _HttpError(f"its endpoint {_safe_url(target)} is on another host than "
+                             f"{self.where()}; not used")
+        self.post_url, self.mode = target, "sse"
+        with self._olock:
+            self._open["events"] = resp.close
+        threading.Thread(target=self._pump_sse, args=(resp, events), name=f"http-sse-{self.name}",
+                         daemon=True).start()
+
+    def _pump_sse(self, resp: _HttpResponse, events: Iterator[_SseEvent]) -> None:
+        why = "its event stream ended"
+        try:
+            for ev in events:
+                if ev.event == "message":
+                    self._deliver_bytes(ev.data, None)
+        except _HttpError as e:
+            why = f"its event stream failed: {e}"
+        self._end(why)
+
+    # -- the end
+    def ended(self) -> bool:
+        """The session has ended (its Connection may not have read the EOF yet)."""
+        return self._closed.is_set()
+
+    def _end(self, reason: str) -> None:
+        """End the session once: open answers are closed and the Connection sees EOF."""
+        with self._olock:
+            if self._closed.is_set():
+                return
+            self.reason = _clean(reason)
+            self._closed.set()
+            open_, self._open = list(self._open.values()), {}
+            self._waiting.clear()  # (the Connection fails them at the EOF that follows)
+        for stop in open_:
+            stop()
+        self._pool.close()
+
+    def close(self, reason: str) -> None:
+        """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""
+        if (self.session_id and self.mode == "http" and not self.modern
+            and not self._closed.is_set()):
+            self.delete_thread = threading.Thread(target=self._delete,
+                                                  name=f"http-delete-{self.name}",
+                                                  daemon=True)
+            self.delete_thread.start()
+        self._end(reason)
+
+    def _delete(self) -> None:
+        try:
+            self._send("DELETE", self.url, None, {"MCP-Protocol-Version": self.version}
+                       if self.version else {},
+                       _STOP_EOF_S).close()
+        except _HttpError as e:
+            _log.debug("%s: DELETE of the session: %s", self.name, e)
+
+
+# ==== Remote auth =================================================================
 # OAuth 2.1 for remote upstreams, as the MCP authorization spec describes it
 # (https://modelcontextprotocol.io/specification/2025-06-18/basic/authorization and the newer
 # revisions): a 401 names the protected resource metadata (RFC 9728), which names the
@@ -4516,22 +6136,6 @@ _OAUTH_PATH = "/callback"
 # the longest wait for another Abstract's use of a saved login (a refresh: its token request is
 # bounded by the HTTP client's timeouts, well within this)
 _OAUTH_LOCK_S = 120.0
-
-
-class _AuthError(HttpError):
-    """A remote server's login cannot go on, or must be done first: the message says what to do.
-    An HttpError, so the transport reports it as it reports any failed request. `refused`: the
-    authorization server turned a grant down (invalid_grant), as opposed to not being reached."""
-
-    def __init__(self, message: str, refused: bool = False, login: bool = False) -> None:
-        super().__init__(message)
-        self.refused = refused
-        self.login = login  # a login is needed (and has started, unless --check): no fault
-
-
-class _LoginNeeded(UpstreamError):
-    """A request to a remote server that waits for a login: the message says what to do. Not a
-    fault of the server's: a handshake that fails with it does not count as a crash."""
 
 
 def _span(seconds: float) -> str:
@@ -4621,11 +6225,6 @@ def _as_metadata_urls(issuer: str) -> List[str]:
 
 def _http_url(v: Any) -> bool:
     return isinstance(v, str) and v.startswith(("https://", "http://")) and len(v) < 4096
-
-
-# what no URL of a metadata document may hold: whitespace, controls (a terminal's escape
-# sequences, BEL) and the invisible or reordering characters that make a URL read as another
-_URL_BAD_RE = re.compile("[\\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _check_url(v: Any, what: str, name: str) -> None:
@@ -4725,8 +6324,8 @@ def _client_auth(client: dict, form: Dict[str, str], headers: Dict[str, str]) ->
     form["client_id"] = client["client_id"]
     method = client.get("token_endpoint_auth_method")
     if secret and method == "client_secret_basic":
-        pair = f"{urllib.parse.quote(client['client_id'], safe='')}:" \
-               f"{urllib.parse.quote(secret, safe='')}"
+        pair = (f"{urllib.parse.quote(client['client_id'], safe='')}:"
+                f"{urllib.parse.quote(secret, safe='')}")
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
     elif secret and method != "none":
         form["client_secret"] = secret
@@ -4943,44 +6542,24 @@ class _Loopback:
     runs elsewhere."""
 
     def __init__(self, port: int = 0) -> None:
-        import http.server  # lazy: see Imports
-
-        got: "queue.Queue[str]" = queue.Queue(maxsize=1)
-        self.got = got
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            timeout = 10.0  # a connection that sends nothing (a browser's preconnect) is dropped
-
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-                parts = urllib.parse.urlsplit(self.path)
-                # a request without a state is no authorization server's answer (a stray page's
-                # <img>): refused, and the login keeps waiting; a wrong state ends it (_finish)
-                ok = (parts.path == _OAUTH_PATH
-                      and "state" in urllib.parse.parse_qs(parts.query))
-                body = (b"<!doctype html><title>Abstract</title><p>Done: you can close this window "
-                        b"and go back to your MCP client.</p>" if ok else b"not found")
-                self.send_response(200 if ok else 404)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                if ok:
-                    with contextlib.suppress(queue.Full):
-                        got.put_nowait(self.path)
-
-            def log_message(self, *args: Any) -> None:  # the query holds the code: never logged
-                pass
-
-        # one thread a connection (daemon threads), so a stalled one neither keeps the browser's
-        # answer waiting nor holds shutdown()
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads, self.httpd.block_on_close = True, False
-        self.httpd.timeout = 1.0
+        self.got: "queue.Queue[str]" = queue.Queue(maxsize=1)
+        # a connection that sends nothing (a browser's preconnect) is dropped after 10 s
+        self.httpd, self._stop = _serve_http("127.0.0.1", port, self._respond,
+                                             "abstract-oauth-callback", (10.0, 10.0, 16))
         self.port = self.httpd.server_address[1]
         self.redirect_uri = f"http://127.0.0.1:{self.port}{_OAUTH_PATH}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever,
-                                       name="abstract-oauth-callback", daemon=True)
-        self.thread.start()
+        self._closed = False
+
+    def _respond(self, target: str) -> _HttpAnswer:
+        parts = urllib.parse.urlsplit(target)
+        # a request without a state is no authorization server's answer (a stray page's <img>):
+        # refused, and the login keeps waiting; a wrong state ends it (_finish)
+        if parts.path != _OAUTH_PATH or "state" not in urllib.parse.parse_qs(parts.query):
+            return 404, "text/html; charset=utf-8", b"not found"
+        self.offer(target)
+        return 200, "text/html; charset=utf-8", (
+            b"<!doctype html><title>Abstract</title><p>Done: you can close this window and go "
+            b"back to your MCP client.</p>")
 
     def offer(self, url: str) -> None:
         with contextlib.suppress(queue.Full):
@@ -4993,10 +6572,10 @@ class _Loopback:
             return None
 
     def close(self) -> None:
-        """Stop serving (idempotent); it waits for the server's loop, up to half a second."""
-        if self.thread.is_alive():
-            self.httpd.shutdown()
-        self.httpd.server_close()
+        """Stop serving (idempotent); it waits for the server's loop to end (half a second)."""
+        if not self._closed:
+            self._closed = True
+            self._stop()
 
 
 def _open_browser(url: str) -> bool:
@@ -5199,9 +6778,9 @@ class _OAuth:
         reached."""
         heads = {"Accept": "application/json", **(headers or {})}
         try:
-            with http_request(method, url, heads, body, environ=self.environ) as resp:
+            with _http_request(method, url, heads, body, environ=self.environ) as resp:
                 status, raw = resp.status, resp.read(_OAUTH_DOC_MAX, _OAUTH_DOC_S)
-        except HttpError as e:
+        except _HttpError as e:
             if e.status:  # too long or too slow (_OAUTH_DOC_MAX, _OAUTH_DOC_S): no document
                 return e.status, None
             raise _AuthError(f"{self.name}: cannot reach {_safe_url(url)} for the login: "
@@ -5483,11 +7062,11 @@ class _OAuth:
         status, www = 0, ""
         try:
             probe = _dumps({"jsonrpc": "2.0", "id": "abstract-login", "method": "ping"}).encode()
-            with http_request("POST", self.url, {"Content-Type": "application/json",
-                                                 "Accept": "application/json, text/event-stream"},
-                              probe) as resp:
+            with _http_request("POST", self.url, {"Content-Type": "application/json",
+                                                  "Accept": "application/json, text/event-stream"},
+                               probe) as resp:
                 status, www = resp.status, resp.header("WWW-Authenticate")
-        except HttpError as e:
+        except _HttpError as e:
             raise _AuthError(f"{self.name}: cannot reach {_safe_url(self.url)}: {e}") from None
         if status != 401 and not self._saved()[0]:
             _log.info("%s answers HTTP %d without a login; looking for its login anyway",
@@ -5521,639 +7100,15 @@ class _OAuth:
         finally:
             attempt.loopback.close()
 
-# ==== 9. Config and settings ======================================================
-# The MCP client's own config file (APP_CONFIG_PATH) names the upstreams; Abstract's optional
-# settings file (ABSTRACT_CONFIG) holds Abstract's own knobs.
 
-_SERVER_KEYS = ("mcpServers", "servers", "mcp_servers")
+# ==== Upstreams ===================================================================
+# The upstream servers: how a local one is launched (and its whole process tree ended, on every
+# platform), one session of it (_Run, over a pipe or HTTP), and its supervisor (Upstream: start,
+# back-off, restarts, the tool list, calls), plus the client link that relays an upstream's
+# questions (sampling, elicitation, roots) to Abstract's own client.
 
 
-class ServerSpec:
-    """One upstream as the client config describes it, variables expanded.
-
-    `problem` is set (and the rest may be partial) when the entry cannot be started: an
-    unsupported transport, a disabled entry, an unset variable, an entry that runs Abstract.
-    """
-
-    __slots__ = ("name", "command", "args", "env", "cwd", "problem", "transport", "url", "headers")
-
-    def __init__(self, name: str, command: str = "", args: Optional[List[str]] = None,
-                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
-                 problem: str = "", transport: str = "stdio", url: str = "",
-                 headers: Optional[Dict[str, str]] = None) -> None:
-        self.name, self.command, self.args = name, command, list(args or [])
-        self.env, self.cwd, self.problem = dict(env or {}), cwd, problem
-        # "stdio", or for a remote server "http" (Streamable HTTP), "sse" (the 2024-11-05
-        # HTTP+SSE transport) or "auto" (no type given: Streamable HTTP, else HTTP+SSE)
-        self.transport, self.url, self.headers = transport, url, dict(headers or {})
-
-    @property
-    def remote(self) -> bool:
-        return self.transport != "stdio"
-
-    def argv(self) -> List[str]:
-        return [] if self.remote else [self.command] + self.args
-
-
-# JSONC, as VS Code and Cursor write their configs: // and /* */ comments, trailing commas.
-# Strings are matched first so that nothing inside them is touched.
-# Each alternative matches in one way only (a // comment to its line's end, a /* */ comment to its
-# first */), so the scan is linear and no bracket inside a comment makes a comma look trailing.
-_JSONC_BLOCK = r"/\*(?:[^*]|\*(?!/))*\*/"
-_JSONC_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|' + _JSONC_BLOCK
-                       + r"|,(?=(?:\s|//[^\n]*\n|" + _JSONC_BLOCK + r")*[}\]])")
-
-
-def _strip_jsonc(text: str) -> str:
-    """JSON from JSONC: comments and trailing commas become spaces (newlines kept), so an
-    error's line and column still point into the file as written."""
-
-    def blank(m: "re.Match[str]") -> str:
-        tok = m.group()
-        return tok if tok.startswith('"') else re.sub(r"[^\n]", " ", tok)
-
-    return _JSONC_RE.sub(blank, text)
-
-
-def _read_json_file(path: str, what: str) -> Any:
-    """Parse a JSON (or JSONC) file; ConfigError names the file and, for bad JSON, the line and
-    column."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {path} does not exist") from None
-    except OSError as e:
-        raise ConfigError(f"{what} {path} cannot be read: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return json.loads(_strip_jsonc(text))  # plain JSON needs no scan; JSONC is read too
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{what} {path} is not UTF-8 (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column "
-                          f"{e.colno}") from None
-    except RecursionError:
-        raise ConfigError(f"{what} {path} is nested too deeply to read") from None
-    except ValueError:  # Python 3.11+: an integer of more than 4300 digits
-        raise ConfigError(f"{what} {path} holds a number with too many digits") from None
-
-
-def _config_entries(doc: Any, path: str) -> Dict[str, Any]:
-    """The server entries of a client config, whichever client wrote it."""
-    if not isinstance(doc, dict):
-        raise ConfigError(f"client config {path} must hold a JSON object, not {type(doc).__name__}")
-    for key in _SERVER_KEYS:
-        if key in doc:
-            entries = doc[key]
-            if not isinstance(entries, dict):
-                raise ConfigError(f"client config {path}: '{key}' must be an object mapping names "
-                                  f"to servers")
-            return entries
-    raise ConfigError(f"client config {path} has no servers: expected a top-level key "
-                      f"{' or '.join(_SERVER_KEYS)}")
-
-
-def _runs_abstract(argv: List[str]) -> bool:
-    """True when a config entry would start Abstract itself (never spawned: no recursion)."""
-    me = os.path.realpath(__file__)
-    for i, tok in enumerate(argv):
-        base = os.path.basename(tok.replace("\\", "/")).lower()
-        if (base in ("abstract.py", "abstract.pyz")
-            or (i == 0 and base in ("abstract", "abstract.exe"))):
-            return True
-        if tok == "abstract" and i > 0 and argv[i - 1] == "-m":
-            return True
-        if os.path.isabs(tok) and os.path.realpath(tok) == me:
-            return True
-    return False
-
-
-def _known_vars(path: str, environ: Dict[str, str], inputs: Dict[str, str]) -> Dict[str, str]:
-    """The editors' predefined variables for a config file at `path`: ${workspaceFolder} is the
-    folder holding .vscode/ or .cursor/ (else the file's own folder), and the settings' inputs
-    answer VS Code's ${input:id} prompts."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(folder).lower() in (".vscode", ".cursor"):
-        folder = os.path.dirname(folder)
-    home = _env_get(environ, "USERPROFILE" if _WINDOWS else "HOME") or os.path.expanduser("~")
-    known = {"workspaceFolder": folder, "workspaceRoot": folder, "userHome": home,
-             "pathSeparator": os.sep, "/": os.sep}
-    known.update({f"input:{k}": v for k, v in inputs.items()})
-    return known
-
-
-def _missing_text(missing: List[str], path: str) -> str:
-    """Why an entry cannot start when variables are not set, and how to set them."""
-    asks = sorted({m[6:] for m in missing if m.startswith("input:")})
-    names = sorted({m for m in missing if not m.startswith("input:")})
-    out = []
-    if names:
-        out.append(f"environment variable {', '.join(names)} is not set (used in {path}); "
-                   f"set it in Abstract's env, or write ${{{names[0]}:-default}}")
-    if asks:
-        out.append(f"${{input:{asks[0]}}} asks the editor to prompt for a value, which Abstract "
-                   f"cannot do; give it in Abstract's settings file as \"inputs\": "
-                   f"{{\"{asks[0]}\": \"...\"}}, or write ${{env:NAME}} in {path} and set NAME in "
-                   f"Abstract's env")
-    return "; ".join(out)
-
-
-def _make_spec(name: str, entry: Any, environ: Dict[str, str], path: str,
-               known: Optional[Dict[str, str]] = None) -> ServerSpec:
-    """Validate and expand one config entry."""
-    if not isinstance(entry, dict):
-        return ServerSpec(name, problem=f"its entry in {path} is not an object")
-    if entry.get("disabled") is True:
-        return ServerSpec(name, problem=f"it is disabled in {path}")
-    kind = entry.get("type")
-    if kind not in (None, "stdio") or ("command" not in entry
-                                       and ("url" in entry or "serverUrl" in entry)):
-        return _remote_spec(name, entry, environ, path, known)
-    command, args = entry.get("command"), entry.get("args", [])
-    env, cwd = entry.get("env", {}), entry.get("cwd")
-    if not isinstance(command, str) or not command:
-        return ServerSpec(name, problem=f"its entry in {path} has no 'command'")
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        return ServerSpec(name, problem=f"'args' in {path} must be a list of strings")
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        return ServerSpec(name, problem=f"'env' in {path} must map names to strings")
-    if cwd is not None and not isinstance(cwd, str):
-        return ServerSpec(name, problem=f"'cwd' in {path} must be a string")
-    missing: List[str] = []
-    command = _expand_path(command, environ, missing, known)
-    args = [_expand_path(a, environ, missing, known) for a in args]
-    env = {k: _expand(v, environ, missing, known) for k, v in env.items()}
-    _SECRETS.add_env(env)
-    _SECRETS.add_args(args)
-    cwd = _expand_path(cwd, environ, missing, known) if cwd else None
-    spec = ServerSpec(name, command, args, env, cwd)
-    if missing:
-        spec.problem = _missing_text(missing, path)
-    elif _runs_abstract(spec.argv()):
-        spec.problem = "it runs Abstract itself, which would proxy itself forever"
-    return spec
-
-
-# A remote entry's "type": Claude Code and VS Code write "http" or "sse"; others spell
-# Streamable HTTP in these ways. No type with a url (Cursor, Windsurf's serverUrl) is "auto".
-_REMOTE_TYPES = {"http": "http", "streamable-http": "http", "streamableHttp": "http",
-                 "streamable_http": "http", "sse": "sse"}
-
-
-def _remote_spec(name: str, entry: dict, environ: Dict[str, str], path: str,
-                 known: Optional[Dict[str, str]]) -> ServerSpec:
-    """A remote server's entry: url (or Windsurf's serverUrl) and headers, variables expanded."""
-    kind = entry.get("type")
-    if kind is not None and kind not in _REMOTE_TYPES:
-        return ServerSpec(name, problem=f"its type {str(kind)[:40]!r} in {path} is not one "
-                                        f"Abstract knows (stdio, http, sse)")
-    url, headers = entry.get("url", entry.get("serverUrl")), entry.get("headers", {})
-    if not isinstance(url, str) or not url:
-        return ServerSpec(name, problem=f"its entry in {path} has no 'url' (a remote server needs "
-                                        f"one)")
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        return ServerSpec(name, problem=f"'headers' in {path} must map header names to strings")
-    missing: List[str] = []
-    url = _expand(url, environ, missing, known)
-    headers = {k: _expand(v, environ, missing, known) for k, v in headers.items()}
-    _SECRETS.add_url(url)
-    for k, v in headers.items():
-        _SECRETS.add_header(k, v)
-    spec = ServerSpec(name, transport=_REMOTE_TYPES.get(kind, "auto"), url=url, headers=headers)
-    # (a value as http.client sends it: Latin-1, no control character but tab)
-    bad = [k for k, v in headers.items() if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
-           or not re.fullmatch(r"[\t\x20-\x7e\xa0-\xff]*", v)]
-    if missing:
-        spec.problem = _missing_text(missing, path)
-    elif not url.lower().startswith(("http://", "https://")):
-        spec.problem = f"its url in {path} is not an http:// or https:// URL: {_safe_url(url)}"
-    elif _URL_BAD_RE.search(url) or _unicode_problem(url):  # (http.client's error quotes it)
-        spec.problem = (f"its url in {path} holds whitespace, control characters or a lone "
-                        f"surrogate ({_escape_controls(_safe_url(url))!r}): write them "
-                        f"percent-encoded (%20, %0A)")
-    elif bad:
-        spec.problem = (f"header {bad[0][:40]!r} in {path} is not a valid HTTP header (a name of "
-                        f"letters, digits and -, a value of Latin-1 characters without line "
-                        f"breaks or other control characters)")
-    else:
-        _userinfo_to_header(spec, path)
-    return spec
-
-
-def _userinfo_to_header(spec: ServerSpec, path: str) -> None:
-    """user:password@ in a remote server's url is HTTP Basic auth to it, as in curl: it becomes
-    the entry's Authorization header, and the url keeps no credentials (so no request line,
-    proxy, log or error ever holds them, and no OAuth login is tried)."""
-    try:
-        p = urllib.parse.urlsplit(spec.url)
-        p.port  # (a malformed port is refused here, not on the first call)
-    except ValueError:
-        spec.problem = f"its url in {path} is not a valid URL: {_safe_url(spec.url)}"
-        return
-    if p.username is None:
-        return
-    if any(k.lower() == "authorization" for k in spec.headers):
-        spec.problem = (f"its url in {path} holds user:password@ and its headers an Authorization "
-                        f"too; keep one of them")
-        return
-    spec.headers["Authorization"] = _basic_auth(p)
-    _SECRETS.add_header("Authorization", spec.headers["Authorization"])
-    spec.url = _strip_userinfo(spec.url)
-
-
-class ClientConfig:
-    """The upstreams named by the client config, after selection by ABSTRACT_PROXY_SERVERS."""
-
-    def __init__(self, path: Optional[str], selection: Optional[str], environ: Dict[str, str],
-                 inputs: Optional[Dict[str, str]] = None) -> None:
-        self.path = path or ""
-        self._inputs = dict(inputs or {})  # answers to VS Code's ${input:id}, from the settings
-        self.error = ""  # why there are no upstreams at all
-        self.specs: Dict[str, ServerSpec] = {}  # selected servers, in config order
-        self.unselected: List[str] = []  # in the file but not selected
-        self.missing: List[str] = []  # selected but not in the file
-        try:
-            self._load(path, selection, environ)
-        except ConfigError as e:
-            self.error = str(e)
-
-    def _load(self, path: Optional[str], selection: Optional[str], environ: Dict[str, str]) -> None:
-        if not path:
-            raise ConfigError("APP_CONFIG_PATH is not set: point it at your MCP client's config "
-                              "file (for example claude_desktop_config.json)")
-        entries = _config_entries(_read_json_file(path, "client config"), path)
-        wanted = [s.strip() for s in (selection or "").split(",") if s.strip()]
-        known = _known_vars(path, environ, self._inputs)
-        for name, entry in entries.items():
-            spec = _make_spec(name, entry, environ, path, known)
-            if wanted and name not in wanted:
-                self.unselected.append(name)
-            elif not wanted and spec.problem and (_runs_abstract(spec.argv())
-                                                  or "disabled" in spec.problem):
-                continue  # by default, quietly skip Abstract's own entry and disabled ones
-            else:
-                self.specs[name] = spec
-        self.missing = [w for w in wanted if w not in entries]
-
-
-_ORGANIZE = ("flat", "by_server", "by_server_tool")
-_ROOTS_MODES = ("client", "allowed_directories", "none")
-
-
-def _positive(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
-
-
-_SECONDS = "a number of seconds > 0 and at most 10000000 (about 4 months)"
-
-
-def _seconds(v: Any) -> bool:
-    """A duration the clocks and waits can hold (a huge one overflows time_t in a wait)."""
-    return _positive(v) and v <= 1e7
-
-
-def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-_MEGABYTES = "a number of megabytes > 0 and at most 4096"
-_HTTP_SECONDS = "a number of seconds > 0 and at most 3600"
-_GLOBAL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "timeout_seconds": (_seconds, _SECONDS, _CALL_TIMEOUT_S),
-    "startup_timeout_seconds": (_seconds, _SECONDS, _START_TIMEOUT_S),
-    "organize": (lambda v: v in _ORGANIZE, f"one of {', '.join(_ORGANIZE)}", "flat"),
-    "max_input_file_mb": (_positive, "a number of megabytes > 0", 10),
-    # The roots upstreams are told of: the client's own (relayed; none when the client declares
-    # none, so servers such as server-filesystem keep their configured folders), Abstract's
-    # allowed directories, or none. share_roots is the older spelling: true/false.
-    "roots": (lambda v: v in _ROOTS_MODES, f"one of {', '.join(_ROOTS_MODES)}", "client"),
-    "share_roots": (lambda v: isinstance(v, bool), "true (allowed_directories) or false (none)",
-                    None),
-    # Transparent mode advertises upstream tools without their outputSchema, so that a large
-    # result can be cached; true keeps the schemas (and relays those tools' results whole).
-    "keep_output_schemas": (lambda v: isinstance(v, bool), "true or false", False),
-    "cache_base_url": (lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
-                       "an http:// or https:// URL", ""),
-    # --http download links: time to send a request whole, longest stall of any read or write,
-    # connections
-    "http_header_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 10),
-    "http_idle_timeout_seconds": (lambda v: _positive(v) and v <= 3600, _HTTP_SECONDS, 30),
-    "http_max_connections": (lambda v: _count(v) and 1 <= v <= 4096,
-                             "a whole number from 1 to 4096", 64),
-    "max_upstream_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, _MAX_MESSAGE_MB),
-    "max_client_message_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES,
-                              _MAX_CLIENT_MESSAGE_MB),
-}
-def _patterns(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(p, str) and p for p in v)
-
-
-_SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "timeout_seconds": (_seconds, _SECONDS, None),
-    "startup_timeout_seconds": (_seconds, _SECONDS, None),
-    # Which of the server's tools Abstract shows: names or shell-style patterns (fnmatch, case
-    # sensitive) of the upstream's own names; deny wins over allow.
-    "allow_tools": (_patterns, "a list of tool names or patterns such as \"read_*\"", None),
-    "deny_tools": (_patterns, "a list of tool names or patterns such as \"delete_*\"", None),
-}
-
-
-# Output cache knobs; the same keys at every level (global, server, tool), the most specific wins.
-_CACHE_POLICY: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "enabled": (lambda v: isinstance(v, bool), "true or false", True),
-    "min_size": (_count, "a number of characters >= 0", 50000),
-    "preview_chars": (_count, "a number of characters >= 0", 500),
-}
-_CACHE_GLOBAL: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    **_CACHE_POLICY,
-    "ttl_seconds": (_seconds, _SECONDS, 3600),
-    "max_total_mb": (_positive, "a number of megabytes > 0", 1024),
-    "max_window_chars": (lambda v: _count(v) and v > 0, "a number of characters > 0", 20000),
-    "dir": (lambda v: isinstance(v, str) and bool(v), "a directory path", ""),
-}
-# The catalog (section 13): whether there is one, where it lives, how much text of each output it
-# keeps.
-_CATALOG_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "enabled": (lambda v: isinstance(v, bool), "true or false", True),
-    "path": (lambda v: isinstance(v, str) and bool(v.strip()), "a file path", ""),
-    "max_text_kb": (lambda v: _count(v) and 0 < v <= 1024, "a whole number of KiB from 1 to 1024",
-                    64),
-}
-# query_output (section 14): how long one query may run, how large the loaded tables may be in
-# all, the largest file it reads, the largest result it stores with file_format, and the memory
-# of the worker process each query runs in.
-_QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "timeout_seconds": (lambda v: _positive(v) and v <= 3600, "a number of seconds > 0 and at most "
-                                                              "3600", 5),
-    "max_memory_mb": (lambda v: _positive(v) and v <= 65536, "a number of megabytes > 0 and at "
-                                                             "most 65536", 512),
-    "max_file_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 200),
-    "max_result_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 100),
-    "worker_memory_mb": (lambda v: _positive(v) and 32 <= v <= 65536, "a number of megabytes "
-                                                                      "from 32 to 65536", 256),
-}
-# Quotas of the allowed directories: storage.max_total_mb for each of them, or
-# storage.directories.<dir>.max_total_mb for one. Abstract refuses a store then; it never deletes.
-_QUOTA_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "max_total_mb": (_positive, "a number of megabytes > 0", None),
-}
-
-
-# The default output_cache.min_size by client (the clientInfo name it sends), from what each
-# does with a big result (docs/reference/cache.md#the-threshold-by-client): Claude Code warns
-# above 10,000 tokens (about 40,000 characters) and saves results over about 50,000 characters
-# to a file by itself; Claude Desktop ("claude-ai") and Cursor put every result into the context,
-# so less gets through there. Other clients keep 50,000.
-_CLIENT_MIN_SIZE = (("claude-code", 40000), ("claude-ai", 20000), ("cursor", 20000))
-
-
-def _client_min_size(client: str) -> int:
-    """The default min_size for a client by its clientInfo name (a prefix, any case)."""
-    name = client.strip().lower()
-    return next((size for prefix, size in _CLIENT_MIN_SIZE if name.startswith(prefix)),
-                _CACHE_POLICY["min_size"][2])
-
-
-def _check_storage(conf: Any) -> None:
-    _check_keys(conf, _QUOTA_SETTINGS, "storage", extra=("directories",))
-    dirs = conf.get("directories", {})
-    if not isinstance(dirs, dict):
-        raise ConfigError("key 'storage.directories' must be an object mapping directories to "
-                          "{\"max_total_mb\": N}")
-    for directory, dconf in dirs.items():
-        _check_keys(dconf, _QUOTA_SETTINGS, f"storage.directories.{directory}")
-
-
-def _check_policy(value: Any, where: str) -> None:
-    """A cache policy: an object of _CACHE_POLICY keys, or true/false as shorthand for enabled."""
-    if not isinstance(value, bool):
-        _check_keys(value, _CACHE_POLICY, where)
-
-
-# Per tool, beside cache_output: `name` renames the tool (the upstream still gets its own name),
-# `description` replaces the upstream's.
-_TOOL_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "name": (lambda v: isinstance(v, str) and 0 < len(v) <= 128 and v.strip() == v,
-             "a tool name (1 to 128 characters, no surrounding spaces)", None),
-    "description": (lambda v: isinstance(v, str), "a string", None),
-}
-
-
-# servers.<name>.oauth, for a remote server that asks for an OAuth login (section 8c): a client
-# registered there beforehand, or the URL of a client metadata document the user published (else
-# Abstract registers itself dynamically), the scope to ask for
-# (else the server's), a fixed port for the loopback redirect (else a free one).
-_OAUTH_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
-    "client_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a client id (a string)",
-                  None),
-    "client_secret": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a string", None),
-    # a client ID metadata document: an https URL with a path (the draft's rule for client_id)
-    "client_metadata_url": (lambda v: isinstance(v, str) and len(v) <= 2000
-                            and v.startswith("https://")
-                            and len(urllib.parse.urlsplit(v).path) > 1,
-                            "the https URL (with a path) of your client metadata document", None),
-    "scope": (lambda v: isinstance(v, str) and len(v) <= 2000, "space-separated scopes", None),
-    "redirect_port": (lambda v: _count(v) and 0 < v < 65536, "a port number from 1 to 65535", None),
-}
-
-
-def _check_server(name: str, conf: Any) -> None:
-    where = f"servers.{name}"
-    _check_keys(conf, _SERVER_SETTINGS, where, extra=("cache_outputs", "tools", "oauth"))
-    if "oauth" in conf:
-        _check_keys(conf["oauth"], _OAUTH_SETTINGS, f"{where}.oauth")
-    if "cache_outputs" in conf:
-        _check_policy(conf["cache_outputs"], f"{where}.cache_outputs")
-    tools = conf.get("tools", {})
-    if not isinstance(tools, dict):
-        raise ConfigError(f"key '{where}.tools' must be an object mapping tool names to settings")
-    renamed: Dict[str, str] = {}
-    for tool, tconf in tools.items():
-        _check_keys(tconf, _TOOL_SETTINGS, f"{where}.tools.{tool}", extra=("cache_output",))
-        if "cache_output" in tconf:
-            _check_policy(tconf["cache_output"], f"{where}.tools.{tool}.cache_output")
-        new = tconf.get("name")
-        if new is not None and new in renamed:
-            raise ConfigError(f"keys '{where}.tools.{renamed[new]}.name' and "
-                              f"'{where}.tools.{tool}.name' "
-                              f"both rename to {new!r}; give each tool its own name")
-        if new is not None:
-            renamed[new] = tool
-
-
-def _check_keys(obj: Any, spec: Dict[str, Tuple[Callable[[Any], bool], str, Any]], where: str,
-                extra: Tuple[str, ...] = ()) -> None:
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{where or 'the top level'} must be an object")
-    for key, value in obj.items():
-        full = f"{where}.{key}" if where else key
-        if key in extra:
-            continue
-        if key not in spec:
-            raise ConfigError(f"unknown key '{full}' (known: "
-                              f"{', '.join(sorted(list(spec) + list(extra)))})")
-        ok, want, _ = spec[key]
-        if not ok(value):
-            raise ConfigError(f"key '{full}' must be {want}, not {_dumps(value)}")
-
-
-def _env_seconds(environ: Dict[str, str], name: str) -> Optional[float]:
-    raw = environ.get(name)
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not _seconds(value):
-        raise ConfigError(f"{name} must be {_SECONDS}, not {raw!r}")
-    return value
-
-
-class Settings:
-    """Abstract's own settings (ABSTRACT_CONFIG, a JSON file); defaults work without one."""
-
-    def __init__(self, data: Optional[dict] = None,
-                 environ: Optional[Dict[str, str]] = None) -> None:
-        data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
-        _check_keys(data, _GLOBAL_SETTINGS, "",
-                    extra=("servers", "output_cache", "catalog", "storage", "inputs", "query"))
-        inputs = data.get("inputs", {})
-        if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
-            raise ConfigError("key 'inputs' must be an object mapping VS Code input ids to strings")
-        _check_keys(data.get("output_cache", {}), _CACHE_GLOBAL, "output_cache")
-        _check_keys(data.get("catalog", {}), _CATALOG_SETTINGS, "catalog")
-        _check_keys(data.get("query", {}), _QUERY_SETTINGS, "query")
-        _check_storage(data.get("storage", {}))
-        servers = data.get("servers", {})
-        if not isinstance(servers, dict):
-            raise ConfigError("key 'servers' must be an object mapping server names to settings")
-        for name, conf in servers.items():
-            _check_server(name, conf)
-        self.data, self.servers = data, servers
-        self.env_timeout = _env_seconds(environ or {}, "ABSTRACT_TIMEOUT")
-
-    @classmethod
-    def load(cls, path: Optional[str], environ: Dict[str, str]) -> "Settings":
-        if not path:
-            return cls({}, environ)
-        _env_seconds(environ, "ABSTRACT_TIMEOUT")  # its own message, not blamed on the file
-        try:
-            return cls(_read_json_file(path, "settings file"), environ)
-        except ConfigError as e:
-            msg = str(e)
-            raise ConfigError(msg if msg.startswith("settings file")
-                              else f"settings file {path}: {msg}") from None
-
-    def get(self, key: str) -> Any:
-        return self.data.get(key, _GLOBAL_SETTINGS[key][2])
-
-    def roots_mode(self) -> str:
-        """roots, or the older share_roots: true is allowed_directories, false none."""
-        if "roots" not in self.data and "share_roots" in self.data:
-            return "allowed_directories" if self.data["share_roots"] else "none"
-        return str(self.get("roots"))
-
-    def timeout(self, server: str) -> float:
-        """Tool-call deadline: the server's setting, else ABSTRACT_TIMEOUT, else the global one."""
-        own = self.servers.get(server, {}).get("timeout_seconds")
-        if own is not None:
-            return float(own)
-        return self.env_timeout or float(self.get("timeout_seconds"))
-
-    def cache(self, key: str) -> Any:
-        """A global output_cache setting."""
-        return self.data.get("output_cache", {}).get(key, _CACHE_GLOBAL[key][2])
-
-    def catalog(self, key: str) -> Any:
-        """A catalog setting."""
-        return self.data.get("catalog", {}).get(key, _CATALOG_SETTINGS[key][2])
-
-    def query(self, key: str) -> Any:
-        """A query_output setting."""
-        return self.data.get("query", {}).get(key, _QUERY_SETTINGS[key][2])
-
-    def quota_mb(self, root: str) -> Optional[float]:
-        """The max_total_mb of the allowed directory `root` (a real path), if it has one."""
-        storage = self.data.get("storage", {})
-        for directory, conf in storage.get("directories", {}).items():
-            if "max_total_mb" in conf and os.path.realpath(os.path.expanduser(directory)) == root:
-                return float(conf["max_total_mb"])
-        own = storage.get("max_total_mb")
-        return None if own is None else float(own)
-
-    def _shown(self, server: str, tool: str) -> bool:
-        """Whether allow_tools and deny_tools let a tool (by its upstream name) be shown."""
-        conf = self.servers.get(server, {})
-        allow, deny = conf.get("allow_tools"), conf.get("deny_tools") or []
-        if allow is not None and not any(fnmatch.fnmatchcase(tool, p) for p in allow):
-            return False
-        return not any(fnmatch.fnmatchcase(tool, p) for p in deny)
-
-    def _renames(self, server: str) -> Dict[str, str]:
-        """new name -> upstream name, for the renames of tools that are shown."""
-        own = self.servers.get(server, {}).get("tools", {})
-        return {c["name"]: t for t, c in own.items() if "name" in c and self._shown(server, t)}
-
-    def upstream_tool(self, server: str, tool: str) -> str:
-        """The upstream's own name of a tool that Abstract shows as `tool` (renamed or not)."""
-        return self._renames(server).get(tool, tool)
-
-    def shape_tools(self, server: str, tools: List[dict]) -> List[dict]:
-        """The tools Abstract shows of an upstream's list: allow_tools/deny_tools applied, then
-        each tool's name and description replaced where its settings say. A tool keeping its own
-        name that a shown tool is renamed to is hidden (the rename wins), with a warning; renames
-        may swap names."""
-        own = self.servers.get(server, {}).get("tools", {})
-        renames = self._renames(server)
-        out = []
-        for t in tools:
-            name = t["name"]
-            if not self._shown(server, name):
-                continue
-            tconf = own.get(name, {})
-            if name in renames and renames[name] != name and "name" not in tconf:
-                _log.warning("%s: tool %r is hidden: settings rename %r to that name",
-                             server, name, renames[name])
-                continue
-            if "name" in tconf or "description" in tconf:
-                t = {**t, "name": tconf.get("name", name)}
-                if "description" in tconf:
-                    t["description"] = tconf["description"]
-            out.append(t)
-        return out
-
-    def cache_policy(self, server: str, tool: str, client: str = "") -> Dict[str, Any]:
-        """enabled / min_size / preview_chars for one tool (by the name Abstract shows): tool,
-        then server, then global, then the default for the client (its clientInfo name,
-        _client_min_size)."""
-        tool = self.upstream_tool(server, tool)  # settings are keyed by the upstream's name
-        conf = self.servers.get(server, {})
-        levels = [self.data.get("output_cache", {}), conf.get("cache_outputs", {}),
-                  conf.get("tools", {}).get(tool, {}).get("cache_output", {})]
-        policy = {k: spec[2] for k, spec in _CACHE_POLICY.items()}
-        policy["min_size"] = _client_min_size(client)
-        for level in levels:
-            level = {"enabled": level} if isinstance(level, bool) else level
-            policy.update({k: v for k, v in level.items() if k in _CACHE_POLICY})
-        return policy
-
-    def oauth(self, server: str) -> dict:
-        """A remote server's OAuth settings (servers.<name>.oauth), {} when none."""
-        return dict(self.servers.get(server, {}).get("oauth", {}))
-
-    def startup_timeout(self, server: str) -> float:
-        own = self.servers.get(server, {}).get("startup_timeout_seconds")
-        return float(own if own is not None else self.get("startup_timeout_seconds"))
-
-# ==== 10. Upstreams ===============================================================
-
-
-def _auth_provider(name: str, url: str, settings: Settings,
+def _auth_provider(name: str, url: str, settings: _Settings,
                    environ: Optional[Dict[str, str]] = None) -> _OAuth:
     """The OAuth hook for a remote upstream (http_request's `auth`), one per Upstream: it keeps
     that server's refresh and login state; the tokens live in the per-user login folder."""
@@ -6187,7 +7142,7 @@ def _which_windows(cmd: str, dirs: List[str], env: Dict[str, str]) -> Optional[s
     return None
 
 
-def _resolve_command(spec: ServerSpec, env: Dict[str, str]) -> str:
+def _resolve_command(spec: _ServerSpec, env: Dict[str, str]) -> str:
     """The executable to run, found with the PATH the upstream will see (PATHEXT on Windows,
     for a command with a folder part too: _which_windows)."""
     cmd = spec.command
@@ -6292,34 +7247,11 @@ def _exit_text(code: Optional[int]) -> str:
     return f"exited with code {code}"
 
 
-class _LinkSigner:
-    """HMAC-SHA256 signatures over "{token}:{expires}": cache download links, and the requestState
-    Abstract gives a 2026-07-28 client (_ClientLink.seal)."""
-
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
-
-    def sign(self, token: str, expires: int) -> str:
-        import hashlib
-        import hmac
-
-        # surrogatepass: a client's requestState may hold a lone surrogate (it then fails check)
-        return hmac.new(self._secret, f"{token}:{expires}".encode("utf-8", "surrogatepass"),
-                        hashlib.sha256).hexdigest()
-
-    def check(self, token: str, expires: int, sig: str) -> bool:
-        import hmac
-
-        # bytes: compare_digest raises TypeError for str with non-ASCII characters (%C3%A9 decoded)
-        return hmac.compare_digest(self.sign(token, expires).encode(),
-                                   sig.encode("utf-8", "replace"))
-
-
 class _Follow:
     """A 2026-07-28 client's request as the upstream call behind it sees it: the client's own
     capabilities (passed on in a modern upstream's _meta), what its follow-up brings for the
     upstream (inputResponses, the upstream's requestState), the held call it continues (a
-    handshake-era upstream's, see Upstream._hold), and the round it is."""
+    handshake-era upstream's, see _Upstream._hold), and the round it is."""
 
     __slots__ = ("key", "caps", "retry", "hold", "round", "held", "asked")
 
@@ -6357,7 +7289,7 @@ class _ClientLink:
         # the client capabilities Abstract relays (roots, sampling, elicitation)
         self.caps: dict = {}
         self._asking = threading.BoundedSemaphore(4)  # an upstream's flood of roots/list: bounded
-        self._states = _LinkSigner(os.urandom(32))  # the requestStates given to 2026-07-28 clients
+        self._states = _Signer(os.urandom(32))  # the requestStates given to 2026-07-28 clients
 
     def client_declared(self, caps: Any, conn: Connection) -> None:
         """The client's initialize: its capabilities, and the session to ask it through."""
@@ -6389,7 +7321,7 @@ class _ClientLink:
         if "inputResponses" in params:
             if not isinstance(params["inputResponses"], dict):
                 raise UpstreamError("inputResponses must be an object of answers by the "
-                                    "inputRequests' keys", INVALID_PARAMS)
+                                    "inputRequests' keys", _INVALID_PARAMS)
             retry["inputResponses"] = params["inputResponses"]
         if params.get("requestState") is None:
             return _Follow(key, caps, retry)
@@ -6399,12 +7331,10 @@ class _ClientLink:
         return _Follow(key, caps, retry, str(state.get("h") or ""), int(state.get("r") or 0))
 
     def _open(self, state: Any, key: str) -> dict:
-        import base64
-
         bad = UpstreamError("requestState is not one Abstract gave for this request (changed, for "
                             "another server, tool, prompt or resource, or from an earlier run of "
                             "Abstract); send the request again without inputResponses and "
-                            "requestState", INVALID_PARAMS)
+                            "requestState", _INVALID_PARAMS)
         if not isinstance(state, str) or len(state) > 2 * _STATE_MAX or state.count(".") != 1:
             raise bad
         body, sig = state.split(".")
@@ -6416,7 +7346,7 @@ class _ClientLink:
         if got.get("x", 0) < time.time():
             raise UpstreamError(f"requestState expired (Abstract's are good for "
                                 f"{_STATE_TTL_S:g} s); send the request again without "
-                                f"inputResponses and requestState", INVALID_PARAMS)
+                                f"inputResponses and requestState", _INVALID_PARAMS)
         return got
 
     def seal(self, follow: _Follow, res: dict, what: str) -> dict:
@@ -6424,8 +7354,6 @@ class _ClientLink:
         they are, and a requestState of Abstract's own naming the request (follow.key) and
         carrying the upstream's requestState or the held call. Signed, so a client cannot change
         it to reach another server, tool, prompt or resource; no state is kept for it."""
-        import base64
-
         asks = res.get("inputRequests")
         if asks is not None and (not isinstance(asks, dict) or len(asks) > _INPUT_REQUESTS_MAX):
             raise UpstreamError(f"{what} answered input_required with inputRequests that are not "
@@ -6469,18 +7397,18 @@ class _ClientLink:
         if self.mode == "allowed_directories":
             return {"roots": list(self.allowed)}
         if self._conn is None or self.mode != "client" or "roots" not in self.caps:
-            raise RpcError(METHOD_NOT_FOUND, "Method not found: roots/list (the client declared no "
-                                             "roots)")
+            raise RpcError(_METHOD_NOT_FOUND, "Method not found: roots/list (the client declared "
+                           "no roots)")
         if not self._asking.acquire(blocking=False):
-            raise RpcError(BUSY, "too many roots/list requests at once; ask again when one is "
-                                 "answered")
+            raise RpcError(_BUSY, "too many roots/list requests at once; ask again when one is "
+                           "answered")
         try:
             res = self._conn.call("roots/list", None, self._timeout)
         finally:
             self._asking.release()
         roots = res.get("roots") if isinstance(res, dict) else None
         if not isinstance(roots, list):
-            raise RpcError(INTERNAL_ERROR, "the client's roots/list answer holds no roots list")
+            raise RpcError(_INTERNAL_ERROR, "the client's roots/list answer holds no roots list")
         return {"roots": roots}
 
     def send(self, method: str, params: Any) -> Tuple[Connection, int, Future]:
@@ -6489,12 +7417,12 @@ class _ClientLink:
         cap = self.QUESTIONS[method]
         conn = self._conn
         if conn is None and cap in self.caps:
-            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client "
-                                             f"speaks 2026-07-28, and is asked only during a call "
-                                             f"to this server)")
+            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client "
+                           f"speaks 2026-07-28, and is asked only during a call "
+                           f"to this server)")
         if conn is None or cap not in self.caps:
-            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client did "
-                                             f"not declare the {cap} capability)")
+            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client did "
+                           f"not declare the {cap} capability)")
         mid, fut = conn.request(method, params)
         return conn, mid, fut
 
@@ -6515,8 +7443,8 @@ class _ClientLink:
                 elif method in self.QUESTIONS:
                     answers[key] = self._ask(method, ask.get("params"), req)
                 else:
-                    raise RpcError(METHOD_NOT_FOUND, f"{method!r} is not a request a server may "
-                                                     f"ask of a client")
+                    raise RpcError(_METHOD_NOT_FOUND, f"{method!r} is not a request a server may "
+                                   f"ask of a client")
             except RpcError as e:
                 raise UpstreamError(f"{what} needs input from the client ({method}) that Abstract "
                                     f"could not get: {e.message}") from None
@@ -6555,608 +7483,10 @@ class _ClientLink:
             return fut.result(_ASK_TIMEOUT_S)
         except FutureTimeout:
             self.withdraw(conn, mid, _Cancelled(), f"no answer within {_ASK_TIMEOUT_S:g} s")
-            raise RpcError(REQUEST_TIMEOUT, f"Abstract's client did not answer within "
-                                            f"{_ASK_TIMEOUT_S:g} s") from None
+            raise RpcError(_REQUEST_TIMEOUT, f"Abstract's client did not answer within "
+                           f"{_ASK_TIMEOUT_S:g} s") from None
         finally:
             conn.forget(mid)
-
-
-_HTTP_POSTS_MAX = 32  # requests of one remote upstream in flight at once (more wait their turn)
-_HTTP_WAITING_MAX = 64  # requests waiting for one of those; more are refused, unsent
-_HTTP_NOTIFY_S = 30.0  # read deadline of a notification's or response's POST (answered by 202)
-_HTTP_LISTEN_S = 300.0  # a quiet GET stream is reopened after this long
-_SSE_RESUMES = 5  # reconnections (Last-Event-ID) of one answer's stream without a new event
-_SSE_RETRY_MS = 1000  # wait before resuming when the server set no retry (spec: SHOULD set one)
-_SSE_RETRY_MAX_MS = 60000
-_LISTEN_MIN_MS = 500  # the server's GET stream is reopened no sooner than this
-_MCP_NAME_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-
-
-def _header_value(value: str) -> str:
-    """A value for an Mcp-Name header: as it is when plain visible ASCII, else the 2026-07-28
-    base64 sentinel form (=?base64?...?=)."""
-    if value and value == value.strip() and all(" " <= c <= "~" for c in value):
-        return value
-
-    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
-
-
-class _HttpTransport:
-    """The wire of one remote upstream session, in the shape the Connection expects: it is the
-    Connection's output (write: each message becomes a POST) and its input (readline ends, EOF,
-    when the session does), and delivers what the server sends straight to the Connection.
-
-    Streamable HTTP (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports):
-    a request's answer is a JSON body or an SSE stream read incrementally (a cut stream resumed
-    with Last-Event-ID after the server's `retry`); Mcp-Session-Id kept and sent; the
-    MCP-Protocol-Version header after initialize (2026-07-28: on every POST with Mcp-Method and
-    Mcp-Name); the GET stream for the server's own messages; DELETE of the session at the end.
-    HTTP+SSE (2024-11-05): GET the event stream, POST to its `endpoint`, answers on the stream.
-    "auto" tries Streamable HTTP and falls back to HTTP+SSE on 400/404/405 to the first POST
-    (the spec's backwards-compatibility rule). Notifications and responses are POSTed in order
-    on the Connection's writer thread; requests on threads of their own, at most _HTTP_POSTS_MAX
-    at once: more wait in a bounded queue that a finished request's thread drains, so the writer
-    never waits for a request to end (a cancel, or the answer to the server's own request, would
-    wait behind it). Nothing the server may have run is sent twice: a call whose answer is lost
-    fails, naming the reason. Only a request the server did not process because it no longer
-    knows the session (HTTP 404) fails as _SessionGone, which Upstream._anew sends again, once,
-    in a new session; one that never reached the server fails as _NotReached.
-    """
-
-    def __init__(self, spec: ServerSpec, environ: Dict[str, str], read_timeout: float,
-                 max_message: int, auth: Any = None) -> None:
-        self.name, self.url, self.mode = spec.name, spec.url, spec.transport
-        self.post_url = spec.url
-        self._static = dict(spec.headers)
-        self._environ, self.auth = environ, auth
-        self._read_s, self.max_message = read_timeout, max_message
-        self.session_id = ""
-        self.version = ""  # the negotiated version, for MCP-Protocol-Version
-        self._init_id: Any = None
-        self._first = True  # no POST has been answered yet (auto: the fallback decision)
-        self._conn: Optional[Connection] = None
-        self._closed = threading.Event()
-        self.reason = "ended its session"
-        self.forgotten = False  # the server ended the session (HTTP 404): no crash of its own
-        # id (or "listen", "events") -> what ends the exchange under way (its answer being read)
-        self._open: Dict[Any, Callable[[], None]] = {}
-        self._live: set = set()  # ids of the requests being sent or answered (on a thread)
-        self._cancelled: set = set()  # those of them cancelled (so at most _HTTP_POSTS_MAX)
-        self._olock = threading.Lock()
-        self._pool = _HttpPool()  # connections kept alive between requests, closed at the end
-        self._running = 0  # request threads (at most _HTTP_POSTS_MAX)
-        self._waiting: "collections.deque[Tuple[dict, bytes]]" = collections.deque()
-        self._fallback_lock = threading.Lock()
-        self.delete_thread: Optional[threading.Thread] = None
-
-    def where(self) -> str:
-        return _safe_url(self.url)
-
-    # -- the Connection's side
-    def attach(self, conn: Connection) -> None:
-        self._conn = conn
-
-    def readline(self, limit: int = -1) -> bytes:
-        """The Connection's input: nothing arrives here (answers are delivered); EOF when the
-        session ends, so the Connection fails what is pending with `reason`."""
-        self._closed.wait()
-        return b""
-
-    def flush(self) -> None:
-        pass
-
-    def writelines(self, parts: List[Any]) -> None:
-        """One framed message given in parts (a large one: Connection._write)."""
-        self.write(b"".join(parts))
-
-    def write(self, data: bytes) -> int:
-        """One framed message from the Connection's writer thread."""
-        if self._closed.is_set():
-            raise OSError(self.reason)
-        msg = json.loads(data)
-        method = msg.get("method")
-        if method == "notifications/cancelled":
-            rid = (msg.get("params") or {}).get("requestId")
-            with self._olock:
-                unsent = [w for w in self._waiting if w[0]["id"] == rid]
-                for w in unsent:  # never sent: the server need not hear of it
-                    self._waiting.remove(w)
-                if rid in self._live:  # (a cancel after the answer leaves nothing behind)
-                    self._cancelled.add(rid)
-                stop = self._open.pop(rid, None)
-            if stop is not None:  # stop reading an answer nobody waits for (or waiting for it)
-                stop()
-            if self.modern or unsent:  # 2026-07-28: closing the stream is the cancellation
-                return len(data)
-        if method is not None and "id" in msg:
-            if method == "initialize":
-                self._init_id = msg["id"]
-            self._start_request(msg, data)
-        else:
-            self._post_one_way(msg, data)
-        return len(data)
-
-    def _start_request(self, msg: dict, data: bytes) -> None:
-        """A request on a thread of its own, or queued for the next free one; refused, unsent,
-        when _HTTP_WAITING_MAX already wait. It never blocks: it runs on the writer thread."""
-        with self._olock:
-            if self._running < _HTTP_POSTS_MAX:
-                self._running += 1
-                self._live.add(msg["id"])
-                start = True
-            elif len(self._waiting) < _HTTP_WAITING_MAX:
-                self._waiting.append((msg, data))
-                return
-            else:
-                start = False
-        if start:
-            threading.Thread(target=self._requests, args=(msg, data), name=f"http-{self.name}",
-                             daemon=True).start()
-            return
-        self._fail(msg["id"], f"server '{self.name}' already has {_HTTP_POSTS_MAX} requests "
-                              f"running and {_HTTP_WAITING_MAX} more waiting, so this one was not "
-                              f"sent; try again when some have finished", _NotSent)
-
-    def _requests(self, msg: dict, data: bytes) -> None:
-        """Run a request, then those waiting for a thread, until none waits."""
-        while True:
-            self._request(msg, data)
-            with self._olock:
-                if not self._waiting or self._closed.is_set():
-                    self._running -= 1
-                    return
-                msg, data = self._waiting.popleft()
-                self._live.add(msg["id"])
-
-    @property
-    def modern(self) -> bool:
-        return self.version in MODERN_VERSIONS
-
-    # -- sending
-    def _send(self, method: str, url: str, body: Optional[bytes], extra: Dict[str, str],
-              read_timeout: Optional[float] = None, mid: Any = None) -> HttpResponse:
-        """One request of the session; with `mid`, a cancel of that request aborts it even
-        before its answer begins (a server that never answers keeps no thread)."""
-        hdrs = dict(self._static)
-        hdrs.update(extra)
-        if self.session_id and not self.modern:
-            hdrs["Mcp-Session-Id"] = self.session_id
-        try:
-            return http_request(method, url, hdrs, body, auth=self.auth, environ=self._environ,
-                                read_timeout=read_timeout or self._read_s, pool=self._pool,
-                                watch=None if mid is None else lambda stop: self._watch(mid, stop))
-        except _AuthError as e:  # of its own kind still: whether a login is needed matters
-            raise _AuthError(_clean(str(e)), e.refused, e.login) from None
-        except HttpError as e:
-            raise HttpError(_clean(str(e)), e.url, e.status, unsent=e.unsent) from None
-
-    def _post_headers(self, msg: dict) -> Dict[str, str]:
-        hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
-        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-        version = meta.get(_META_VERSION) or self.version
-        if isinstance(version, str) and version and self.mode != "sse":
-            hdrs["MCP-Protocol-Version"] = version
-        if version in MODERN_VERSIONS and isinstance(msg.get("method"), str):
-            hdrs["Mcp-Method"] = msg["method"]  # 2026-07-28: the request metadata headers
-            key = _MCP_NAME_METHODS.get(msg["method"])
-            if key and isinstance(params.get(key), str):
-                hdrs["Mcp-Name"] = _header_value(params[key])
-        return hdrs
-
-    def _get_headers(self, last_id: str = "") -> Dict[str, str]:
-        """A GET for an SSE stream: the server's own, or an answer's resumed after `last_id`;
-        MCP-Protocol-Version on it too, as on every request after initialize."""
-        hdrs = {"Accept": "text/event-stream"}
-        if self.version:
-            hdrs["MCP-Protocol-Version"] = self.version
-        if last_id:
-            hdrs["Last-Event-ID"] = last_id
-        return hdrs
-
-    def _post_one_way(self, msg: dict, data: bytes) -> None:
-        """A notification or a response: POSTed in order, answered with 202."""
-        try:
-            with self._send("POST", self.post_url, data.rstrip(b"\n"), self._post_headers(msg),
-                            _HTTP_NOTIFY_S) as resp:
-                if resp.status == 404 and self.session_id:
-                    self.forgotten = True
-                    self._end("ended its session (HTTP 404); a new one starts on the next call")
-                elif resp.status >= 300:
-                    what = msg.get("method") or "a response"
-                    refused = resp.error(f"server '{self.name}' refused {what}")
-                    _log.warning("%s", _clean(str(refused)))
-        except HttpError as e:
-            _log.warning("%s", e)
-            return
-        if msg.get("method") == "notifications/initialized" and self.mode == "http":
-            threading.Thread(target=self._listen, name=f"http-listen-{self.name}",
-                             daemon=True).start()
-
-    def _request(self, msg: dict, data: bytes) -> None:
-        mid = msg["id"]
-        try:
-            self._exchange(msg, data.rstrip(b"\n"), mid)
-        except _AuthError as e:  # its text names the server too (for --login): once is enough
-            text = str(e)
-            text = text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
-            self._fail(mid, f"server '{self.name}': {text}", _LoginNeeded if e.login else None)
-        except HttpError as e:
-            if e.unsent:  # (a kept-alive connection the server had closed is replaced, in
-                # _http_once: this is a server that does not take connections now)
-                self._fail(mid, f"server '{self.name}': {e}. The request never reached the "
-                                f"server, so nothing ran; call again once it is up", _NotReached)
-            else:
-                self._fail(mid, f"server '{self.name}': {e}")
-        except Exception as e:  # a bug must fail the call, not leave it to its deadline
-            _log.error("%s: HTTP request failed:\n%s", self.name, traceback.format_exc())
-            self._fail(mid, f"server '{self.name}': {type(e).__name__}: {e}")
-        finally:
-            with self._olock:
-                self._open.pop(mid, None)
-                self._live.discard(mid)
-                self._cancelled.discard(mid)
-
-    def _exchange(self, msg: dict, body: bytes, mid: Any) -> None:
-        with self._olock:  # cancelled before it was sent (its caller has its answer): never sent
-            if mid in self._cancelled:
-                return
-        # (a subscription's stream may be quiet for long: reopened after _HTTP_LISTEN_S)
-        resp = self._send("POST", self.post_url, body, self._post_headers(msg),
-                          _HTTP_LISTEN_S if msg.get("method") == "subscriptions/listen" else None,
-                          mid)
-        first, self._first = self._first, False
-        with resp:
-            if not self._track(mid, resp):
-                return
-            if msg.get("method") == "initialize" and resp.header("Mcp-Session-Id"):
-                self.session_id = resp.header("Mcp-Session-Id")
-            if msg.get("method") == "server/discover":
-                return self._probe_answer(resp, first, mid)
-            if resp.status in (400, 404, 405) and first and self.mode == "auto":
-                raw = self._small_body(resp)
-                if self._rpc_error(raw) is None:  # not an MCP server's JSON-RPC error: try HTTP+SSE
-                    resp.close()
-                    self._fall_back(resp.status)
-                    return self._exchange(msg, body, mid)
-                return self._refused(resp, raw, mid)
-            if (resp.status in (400, 404) and self.session_id and not self.modern
-                    and msg.get("method") != "initialize"):  # (sent with the session id)
-                raw = self._small_body(resp)
-                if self._session_unknown(resp.status, raw, mid):
-                    return self._forget_session(resp, raw, mid)
-                return self._refused(resp, raw, mid)
-            if resp.status >= 300:
-                return self._refused(resp, self._small_body(resp), mid)
-            if self.mode == "sse":  # HTTP+SSE: the answer comes on the event stream
-                return
-            if resp.content_type == "text/event-stream":
-                return self._read_stream(resp, mid)
-            if resp.content_type == "application/json":
-                return self._deliver_bytes(resp.read(self.max_message), mid)
-            self._fail(mid, f"server '{self.name}' answered with HTTP {resp.status} and "
-                            f"Content-Type {resp.content_type or '(none)'!r} from {self.where()}, "
-                            f"not JSON or an SSE stream")
-
-    def _probe_answer(self, resp: HttpResponse, first: bool, mid: Any) -> None:
-        """The answer to the server/discover probe (2026-07-28 spec, basic/versioning#backward-
-        compatibility-with-initialization-based-versions): its result, or a JSON-RPC error, is
-        the server's own (-32022 names the versions it speaks); anything else (a 4xx or 5xx
-        without a JSON-RPC error, a body that is not the answer, another Content-Type) marks a
-        handshake-era server, and initialize follows (and after it, for an entry without a
-        type, HTTP+SSE, as for a first POST). No connection, no answer in time or a login
-        needed is no answer: raised, it fails the probe."""
-        if resp.status < 300 and resp.content_type == "text/event-stream":
-            return self._read_stream(resp, mid)
-        raw = b""
-        if resp.status >= 300:
-            raw = self._small_body(resp)
-        elif resp.content_type == "application/json":
-            raw = resp.read(self.max_message)
-        answer = self._json(raw)
-        if (resp.status < 300 and isinstance(answer, dict) and answer.get("id") == mid
-                and ("result" in answer or "error" in answer)):
-            self._deliver_bytes(raw, mid)
-        elif self._rpc_error(raw) is not None or self._conn is None:
-            self._refused(resp, raw, mid)
-        else:
-            self._first = first
-            ctype = resp.content_type or "no Content-Type"
-            self._conn.forget(mid, RpcError(INVALID_REQUEST, f"HTTP {resp.status} {resp.reason} "
-                                                             f"({ctype}) to server/discover"))
-
-    @classmethod
-    def _session_unknown(cls, status: int, raw: bytes, mid: Any) -> bool:
-        """Whether an HTTP 400 or 404 to a request that carried Mcp-Session-Id says the server
-        does not know the session (so the request was not processed and may be sent again), not
-        that the request ran and failed. A 404 is the spec's answer, unless its body is the
-        server's JSON-RPC answer to this very request (its id, not about the session id: a
-        server that maps its tools' errors to statuses). A 400 is one only when its JSON-RPC
-        error is a transport's code naming the session id (server-everything, and the servers
-        built on the TypeScript SDK's example, answer an unknown session id with 400 -32000 "Bad
-        Request: No valid session ID provided"), or its body, not JSON, names it. A tool's
-        error that mentions a session of its own ("session_id 'x' is not open", "database
-        session expired") is none: the call ran."""
-        doc = cls._json(raw)
-        err = doc.get("error") if isinstance(doc, dict) else None
-        if isinstance(doc, dict) and "result" in doc:
-            return False  # (an answer: the request ran)
-        names = (isinstance(err, dict) and err.get("code") in _SESSION_ERROR_CODES
-                 and _SESSION_ID_RE.search(str(err.get("message", ""))) is not None)
-        if doc is None:  # not JSON, so no tool's answer: older releases of the Python SDK
-            # answered 400 "Bad Request: No valid session ID provided" in plain text
-            names = _SESSION_ID_RE.search(raw[:1000].decode("utf-8", "replace")) is not None
-        if status == 404:
-            return names or not isinstance(err, dict) or doc.get("id") != mid
-        return names
-
-    def _forget_session(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
-        """The server no longer knows the session the request named: the session is gone and
-        the request was not processed (the spec's HTTP 404, basic/transports#session-management).
-        The request fails with _SessionGone, which Upstream._anew sends again in a new session;
-        the run is no longer handed out from the moment `forgotten` is set. It fails before the
-        session ends: the EOF that follows would fail it as a request that may have run."""
-        self.forgotten = True
-        said = ""
-        if resp.status != 404:
-            err = self._rpc_error(raw) or {"error": {}}
-            said = f": {_clean(str(err['error'].get('message', ''))[:200])}"
-        gone = (f"server '{self.name}' ended its session (HTTP {resp.status} from "
-                f"{self.where()}{said})")
-        with self._olock:  # those waiting for their turn were never sent: sent anew too
-            unsent, self._waiting = list(self._waiting), collections.deque()
-        for msg, _ in unsent:
-            self._fail(msg["id"], f"{gone} before the request was sent", _SessionGone)
-        self._fail(mid, f"{gone} without running the request", _SessionGone)
-        self._end(f"ended its session (HTTP {resp.status}); a new one starts on the next call")
-
-    def _watch(self, mid: Any, stop: Callable[[], None]) -> None:
-        """Register how to abort a request whose answer is awaited (its connection is open), so
-        a cancel ends it at once; aborted at once if already cancelled."""
-        with self._olock:
-            gone = mid in self._cancelled or self._closed.is_set()
-            if not gone:
-                self._open[mid] = stop
-        if gone:
-            stop()
-
-    def _track(self, mid: Any, resp: HttpResponse) -> bool:
-        """Register an answer being read, so a cancel can close it; False if already cancelled."""
-        with self._olock:
-            if mid in self._cancelled or self._closed.is_set():
-                resp.close()
-                return False
-            self._open[mid] = resp.close
-        return True
-
-    @staticmethod
-    def _small_body(resp: HttpResponse) -> bytes:
-        try:
-            return resp.read(1 << 16)
-        except HttpError:
-            return b""
-
-    @staticmethod
-    def _json(raw: bytes) -> Any:
-        """`raw` parsed, or None if it is not JSON."""
-        try:
-            return json.loads(raw, parse_constant=_no_nan)
-        except (ValueError, RecursionError):
-            return None
-
-    @classmethod
-    def _rpc_error(cls, raw: bytes) -> Optional[dict]:
-        doc = cls._json(raw)
-        return doc if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else None
-
-    def _refused(self, resp: HttpResponse, raw: bytes, mid: Any) -> None:
-        """An error status: the server's JSON-RPC error when the body is one (so a refused
-        initialize can fall back to another era), else the status in words."""
-        err = self._rpc_error(raw)
-        if err is not None and self._conn is not None:
-            e = RpcError.from_dict(err["error"])
-            self._conn.forget(mid, RpcError(e.code, _clean(e.message),
-                                            _SECRETS.mask_json(e.data)))
-            return
-        line = next((ln.strip() for ln in raw.decode("utf-8", "replace").splitlines()
-                     if ln.strip()), "")
-        hint = ""
-        if resp.status in (401, 403) and self.auth is None:
-            hint = "; the server wants credentials: give them in the entry's \"headers\""
-        self._fail(mid, f"server '{self.name}': HTTP {resp.status} {resp.reason} from "
-                        f"{self.where()}"
-                        + (f": {_clean(line[:200])}" if line else "") + hint)
-
-    # -- receiving
-    def _fail(self, mid: Any, message: str, kind: Optional[type] = None) -> None:
-        if self._conn is not None:
-            self._conn.forget(mid, (kind or UpstreamError)(_clean(message)))
-
-    def _deliver_bytes(self, raw: bytes, mid: Any) -> bool:
-        """One JSON-RPC message from the server; True if it is the answer to `mid`."""
-        if not raw.strip():
-            return False
-        try:
-            msg = (self._conn.loads(raw) if self._conn is not None
-                   else json.loads(raw, parse_constant=_no_nan))
-        except (ValueError, RecursionError) as e:
-            if mid is not None:
-                self._fail(mid, f"server '{self.name}' sent an answer that is not JSON "
-                                f"({str(e)[:100]})")
-                return True
-            _log.warning("%s: skipped a message that is not JSON: %s", self.name, raw[:200])
-            return False
-        answer = isinstance(msg, dict) and "method" not in msg and "id" in msg
-        if answer and msg["id"] == self._init_id and isinstance(msg.get("result"), dict):
-            version = msg["result"].get("protocolVersion")
-            self.version = version if isinstance(version, str) else ""
-        if isinstance(msg, dict) and msg.get("id") == mid and mid is not None and answer:
-            self._first = False
-        if self._conn is not None:
-            self._conn.deliver(msg)
-        return answer and mid is not None and msg.get("id") == mid
-
-    def _deliver_events(self, resp: HttpResponse, parser: SseParser, mid: Any) -> bool:
-        """Deliver a stream's messages until it ends; True once the answer to `mid` came."""
-        answered = False
-        for ev in resp.events(parser):
-            if ev.event == "message" and self._deliver_bytes(ev.data, mid):
-                answered = True
-        return answered
-
-    def _read_stream(self, resp: HttpResponse, mid: Any) -> None:
-        """An answer's SSE stream, resumed (GET with Last-Event-ID, after `retry`) when it is cut
-        before the answer; the call fails, never re-sent, when it cannot be resumed."""
-        parser = SseParser(self.max_message)
-        tries = 0
-        while True:
-            try:
-                if self._deliver_events(resp, parser, mid):
-                    return
-                why = "the stream ended before the answer"
-            except HttpError as e:
-                why = str(e).replace(f"{self.where()} sent ", "")
-            resp.close()
-            with self._olock:
-                gone = mid in self._cancelled or self._closed.is_set()
-            if gone or self._conn is None or not self._conn.waits_for(mid):
-                return
-            seen = parser.last_id
-            if not seen or self.modern or tries >= _SSE_RESUMES:
-                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}; the call was not "
-                                f"retried, as the server may have run it")
-                return
-            tries += 1
-            delay = min(parser.retry_ms if parser.retry_ms is not None else _SSE_RETRY_MS,
-                        _SSE_RETRY_MAX_MS)
-            if self._closed.wait(delay / 1000):
-                return
-            try:
-                resp = self._send("GET", self.url, None, self._get_headers(seen), mid=mid)
-            except HttpError as e:
-                why = str(e)
-                continue
-            if not self._track(mid, resp):
-                return
-            if resp.status != 200 or resp.content_type != "text/event-stream":
-                err = resp.error()
-                resp.close()
-                self._fail(mid, f"server '{self.name}' ({self.where()}): {why}, and resuming it "
-                                f"failed ({err}); the call was not retried, as the server may have "
-                                f"run it")
-                return
-            if parser.last_id != seen:
-                tries = 0
-
-    def _listen(self) -> None:
-        """The GET stream for the server's own requests and notifications (optional: 405 means
-        the server has none), reopened after `retry` while the session lasts."""
-        parser, failures = SseParser(self.max_message), 0
-        while not self._closed.is_set() and failures < 5:
-            try:
-                with self._send("GET", self.url, None, self._get_headers(parser.last_id or ""),
-                                _HTTP_LISTEN_S) as resp:
-                    if resp.status == 404 and self.session_id:
-                        self.forgotten = True
-                        self._end("ended its session (HTTP 404); a new one starts on the next call")
-                        return
-                    if resp.status != 200 or resp.content_type != "text/event-stream":
-                        return  # 405: no such stream, as the spec allows
-                    if not self._track("listen", resp):
-                        return
-                    failures = 0
-                    self._deliver_events(resp, parser, None)
-            except HttpError as e:
-                failures += 1
-                _log.debug("%s: GET stream: %s", self.name, e)
-            delay = parser.retry_ms if parser.retry_ms is not None else 2000 * (failures + 1)
-            # (at least _LISTEN_MIN_MS: a server that says retry: 0 and closes is no busy loop)
-            delay = max(_LISTEN_MIN_MS, min(delay, _SSE_RETRY_MAX_MS))
-            if self._closed.wait(delay / 1000):
-                return
-
-    # -- HTTP+SSE (2024-11-05)
-    def open(self, timeout: float) -> None:
-        """Before the first message: an "sse" server's event stream and its endpoint."""
-        if self.mode == "sse":
-            self._connect_sse(timeout)
-
-    def _fall_back(self, status: int) -> None:
-        with self._fallback_lock:
-            if self.mode == "auto":
-                _log.info("%s: HTTP %d to a POST: trying the older HTTP+SSE transport", self.name,
-                          status)
-                self._connect_sse(self._read_s)
-
-    def _connect_sse(self, timeout: float) -> None:
-        resp = self._send("GET", self.url, None, {"Accept": "text/event-stream"}, timeout)
-        if resp.status != 200 or resp.content_type != "text/event-stream":
-            err = resp.error()
-            resp.close()
-            raise HttpError(_clean(f"{err} (expected an SSE event stream)"), self.where(),
-                            err.status)
-        parser = SseParser(self.max_message)
-        events = resp.events(parser)
-        try:
-            endpoint = next((ev.data for ev in events if ev.event == "endpoint"), None)
-        except HttpError:
-            resp.close()
-            raise
-        if endpoint is None:
-            resp.close()
-            raise HttpError(f"its event stream at {self.where()} ended before the 'endpoint' event")
-        target = urllib.parse.urljoin(self.url, endpoint.decode("utf-8", "replace").strip())
-        if _url_origin(target) != _url_origin(self.url):
-            resp.close()
-            raise HttpError(f"its endpoint {_safe_url(target)} is on another host than "
-                            f"{self.where()}; not used")
-        self.post_url, self.mode = target, "sse"
-        with self._olock:
-            self._open["events"] = resp.close
-        threading.Thread(target=self._pump_sse, args=(resp, events), name=f"http-sse-{self.name}",
-                         daemon=True).start()
-
-    def _pump_sse(self, resp: HttpResponse, events: Iterator[SseEvent]) -> None:
-        why = "its event stream ended"
-        try:
-            for ev in events:
-                if ev.event == "message":
-                    self._deliver_bytes(ev.data, None)
-        except HttpError as e:
-            why = f"its event stream failed: {e}"
-        self._end(why)
-
-    # -- the end
-    def _end(self, reason: str) -> None:
-        """End the session once: open answers are closed and the Connection sees EOF."""
-        with self._olock:
-            if self._closed.is_set():
-                return
-            self.reason = _clean(reason)
-            self._closed.set()
-            open_, self._open = list(self._open.values()), {}
-            self._waiting.clear()  # (the Connection fails them at the EOF that follows)
-        for stop in open_:
-            stop()
-        self._pool.close()
-
-    def close(self, reason: str) -> None:
-        """Shut down: DELETE the session (a thread; the caller bounds the wait), then end."""
-        if (self.session_id and self.mode == "http" and not self.modern
-            and not self._closed.is_set()):
-            self.delete_thread = threading.Thread(target=self._delete,
-                                                  name=f"http-delete-{self.name}",
-                                                  daemon=True)
-            self.delete_thread.start()
-        self._end(reason)
-
-    def _delete(self) -> None:
-        try:
-            self._send("DELETE", self.url, None, {"MCP-Protocol-Version": self.version}
-                       if self.version else {},
-                       _STOP_EOF_S).close()
-        except HttpError as e:
-            _log.debug("%s: DELETE of the session: %s", self.name, e)
 
 
 # -- what the upstreams start in turn (docs/design.md#descendants)
@@ -7516,12 +7846,6 @@ def _hard_kill(proc: Any) -> None:
         pass
 
 
-class _ProbeFatal(UpstreamError):
-    """A stdio server of unknown era that exited on the server/discover probe (many hand-rolled
-    handshake-era servers exit on a method they do not know): Upstream._start starts it again,
-    once, straight to initialize."""
-
-
 def _subscription_id(params: Any) -> Any:
     """The subscription a 2026-07-28 notification belongs to (its _meta's subscriptionId)."""
     meta = params.get("_meta") if isinstance(params, dict) else None
@@ -7560,7 +7884,7 @@ class _Run:
         self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its Upstream's)
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
-        self.counted = False  # its failure was counted for the back-off (Upstream._count_crash)
+        self.counted = False  # its failure was counted for the back-off (_Upstream._count_crash)
         self.listen: Optional[_Listen] = None  # a 2026-07-28 run's subscriptions/listen
         _DESCENDANTS.add(proc)  # (Windows: in a Job Object; released by watch)
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
@@ -7678,8 +8002,7 @@ class _HttpRun(_Run):
     def usable(self) -> bool:
         # the session's end is known here before its Connection has read the EOF: a call made
         # in between (right after the answer that ended it) starts a new session
-        return (super().usable() and not self.transport._closed.is_set()
-                and not self.transport.forgotten)
+        return super().usable() and not self.transport.ended() and not self.transport.forgotten
 
     def forgotten(self) -> bool:
         return self.transport.forgotten
@@ -7765,15 +8088,15 @@ class _Pending:
                  task: bool) -> None:
         self.run, self.conn, self.mid, self.fut, self.token = run, run.conn, mid, fut, token
         self.modern = modern  # a 2026-07-28 client's call of a handshake-era upstream
-        self.task = task  # sent as a task of Abstract's own, to be awaited (Upstream._task_result)
+        self.task = task  # sent as a task of Abstract's own, to be awaited (_Upstream._task_result)
         self.task_id = ""  # ... once the upstream made it
 
 
-class Upstream:
+class _Upstream:
     """A supervised upstream MCP server: the long-lived policy (restart and back-off, the tool
     list, the calls) over a succession of runs (_Run), one at a time."""
 
-    def __init__(self, spec: ServerSpec, settings: Settings, client: _ClientLink,
+    def __init__(self, spec: _ServerSpec, settings: _Settings, client: _ClientLink,
                  spawn: Callable[..., Any] = subprocess.Popen,
                  clock: Callable[[], float] = time.monotonic,
                  environ: Optional[Dict[str, str]] = None) -> None:
@@ -7825,8 +8148,8 @@ class Upstream:
         self.on_log: Optional[Callable[[str, dict], None]] = None
         self._log_gate = _LogGate(spec.name)  # its lines on Abstract's stderr, across its runs
         self._tokens = itertools.count(1)
-        # a remote server's auth provider (headers(url), on_unauthorized(response); HTTP client
-        # section): given to every HTTP request of its sessions. An OAuth login (section 8c)
+        # a remote server's auth provider (headers(url), on_unauthorized(response); see
+        # _http_request): given to every HTTP request of its sessions. An OAuth login (_OAuth)
         # unless the entry sends its own Authorization header.
         self.auth: Any = None
         if spec.remote and spec.url and not any(k.lower() == "authorization" for k in spec.headers):
@@ -7867,7 +8190,7 @@ class Upstream:
         starting = self._starting
         if starting is None:
             return UpstreamError(f"server '{self.name}' has not answered tools/list yet; it is "
-                                 f"listed once it does", REQUEST_TIMEOUT)
+                                 f"listed once it does", _REQUEST_TIMEOUT)
         took = self._clock() - starting[0]
         then = ("its tools will be listed once it answers" if limit is None else
                 f"the call waited for it as long as its time limit allows ({limit:g} s), and "
@@ -8025,17 +8348,17 @@ class Upstream:
                                    max_line, auth=self.auth)
         try:
             transport.open(self.settings.startup_timeout(self.name))
-        except HttpError as e:
+        except _HttpError as e:
             self._note_crash(t0, quick=True)
             self.last_error = f"server '{self.name}' could not be reached: {e}"
             raise UpstreamError(self.last_error) from None
         return _HttpRun(self.name, transport, t0)
 
-    def _client_methods(self) -> Dict[str, Handler]:
+    def _client_methods(self) -> Dict[str, _Handler]:
         """What Abstract answers when an upstream asks: ping, roots/list when roots are offered,
         and the questions for the client (sampling, elicitation), relayed (-32601 when the client
         cannot take them)."""
-        methods: Dict[str, Handler] = {"ping": lambda r: {}}
+        methods: Dict[str, _Handler] = {"ping": lambda r: {}}
         if self._client.roots_offered():
             methods["roots/list"] = lambda r: self._client.list()
         for method in _ClientLink.QUESTIONS:
@@ -8056,7 +8379,7 @@ class Upstream:
         key = next(self._tokens)
 
         def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
-            self._client.withdraw(conn, mid, exc or RpcError(INTERNAL_ERROR, reason), reason)
+            self._client.withdraw(conn, mid, exc or RpcError(_INTERNAL_ERROR, reason), reason)
 
         with self._qlock:
             self._questions[key] = withdraw
@@ -8070,17 +8393,17 @@ class Upstream:
 
     def _park(self, req: _Request) -> Any:
         """An upstream's question while only 2026-07-28 clients' calls are in flight: handed to
-        one of them, which answers its client with input_required (Upstream._hold); the
+        one of them, which answers its client with input_required (_Upstream._hold); the
         client's follow-up brings the answer. -32601 at once if the client cannot take it; an
         error when it does not follow up within _HOLD_S (the call is then cancelled)."""
         cap = _ClientLink.QUESTIONS[req.method]
         if cap not in self._client.caps:
-            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract's client "
-                                             f"did not declare the {cap} capability)")
+            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract's client "
+                           f"did not declare the {cap} capability)")
         q = _Question(f"{self.name}-{next(self._tokens)}", req.method, req.params)
 
         def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
-            _settle(q.answer, exc=exc or RpcError(INTERNAL_ERROR, reason))
+            _settle(q.answer, exc=exc or RpcError(_INTERNAL_ERROR, reason))
 
         with self._qlock:
             self._questions[id(q)] = withdraw
@@ -8094,8 +8417,8 @@ class Upstream:
             return q.answer.result(_HOLD_S)
         except FutureTimeout:
             self._expire(q)
-            raise RpcError(REQUEST_TIMEOUT, f"Abstract's 2026-07-28 client did not follow up with "
-                                            f"an answer within {_HOLD_S:g} s") from None
+            raise RpcError(_REQUEST_TIMEOUT, f"Abstract's 2026-07-28 client did not follow up with "
+                           f"an answer within {_HOLD_S:g} s") from None
         finally:
             with self._qlock:
                 self._questions.pop(id(q), None)
@@ -8115,7 +8438,7 @@ class Upstream:
             got = self._holds.pop(key, None)
         if got is not None:
             p, q = got
-            _settle(q.answer, exc=RpcError(INTERNAL_ERROR, reason))
+            _settle(q.answer, exc=RpcError(_INTERNAL_ERROR, reason))
             p.conn.notify("notifications/cancelled", {"requestId": p.mid, "reason": reason})
             self._done(p)
 
@@ -8219,26 +8542,26 @@ class Upstream:
                     return
                 silent = found is None
             except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
-                if self.spec.remote or self.era or e.code == REQUEST_TIMEOUT:
+                if self.spec.remote or self.era or e.code == _REQUEST_TIMEOUT:
                     raise
                 raise _ProbeFatal(e.message) from None
         caps = self._client.offered()
-        params = {"protocolVersion": HANDSHAKE_VERSIONS[0], "capabilities": caps,
+        params = {"protocolVersion": _HANDSHAKE_VERSIONS[0], "capabilities": caps,
                   "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
         try:
             res = conn.call("initialize", params, timeout=limit)
         except UpstreamError:
             raise
         except RpcError as first:
-            late = first.code == UNSUPPORTED_VERSION or not probed
+            late = first.code == _UNSUPPORTED_VERSION or not probed
             # (after a silent probe the server is up now: a modern one answers a probe at once)
             if (sse or not (late or silent)
                     or not self._discover(run, limit if late else min(limit, _PROBE_S))):
                 raise first
             return
         if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
-            raise RpcError(INVALID_REQUEST, f"initialize result without protocolVersion: "
-                                            f"{str(res)[:200]}")
+            raise RpcError(_INVALID_REQUEST, f"initialize result without protocolVersion: "
+                           f"{str(res)[:200]}")
         self.protocol_version, self.modern, self.era = res["protocolVersion"], False, "legacy"
         caps = res.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
@@ -8252,33 +8575,33 @@ class Upstream:
         naming another modern version of Abstract's is retried once with it; one naming only
         versions Abstract does not speak is an error."""
         conn: Connection = run.conn  # type: ignore[assignment]
-        version = MODERN_VERSIONS[0]
+        version = _MODERN_VERSIONS[0]
         for attempt in range(2):
             try:
                 res = conn.call("server/discover", {"_meta": self._modern_meta(version=version)},
                                 timeout=wait)
             except UpstreamError as e:
-                if e.code == REQUEST_TIMEOUT and not self.spec.remote:
+                if e.code == _REQUEST_TIMEOUT and not self.spec.remote:
                     _log.info("%s: no answer to server/discover within %g s: taken for a "
                               "handshake-era server", self.name, wait)
                     return None
                 raise
             except RpcError as e:
                 supported = e.data.get("supported") if isinstance(e.data, dict) else None
-                if e.code != UNSUPPORTED_VERSION or not isinstance(supported, list):
+                if e.code != _UNSUPPORTED_VERSION or not isinstance(supported, list):
                     return False
-                mutual = [v for v in MODERN_VERSIONS if v in supported]
+                mutual = [v for v in _MODERN_VERSIONS if v in supported]
                 if mutual and mutual[0] != version and attempt == 0:
                     version = mutual[0]
                     continue
-                if any(v in HANDSHAKE_VERSIONS for v in supported):
+                if any(v in _HANDSHAKE_VERSIONS for v in supported):
                     return False
                 theirs = ", ".join(map(str, supported))[:200]
-                ours = ", ".join(MODERN_VERSIONS + HANDSHAKE_VERSIONS)
-                raise RpcError(UNSUPPORTED_VERSION, f"the server speaks only {theirs}; Abstract "
-                                                    f"speaks {ours}") from None
+                ours = ", ".join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)
+                raise RpcError(_UNSUPPORTED_VERSION, f"the server speaks only {theirs}; Abstract "
+                               f"speaks {ours}") from None
             versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
-            mutual = [v for v in MODERN_VERSIONS if isinstance(versions, list) and v in versions]
+            mutual = [v for v in _MODERN_VERSIONS if isinstance(versions, list) and v in versions]
             if not mutual:
                 return False
             caps = res.get("capabilities")
@@ -8291,10 +8614,10 @@ class Upstream:
 
     def _modern_meta(self, caps: Optional[dict] = None, version: str = "") -> dict:
         # the client's capabilities, as in a legacy initialize (sampling and elicitation asked
-        # for in an input_required result are asked of the client: Upstream._rounds), or a
+        # for in an input_required result are asked of the client: _Upstream._rounds), or a
         # 2026-07-28 client's own, which answers the upstream's questions itself
         caps = self._client.offered() if caps is None else caps
-        version = version or (self.protocol_version if self.modern else MODERN_VERSIONS[0])
+        version = version or (self.protocol_version if self.modern else _MODERN_VERSIONS[0])
         meta = {_META_VERSION: version, _META_CAPS: caps,
                 _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
         # (the modern era has no logging/setLevel: the level rides on each request)
@@ -8354,7 +8677,7 @@ class Upstream:
 
         1. One subscription at a time; its acknowledgment is awaited up to _LISTEN_ACK_S (or
            the startup timeout, if shorter). A server that agrees keeps the tool list cached
-           (Upstream.tools) until it tells of a change; without that agreement, or when the
+           (_Upstream.tools) until it tells of a change; without that agreement, or when the
            server refuses subscriptions/listen with an error, the list is asked for each time.
         2. It ends with the run (the stream closed on HTTP, notifications/cancelled on stdio:
            _Run.end_listen). Ended otherwise (dropped, answered, or no acknowledgment), it is
@@ -8498,7 +8821,7 @@ class Upstream:
 
     # -- requests
     def tools(self, wait: Optional[float] = None) -> List[dict]:
-        """The upstream's tools (every page) as Abstract shows them (Settings.shape_tools: hidden
+        """The upstream's tools (every page) as Abstract shows them (_Settings.shape_tools: hidden
         ones left out, renamed ones renamed), cached until it says the list changed. `wait`:
         for a start, as _current."""
         cached = self._tools
@@ -8588,7 +8911,7 @@ class Upstream:
         is answered by asking a handshake-era client (the requests it understands) and the
         request retried with the answers; a 2026-07-28 client (`follow`) gets it instead, as
         _InputRequired with Abstract's requestState, and so does a handshake-era upstream's
-        question during such a client's call (Upstream._hold)."""
+        question during such a client's call (_Upstream._hold)."""
         follow = self._client.follow(req, key)
         retry = follow.retry if follow is not None else {}
         for _ in range(_INPUT_ROUNDS):
@@ -8664,12 +8987,12 @@ class Upstream:
                 raise UpstreamError(f"'{self.name}' stopped reading its input: the request to tool "
                                     f"'{tool}' could not be delivered within {limit:g} s. The "
                                     f"server was stopped; the next call starts it "
-                                    f"again.{run.hint()}", REQUEST_TIMEOUT) from None
+                                    f"again.{run.hint()}", _REQUEST_TIMEOUT) from None
             self._cancel_call(conn, p.mid, p.task_id, f"timed out after {limit:g} s")
             raise UpstreamError(f"'{self.name}' tool '{tool}' did not answer within {limit:g} s, "
                                 f"so the call was cancelled. Raise timeout_seconds for this server "
                                 f"in Abstract's settings, or ABSTRACT_TIMEOUT, if it needs longer.",
-                                REQUEST_TIMEOUT) from None
+                                _REQUEST_TIMEOUT) from None
         finally:
             if not held:
                 self._done(p)
@@ -8751,7 +9074,7 @@ class Upstream:
             raise UpstreamError(f"the call this requestState continues is no longer held by "
                                 f"Abstract (no follow-up within {_HOLD_S:g} s, already continued, "
                                 f"or server '{self.name}' restarted); send the request again "
-                                f"without inputResponses and requestState", INVALID_PARAMS)
+                                f"without inputResponses and requestState", _INVALID_PARAMS)
         p, q = got
         answers = follow.retry.get("inputResponses") or {}
         if q.key in answers:
@@ -8830,14 +9153,14 @@ class Upstream:
         _stop_runs(self.closing_runs(), f"server '{self.name}' was shut down")
 
 
-class Upstreams:
+class _Upstreams:
     """Every configured upstream: lookup by name with helpful errors, parallel start and stop."""
 
-    def __init__(self, config: ClientConfig, settings: Settings, client: _ClientLink,
+    def __init__(self, config: _ClientConfig, settings: _Settings, client: _ClientLink,
                  spawn: Callable[..., Any] = subprocess.Popen,
                  environ: Optional[Dict[str, str]] = None) -> None:
         self.config, self.client = config, client
-        self._all = {n: Upstream(s, settings, client, spawn, environ=environ) for n,
+        self._all = {n: _Upstream(s, settings, client, spawn, environ=environ) for n,
                      s in config.specs.items()}
 
     def listen(self, on_log: Optional[Callable[[str, dict], None]] = None,
@@ -8860,21 +9183,21 @@ class Upstreams:
     def names(self) -> List[str]:
         return list(self._all)
 
-    def get(self, name: str) -> Upstream:
+    def get(self, name: str) -> _Upstream:
         up = self._all.get(name)
         if up is not None:
             return up
         cfg = self.config
         if cfg.error:
-            raise ToolError(f"No upstream servers are available: {cfg.error}. Fix it and restart "
-                            f"Abstract.")
+            raise _ToolError(f"No upstream servers are available: {cfg.error}. Fix it and restart "
+                             f"Abstract.")
         if name in cfg.unselected:
-            raise ToolError(f"Server '{name}' is in {cfg.path} but not in ABSTRACT_PROXY_SERVERS; "
-                            f"available: {_names_list(self.names())}.")
-        raise ToolError(f"Unknown server '{name}'. Available servers: {_names_list(self.names())} "
-                        f"(from {cfg.path}).")
+            raise _ToolError(f"Server '{name}' is in {cfg.path} but not in ABSTRACT_PROXY_SERVERS; "
+                             f"available: {_names_list(self.names())}.")
+        raise _ToolError(f"Unknown server '{name}'. Available servers: {_names_list(self.names())} "
+                         f"(from {cfg.path}).")
 
-    def each(self, fn: Callable[[Upstream], Any], names: Optional[List[str]] = None,
+    def each(self, fn: Callable[[_Upstream], Any], names: Optional[List[str]] = None,
              first: Optional[float] = None) -> Dict[str, Any]:
         """fn(upstream) for several upstreams in parallel; maps name -> result or the exception.
         `first`: wait for them all, but after `first` seconds only while they keep answering
@@ -8884,7 +9207,7 @@ class Upstreams:
         out: Dict[str, Any] = {}
         done = threading.Condition()
 
-        def run(up: Upstream) -> None:
+        def run(up: _Upstream) -> None:
             try:
                 got = fn(up)
             except Exception as e:  # reported per server, never failing the others
@@ -8915,7 +9238,8 @@ class Upstreams:
             _log.info("stopping %s", _plural(len(runs), "upstream server"))
         _stop_runs(runs, "Abstract is shutting down")
 
-# ==== 11. Results: extraction and shape ===========================================
+
+# ==== Results =====================================================================
 # One path takes an upstream tools/call result apart (the MCP wrapper removed, binaries
 # decoded); storing, caching and file input all build on it.
 
@@ -9002,7 +9326,7 @@ def _b64(data: Any, what: str) -> bytes:
     try:
         return base64.b64decode(data or "", validate=True)
     except (binascii.Error, ValueError, TypeError):
-        raise ToolError(f"the {what} item's data is not valid base64") from None
+        raise _ToolError(f"the {what} item's data is not valid base64") from None
 
 
 def _item_value(item: dict, blobs: List[_Blob]) -> Tuple[bool, Any]:
@@ -9139,8 +9463,6 @@ def _error_text(result: dict, limit: int = 2000) -> str:
     return text or "(no message)"
 
 
-
-
 def _json_view(data: Any) -> str:
     """The text view of JSON data (a cached output, a value a pointer picks), valid JSON that
     pages well by line: records one compact record per line (a list of objects, or the one
@@ -9254,11 +9576,6 @@ def _columns_of(rows: List[Dict[str, Any]]) -> _Columns:
     columns = _Columns()
     columns.add(rows[:_SHAPE_SCAN])
     return columns
-
-
-class _NotRecords(Exception):
-    """A text read in one pass (_scan_records) proved not to be a JSON array of objects: it is
-    read the ordinary way instead (_extract)."""
 
 
 class _Records:
@@ -9528,9 +9845,9 @@ def _tree_shape(data: Any, limit: int, depth: int = 0) -> List[str]:
     for key in list(data)[:20]:
         value = data[key]
         line = "  " * depth + f"{key}: " + (_list_kind(value) if isinstance(value, list) else
-                                             f"object of {_plural(len(value), 'key')}"
+                                            f"object of {_plural(len(value), 'key')}"
                                             if isinstance(value, dict)
-                                             else _json_kind(value))
+                                            else _json_kind(value))
         if sum(map(len, out)) + len(line) > limit:
             out.append("  " * depth + "...")
             return out
@@ -9598,7 +9915,7 @@ def _query_hint(source: str, data: Any) -> str:
             f'columns: {names}).')
 
 
-# ==== 12. Output cache and signed links ===========================================
+# ==== Output cache ================================================================
 # A large direct result is kept in a private cache directory; the client gets a preview and a
 # token, and pulls windows of the rest with retrieve_cached_output (or over a signed URL).
 
@@ -9719,7 +10036,7 @@ def _json_pointer(data: Any, pointer: str) -> Any:
     if pointer == "":
         return data
     if not pointer.startswith("/"):
-        raise ToolError(f"pointer {pointer!r} must start with '/' (RFC 6901), e.g. /results/0")
+        raise _ToolError(f"pointer {pointer!r} must start with '/' (RFC 6901), e.g. /results/0")
     node = data
     for raw in pointer[1:].split("/"):
         key = raw.replace("~1", "/").replace("~0", "~")
@@ -9730,7 +10047,7 @@ def _json_pointer(data: Any, pointer: str) -> Any:
             node = node[int(key)]
         else:
             where = f"an array of {len(node)}" if isinstance(node, list) else type(node).__name__
-            raise ToolError(f"pointer {pointer!r}: no {key!r} in {where}")
+            raise _ToolError(f"pointer {pointer!r}: no {key!r} in {where}")
     return node
 
 
@@ -9786,7 +10103,7 @@ class _CacheEntry:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-class OutputCache:
+class _OutputCache:
     """Large results, on disk in an owner-only directory, each under an unguessable token.
 
     Where _DIR_FDS the directory claimed is held open, and every read, write and delete goes
@@ -9795,7 +10112,7 @@ class OutputCache:
     of _claim_cache_dir's checks) when it was deleted or replaced.
     """
 
-    def __init__(self, directory: str, settings: Settings, clock: Callable[[], float] = time.time,
+    def __init__(self, directory: str, settings: _Settings, clock: Callable[[], float] = time.time,
                  roots: Iterable[str] = ()) -> None:
         self.dir, self.settings, self.clock, self.roots = directory, settings, clock, list(roots)
         self._lock = threading.Lock()
@@ -9959,19 +10276,19 @@ class OutputCache:
 
     def get(self, token: Any) -> _CacheEntry:
         if not isinstance(token, str) or not _TOKEN_RE.match(token):
-            raise ToolError(f"{token!r} is not a cache token; tokens come from a cached call_tool "
-                            f"answer.")
+            raise _ToolError(f"{token!r} is not a cache token; tokens come from a cached call_tool "
+                             f"answer.")
         with self._lock:
             entry = self._entries.get(token)
         if entry is None:
             entry = self._adopt(token)  # cached by another Abstract process sharing this directory
         if entry is None:
-            raise ToolError(f"No cached output with token {token}: it never existed, expired, or "
-                            f"was evicted. Call the tool again.")
+            raise _ToolError(f"No cached output with token {token}: it never existed, expired, or "
+                             f"was evicted. Call the tool again.")
         if entry.expires <= self.clock():
             self._drop(token)
-            raise ToolError(f"The cached output {token} expired at {_utc(entry.expires)}. Call the "
-                            f"tool again.")
+            raise _ToolError(f"The cached output {token} expired at {_utc(entry.expires)}. Call "
+                             f"the tool again.")
         return entry
 
     def _adopt(self, token: str) -> Optional[_CacheEntry]:
@@ -10003,8 +10320,8 @@ class OutputCache:
         except FileNotFoundError:  # removed meanwhile, e.g. by another process's sweep
             with self._lock:
                 self._entries.pop(entry.token, None)
-            raise ToolError(f"The cached output {entry.token} is gone (expired or evicted). Call "
-                            f"the tool again.") from None
+            raise _ToolError(f"The cached output {entry.token} is gone (expired or evicted). Call "
+                             f"the tool again.") from None
 
     def text(self, entry: _CacheEntry) -> str:
         return self._read(entry, ".txt")
@@ -10059,250 +10376,7 @@ class OutputCache:
             self._drop(e.token)
 
 
-
-
-# --http link server at its cap: a connection is dropped to make room for a new one only when
-# none has ended on its own for this long (idle or trickling connections hold every slot)
-_EVICT_AFTER_S = 0.25
-
-
-def _shut_rdwr() -> int:
-    """socket.SHUT_RDWR (socket is imported lazily: see Imports)."""
-    import socket  # lazy: see Imports
-
-    return socket.SHUT_RDWR
-
-
-class _LinkServerMixin:
-    """A ThreadingHTTPServer with bounds: at most `max_conn` connections at once, each given
-    `header_s` to send its request whole (a watchdog shuts the socket after that), and a listen
-    backlog that takes a burst of downloads. At the cap, the connection that has waited longest
-    without sending a byte is dropped to make room (_evict), else the one whose request has been
-    coming longest, so idle or trickling connections cannot keep a request waiting; when every
-    one has its request in, the accept loop waits for a free slot, and more connections wait in
-    the listen backlog, not in Abstract."""
-
-    daemon_threads = True
-    _header_s, _max_conn = 10.0, 64  # (set by _link_server_class)
-    # socketserver's 5 refuses connections in a burst (the kernel may cap it)
-    request_queue_size = 1024
-
-    def server_activate(self) -> None:
-        self._slots = threading.Semaphore(self._max_conn)
-        # connections whose request has not come whole, oldest first (dicts keep order)
-        self._deadlines: Dict[Any, float] = {}
-        self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
-        self._evicted: set = set()  # dropped to make room, their slot not yet freed
-        self._freed_at = time.monotonic()  # when a connection last ended on its own
-        self._lock = threading.Lock()
-        self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
-        super().server_activate()
-        self._stopped = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, name="abstract-http-watch",
-                                         daemon=True)
-        self._watcher.start()
-
-    def server_close(self) -> None:
-        super().server_close()
-        watcher = getattr(self, "_watcher", None)  # (none when the port could not be bound)
-        if watcher is not None:
-            self._stopped.set()
-            watcher.join(_STOP_JOIN_S)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        # a slot is freed by a finished request, the watchdog, or _evict (at the cap)
-        got = self._slots.acquire(blocking=False)
-        while not got:
-            if self._closing.is_set():  # stopping: closed unserved (it holds no slot)
-                super().shutdown_request(request)
-                return
-            # only when no connection has ended on its own for _EVICT_AFTER_S: a burst of
-            # downloads frees slots all the time, and its connections are never dropped
-            if time.monotonic() - self._freed_at >= _EVICT_AFTER_S:
-                self._evict()
-            got = self._slots.acquire(timeout=0.05)
-        with self._lock:
-            self._deadlines[request] = time.monotonic() + self._header_s
-        super().process_request(request, client_address)
-
-    def shutdown(self) -> None:
-        """Stop the accept loop, even one waiting for a free slot (every slot a download
-        whose reader stalled would hold it up to http_idle_timeout_seconds)."""
-        self._closing.set()
-        super().shutdown()
-
-    def spoke(self, request: Any) -> None:
-        """The connection sent its first byte: dropped to make room only if none is
-        silent."""
-        with self._lock:
-            if request in self._deadlines:
-                self._spoke.add(request)
-
-    def request_started(self, request: Any) -> bool:
-        """The request line and headers are in: the header deadline no longer applies.
-        False if the connection was dropped to make room just before (_evict): it is not
-        answered."""
-        with self._lock:
-            self._deadlines.pop(request, None)
-            self._spoke.discard(request)
-            return request not in self._evicted
-
-    def shutdown_request(self, request: Any) -> None:
-        super().shutdown_request(request)
-        with self._lock:
-            self._deadlines.pop(request, None)
-            self._spoke.discard(request)
-            if request in self._evicted:
-                self._evicted.discard(request)
-            else:
-                self._freed_at = time.monotonic()
-        self._slots.release()
-
-    def _evict(self) -> None:
-        """Drop the connection that has waited longest without sending a byte (its handler
-        has seen none, and none waits unread); if none is silent, the one whose handler has
-        been reading its request longest (a byte a minute holds a slot as well as silence
-        does; one whose bytes wait for a handler yet to run is not dropped). Not
-        while one dropped before still holds its slot. Its request had not come whole, so
-        nothing was asked on it: nothing is lost but the connection, and a download under
-        way (its request in) is never dropped."""
-        with self._lock:
-            if self._evicted:
-                return
-            waiting = list(self._deadlines)  # (oldest first)
-            idle = [r for r in waiting if r not in self._spoke]
-            # (its handler reads it: not a whole request whose handler has yet to run)
-            trickling = [r for r in waiting if r in self._spoke]
-        victim = next((r for r in idle if self._silent(r)), trickling[0] if trickling else None)
-        if victim is None:
-            return
-        with self._lock:
-            if victim not in self._deadlines:
-                return  # (its request came whole meanwhile)
-            del self._deadlines[victim]
-            self._evicted.add(victim)
-        with contextlib.suppress(OSError):  # its handler's wait ends; the slot is freed
-            victim.shutdown(_shut_rdwr())
-
-    @staticmethod
-    def _silent(request: Any) -> bool:
-        """No byte waits unread on the connection (a look that does not wait or read:
-        the handler thread may not have run yet)."""
-        import selectors  # lazy: see Imports
-
-        sel = selectors.DefaultSelector()  # (not select(): no FD_SETSIZE limit)
-        try:
-            sel.register(request, selectors.EVENT_READ)
-            return not sel.select(0)
-        except (OSError, ValueError):
-            return False
-        finally:
-            sel.close()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a reader that hangs up mid-download, a stalled one timed out: no traceback on stderr
-        _log.debug("http: connection from %s ended: %s", client_address, sys.exc_info()[1])
-
-    def _watch(self) -> None:
-        while not self._stopped.wait(0.25):  # a deadline is met within a quarter of a second
-            now = time.monotonic()
-            with self._lock:
-                late = [r for r, t in self._deadlines.items() if t <= now]
-                for r in late:
-                    del self._deadlines[r]
-            for r in late:  # the handler's blocked read returns; its thread ends
-                with contextlib.suppress(OSError):
-                    r.shutdown(_shut_rdwr())
-
-
-def _link_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
-    """_LinkServerMixin over `base` (ThreadingHTTPServer, imported lazily) with the header
-    deadline and the connection cap of `limits` (header_s, idle_s, max_conn)."""
-    header_s, _, max_conn = limits
-    return type("LinkServer", (_LinkServerMixin, base), {"_header_s": header_s,
-                                                         "_max_conn": max_conn})
-
-
-def _serve_links(cache: OutputCache, signer: _LinkSigner, host: str, port: int, base: str,
-                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)
-                 ) -> Tuple[Any, Callable[[_CacheEntry], str], Callable[[], None]]:
-    """Start the stdlib HTTP server for GET /cache/{token}?expires=...&sig=... in a daemon thread.
-    `limits`: seconds to send the request, seconds any read or write may stall, connections."""
-    import http.server  # lazy: see Imports
-    import socket  # lazy: see Imports
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        server_version = f"abstract/{__version__}"
-        timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
-
-        def handle(self) -> None:
-            # the first byte, waited for and left unread: from then on the connection has sent
-            # something, and is dropped to make room for another only when none is silent
-            # (_link_server_class)
-            with contextlib.suppress(OSError):
-                self.connection.recv(1, socket.MSG_PEEK)
-            self.server.spoke(self.connection)  # type: ignore[attr-defined]
-            super().handle()
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            if not self.server.request_started(self.connection):  # type: ignore[attr-defined]
-                return
-            # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
-            # patch releases), and the answer must not depend on the Python version.
-            status, ctype, body = _link_response(cache, signer, self.requestline.split()[1])
-            try:
-                f, size = (None, len(body)) if isinstance(body, bytes) else body()
-            except OSError:  # swept between the check and the open
-                status, ctype = 404, "text/plain; charset=utf-8"
-                body = b"not found (expired or evicted)\n"
-                f, size = None, len(body)
-            with f if f is not None else contextlib.nullcontext():
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(size))
-                self.send_header("Cache-Control", "private, no-store")
-                self.send_header("X-Content-Type-Options", "nosniff")
-                self.end_headers()
-                if f is None:
-                    self.wfile.write(body)  # type: ignore[arg-type]
-                else:  # streamed: a slow reader holds 64 KiB, not the whole output
-                    for chunk in iter(lambda: f.read(1 << 16), b""):  # type: ignore[union-attr]
-                        self.wfile.write(chunk)
-
-        def do_POST(self) -> None:  # noqa: N802
-            self.send_error(405)
-
-        # other methods (HEAD, OPTIONS, ...): http.server's 501
-        do_PUT = do_DELETE = do_PATCH = do_POST
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            _log.debug("http: " + fmt, *args)
-
-    base_class = _link_server_class(http.server.ThreadingHTTPServer, limits)
-
-    class LinkServer(base_class):  # type: ignore[misc, valid-type]
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT works too
-
-    httpd = LinkServer((host, port), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, name="abstract-http", daemon=True)
-    thread.start()
-    netloc = f"[{host}]" if ":" in host else host
-    real_base = base or f"http://{netloc}:{httpd.server_address[1]}"
-
-    def link(entry: _CacheEntry) -> str:
-        expires = int(entry.expires)
-        sig = signer.sign(entry.token, expires)
-        return f"{real_base.rstrip('/')}/cache/{entry.token}?expires={expires}&sig={sig}"
-
-    def stop() -> None:  # the listener closed and its thread ended (a download under way ends
-        httpd.shutdown()  # on its own, bounded by the timeouts in `limits`)
-        httpd.server_close()
-        thread.join(_STOP_JOIN_S)
-
-    return httpd, link, stop
-
-
-def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tuple[int, str, Any]:
+def _link_response(cache: _OutputCache, signer: _Signer, raw_path: str) -> Tuple[int, str, Any]:
     """(status, content type, body) for one GET: 200 (body: a function opening the text as
     (binary file, size), to stream it), 403 bad signature, 404, 410 expired (body: bytes)."""
     # not urlsplit: it reads "//x" as a host and drops tabs and newlines
@@ -10323,11 +10397,30 @@ def _link_response(cache: OutputCache, signer: _LinkSigner, raw_path: str) -> Tu
     try:
         entry = cache.get(token)
         return 200, f"{entry.ctype}; charset=utf-8", lambda: cache.open_text(entry)
-    except (ToolError, OSError):  # OSError: swept between get and read
+    except (_ToolError, OSError):  # OSError: swept between get and read
         return 404, "text/plain; charset=utf-8", b"not found (expired or evicted)\n"
 
 
-# ==== 13. Catalog (sqlite3) =======================================================
+def _serve_links(cache: _OutputCache, signer: _Signer, host: str, port: int, base: str,
+                 limits: Tuple[float, float, int] = (10.0, 30.0, 64)
+                 ) -> Tuple[Any, Callable[[_CacheEntry], str], Callable[[], None]]:
+    """The --http link server (_serve_http) for GET /cache/{token}?expires=...&sig=...: returns
+    (server, link(entry) -> its signed URL, stop). `limits` as _serve_http's."""
+    httpd, stop = _serve_http(host, port, lambda target: _link_response(cache, signer, target),
+                              "abstract-http", limits)
+    netloc = f"[{host}]" if ":" in host else host
+    real_base = base or f"http://{netloc}:{httpd.server_address[1]}"
+
+    def link(entry: _CacheEntry) -> str:
+        expires = int(entry.expires)
+        sig = signer.sign(entry.token, expires)
+        return f"{real_base.rstrip('/')}/cache/{entry.token}?expires={expires}&sig={sig}"
+
+    return httpd, link, stop
+
+
+
+# ==== Catalog =====================================================================
 # One SQLite database per user records every stored file, every stored response and every cached
 # output, so an output stored last week can be found today from any conversation; with --memory it
 # also holds conversation memory. The design is seed 003's: WAL, FTS5 with bm25 ranking and
@@ -10406,8 +10499,8 @@ def _parse_when(value: str, key: str, end: bool = False) -> str:
 
     m = _WHEN_RE.fullmatch(value.strip())
     if m is None:
-        raise ToolError(f"{key} {value[:60]!r} is not an ISO 8601 date or time; use e.g. "
-                        f"2025-01-31 or 2025-01-31T09:00:00Z.")
+        raise _ToolError(f"{key} {value[:60]!r} is not an ISO 8601 date or time; use e.g. "
+                         f"2025-01-31 or 2025-01-31T09:00:00Z.")
     y, mo, d, h, mi, sec, frac, zone, zh, zm = m.groups()
     try:
         when = dt.datetime(int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(sec or 0),
@@ -10418,9 +10511,9 @@ def _parse_when(value: str, key: str, end: bool = False) -> str:
             offset = dt.timedelta(hours=int(zh), minutes=int(zm or 0))
             when = when - offset if zone[0] == "+" else when + offset
     except (ValueError, OverflowError) as e:
-        raise ToolError(f"{key} {value[:60]!r} is an ISO 8601 date or time, but out of range: {e}. "
-                        f"Use a real date between 0001-01-01 and 9999-12-31 (UTC), e.g. "
-                        f"2025-01-31.") from None
+        raise _ToolError(f"{key} {value[:60]!r} is an ISO 8601 date or time, but out of range: "
+                         f"{e}. Use a real date between 0001-01-01 and 9999-12-31 (UTC), e.g. "
+                         f"2025-01-31.") from None
     if end:
         try:
             when += dt.timedelta(days=1) if h is None else dt.timedelta(milliseconds=1)
@@ -10590,8 +10683,8 @@ def _decode_cursor(cursor: Any) -> Tuple[str, int]:
     # RecursionError: "[[[[..." nested deep
     except (TypeError, ValueError, RecursionError, binascii.Error):
         pass
-    raise ToolError(f"Invalid cursor {str(cursor)[:80]!r}: pass the next_cursor of the previous "
-                    f"answer, or none for the first page.")
+    raise _ToolError(f"Invalid cursor {str(cursor)[:80]!r}: pass the next_cursor of the previous "
+                     f"answer, or none for the first page.")
 
 
 def _filters(alias: str, **conds: Any) -> Tuple[str, List[Any]]:
@@ -10612,7 +10705,7 @@ def _file_facts(opened: Tuple[Any, int], path: str, fmt: str, max_text: int,
     """bytes and sha256 of a file (the digest is computed unless the writer already did), and
     its first `max_text` bytes as text for a text format (decompressed for .gz); binary
     formats get no text. `opened`: (binary file, size), the file opened once by the caller
-    (Sandbox.open_read, _open_regular, the cache), read here and closed; `path` names it."""
+    (_Sandbox.open_read, _open_regular, the cache), read here and closed; `path` names it."""
     import gzip  # lazy: see Imports
     import hashlib  # lazy: see Imports
     import zlib  # lazy: see Imports
@@ -10643,7 +10736,7 @@ def _title(content: str) -> str:
     return line if len(line) <= 80 else line[:79] + "…"
 
 
-class Catalog:
+class _Catalog:
     """The per-user SQLite catalog of outputs and (with --memory) conversations.
 
     `fts=False` forces the LIKE-based search that serves sqlite3 builds without FTS5 (tests use it);
@@ -10890,7 +10983,7 @@ class Catalog:
         """Outputs whose text, description, server, tool or path hold the query's words.
         Returns {"results": [row + snippet], "words": [...], "has_more": bool}."""
         if mode not in _SEARCH_MODES:
-            raise ToolError(f"mode must be one of {', '.join(_SEARCH_MODES)}, not {mode!r}.")
+            raise _ToolError(f"mode must be one of {', '.join(_SEARCH_MODES)}, not {mode!r}.")
         words = _query_words(query)
         if not words:
             return {"results": [], "words": [], "has_more": False}
@@ -10954,7 +11047,7 @@ class Catalog:
                      metadata: Optional[dict] = None) -> dict:
         """Add a message, creating the conversation when it does not exist yet."""
         if role not in _ROLES:
-            raise ToolError(f"role must be one of {', '.join(_ROLES)}, not {str(role)[:40]!r}.")
+            raise _ToolError(f"role must be one of {', '.join(_ROLES)}, not {str(role)[:40]!r}.")
         cid, mid, now = conversation_id or _new_id(), _new_id(), _utc(self.clock(), ms=True)
         terms = None if self.fts else _terms(content)
         with self._tx() as db:
@@ -10965,13 +11058,13 @@ class Catalog:
                 row = db.execute("SELECT conversation_id FROM messages WHERE id = ?",
                                  (parent_message_id,)).fetchone()
                 if row is None or row[0] != cid:
-                    raise ToolError(f"parent_message_id {parent_message_id[:80]!r} is not a "
-                                    f"message of conversation {cid[:80]!r}.")
+                    raise _ToolError(f"parent_message_id {parent_message_id[:80]!r} is not a "
+                                     f"message of conversation {cid[:80]!r}.")
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
             db.execute("INSERT INTO messages (id, conversation_id, role, content, created, "
                        "parent_message_id, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        (mid, cid, role, content, now, parent_message_id,
-                                                                   None if metadata is None
+                        None if metadata is None
                         else _dumps(metadata), terms))
         return {"conversation_id": cid, "message_id": mid, "created": now,
                 "new_conversation": created}
@@ -10981,8 +11074,8 @@ class Catalog:
                           "messages m WHERE m.conversation_id = c.id) AS message_count FROM "
                           "conversations c WHERE c.id = ?", (cid,))
         if not rows:
-            raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones that "
-                            f"exist.")
+            raise _ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones "
+                             f"that exist.")
         return rows[0]
 
     @staticmethod
@@ -11003,8 +11096,8 @@ class Catalog:
             row = self._rows("SELECT n FROM messages WHERE id = ? AND conversation_id = ?",
                              (before, cid))
             if not row:
-                raise ToolError(f"before_message_id {before[:80]!r} is not a message of "
-                                f"conversation {cid[:80]!r}.")
+                raise _ToolError(f"before_message_id {before[:80]!r} is not a message of "
+                                 f"conversation {cid[:80]!r}.")
             where, params = " AND n < ?", [row[0]["n"]]
         rows = self._rows(f"SELECT * FROM messages WHERE conversation_id = ?{where} ORDER BY n "
                           f"DESC LIMIT ?",
@@ -11036,7 +11129,7 @@ class Catalog:
                         offset: int = 0) -> dict:
         """Messages holding the query's words, best first, with snippets (like search)."""
         if mode not in _SEARCH_MODES:
-            raise ToolError(f"mode must be one of {', '.join(_SEARCH_MODES)}, not {mode!r}.")
+            raise _ToolError(f"mode must be one of {', '.join(_SEARCH_MODES)}, not {mode!r}.")
         words = _query_words(query)
         if not words:
             return {"results": [], "words": [], "has_more": False}
@@ -11060,8 +11153,8 @@ class Catalog:
             count = db.execute("SELECT count(*) FROM messages WHERE conversation_id = ?",
                                (cid,)).fetchone()[0]
             if db.execute("DELETE FROM conversations WHERE id = ?", (cid,)).rowcount == 0:
-                raise ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones "
-                                f"that exist.")
+                raise _ToolError(f"No conversation {cid[:80]!r}; list_conversations shows the ones "
+                                 f"that exist.")
         return count
 
     def export(self, cid: Optional[str] = None) -> List[dict]:
@@ -11092,7 +11185,7 @@ def _conversations_markdown(convs: List[dict], exported: str) -> str:
     return "\n".join(out)
 
 
-def _cache_record(cache: OutputCache, entry: _CacheEntry, max_text: int, data: Any = None) -> dict:
+def _cache_record(cache: _OutputCache, entry: _CacheEntry, max_text: int, data: Any = None) -> dict:
     """The catalog entry of a cached output: its text view is the searchable text."""
     path = os.path.join(cache.dir, entry.token + ".txt")
     fmt = "json" if entry.ctype == "application/json" else "txt"
@@ -11140,8 +11233,8 @@ def _recovered(dfd: Optional[int], path: str, root: str, servers: List[str], max
             "created": st.st_mtime, **_file_facts((f, st.st_size), path, fmt, max_text)}
 
 
-def _reindex(catalog: Catalog, roots: List[str], servers: List[str],
-             cache: Optional[OutputCache] = None) -> dict:
+def _reindex(catalog: _Catalog, roots: List[str], servers: List[str],
+             cache: Optional[_OutputCache] = None) -> dict:
     """Add to the catalog every file in the allowed directories (and every live cached output) it
     does not hold yet. Rows already there keep what only the original call knew (arguments,
     description); rows whose files are gone stay and are shown as missing."""
@@ -11307,7 +11400,7 @@ class _ToolIndex:
         return scored
 
 
-# ==== 14. Queries (sqlite3) =======================================================
+# ==== Queries =====================================================================
 # query_output's engine. The records of an output load into a SQLite database file of their own
 # (table `data`; one per source, kept for reuse within a size budget, least recently used dropped
 # first), and each query runs in a worker process of its own (_QUERY_WORKER), which opens that
@@ -11629,9 +11722,9 @@ def _fill_table(db: Any, it: Iterator[Dict[str, Any]], batch: int
                if isinstance(k, str) and k not in known]
         if new:
             if len(keys) + len(new) > _QUERY_MAX_COLUMNS:
-                raise ToolError(f"The records have more than {_QUERY_MAX_COLUMNS:,} distinct keys, "
-                                f"SQLite's limit of columns in a table. Give records_pointer to a "
-                                f"list of records with fewer keys.")
+                raise _ToolError(f"The records have more than {_QUERY_MAX_COLUMNS:,} distinct "
+                                 f"keys, SQLite's limit of columns in a table. Give "
+                                 f"records_pointer to a list of records with fewer keys.")
             added, said = _sql_columns(new, seen)
             if not keys:
                 db.execute(f"CREATE TABLE {_QUERY_TABLE} ({', '.join(map(_sql_name, added))})")
@@ -11680,14 +11773,14 @@ def _start_worker() -> Any:
     else:  # out of the terminal's process group: a Ctrl-C there goes to Abstract only
         kw["start_new_session"] = True
     if not sys.executable or getattr(sys, "frozen", False):  # (a frozen app is not a Python)
-        raise ToolError("query_output needs a Python interpreter to run its queries in, and "
-                        "this Abstract has none (sys.executable is not one).")
+        raise _ToolError("query_output needs a Python interpreter to run its queries in, and "
+                         "this Abstract has none (sys.executable is not one).")
     try:
         # -I: no PYTHON* variables, user site or script directory; -S: no site (faster start)
         return subprocess.Popen([sys.executable, "-I", "-S", "-c", _QUERY_WORKER], **kw)
     except (OSError, ValueError) as e:
-        raise ToolError(f"query_output could not start its worker process ({sys.executable!r}: "
-                        f"{e}).") from None
+        raise _ToolError(f"query_output could not start its worker process ({sys.executable!r}: "
+                         f"{e}).") from None
 
 
 def _end_worker(proc: Any, kill: bool = False) -> None:
@@ -11728,9 +11821,9 @@ class _Tables:
         with self._lock:
             self._live = {p for p in self._live if p.poll() is None}
             if len(self._live) >= _QUERY_WORKERS_MAX:
-                raise ToolError(f"{_QUERY_WORKERS_MAX} queries are running already, the most at "
-                                f"once; run this one when one of them has answered (each ends "
-                                f"by query.timeout_seconds).")
+                raise _ToolError(f"{_QUERY_WORKERS_MAX} queries are running already, the most at "
+                                 f"once; run this one when one of them has answered (each ends "
+                                 f"by query.timeout_seconds).")
             warm = [i for i, (p, proc) in enumerate(self._idle) if p == path]
             proc = self._idle.pop(warm[-1])[1] if warm else None
         if proc is None or proc.poll() is not None:
@@ -11796,10 +11889,6 @@ class _Tables:
             table = self._tables.pop(key, None)
         self._forget([table] if table is not None else [])
 
-    def sizes(self) -> List[int]:
-        with self._lock:
-            return [t.size for t in self._tables.values()]
-
     def close(self) -> None:
         """At shutdown: kill the running workers, end the others, remove every table's file."""
         with self._lock:
@@ -11812,10 +11901,6 @@ class _Tables:
         if spare is not None:
             _end_worker(spare)
         self._forget(tables)
-
-
-class _Closed(Error):
-    """The table was closed (evicted) before the query began to read it."""
 
 
 class _Cut(NamedTuple):
@@ -11970,18 +12055,18 @@ def _run_query(table: _Table, sql: str, keep: Optional[int], timeout: float, max
     if "cancel" in stopped:
         raise _Cancelled()
     if "time" in stopped or end.get("error") == "interrupted":
-        raise ToolError(f"The query ran longer than {timeout:g} s and was stopped "
-                        f"(query.timeout_seconds in Abstract's settings). Narrow it: a WHERE, a "
-                        f"LIMIT, fewer joins.")
+        raise _ToolError(f"The query ran longer than {timeout:g} s and was stopped "
+                         f"(query.timeout_seconds in Abstract's settings). Narrow it: a WHERE, a "
+                         f"LIMIT, fewer joins.")
     if "over" in end:
-        raise ToolError(f"The query's result is larger than {max_chars // (1 << 20)} MB "
-                        f"(query.max_result_mb in Abstract's settings); select fewer rows or "
-                        f"columns.")
+        raise _ToolError(f"The query's result is larger than {max_chars // (1 << 20)} MB "
+                         f"(query.max_result_mb in Abstract's settings); select fewer rows or "
+                         f"columns.")
     if "error" in end:
         raise _query_error(table.columns, end, sql, memory_mb)
-    raise ToolError(f"The query's worker process ended without an answer: most likely it needed "
-                    f"more than {memory_mb:g} MB of memory (query.worker_memory_mb in Abstract's "
-                    f"settings). Narrow it: fewer or shorter values, a LIMIT.")
+    raise _ToolError(f"The query's worker process ended without an answer: most likely it needed "
+                     f"more than {memory_mb:g} MB of memory (query.worker_memory_mb in Abstract's "
+                     f"settings). Narrow it: fewer or shorter values, a LIMIT.")
 
 
 def _sql_verb(sql: str) -> str:
@@ -12001,36 +12086,36 @@ def _refusal(action: int, arg1: Any, arg2: Any, sql: str) -> str:
             24: "ATTACH"}.get(action, what)
 
 
-def _query_error(columns: List[str], end: dict, sql: str, memory_mb: float) -> ToolError:
+def _query_error(columns: List[str], end: dict, sql: str, memory_mb: float) -> _ToolError:
     """A failed statement as the model's error: what was refused, or SQLite's own message."""
     msg = str(end.get("error"))
     cols = ", ".join(columns)
     refused = [r for r in end.get("refused") or () if isinstance(r, list) and len(r) == 3]
     if refused:
         said = dict.fromkeys(_refusal(int(a), b, c, sql) for a, b, c in refused)
-        return ToolError(f"Refused: {'; '.join(said)}. query_output runs one read-only "
-                         f"SELECT (WITH allowed) over the table {_QUERY_TABLE}: it may read "
-                         f"{_QUERY_TABLE} (and json_each/json_tree) and call SQLite's aggregate, "
-                         f"window, string, math, date and time and JSON functions, nothing else.")
+        return _ToolError(f"Refused: {'; '.join(said)}. query_output runs one read-only "
+                          f"SELECT (WITH allowed) over the table {_QUERY_TABLE}: it may read "
+                          f"{_QUERY_TABLE} (and json_each/json_tree) and call SQLite's aggregate, "
+                          f"window, string, math, date and time and JSON functions, nothing else.")
     if end.get("kind") == "MemoryError" or "out of memory" in msg:
-        return ToolError(f"The query needed more than {memory_mb:g} MB of memory and was stopped "
-                         f"(query.worker_memory_mb in Abstract's settings). Narrow it: fewer or "
-                         f"shorter values, a LIMIT.")
+        return _ToolError(f"The query needed more than {memory_mb:g} MB of memory and was stopped "
+                          f"(query.worker_memory_mb in Abstract's settings). Narrow it: fewer or "
+                          f"shorter values, a LIMIT.")
     if "too big" in msg:
-        return ToolError(f"The query made a value longer than {_QUERY_MAX_VALUE >> 20} MB, the "
-                         f"longest a query may make (SQLite: {msg}).")
+        return _ToolError(f"The query made a value longer than {_QUERY_MAX_VALUE >> 20} MB, the "
+                          f"longest a query may make (SQLite: {msg}).")
     if "one statement at a time" in msg:
-        return ToolError("Give one statement only (a single SELECT; a trailing ';' is fine).")
+        return _ToolError("Give one statement only (a single SELECT; a trailing ';' is fine).")
     if msg.startswith("no such column"):
-        return ToolError(f"SQLite: {msg}. The columns of {_QUERY_TABLE}: {cols}. Quote a name with "
-                         f"spaces or capitals in double quotes; values go in single quotes.")
+        return _ToolError(f"SQLite: {msg}. The columns of {_QUERY_TABLE}: {cols}. Quote a name "
+                          f"with spaces or capitals in double quotes; values go in single quotes.")
     if msg.startswith("no such table"):
-        return ToolError(f"SQLite: {msg}. The records are in the one table {_QUERY_TABLE} "
-                         f"({cols}).")
+        return _ToolError(f"SQLite: {msg}. The records are in the one table {_QUERY_TABLE} "
+                          f"({cols}).")
     if "syntax error" in msg or "incomplete input" in msg or "unrecognized token" in msg:
-        return ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table "
-                         f"{_QUERY_TABLE}.")
-    return ToolError(f"The query failed (SQLite: {msg[:500]}).")
+        return _ToolError(f"SQL syntax error (SQLite: {msg}). Write one SELECT over the table "
+                          f"{_QUERY_TABLE}.")
+    return _ToolError(f"The query failed (SQLite: {msg[:500]}).")
 
 
 # SQL's tokens, enough to find names, literals and the outermost select list: comments and
@@ -12235,7 +12320,7 @@ def _query_table_text(columns: List[str], rows: List[tuple], limit: int) -> Tupl
     return "\n".join(lines), len(rows)
 
 
-# ==== 15. Tool calls ==============================================================
+# ==== Tool calls ==================================================================
 # One tools/call being handled: its arguments, read and checked with the errors a model can act
 # on. Storing and the tools build on it.
 
@@ -12267,8 +12352,8 @@ class _ToolContext:
     __slots__ = ("sandbox", "settings", "upstreams", "cache", "catalog", "tool_index", "tables",
                  "offered", "notify", "protocol", "client_name", "links")
 
-    def __init__(self, sandbox: Sandbox, settings: Settings, upstreams: Upstreams,
-                 cache: Optional[OutputCache], catalog: Optional[Catalog], offered: Iterable[str],
+    def __init__(self, sandbox: _Sandbox, settings: _Settings, upstreams: _Upstreams,
+                 cache: Optional[_OutputCache], catalog: Optional[_Catalog], offered: Iterable[str],
                  notify: Callable[[str, dict], Any], protocol: Callable[[_Request], str],
                  client_name: Callable[[_Request], str],
                  links: Optional[Callable[[_CacheEntry], str]] = None) -> None:
@@ -12286,7 +12371,7 @@ def _text_arg(key: str, v: str) -> str:
     stream can hold."""
     why = _unicode_problem(v)
     if why:
-        raise ToolError(f"Argument '{key}' {why}: send valid Unicode text.")
+        raise _ToolError(f"Argument '{key}' {why}: send valid Unicode text.")
     return v
 
 
@@ -12304,7 +12389,7 @@ class _Call:
         if v is None:
             return None
         if not isinstance(v, str):
-            raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
+            raise _ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
         return _text_arg(key, v)
 
     def words(self, key: str) -> Optional[str]:
@@ -12319,9 +12404,9 @@ class _Call:
         """A string argument the tool cannot do without: present and not empty."""
         v = self.args.get(key)
         if v is None:
-            raise ToolError(f"Missing required argument '{key}' (a string).")
+            raise _ToolError(f"Missing required argument '{key}' (a string).")
         if not isinstance(v, str) or not v:
-            raise ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
+            raise _ToolError(f"Argument '{key}' must be a non-empty string, not {_dumps(v)[:80]}.")
         return _text_arg(key, v)
 
     def obj(self, key: str) -> dict:
@@ -12329,8 +12414,8 @@ class _Call:
         if v is None:
             return {}
         if not isinstance(v, dict):
-            raise ToolError(f"Argument '{key}' must be an object of the tool's arguments, not "
-                            f"{_dumps(v)[:80]}.")
+            raise _ToolError(f"Argument '{key}' must be an object of the tool's arguments, not "
+                             f"{_dumps(v)[:80]}.")
         return v
 
     def optional_int(self, key: str, minimum: int = 0, maximum: int = _ARG_INT_MAX
@@ -12343,11 +12428,11 @@ class _Call:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise ToolError(f"Argument '{key}' must be an integer >= {minimum}, not "
-                            f"{_dumps(v)[:80]}.")
+            raise _ToolError(f"Argument '{key}' must be an integer >= {minimum}, not "
+                             f"{_dumps(v)[:80]}.")
         if v > maximum:
-            raise ToolError(f"Argument '{key}' must be an integer from {minimum} to {maximum:,}; "
-                            f"it is larger.")
+            raise _ToolError(f"Argument '{key}' must be an integer from {minimum} to {maximum:,}; "
+                             f"it is larger.")
         return v
 
     def integer(self, key: str, default: int, minimum: int = 0, maximum: int = _ARG_INT_MAX) -> int:
@@ -12363,14 +12448,14 @@ class _Call:
         fmt = v.strip().lower().lstrip(".")
         fmt = _FORMAT_ALIASES.get(fmt, fmt)
         if fmt not in _FORMATS:
-            raise ToolError(f"Argument '{key}' must be one of {', '.join(_FORMATS)}, not "
-                            f"{_dumps(v)[:80]}.")
+            raise _ToolError(f"Argument '{key}' must be one of {', '.join(_FORMATS)}, not "
+                             f"{_dumps(v)[:80]}.")
         return fmt
 
     def flag(self, key: str) -> bool:
         v = self.args.get(key, False)
         if not isinstance(v, bool):
-            raise ToolError(f"Argument '{key}' must be true or false, not {_dumps(v)[:80]}.")
+            raise _ToolError(f"Argument '{key}' must be true or false, not {_dumps(v)[:80]}.")
         return v
 
 
@@ -12384,12 +12469,12 @@ def _checked_args(tool: str, schema: dict, args: dict) -> dict:
         if key not in props:
             target = next((t for t in _ARG_ALIASES.get(key, ()) if t in props), "")
             if not target:
-                raise ToolError(f"{tool} has no argument '{key}'. Its arguments: "
-                                f"{', '.join(props) or 'none'}.")
+                raise _ToolError(f"{tool} has no argument '{key}'. Its arguments: "
+                                 f"{', '.join(props) or 'none'}.")
             if target in args or target in out:
                 given = target if target in args else next(
                     k for k in args if k != key and target in _ARG_ALIASES.get(k, ()))
-                raise ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
+                raise _ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
         out[target] = value
     return out
 
@@ -12400,9 +12485,10 @@ def _sandboxed(hint: str = "") -> Iterator[None]:
     try:
         yield
     except SandboxError as e:
-        raise ToolError(f"{e}{hint}") from None
+        raise _ToolError(f"{e}{hint}") from None
 
-# ==== 16. Storing =================================================================
+
+# ==== Storing =====================================================================
 # The store path: a tool result (or a cached output) written as a file in an allowed directory,
 # checked against the sandbox and the quota before the tool runs, recorded in the catalog.
 
@@ -12452,8 +12538,8 @@ def _store_blobs(directory: str, stem: str, blobs: List[_Blob]) -> List[_Stored]
     return out
 
 
-# -- the catalog's hooks (section 13 holds the Catalog): every stored file, stored response and
-# cached output is recorded. A catalog failure is logged and never fails the call: the output
+# -- the catalog's hooks (_Catalog): every stored file, stored response and cached output is
+# recorded. A catalog failure is logged and never fails the call: the output
 # itself is already safe on disk.
 
 
@@ -12498,7 +12584,7 @@ def _catalog_stored(call: _Call, server: str, tool: str, kind: str, description:
     _catalog_note(call, f"the files of {server}.{tool}", build)
 
 
-def _catalog_cached(call: _Call, cache: OutputCache, entry: _CacheEntry, ex: _Extracted) -> None:
+def _catalog_cached(call: _Call, cache: _OutputCache, entry: _CacheEntry, ex: _Extracted) -> None:
     _catalog_note(call, f"the cached output {entry.token}",
                   lambda max_text: [dict(_cache_record(cache, entry, max_text, ex.data),
                                          arguments=_recorded_args(call))])
@@ -12518,11 +12604,11 @@ def _check_quota(call: _Call, directory: str) -> None:
         return
     used, complete = _dir_usage(root)
     if used >= limit * 1024 * 1024:
-        raise ToolError(f"Not stored: the allowed directory {root} holds "
-                        f"{'at least ' if not complete else ''}{_mib(used)}, at or over its limit "
-                        f"of {limit:g} MB (max_total_mb in Abstract's settings, key 'storage'). "
-                        f"Abstract never deletes files to make room: move or delete files there, "
-                        f"store in another allowed directory (storage_path), or raise the limit.")
+        raise _ToolError(f"Not stored: the allowed directory {root} holds "
+                         f"{'at least ' if not complete else ''}{_mib(used)}, at or over its limit "
+                         f"of {limit:g} MB (max_total_mb in Abstract's settings, key 'storage'). "
+                         f"Abstract never deletes files to make room: move or delete files there, "
+                         f"store in another allowed directory (storage_path), or raise the limit.")
 
 
 def _store_target(call: _Call, server: str, tool: str) -> Tuple[_Dir, str]:
@@ -12592,16 +12678,16 @@ def _write_converted(directory: str, stem: str, conv: _Converted, compress: bool
     return _Stored(path, conv.fmt, size[0], mime, digest.hexdigest()), "".join(head)
 
 
-def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) -> ToolError:
+def _write_error(directory: str, e: OSError, written: Optional[_Stored] = None) -> _ToolError:
     """A write that failed (a full disk, a folder removed or made read-only meanwhile) as the
     model's error, naming the folder."""
     also = f" ({written.path} was written before it failed)" if written is not None else ""
     if e.errno == errno.ECANCELED:  # _Temps.stop(): nothing to fix
-        return ToolError(f"The file was not written in {directory}: Abstract is shutting "
-                         f"down{also}.")
-    return ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some "
-                     f"space or fix the folder, or store in another allowed directory "
-                     f"(storage_path).")
+        return _ToolError(f"The file was not written in {directory}: Abstract is shutting "
+                          f"down{also}.")
+    return _ToolError(f"Could not write a file in {directory}: {e.strerror or e}{also}. Free some "
+                      f"space or fix the folder, or store in another allowed directory "
+                      f"(storage_path).")
 
 
 # stored formats query_output reads back as records
@@ -12704,8 +12790,8 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
     _check_quota(call, directory)  # 1.
     res = fetch()  # 2.
     if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error{input_note}, so nothing was "
-                        f"stored: {_error_text(res)}")
+        raise _ToolError(f"'{server}' tool '{tool}' reported an error{input_note}, so nothing was "
+                         f"stored: {_error_text(res)}")
     ex = _extract(res)  # 3.
     del res  # the wrapper's copy of a large text is not needed once it is parsed
     data_file, conv, preview = None, None, ""
@@ -12717,9 +12803,9 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
                 conv = _convert(data, fmt, description or f"{server}.{tool}")
                 data_file, head = _write_converted(directory, stem, conv, compress)
             except FormatError as e:
-                raise ToolError(f"the result could not be converted to {fmt}: {e}") from None
+                raise _ToolError(f"the result could not be converted to {fmt}: {e}") from None
             except RecursionError:
-                raise ToolError(f"the result is nested too deeply to write as {fmt}") from None
+                raise _ToolError(f"the result is nested too deeply to write as {fmt}") from None
             preview = _preview(head)
         blobs = _store_blobs(directory, stem, ex.blobs)
     except OSError as e:
@@ -12731,7 +12817,7 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
     return _store_answer(call, server, tool, description, data_file, conv, blobs, preview, about)
 
 
-# ==== 17. Tools ===================================================================
+# ==== Tools =======================================================================
 # What the model sees: each tool's schema and description, and its handler. Handlers raise
 # ToolError for anything the model can fix; it becomes an isError result with that text.
 
@@ -12793,8 +12879,8 @@ def _tool_list_available_tools(call: _Call) -> dict:
         ups.get(only)  # unknown server: a ToolError naming the ones that exist
         names = [only]
     elif ups.config.error:
-        raise ToolError(f"No upstream servers are available: {ups.config.error}. Fix it and "
-                        f"restart Abstract.")
+        raise _ToolError(f"No upstream servers are available: {ups.config.error}. Fix it and "
+                         f"restart Abstract.")
     lists: Dict[str, List[dict]] = {}
     failed: List[dict] = []
     # (one server asked for by name waits as a call does)
@@ -12884,17 +12970,17 @@ def _listing_text(entries: List[dict], failed: List[dict], query: Optional[str] 
     return _escape_controls("\n".join(lines))  # (the servers' names and words: ESC, BEL, ...)
 
 
-def _find_tool(up: Upstream, tool: str) -> dict:
+def _find_tool(up: _Upstream, tool: str) -> dict:
     """The upstream's definition of `tool`; a ToolError naming the tools that exist."""
     try:
         tools = up.tools()
     except RpcError as e:  # cannot start, crashed, backing off: the model gets the reason
-        raise ToolError(e.message) from None
+        raise _ToolError(e.message) from None
     for t in tools:
         if t["name"] == tool:
             return t
-    raise ToolError(f"Server '{up.name}' has no tool '{tool}'. Its tools: "
-                    f"{_names_list([t['name'] for t in tools])}.")
+    raise _ToolError(f"Server '{up.name}' has no tool '{tool}'. Its tools: "
+                     f"{_names_list([t['name'] for t in tools])}.")
 
 
 def _tool_list_tool_details(call: _Call) -> dict:
@@ -12933,31 +13019,32 @@ def _upstream_call(call: _Call, server: str, tool: str, args: dict,
     try:
         return _relayed_call(call, up, tool, args, longs=longs)
     except RpcError as e:
-        raise ToolError(f"'{server}' tool '{tool}' answered with JSON-RPC error {e.code}: "
-                        f"{e.message}"
-                        + (f" (data: {_dumps(e.data)[:500]})" if e.data is not None
-                           else "")) from None
+        raise _ToolError(f"'{server}' tool '{tool}' answered with JSON-RPC error {e.code}: "
+                         f"{e.message}"
+                         + (f" (data: {_dumps(e.data)[:500]})" if e.data is not None
+                            else "")) from None
 
 
-def _relayed_call(call: _Call, up: Upstream, tool: str, args: dict, task: Any = None,
+def _relayed_call(call: _Call, up: _Upstream, tool: str, args: dict, task: Any = None,
                   longs: Optional[list] = None) -> dict:
     """tools/call upstream with progress relayed and cancellation forwarded; the result with the
     era envelope removed (it is ours to set). Abstract's own failures (timeout, crash) become
     ToolError; the upstream's JSON-RPC errors are raised as RpcError for the caller to shape.
-    `task`: a transparent-mode client's task request, passed on (see Upstream.call_tool)."""
+    `task`: a transparent-mode client's task request, passed on (see _Upstream.call_tool)."""
     try:
         res = up.call_tool(tool, args, call.req, _progress_relay(call), task, longs)
     except UpstreamError as e:
-        raise ToolError(e.message) from None
+        raise _ToolError(e.message) from None
     if isinstance(res, dict) and res.get("resultType") == "input_required":
-        # (a 2026-07-28 upstream's are answered in Upstream.call_tool; this one spoke the
+        # (a 2026-07-28 upstream's are answered in _Upstream.call_tool; this one spoke the
         # handshake era, where a server asks with a request instead)
-        raise ToolError(f"'{up.name}' tool '{tool}' answered with a 2026-07-28 input_required "
-                        f"result in the {up.protocol_version} era it negotiated, where that result "
-                        f"does not exist; Abstract cannot relay it, and the call did not complete.")
+        raise _ToolError(f"'{up.name}' tool '{tool}' answered with a 2026-07-28 input_required "
+                         f"result in the {up.protocol_version} era it negotiated, where that "
+                         f"result does not exist; Abstract cannot relay it, and the call did not "
+                         "complete.")
     if not isinstance(res, dict) or not isinstance(res.get("content", []), list):
         _decode_long(longs or ())
-        raise ToolError(f"'{up.name}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
+        raise _ToolError(f"'{up.name}' tool '{tool}' sent a malformed result: {_dumps(res)[:300]}")
     for k in ("resultType", "ttlMs", "cacheScope"):
         res.pop(k, None)
     return res
@@ -13029,7 +13116,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     """The result itself when small; else cache it and answer with a preview and a token.
 
     1. The policy is the tool's, then the server's, then the global one, then the client's
-       default (Settings.cache_policy): clients differ in how much one answer may hold.
+       default (_Settings.cache_policy): clients differ in how much one answer may hold.
     2. The size is measured only up to min_size, so a small result costs no full count.
     3. A large result is written into the cache and recorded in the catalog; when the cache
        cannot take it, the model is told why and what to do, never handed the whole result.
@@ -13037,7 +13124,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
        structuredContent, which transparent mode leaves out: the tool's own schema rules it).
     5. `longs`: the long strings of the result left undecoded (Connection.request). A result
        relayed whole keeps them so: the writer sends them as they came (_frame). The cache
-       reads one long text of records in pieces (OutputCache.put); any other is decoded.
+       reads one long text of records in pieces (_OutputCache.put); any other is decoded.
     """
     cache = call.ctx.cache
     policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
@@ -13069,7 +13156,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
     return out
 
 
-def _uncached_answer(call: _Call, cache: OutputCache, server: str, tool: str, size: int,
+def _uncached_answer(call: _Call, cache: _OutputCache, server: str, tool: str, size: int,
                      e: Exception) -> dict:
     """The isError answer for a large result the cache could not take: why, and what to do."""
     where = cache.dir
@@ -13114,7 +13201,7 @@ def _window(text: str, call: _Call, limit: int) -> Tuple[str, dict]:
     last = call.optional_int("end_line", minimum=1)
     if first is not None or last is not None:
         if first is not None and last is not None and last < first:
-            raise ToolError(f"end_line ({last}) is before start_line ({first}).")
+            raise _ToolError(f"end_line ({last}) is before start_line ({first}).")
         # Lines end at "\n" (a "\r\n" stays in its line). No list of lines: str.count and str.find
         # walk the text in C, so a window of a large text costs no copy of it.
         total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
@@ -13189,14 +13276,14 @@ def _grep_window(text: str, pattern: str, call: _Call, limit: int) -> Tuple[str,
     expression), with `context` lines around each, from start_line to end_line, within `limit`
     characters; the matches are found by re in C, a literal pattern costing linear time."""
     if not pattern or "\n" in pattern or len(pattern) > _GREP_PATTERN:
-        raise ToolError(f"pattern must be one line of 1 to {_GREP_PATTERN:,} characters (plain "
-                        f"text, case ignored).")
+        raise _ToolError(f"pattern must be one line of 1 to {_GREP_PATTERN:,} characters (plain "
+                         f"text, case ignored).")
     context = call.integer("context", 2, maximum=10)
     first = call.integer("start_line", 1, minimum=1)
     total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     last = min(call.integer("end_line", total, minimum=1), total)
     if call.optional_int("end_line", minimum=1) is not None and last < first:
-        raise ToolError(f"end_line ({last}) is before start_line ({first}).")
+        raise _ToolError(f"end_line ({last}) is before start_line ({first}).")
     rx = re.compile(re.escape(pattern), re.IGNORECASE)
     pos, stop, n = _skip_lines(text, first - 1), _skip_lines(text, last), first
     out: List[str] = []
@@ -13235,13 +13322,13 @@ def _records_window(data: Any, call: _Call, limit: int) -> Tuple[str, dict]:
     rows, reason = _as_records(data)
     if rows is None or (isinstance(data, list) and rows is not data):
         what = reason or "a list of plain values"
-        raise ToolError(f"record_offset/record_count need a list of records; this data is {what}. "
-                        f"Use pointer, offset or start_line.")
+        raise _ToolError(f"record_offset/record_count need a list of records; this data is {what}. "
+                         f"Use pointer, offset or start_line.")
     first, count = call.integer("record_offset", 0), call.integer("record_count", 100, minimum=1)
     return _record_lines(itertools.islice(rows, first, first + count), first, len(rows), limit)
 
 
-def _view_window(cache: OutputCache, entry: _CacheEntry, call: _Call, limit: int
+def _view_window(cache: _OutputCache, entry: _CacheEntry, call: _Call, limit: int
                  ) -> Optional[Tuple[str, dict]]:
     """_records_window read from the cached view itself when it lays out only records, one a
     line (_view_count): the records counted by their lines, and only the window's parsed, the
@@ -13287,32 +13374,32 @@ def _tool_retrieve_cached_output(call: _Call) -> dict:
     max_window_chars, and the status line says where the next one starts."""
     cache = call.ctx.cache
     if cache is None:
-        raise ToolError("The output cache is disabled (output_cache.enabled is false in Abstract's "
-                        "settings).")
+        raise _ToolError("The output cache is disabled (output_cache.enabled is false in "
+                         "Abstract's settings).")
     entry = cache.get(call.required("token"))
     limit = int(call.ctx.settings.cache("max_window_chars"))
     pointer = call.string("pointer")
     by_record = "record_offset" in call.args or "record_count" in call.args
     if by_record and any(k in call.args for k in ("offset", "length", "start_line", "end_line")):
-        raise ToolError("Give record_offset/record_count, or offset/length, or "
-                        "start_line/end_line: one way to page.")
+        raise _ToolError("Give record_offset/record_count, or offset/length, or "
+                         "start_line/end_line: one way to page.")
     pattern = call.string("pattern")
     if pattern is not None:
         if any(k in call.args for k in ("offset", "length", "pointer", "record_offset",
                                         "record_count")):
-            raise ToolError("pattern searches lines: give it alone, or with start_line/end_line "
-                            "(where to search) and context.")
+            raise _ToolError("pattern searches lines: give it alone, or with start_line/end_line "
+                             "(where to search) and context.")
         chunk, where = _grep_window(cache.text(entry), pattern, call, limit)
         return _grep_answer(entry, chunk, where)
     if "context" in call.args:
-        raise ToolError("context needs pattern: the lines around each line that matches it.")
+        raise _ToolError("context needs pattern: the lines around each line that matches it.")
     value: Any = None
     got = None
     if pointer is not None or by_record:
         if entry.ctype != "application/json":
             what = "pointer" if pointer is not None else "record_offset/record_count"
-            raise ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use offset "
-                            f"or start_line.")
+            raise _ToolError(f"{what} needs JSON data; the output {entry.token} is text. Use "
+                             f"offset or start_line.")
         if pointer is None:  # a window of records: read from the view, when it allows, not whole
             got = _view_window(cache, entry, call, limit)
         if got is None:
@@ -13372,15 +13459,15 @@ def _tool_list_allowed_directories(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
-def _cached_source(call: _Call) -> Optional[Tuple[OutputCache, _CacheEntry]]:
+def _cached_source(call: _Call) -> Optional[Tuple[_OutputCache, _CacheEntry]]:
     """(the cache, the cached output) named by cache_token, if the call gives one."""
     token = call.string("cache_token")
     if token is None:
         return None
     cache = call.ctx.cache
     if cache is None:
-        raise ToolError("cache_token needs the output cache, which is disabled in Abstract's "
-                        "settings.")
+        raise _ToolError("cache_token needs the output cache, which is disabled in Abstract's "
+                         "settings.")
     return cache, cache.get(token)
 
 
@@ -13412,12 +13499,12 @@ def _read_limited(f: Any, path: str, size: int, limit: int,
             data = src.read(limit + 1)
     except (OSError, EOFError, zlib.error) as e:  # zlib.error (a corrupt stream) is no OSError
         what = "is not a valid gzip file" if packed else "could not be read"
-        raise ToolError(f"{path} {what}: {e}") from None
+        raise _ToolError(f"{path} {what}: {e}") from None
     if len(data) > limit:
-        what = f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed else \
-            f"is larger than {limit:,} bytes"
-        raise ToolError(f"{path} {what}; the input limit is {limit:,} bytes ({setting} in "
-                        f"Abstract's settings).")
+        what = (f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed
+                else f"is larger than {limit:,} bytes")
+        raise _ToolError(f"{path} {what}; the input limit is {limit:,} bytes ({setting} in "
+                         f"Abstract's settings).")
     return data
 
 
@@ -13428,10 +13515,10 @@ def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[An
         with _sandboxed():
             return call.ctx.sandbox.open_read(file_path)
     except FileNotFoundError:
-        raise ToolError(f"{key} {file_path!r} does not exist. {where}; list_allowed_directories "
-                        f"shows them.") from None
+        raise _ToolError(f"{key} {file_path!r} does not exist. {where}; list_allowed_directories "
+                         f"shows them.") from None
     except PermissionError:
-        raise ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
+        raise _ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
 
 
 def _load_input(call: _Call, file_path: str, parse: bool = True) -> Tuple[Any, str, str]:
@@ -13450,26 +13537,26 @@ def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str,
     limit = int(limit_mb * 1024 * 1024)
     if size > limit:
         f.close()
-        raise ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes ({setting} "
-                        f"in Abstract's settings).")
+        raise _ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes ({setting} "
+                         f"in Abstract's settings).")
     raw = _read_limited(f, path, size, limit, setting)
     base = path[:-3] if path.lower().endswith(".gz") else path
     fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
-                        f"(0x{raw[e.start]:02x}).") from None
+        raise _ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
+                         f"(0x{raw[e.start]:02x}).") from None
     text = text[1:] if text.startswith("\ufeff") else text
     if not parse:
         return text, fmt
     try:
         return _parse_text(text, fmt), fmt
     except FormatError as e:
-        raise ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
+        raise _ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
     # a reader without its own guard: still the model's error, not an internal one
     except RecursionError:
-        raise ToolError(f"{path} could not be read as {fmt.upper()}: nested too deeply") from None
+        raise _ToolError(f"{path} could not be read as {fmt.upper()}: nested too deeply") from None
 
 
 _JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
@@ -13482,8 +13569,9 @@ def _schema_kinds(tool: dict, key: str) -> List[str]:
     props = schema.get("properties") if isinstance(schema, dict) else None
     prop = props.get(key) if isinstance(props, dict) else None
     want = prop.get("type") if isinstance(prop, dict) else None
-    return [want] if isinstance(want, str) else [k for k in want if isinstance(k, str)] \
-        if isinstance(want, list) else []
+    if isinstance(want, list):
+        return [k for k in want if isinstance(k, str)]
+    return [want] if isinstance(want, str) else []
 
 
 def _check_args(tool: dict, args: dict, source: str = "the file",
@@ -13495,9 +13583,9 @@ def _check_args(tool: dict, args: dict, source: str = "the file",
     missing = [k for k in required if isinstance(k, str) and k not in args] if isinstance(
         required, list) else []
     if missing:
-        raise ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
-                        f"{source} nor tool_args provides (use data_key to put {source}'s data "
-                        f"under one argument).")
+        raise _ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
+                         f"{source} nor tool_args provides (use data_key to put {source}'s data "
+                         f"under one argument).")
     for key, value in args.items():
         kinds = _schema_kinds(tool, key)
         types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
@@ -13505,26 +13593,26 @@ def _check_args(tool: dict, args: dict, source: str = "the file",
         # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
         whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
         if types and (not isinstance(value, types) or bad_bool) and not whole:
-            raise ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
-                            f"{' or '.join(kinds)}, but {source} gives {type(value).__name__}"
-                            + (f"; {hint[1]}" if key == hint[0] and hint[1] else "") + ".")
+            raise _ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
+                             f"{' or '.join(kinds)}, but {source} gives {type(value).__name__}"
+                             + (f"; {hint[1]}" if key == hint[0] and hint[1] else "") + ".")
 
 
 def _file_args(call: _Call, data: Any, path: str) -> dict:
     key, extra = call.string("data_key"), call.obj("tool_args")
     if key is None:
         if extra:
-            raise ToolError("tool_args needs data_key: say under which argument the file's data "
-                            "goes, and tool_args supplies the others. Without data_key the file's "
-                            "data is the whole arguments object.")
+            raise _ToolError("tool_args needs data_key: say under which argument the file's data "
+                             "goes, and tool_args supplies the others. Without data_key the file's "
+                             "data is the whole arguments object.")
         if not isinstance(data, dict):
-            raise ToolError(f"{path} holds a {type(data).__name__}, not an object, so it cannot be "
-                            f"the whole arguments; set data_key to the argument that should "
-                            f"receive it.")
+            raise _ToolError(f"{path} holds a {type(data).__name__}, not an object, so it cannot "
+                             f"be the whole arguments; set data_key to the argument that should "
+                             f"receive it.")
         return data
     if key in extra:
-        raise ToolError(f"tool_args already has '{key}', the data_key; rename one of them (nothing "
-                        f"is overwritten).")
+        raise _ToolError(f"tool_args already has '{key}', the data_key; rename one of them "
+                         f"(nothing is overwritten).")
     return {**extra, key: data}
 
 
@@ -13535,7 +13623,7 @@ def _input_data(call: _Call, as_text: bool) -> Tuple[Any, str, str]:
     cached = _cached_source(call)
     if cached is not None:
         if call.args.get("file_path") is not None:
-            raise ToolError("Give file_path or cache_token, not both.")
+            raise _ToolError("Give file_path or cache_token, not both.")
         cache, entry = cached
         where = f"cached output {entry.token}"
         res = cache.result(entry)
@@ -13552,9 +13640,9 @@ def _data_as(call: _Call, spec: dict) -> bool:
     (a string takes the text as it is)."""
     how, key = call.string("data_as"), call.string("data_key")
     if how not in (None, "text", "parsed"):
-        raise ToolError(f"data_as must be text or parsed, not {_dumps(how)[:40]}.")
+        raise _ToolError(f"data_as must be text or parsed, not {_dumps(how)[:40]}.")
     if how == "text" and key is None:
-        raise ToolError('data_as "text" needs data_key: the argument that receives the text.')
+        raise _ToolError('data_as "text" needs data_key: the argument that receives the text.')
     if how is not None:
         return how == "text"
     return key is not None and {k for k in _schema_kinds(spec, key) if k != "null"} == {"string"}
@@ -13573,7 +13661,7 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     server, tool = call.required("server"), call.required("tool_name")
     out_fmt = call.string("output_format") or "json"
     if out_fmt not in ("json", "string"):
-        raise ToolError(f"output_format must be json or string, not {out_fmt!r}.")
+        raise _ToolError(f"output_format must be json or string, not {out_fmt!r}.")
     spec = _find_tool(call.ctx.upstreams.get(server), tool)
     as_text = _data_as(call, spec)
     data, source, what = _input_data(call, as_text)
@@ -13590,8 +13678,8 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
                              f" for the data of {source}")
     res = _upstream_call(call, server, tool, args)
     if res.get("isError"):
-        raise ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: "
-                        f"{_error_text(res)}")
+        raise _ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: "
+                         f"{_error_text(res)}")
     cached = _maybe_cache(call, server, tool, res)
     if cached is not res:  # a large answer gets the same protection as call_tool's
         return cached
@@ -13600,7 +13688,7 @@ def _tool_call_tool_with_file_content(call: _Call) -> dict:
     return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
 
 
-# -- query_output: SQL over a cached output or a stored file (section 14 holds the engine)
+# -- query_output: SQL over a cached output or a stored file (the Queries part holds the engine)
 
 _QUERY_LIMIT_MAX = 1000
 
@@ -13628,8 +13716,8 @@ def _query_records(data: Any, pointer: Optional[str], label: str) -> Iterable[Di
                 pass
     if isinstance(data, str):
         if pointer is not None:
-            raise ToolError(f"records_pointer needs JSON data; {label} is text, queried a line "
-                            f"a row (columns n, line).")
+            raise _ToolError(f"records_pointer needs JSON data; {label} is text, queried a line "
+                             f"a row (columns n, line).")
         return _text_lines(data)
     if pointer is not None:
         data = _json_pointer(data, pointer)
@@ -13641,12 +13729,12 @@ def _query_records(data: Any, pointer: Optional[str], label: str) -> Iterable[Di
         hint = (" Lists here: "
                 + ", ".join("/" + k.replace("~", "~0").replace("/", "~1") for k in lists[:10]) + "."
                 if lists else "")
-        raise ToolError(f"{label} holds at {where} {reason}. Give records_pointer, the JSON "
-                        f"Pointer of the list of records to query (e.g. /items).{hint}")
+        raise _ToolError(f"{label} holds at {where} {reason}. Give records_pointer, the JSON "
+                         f"Pointer of the list of records to query (e.g. /items).{hint}")
     return rows
 
 
-def _cached_table(cache: OutputCache, entry: _CacheEntry, pointer: Optional[str], label: str
+def _cached_table(cache: _OutputCache, entry: _CacheEntry, pointer: Optional[str], label: str
                   ) -> _Table:
     """The table of a cached output's records: a view laid out one record a line is read a line
     at a time, never parsed whole; any other view (or a records_pointer into it) is."""
@@ -13659,7 +13747,7 @@ def _cached_table(cache: OutputCache, entry: _CacheEntry, pointer: Optional[str]
     return _load_table(_query_records(_cached_data(cache, entry), pointer, label))
 
 
-def _cached_data(cache: OutputCache, entry: _CacheEntry) -> Any:
+def _cached_data(cache: _OutputCache, entry: _CacheEntry) -> Any:
     """A cached output's data, as its text view shows it (JSON parsed)."""
     text = cache.text(entry)
     return json.loads(text) if entry.ctype == "application/json" else text
@@ -13673,8 +13761,8 @@ def _query_table(call: _Call) -> Tuple[_Table, str]:
     tables, budget = ctx.tables, int(float(ctx.settings.query("max_memory_mb")) * (1 << 20))
     if _TOKEN_RE.match(source) and "." not in source and os.sep not in source:
         if ctx.cache is None:
-            raise ToolError("A cache token needs the output cache, which is disabled in Abstract's "
-                            "settings.")
+            raise _ToolError("A cache token needs the output cache, which is disabled in "
+                             "Abstract's settings.")
         entry = ctx.cache.get(source)
         label = f"cached output {entry.token} ({entry.server}.{entry.tool})"
         key: tuple = ("token", entry.token, pointer)
@@ -13719,9 +13807,9 @@ def _query(call: _Call, keep: Optional[int]) -> Tuple[_Table, str, _QueryResult]
                                             call.req.on_cancel, call.ctx.tables)
         except _Closed:
             if attempt == 2:
-                raise ToolError("The loaded table was dropped to make room for another while this "
-                                "query waited (query.max_memory_mb in Abstract's settings); run it "
-                                "again.") from None
+                raise _ToolError("The loaded table was dropped to make room for another while this "
+                                 "query waited (query.max_memory_mb in Abstract's settings); run "
+                                 "it again.") from None
     raise AssertionError("unreachable")
 
 
@@ -13814,16 +13902,16 @@ def _tool_query_output(call: _Call) -> dict:
     if fmt is None:
         extra = [k for k in ("filename", "storage_path") if call.args.get(k) is not None]
         if extra:
-            raise ToolError(f"{' and '.join(extra)} need file_format: say which format to store "
-                            f"the result in.")
+            raise _ToolError(f"{' and '.join(extra)} need file_format: say which format to store "
+                             f"the result in.")
         return _query_answer(call, *_query(call, limit))
 
     def fetch() -> dict:
         table, _, res = _query(call, None)
         if not res.rows:
             note = _boolean_note(table, call.required("sql"))
-            raise ToolError("The query returned no rows, so nothing was stored."
-                            + (f" Note: {note}." if note else ""))
+            raise _ToolError("The query returned no rows, so nothing was stored."
+                             + (f" Note: {note}." if note else ""))
         records = _result_records(res, call.required("sql"), len(res.rows))
         return {"content": [], "structuredContent": records}
 
@@ -13834,10 +13922,10 @@ def _tool_query_output(call: _Call) -> dict:
 # conversation memory tools of seed 003
 
 
-def _catalog_of(call: _Call) -> Catalog:
+def _catalog_of(call: _Call) -> _Catalog:
     if call.ctx.catalog is None:
-        raise ToolError("The catalog is off (catalog.enabled is false in Abstract's settings, or "
-                        "it could not be opened: see Abstract's stderr).")
+        raise _ToolError("The catalog is off (catalog.enabled is false in Abstract's settings, or "
+                         "it could not be opened: see Abstract's stderr).")
     return call.ctx.catalog
 
 
@@ -13853,13 +13941,13 @@ def _db_errors(fn: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
             catalog = _catalog_of(call)  # (there is one: fn used it)
             kept = catalog.moved_aside
             if _is_corrupt(e) and kept:
-                raise ToolError(f"The catalog database was damaged ({e}), so it was moved aside to "
-                                f"{kept} (kept, never deleted) and a fresh, empty one started. Try "
-                                f"again; outputs recorded before are found again after `abstract "
-                                f"--reindex DIR...`.") from None
-            raise ToolError(f"The catalog database {catalog.path} failed: {e}. Try again; if it "
-                            f"persists, restart Abstract (a damaged database is moved aside at "
-                            f"start-up).") from None
+                raise _ToolError(f"The catalog database was damaged ({e}), so it was moved aside "
+                                 f"to {kept} (kept, never deleted) and a fresh, empty one started. "
+                                 f"Try again; outputs recorded before are found again after "
+                                 f"`abstract --reindex DIR...`.") from None
+            raise _ToolError(f"The catalog database {catalog.path} failed: {e}. Try again; if it "
+                             f"persists, restart Abstract (a damaged database is moved aside at "
+                             f"start-up).") from None
     return run
 
 
@@ -13892,11 +13980,11 @@ def _search_args(call: _Call, max_limit: int = 100) -> Tuple[str, str, int, int]
     """(query, mode, limit, offset) of a search tool; any string is a valid query."""
     query = call.args.get("query")
     if not isinstance(query, str):
-        raise ToolError("Missing required argument 'query' (a string of words to look for).")
+        raise _ToolError("Missing required argument 'query' (a string of words to look for).")
     mode = call.string("mode") or "words"
     if mode not in _SEARCH_MODES:
-        raise ToolError(f"Argument 'mode' must be one of {', '.join(_SEARCH_MODES)}, not "
-                        f"{_dumps(mode)[:40]}.")
+        raise _ToolError(f"Argument 'mode' must be one of {', '.join(_SEARCH_MODES)}, not "
+                         f"{_dumps(mode)[:40]}.")
     limit = min(call.integer("limit", 10, minimum=1), max_limit)
     return query, mode, limit, call.integer("offset", 0)
 
@@ -13946,12 +14034,12 @@ def _tool_list_stored_outputs(call: _Call) -> dict:
     catalog = _catalog_of(call)
     kind, days = call.string("kind") or None, call.args.get("retention_days")
     if kind is not None and kind not in _CATALOG_KINDS:
-        raise ToolError(f"Argument 'kind' must be one of {', '.join(_CATALOG_KINDS)}, not "
-                        f"{_dumps(kind)[:40]}.")
+        raise _ToolError(f"Argument 'kind' must be one of {', '.join(_CATALOG_KINDS)}, not "
+                         f"{_dumps(kind)[:40]}.")
     number = isinstance(days, (int, float)) and not isinstance(days, bool)
     if days is not None and not (number and 0 < days <= _RETENTION_DAYS_MAX):  # NaN compares False
-        raise ToolError(f"Argument 'retention_days' must be a number of days > 0 and <= "
-                        f"{_RETENTION_DAYS_MAX}, not {_dumps(days)[:40]}.")
+        raise _ToolError(f"Argument 'retention_days' must be a number of days > 0 and <= "
+                         f"{_RETENTION_DAYS_MAX}, not {_dumps(days)[:40]}.")
     server, tool = call.string("server") or None, call.string("tool") or None
     limit = min(call.integer("limit", 20, minimum=1), 200)
     rows, cursor = catalog.recent(server=server, tool=tool, kind=kind, limit=limit,
@@ -13979,9 +14067,9 @@ def _tool_list_stored_outputs(call: _Call) -> dict:
 def _tool_save_message(call: _Call) -> dict:
     content, meta = call.args.get("content"), call.args.get("metadata")
     if not isinstance(content, str):
-        raise ToolError("Missing required argument 'content' (the message text, a string).")
+        raise _ToolError("Missing required argument 'content' (the message text, a string).")
     if meta is not None and not isinstance(meta, dict):
-        raise ToolError(f"Argument 'metadata' must be an object, not {_dumps(meta)[:80]}.")
+        raise _ToolError(f"Argument 'metadata' must be an object, not {_dumps(meta)[:80]}.")
     out = _catalog_of(call).save_message(call.string("conversation_id") or None,
                                          call.required("role"), content,
                                          call.string("parent_message_id"), meta)
@@ -14026,7 +14114,7 @@ def _tool_delete_conversation(call: _Call) -> dict:
 def _tool_export_conversations(call: _Call) -> dict:
     fmt, cid = call.string("format") or "json", call.string("conversation_id") or None
     if fmt not in ("json", "markdown"):
-        raise ToolError(f"Argument 'format' must be json or markdown, not {_dumps(fmt)[:40]}.")
+        raise _ToolError(f"Argument 'format' must be json or markdown, not {_dumps(fmt)[:40]}.")
     convs = _catalog_of(call).export(cid)
     sandbox, name = call.ctx.sandbox, call.string("filename")
     with _sandboxed():
@@ -14338,13 +14426,14 @@ _TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
 ]
 
 
-def _offered(name: str, cache: Optional[OutputCache], catalog: Optional[Catalog]) -> bool:
+def _offered(name: str, cache: Optional[_OutputCache], catalog: Optional[_Catalog]) -> bool:
     """Whether a tool can work here: the cache's and the catalog's tools need them."""
     if name == "retrieve_cached_output":
         return cache is not None
     if name == "query_output":
         return sqlite3 is not None
     return catalog is not None or name not in _CATALOG_TOOL_NAMES
+
 
 _INSTRUCTIONS = (
     "Abstract reaches other MCP servers' tools for you and keeps large results out of the "
@@ -14361,7 +14450,8 @@ _INSTRUCTIONS = (
     "past conversations; list_stored_outputs lists them newest first."
 )
 
-# ==== 18. Server ==================================================================
+
+# ==== Server ======================================================================
 # The MCP server the client talks to, in both protocol eras: the legacy handshake
 # (initialize, 2024-11-05 .. 2025-11-25) and the modern stateless era (2026-07-28), decided per
 # request: a request that carries the modern _meta is answered in the modern era.
@@ -14411,12 +14501,12 @@ def _file_contents(f: Any, path: str, size: int, uri: str) -> dict:
     """One resources/read item from the open file `f`: text for UTF-8 files, base64 blob for
     anything else."""
     if size > _READ_MAX:
-        raise RpcError(INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up "
-                                       f"to {_READ_MAX:,} bytes", {"uri": uri})
+        raise RpcError(_INVALID_PARAMS, f"{path} is {size:,} bytes; resources/read serves files up "
+                       f"to {_READ_MAX:,} bytes", {"uri": uri})
     try:
         data = f.read(_READ_MAX + 1)
     except OSError as e:
-        raise RpcError(INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}",
+        raise RpcError(_INVALID_PARAMS, f"{path} cannot be read: {e.strerror or e}",
                        {"uri": uri}) from None
     item: dict = {"uri": uri, "mimeType": _mime_of(path)}
     text = None
@@ -14439,8 +14529,8 @@ def _page(req: _Request, key: str, items: List[dict]) -> dict:
     if cursor is not None:
         if (not isinstance(cursor, str) or not re.fullmatch(r"[0-9]{1,9}", cursor)
             or int(cursor) > len(items)):
-            raise RpcError(INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the "
-                                           f"previous page")
+            raise RpcError(_INVALID_PARAMS, f"Invalid cursor {cursor!r}: use the nextCursor of the "
+                           f"previous page")
         start = int(cursor)
     result: dict = {key: items[start:start + _TOOLS_PAGE]}
     if start + _TOOLS_PAGE < len(items):
@@ -14490,11 +14580,11 @@ class _Transparent:
         self._tasks: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def _gather(self, fn: Callable[[Upstream], List[dict]],
+    def _gather(self, fn: Callable[[_Upstream], List[dict]],
                 capability: str = "") -> Dict[str, List[dict]]:
         """fn over every upstream in parallel (only those that declared `capability`, when
         given); a server that fails is logged and left out."""
-        def run(up: Upstream) -> List[dict]:
+        def run(up: _Upstream) -> List[dict]:
             up.session()
             return fn(up) if not capability or capability in up.capabilities else []
 
@@ -14578,8 +14668,8 @@ class _Transparent:
         if name not in self._prompts:
             self.prompts()
         if name not in self._prompts:
-            raise RpcError(INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: "
-                                           f"{_names_list(list(self._prompts))}")
+            raise RpcError(_INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: "
+                           f"{_names_list(list(self._prompts))}")
         server, real = self._prompts[name]
         return self.ctx.upstreams.get(server).rpc("prompts/get", {**params, "name": real}, req)
 
@@ -14609,8 +14699,8 @@ class _Transparent:
         params = {k: v for k, v in (req.params or {}).items() if k != "_meta"}
         server = self._tasks.get(params.get("taskId"))  # type: ignore[arg-type]
         if server is None:
-            raise RpcError(INVALID_PARAMS, f"Unknown task {_dumps(params.get('taskId'))[:100]}: "
-                                           f"not one a <server>__<tool> call made through Abstract")
+            raise RpcError(_INVALID_PARAMS, f"Unknown task {_dumps(params.get('taskId'))[:100]}: "
+                           f"not one a <server>__<tool> call made through Abstract")
         return self.ctx.upstreams.get(server).rpc(req.method, params)
 
     def read(self, uri: str, req: _Request) -> dict:
@@ -14625,7 +14715,7 @@ def _recent_files(roots: List[str], limit: int = 500,
     directory cannot stall the answer. A symlink is listed only when it leads to a file inside
     an allowed directory (resources/read would refuse the others anyway).
     """
-    sandbox = Sandbox(roots)
+    sandbox = _Sandbox(roots)
     found: List[Tuple[str, int, float]] = []
     for dfd, name, p in _bounded_walk(roots, scan=scan, hidden_dirs=False):
         if name.startswith("."):
@@ -14645,17 +14735,17 @@ def _recent_files(roots: List[str], limit: int = 500,
 
 
 class _Terminated(BaseException):
-    """Raised by Server.on_signal into the main thread's wait (a BaseException, so no handler's
+    """Raised by _Server.on_signal into the main thread's wait (a BaseException, so no handler's
     `except Exception` can swallow it)."""
 
 
-class Server:
+class _Server:
     """Abstract's MCP server over one client connection."""
 
-    def __init__(self, rfile: Any, wfile: Any, sandbox: Sandbox, upstreams: Upstreams,
-                 settings: Settings,
-                 cache: Optional[OutputCache] = None, expose: str = "meta",
-                 catalog: Optional[Catalog] = None,
+    def __init__(self, rfile: Any, wfile: Any, sandbox: _Sandbox, upstreams: _Upstreams,
+                 settings: _Settings,
+                 cache: Optional[_OutputCache] = None, expose: str = "meta",
+                 catalog: Optional[_Catalog] = None,
                  memory: bool = False, links: Optional[Callable[[_CacheEntry], str]] = None
                  ) -> None:
         self.sandbox, self.upstreams, self.settings = sandbox, upstreams, settings
@@ -14664,7 +14754,7 @@ class Server:
         self.temps = _Temps()  # the files its requests are writing (_WRITES)
         self.client = ""  # the legacy client's clientInfo name (initialize)
         # the negotiated legacy version (until initialize says)
-        self.version = HANDSHAKE_VERSIONS[0]
+        self.version = _HANDSHAKE_VERSIONS[0]
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
         keep = (lambda n: n == "retrieve_cached_output") if expose == "direct" else (lambda n: True)
@@ -14767,7 +14857,7 @@ class Server:
             raise _Terminated()
 
     # -- eras
-    def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> Handler:
+    def _enveloped(self, method: str, fn: Callable[[_Request], dict]) -> _Handler:
         def handle(req: _Request) -> dict:
             outer = getattr(_WRITES, "temps", None)
             _WRITES.temps = self.temps  # its files: stopped and swept by this server's shutdown
@@ -14800,14 +14890,14 @@ class Server:
             return False
         version = meta.get(_META_VERSION)
         if not isinstance(version, str):
-            raise RpcError(INVALID_PARAMS, f"params._meta['{_META_VERSION}'] must be the protocol "
-                                           f"version string")
-        if version not in MODERN_VERSIONS:
-            raise RpcError(UNSUPPORTED_VERSION, f"Unsupported protocol version {version!r}",
-                           {"supported": list(MODERN_VERSIONS) + list(HANDSHAKE_VERSIONS),
+            raise RpcError(_INVALID_PARAMS, f"params._meta['{_META_VERSION}'] must be the protocol "
+                           f"version string")
+        if version not in _MODERN_VERSIONS:
+            raise RpcError(_UNSUPPORTED_VERSION, f"Unsupported protocol version {version!r}",
+                           {"supported": list(_MODERN_VERSIONS) + list(_HANDSHAKE_VERSIONS),
                             "requested": version})
         if not isinstance(meta.get(_META_CAPS), dict):
-            raise RpcError(INVALID_PARAMS, f"params._meta['{_META_CAPS}'] must be an object")
+            raise RpcError(_INVALID_PARAMS, f"params._meta['{_META_CAPS}'] must be an object")
         return True
 
     def client_name(self, req: _Request) -> str:
@@ -14817,7 +14907,7 @@ class Server:
         return name if isinstance(name, str) else self.client
 
     def protocol_for(self, req: _Request) -> str:
-        return MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
+        return _MODERN_VERSIONS[0] if _META_VERSION in req.meta else self.version
 
     def _capabilities(self) -> dict:
         caps: dict = {"tools": {"listChanged": self.transparent is not None},
@@ -14832,8 +14922,8 @@ class Server:
         params = req.params or {}
         asked = params.get("protocolVersion")
         if not isinstance(asked, str):
-            raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
-        self.version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+            raise RpcError(_INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
+        self.version = asked if asked in _HANDSHAKE_VERSIONS else _HANDSHAKE_VERSIONS[0]
         self.initialized = True
         info = params.get("clientInfo")
         self.client = str(info.get("name") or "")[:200] if isinstance(info, dict) else ""
@@ -14844,7 +14934,7 @@ class Server:
                 "instructions": self._instructions()}
 
     def _discover(self, req: _Request) -> dict:
-        return {"supportedVersions": list(MODERN_VERSIONS) + list(HANDSHAKE_VERSIONS),
+        return {"supportedVersions": list(_MODERN_VERSIONS) + list(_HANDSHAKE_VERSIONS),
                 "capabilities": self._capabilities(), "instructions": self._instructions(),
                 "_meta": {_META_SERVER_INFO: {"name": _SERVER_NAME, "version": __version__}}}
 
@@ -14858,8 +14948,8 @@ class Server:
     def _set_level(self, req: _Request) -> dict:
         level = (req.params or {}).get("level")
         if level not in _LOG_LEVELS:
-            raise RpcError(INVALID_PARAMS, f"logging/setLevel needs params.level, one of "
-                                           f"{', '.join(_LOG_LEVELS)}")
+            raise RpcError(_INVALID_PARAMS, f"logging/setLevel needs params.level, one of "
+                           f"{', '.join(_LOG_LEVELS)}")
         self.log_level = level
         self.upstreams.set_level(level)
         return {}
@@ -14895,9 +14985,9 @@ class Server:
         params = req.params or {}
         name, args = params.get("name"), params.get("arguments")
         if not isinstance(name, str):
-            raise RpcError(INVALID_PARAMS, "tools/call needs params.name (a string)")
+            raise RpcError(_INVALID_PARAMS, "tools/call needs params.name (a string)")
         if args is not None and not isinstance(args, dict):
-            raise RpcError(INVALID_PARAMS, "tools/call params.arguments must be an object")
+            raise RpcError(_INVALID_PARAMS, "tools/call params.arguments must be an object")
         call = _Call(self.ctx, req, args or {})
         tool = self.tools.get(name)
         try:
@@ -14907,7 +14997,7 @@ class Server:
             target = self.transparent.lookup(name) if self.transparent is not None else None
             if target is not None:
                 return self.transparent.call(call, target)  # type: ignore[union-attr]
-        except ToolError as e:  # (cleaned: it may quote an upstream's or a server's words)
+        except _ToolError as e:  # (cleaned: it may quote an upstream's or a server's words)
             return _text_result(_clean(str(e)), is_error=True)
         # a file operation no handler expected to fail: still an answer the model reads
         except OSError as e:
@@ -14918,25 +15008,25 @@ class Server:
         names = list(self.tools)
         if self.transparent is not None:
             names += self.transparent.names()
-        raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}. Tools: {_names_list(names)}")
+        raise RpcError(_INVALID_PARAMS, f"Unknown tool: {name}. Tools: {_names_list(names)}")
 
     # -- prompts and resource templates: the upstreams' own, in transparent mode
     def _prompts_list(self, req: _Request) -> dict:
         if self.transparent is None:
-            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/list (Abstract offers "
-                                             "prompts with --expose direct)")
+            raise RpcError(_METHOD_NOT_FOUND, "Method not found: prompts/list (Abstract offers "
+                           "prompts with --expose direct)")
         return _page(req, "prompts", self.transparent.prompts())
 
     def _prompts_get(self, req: _Request) -> dict:
         if self.transparent is None:
-            raise RpcError(METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers "
-                                             "prompts with --expose direct)")
+            raise RpcError(_METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers "
+                           "prompts with --expose direct)")
         return self.transparent.get_prompt(req)
 
     def _task(self, req: _Request) -> dict:
         if self.transparent is None:
-            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract passes "
-                                             f"tasks on with --expose direct)")
+            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract passes "
+                           f"tasks on with --expose direct)")
         return self.transparent.task(req)
 
     def _templates_list(self, req: _Request) -> dict:
@@ -14966,8 +15056,8 @@ class Server:
         handshake era and -32602 in the 2026-07-28 era, as each era's spec says."""
         uri = (req.params or {}).get("uri")
         if not isinstance(uri, str):
-            raise RpcError(INVALID_PARAMS, "resources/read needs params.uri (a string)")
-        missing = INVALID_PARAMS if _META_VERSION in req.meta else RESOURCE_NOT_FOUND
+            raise RpcError(_INVALID_PARAMS, "resources/read needs params.uri (a string)")
+        missing = _INVALID_PARAMS if _META_VERSION in req.meta else _RESOURCE_NOT_FOUND
         if self.transparent is not None and self.transparent.owns(uri):
             return self.transparent.read(uri, req)
         if uri.startswith(_CACHE_URI) and self.cache is not None:
@@ -14977,9 +15067,9 @@ class Server:
         except (FileNotFoundError, _NotRegular):
             raise RpcError(missing, f"Resource not found: {uri}", {"uri": uri}) from None
         except SandboxError as e:
-            raise RpcError(INVALID_PARAMS, str(e), {"uri": uri}) from None
+            raise RpcError(_INVALID_PARAMS, str(e), {"uri": uri}) from None
         except OSError as e:
-            raise RpcError(INVALID_PARAMS, f"{uri} cannot be read: {e.strerror or e}",
+            raise RpcError(_INVALID_PARAMS, f"{uri} cannot be read: {e.strerror or e}",
                            {"uri": uri}) from None
         with f:
             return {"contents": [_file_contents(f, path, size, uri)]}
@@ -14987,10 +15077,10 @@ class Server:
     def _read_cached(self, uri: str, missing: int) -> dict:
         try:
             entry = self.cache.get(uri[len(_CACHE_URI):])  # type: ignore[union-attr]
-        except ToolError as e:
+        except _ToolError as e:
             raise RpcError(missing, str(e), {"uri": uri}) from None
-        too_big = RpcError(INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; read "
-                                           f"it in windows with retrieve_cached_output",
+        too_big = RpcError(_INVALID_PARAMS, f"the cached output is {entry.chars:,} characters; "
+                           f"read it in windows with retrieve_cached_output",
                            {"uri": uri})
         if entry.chars > _READ_MAX:
             raise too_big
@@ -15001,7 +15091,8 @@ class Server:
         return {"contents": [item]}
 
 
-# ==== 19. CLI =====================================================================
+# ==== CLI =========================================================================
+# main(argv): the flags, --check, --login/--logout, and serving on stdin/stdout.
 
 
 def _prepare_dirs(dirs: List[str], say: Callable[[str], None]) -> List[str]:
@@ -15068,8 +15159,8 @@ def _parse_hostport(value: str) -> Tuple[str, int]:
     return host, int(port)
 
 
-def _open_cache(settings: Settings, env: Dict[str, str],
-                roots: Iterable[str] = ()) -> Optional[OutputCache]:
+def _open_cache(settings: _Settings, env: Dict[str, str],
+                roots: Iterable[str] = ()) -> Optional[_OutputCache]:
     """The output cache (None when disabled), in a per-user directory under the temp dir by default.
 
     The cache deletes files in its directory, so it must be one of its own (_claim_cache_dir).
@@ -15089,7 +15180,7 @@ def _open_cache(settings: Settings, env: Dict[str, str],
     directory = os.path.expanduser(configured) if configured else os.path.join(
         tempfile.gettempdir(), f"abstract-cache-{user or 'user'}")
     try:
-        cache = OutputCache(directory, settings, roots=roots)
+        cache = _OutputCache(directory, settings, roots=roots)
     except (OSError, ConfigError) as e:
         why = (f"cannot use the output cache directory {directory}: "
                f"{getattr(e, 'strerror', None) or e}")
@@ -15104,7 +15195,7 @@ def _open_cache(settings: Settings, env: Dict[str, str],
 
 
 @contextlib.contextmanager
-def _sweeping(cache: Optional[OutputCache]) -> Iterator[None]:
+def _sweeping(cache: Optional[_OutputCache]) -> Iterator[None]:
     """While serving, delete expired cache entries every minute, even when nobody asks for them;
     the thread is stopped and joined on the way out."""
     if cache is None:
@@ -15125,7 +15216,7 @@ def _sweeping(cache: Optional[OutputCache]) -> Iterator[None]:
         thread.join(_STOP_JOIN_S)  # (a sweep under way finishes first: it is bounded)
 
 
-def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str, str], value: str
+def _start_links(cache: Optional[_OutputCache], settings: _Settings, env: Dict[str, str], value: str
                  ) -> Tuple[Callable[[_CacheEntry], str], Callable[[], None]]:
     """Serve signed download links of cached outputs (--http): (the link maker, the stop)."""
     import secrets  # lazy: see Imports
@@ -15144,7 +15235,7 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
         limits = (float(settings.get("http_header_timeout_seconds")),
                   float(settings.get("http_idle_timeout_seconds")),
                   int(settings.get("http_max_connections")))
-        httpd, link, stop = _serve_links(cache, _LinkSigner(secret), host, port,
+        httpd, link, stop = _serve_links(cache, _Signer(secret), host, port,
                                          settings.get("cache_base_url"), limits)
     except OSError as e:
         raise ConfigError(f"--http {value}: cannot listen: {e.strerror or e}") from None
@@ -15153,7 +15244,7 @@ def _start_links(cache: Optional[OutputCache], settings: Settings, env: Dict[str
     return link, stop
 
 
-def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Catalog], str]:
+def _open_catalog(settings: _Settings, needed_by: str = "") -> Tuple[Optional[_Catalog], str]:
     """The catalog, or None and the --check line saying why. Serving goes on without a catalog
     that cannot be opened (outputs are then not recorded); --reindex and --memory need one."""
     if not settings.catalog("enabled"):
@@ -15165,8 +15256,8 @@ def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Cat
         path = (os.path.abspath(os.path.expanduser(configured)) if configured
                 else str(_user_dir("data") / "catalog.sqlite3"))
         try:
-            return Catalog(path, max_text=int(settings.catalog("max_text_kb")) * 1024,
-                           own_dir=not configured), ""
+            return _Catalog(path, max_text=int(settings.catalog("max_text_kb")) * 1024,
+                            own_dir=not configured), ""
         except (OSError, sqlite3.Error) as e:
             why = f"unavailable: cannot open {path}: {getattr(e, 'strerror', None) or e}"
     if needed_by:
@@ -15176,8 +15267,8 @@ def _open_catalog(settings: Settings, needed_by: str = "") -> Tuple[Optional[Cat
     return None, f"catalog: {why}"
 
 
-def _reindex_report(catalog: Catalog, sandbox: Sandbox, config: ClientConfig,
-                    cache: Optional[OutputCache],
+def _reindex_report(catalog: _Catalog, sandbox: _Sandbox, config: _ClientConfig,
+                    cache: Optional[_OutputCache],
                     out: Any) -> int:
     """--reindex: add the files of the allowed directories (and live cached outputs) to the
     catalog."""
@@ -15232,7 +15323,7 @@ def _to_text(stdout: Any, report: Callable[[Any], int]) -> int:
         text.detach()  # flush, but leave the caller's stream open
 
 
-def _check(config: ClientConfig, upstreams: Upstreams, out: Any, catalog_line: str = "") -> int:
+def _check(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog_line: str = "") -> int:
     """--check: start every selected upstream in parallel and report per server."""
     out.write(f"abstract {__version__} (Python {sys.version.split()[0]})\n")
     if catalog_line:
@@ -15297,16 +15388,16 @@ def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
         out.writelines(lines)
 
 
-def _remote_urls(config: ClientConfig) -> Dict[str, str]:
+def _remote_urls(config: _ClientConfig) -> Dict[str, str]:
     """name -> URL of each selected remote (http or sse) server of the client config."""
     return {n: s.url for n, s in config.specs.items() if s.remote and s.url and not s.problem}
 
 
-def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str], stdin: Any,
+def _login_cli(args: argparse.Namespace, settings: _Settings, env: Dict[str, str], stdin: Any,
                out: Any) -> int:
     """--login NAME / --logout NAME."""
     name = args.login or args.logout
-    config = ClientConfig(env.get("APP_CONFIG_PATH"), None, env, settings.data.get("inputs"))
+    config = _ClientConfig(env.get("APP_CONFIG_PATH"), None, env, settings.data.get("inputs"))
     if config.error:
         raise ConfigError(config.error)
     urls = _remote_urls(config)
@@ -15335,7 +15426,7 @@ def _login_cli(args: argparse.Namespace, settings: Settings, env: Dict[str, str]
     return 0
 
 
-def _auth_report(config: ClientConfig, upstreams: Upstreams, out: Any) -> None:
+def _auth_report(config: _ClientConfig, upstreams: _Upstreams, out: Any) -> None:
     """--check (after _check started the servers): the login state of each remote server
     (expiry shown; tokens never); a login is said to be needed only where the server asked."""
     urls = _remote_urls(config)
@@ -15428,25 +15519,17 @@ def _main(args: argparse.Namespace, stdin: Any, stdout: Any, err: Any,
         _log.propagate = was[1]
 
 
-def _read_umask() -> int:
-    """The process umask (os.umask can only be read by setting it; done once, before threads
-    start)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 # SIGTERM (what MCP clients send 2 s after closing stdin), SIGINT (Ctrl-C), SIGHUP (its terminal
 # closed; POSIX) and SIGBREAK (Ctrl-Break; Windows): those the platform has
 _STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
 
 
 @contextlib.contextmanager
-def _on_signals(server: Server) -> Iterator[None]:
+def _on_signals(server: _Server) -> Iterator[None]:
     """Each of _STOP_SIGNALS ends serving through the normal shutdown (the one EOF starts), so
     upstreams are stopped rather than orphaned and running calls are answered. Main thread only.
 
-    The handler writes nothing and raises only into the main thread's wait (Server.on_signal):
+    The handler writes nothing and raises only into the main thread's wait (_Server.on_signal):
     a KeyboardInterrupt left to unwind instead ended the interpreter while the stdin reader
     held its buffer's lock ("Fatal Python error: _enter_buffered_busy", status -6). A signal
     ignored when Abstract started (`nohup` ignores SIGHUP; a shell ignores SIGINT for a job in
@@ -15471,7 +15554,7 @@ def _on_signals(server: Server) -> Iterator[None]:
                 signal.signal(signum, handler)
 
 
-def _check_cli(config: ClientConfig, upstreams: Upstreams, out: Any, catalog: str) -> int:
+def _check_cli(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog: str) -> int:
     """--check: start every upstream once and report, then the login of each remote one
     (reported as needed, never started)."""
     for name in upstreams.names():
@@ -15498,24 +15581,23 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
        stdio, Abstract is (Linux) the subreaper of its upstreams' descendants until then, and
        kills those left (_Descendants).
     """
-    global _UMASK
     if env.get("ABSTRACT_PARENT") and not args.check:  # 1.
         raise ConfigError(f"this Abstract was started by another Abstract (pid "
                           f"{env['ABSTRACT_PARENT']}): an entry in the client config runs Abstract "
                           f"itself. Remove that entry, or leave it out of ABSTRACT_PROXY_SERVERS; "
                           f"it is not started, to avoid endless recursion.")
-    _UMASK = _read_umask()  # 2. (once, before any thread starts)
+    _umask()  # 2. read once, before any thread starts
     _SECRETS.add(env.get("ABSTRACT_CACHE_SECRET"))
-    settings = Settings.load(env.get("ABSTRACT_CONFIG"), env)
+    settings = _Settings.load(env.get("ABSTRACT_CONFIG"), env)
     if args.login or args.logout:
         return _to_text(stdout, lambda out: _login_cli(args, settings, env, stdin, out))
     dirs = _prepare_dirs(args.dirs, lambda m: err.write(f"abstract: {m}\n"))
-    sandbox = Sandbox(dirs)
-    config = ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env,
-                          settings.data.get("inputs"))
+    sandbox = _Sandbox(dirs)
+    config = _ClientConfig(env.get("APP_CONFIG_PATH"), env.get("ABSTRACT_PROXY_SERVERS"), env,
+                           settings.data.get("inputs"))
     allowed = [{"uri": _file_uri(r), "name": os.path.basename(r) or r} for r in sandbox.roots]
-    upstreams = Upstreams(config, settings, _ClientLink(settings.roots_mode(), allowed),
-                          environ=env)
+    upstreams = _Upstreams(config, settings, _ClientLink(settings.roots_mode(), allowed),
+                           environ=env)
     catalog, why = _open_catalog(settings, "--reindex" if args.reindex else "--memory"
                                  if args.memory else "")
     with contextlib.ExitStack() as undo:  # 5. what _run starts, it stops, last started first
@@ -15554,14 +15636,14 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
         if args.http:
             link, stop_links = _start_links(cache, settings, env, args.http)
             undo.callback(stop_links)
-        server = Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
-                        args.memory, link)
+        server = _Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
+                         args.memory, link)
         with _on_signals(server):
             server.serve()
         return 128 + server.terminated if server.terminated else 0
 
 
-# ==== 20. Entry point =============================================================
+# ==== Entry point =================================================================
 
 def _exit_now(code: Any) -> None:
     """Flush and leave without interpreter finalisation: at shutdown, a daemon reader thread still

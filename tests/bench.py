@@ -412,7 +412,7 @@ def _floor_write(data: list, fmt: str, path: str) -> None:
             w.writeheader()
             w.writerows({**r, "tags": json.dumps(r["tags"], ensure_ascii=False)} for r in data)
         elif fmt == "yaml":
-            f.write(abstract.dump_yaml(data))
+            f.write(abstract._dump_yaml(data))
         else:
             root = ET.Element("result")
             for r in data:
@@ -605,7 +605,7 @@ def catalog_search(sizes: List[int], queries: int, fallback_sizes: List[int]) ->
     out = []
     for n, fts in [(n, None) for n in sizes] + [(n, False) for n in fallback_sizes]:
         work = tempfile.mkdtemp(prefix="abstract-bench-catalog-")
-        cat = abstract.Catalog(os.path.join(work, "catalog.sqlite3"), fts=fts)
+        cat = abstract._Catalog(os.path.join(work, "catalog.sqlite3"), fts=fts)
         t = time.perf_counter()
         for start in range(0, n, 5000):
             cat.record_many([{"server": f"server{i % 5}", "tool": f"tool{i % 20}", "format": "json",

@@ -50,12 +50,12 @@ def test_jsonrpc_code_table():
     table = {"PARSE_ERROR": -32700, "INVALID_REQUEST": -32600, "METHOD_NOT_FOUND": -32601,
              "INVALID_PARAMS": -32602, "INTERNAL_ERROR": -32603, "CONNECTION_CLOSED": -32000,
              "REQUEST_TIMEOUT": -32001, "RESOURCE_NOT_FOUND": -32002, "UNSUPPORTED_VERSION": -32022}
-    assert {name: getattr(abstract, name) for name in table} == table
+    assert {name: getattr(abstract, "_" + name) for name in table} == table
 
 
 def test_protocol_version_tables():
-    assert abstract.HANDSHAKE_VERSIONS == ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-    assert abstract.MODERN_VERSIONS == ("2026-07-28",)
+    assert abstract._HANDSHAKE_VERSIONS == ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+    assert abstract._MODERN_VERSIONS == ("2026-07-28",)
 
 
 _IMPORT_PROBE = """

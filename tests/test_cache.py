@@ -72,7 +72,7 @@ def test_json_pointer_follows_rfc_6901(pointer, want):
     ("/a/b", "no 'a' in dict"),  # a "/" in a key must be written ~1
 ])
 def test_json_pointer_errors_name_the_missing_step(pointer, message):
-    with pytest.raises(abstract.ToolError, match=re.escape(message)):
+    with pytest.raises(abstract._ToolError, match=re.escape(message)):
         abstract._json_pointer(DOC, pointer)
 
 
@@ -95,7 +95,7 @@ def test_window_by_offset_is_bounded_and_says_what_remains():
 @pytest.mark.parametrize("args", [{"offset": -1}, {"length": 0}, {"offset": "3"}, {"start_line": 0},
                                   {"end_line": True}, {"length": 1.5}])
 def test_window_rejects_bad_numbers(args):
-    with pytest.raises(abstract.ToolError, match="must be an integer"):
+    with pytest.raises(abstract._ToolError, match="must be an integer"):
         _win("abc", 10, **args)
 
 
@@ -125,7 +125,7 @@ def test_window_line_longer_than_the_window_is_cut_and_says_so():
 
 
 def test_window_end_line_before_start_line_is_an_error():
-    with pytest.raises(abstract.ToolError, match="end_line"):
+    with pytest.raises(abstract._ToolError, match="end_line"):
         _win(make_lines(10), 100, start_line=5, end_line=2)
 
 
@@ -167,8 +167,8 @@ class Clock:
         return self.t
 
 
-def _cache(path: Path, clock: Clock, **conf) -> abstract.OutputCache:
-    return abstract.OutputCache(str(path), abstract.Settings({"output_cache": conf}), clock=clock)
+def _cache(path: Path, clock: Clock, **conf) -> abstract._OutputCache:
+    return abstract._OutputCache(str(path), abstract._Settings({"output_cache": conf}), clock=clock)
 
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -218,16 +218,16 @@ def test_expired_entry_is_an_error_and_its_files_are_deleted_on_access(tmp_path)
     entry = cache.put(_text("x" * 100), "s", "t")[0]
     assert cache.get(entry.token) is entry
     clock.t += 10
-    with pytest.raises(abstract.ToolError, match=r"expired at \d{4}-\d\d-\d\dT.*Call the tool again"):
+    with pytest.raises(abstract._ToolError, match=r"expired at \d{4}-\d\d-\d\dT.*Call the tool again"):
         cache.get(entry.token)
     assert _cache_files(tmp_path, entry.token) == []
-    with pytest.raises(abstract.ToolError, match="No cached output with token"):
+    with pytest.raises(abstract._ToolError, match="No cached output with token"):
         cache.get(entry.token)
 
 
 @pytest.mark.parametrize("token", ["short", "../../etc/passwd", "a" * 65, 12, None, "x" * 20 + "/", "x" * 20 + "\n"])
 def test_malformed_token_is_a_clear_error(tmp_path, token):
-    with pytest.raises(abstract.ToolError, match="is not a cache token"):
+    with pytest.raises(abstract._ToolError, match="is not a cache token"):
         _cache(tmp_path, Clock()).get(token)
 
 
@@ -257,7 +257,7 @@ def test_size_cap_evicts_oldest_first_and_keeps_the_newest(tmp_path):
         tokens.append(cache.put(_text(str(i) * 10000), "s", "t")[0].token)
     assert [e.token for e in cache.entries()] == tokens[:1:-1]  # newest first; 0 and 1 evicted
     assert _cache_files(tmp_path, tokens[0]) == _cache_files(tmp_path, tokens[1]) == []
-    with pytest.raises(abstract.ToolError, match="evicted"):
+    with pytest.raises(abstract._ToolError, match="evicted"):
         cache.get(tokens[0])
     clock.t += 1
     huge = cache.put(_text("h" * 100000), "s", "t")[0]  # alone over the cap: still kept, the rest goes
@@ -308,7 +308,7 @@ def test_broken_metadata_is_skipped_not_fatal(tmp_path, meta):
 def links(tmp_path):
     clock = Clock()
     cache = _cache(tmp_path / "cache", clock, ttl_seconds=100)
-    signer = abstract._LinkSigner(b"k")
+    signer = abstract._Signer(b"k")
     text_entry = cache.put(_text("plain text"), "s", "t")[0]
     json_entry = cache.put(_text(json.dumps(make_rows(3))), "s", "rows")[0]
 
@@ -343,7 +343,7 @@ def test_link_bad_signatures_are_403(links):
                  url(t.token, sig="%C3%A9" + good[2:]),  # non-ASCII after decoding: a 403, not a crash
                  f"/cache/{t.token}?expires={e}", f"/cache/{t.token}?sig={good}", f"/cache/{t.token}",
                  f"/cache/{t.token}?expires=soon&sig={good}",
-                 f"/cache/{t.token}?expires={e}&sig={abstract._LinkSigner(b'other').sign(t.token, e)}"]:
+                 f"/cache/{t.token}?expires={e}&sig={abstract._Signer(b'other').sign(t.token, e)}"]:
         status, _, body = abstract._link_response(cache, signer, path)
         assert status == 403, (path, status, body)
 
@@ -384,7 +384,7 @@ def test_link_query_tricks(links):
 
 
 def test_link_signature_is_hmac_sha256_of_token_colon_expires():
-    got = abstract._LinkSigner(b"key").sign("T" * 20, 123)
+    got = abstract._Signer(b"key").sign("T" * 20, 123)
     assert got == hmac.new(b"key", ("T" * 20 + ":123").encode(), hashlib.sha256).hexdigest()
 
 

@@ -1,4 +1,4 @@
-"""The catalog (section 13 of abstract.py) in-process: Catalog(":memory:") or a file under tmp_path.
+"""The catalog (abstract.py's Catalog part) in-process: _Catalog(":memory:") or a file under tmp_path.
 
 Search with FTS5 and with the forced LIKE fallback, hostile queries, pagination, corrupt files,
 permissions, migrations, concurrency, conversation memory, and the helpers --reindex uses.
@@ -60,8 +60,8 @@ class _Logged(logging.Handler):
         return "\n".join(self.lines)
 
 
-def _mem(fts=None, **kw) -> abstract.Catalog:
-    return abstract.Catalog(":memory:", fts=fts, **kw)
+def _mem(fts=None, **kw) -> abstract._Catalog:
+    return abstract._Catalog(":memory:", fts=fts, **kw)
 
 
 CORPUS = [
@@ -83,7 +83,7 @@ PLAIN = ["revenue", "north", "spring campaign", "region south", "backup", "error
          "camera north", "malmö", "cafe", "zoe", "2m", "100", "friday budget", "nothing_here", "rev", "ca", "o"]
 
 
-def _filled(fts=None, **kw) -> abstract.Catalog:
+def _filled(fts=None, **kw) -> abstract._Catalog:
     cat = _mem(fts, **kw)
     for i, row in enumerate(CORPUS):
         _record(cat, dict({"kind": "stored"}, **row, created=T0 + i * 60))
@@ -141,7 +141,7 @@ def test_modes_phrase_and_prefix(fts):
     assert set(_paths(cat.search("backu", "prefix"))) == {"/o/log.txt"}
     assert _paths(cat.search("backu", "words")) == []
     assert set(_paths(cat.search("rev reg", "prefix"))) == {"/o/sales-2024.csv"}
-    with pytest.raises(abstract.ToolError, match="mode"):
+    with pytest.raises(abstract._ToolError, match="mode"):
         cat.search("x", "regex")
 
 
@@ -243,7 +243,7 @@ def test_recent_pages_newest_first_with_an_opaque_cursor():
     assert got == [f"/r/{i}" for i in (6, 5, 4, 3, 2, 1, 0)]
     assert [r["path"] for r in cat.recent(server="s")[0]] == ["/r/5", "/r/3", "/r/1"]
     for bad in ("junk", "e30", "WzEsMl0", "\x00", "a" * 500):
-        with pytest.raises(abstract.ToolError, match="cursor"):
+        with pytest.raises(abstract._ToolError, match="cursor"):
             cat.recent(cursor=bad)
 
 
@@ -263,14 +263,14 @@ def test_retention_counts_only_existing_stored_files(tmp_path):
 
 def test_a_database_moves_between_fts5_and_fallback(tmp_path):
     path = str(tmp_path / "c.sqlite3")
-    a = abstract.Catalog(path)
+    a = abstract._Catalog(path)
     _record(a, {"path": "/one", "text": "alpha"})
     a.close()
-    b = abstract.Catalog(path, fts=False)
+    b = abstract._Catalog(path, fts=False)
     assert b.fts is False and _paths(b.search("alpha")) == ["/one"]  # terms filled for old rows
     _record(b, {"path": "/two", "text": "alpha beta"})
     b.close()
-    c = abstract.Catalog(path)
+    c = abstract._Catalog(path)
     assert c.fts is True and set(_paths(c.search("alpha"))) == {"/one", "/two"}  # FTS index rebuilt
     assert _paths(c.search("beta")) == ["/two"]
     c.close()
@@ -282,7 +282,7 @@ def test_corrupt_file_is_moved_aside_and_a_fresh_one_is_created(tmp_path):
     path.write_bytes(garbage)
     (tmp_path / "catalog.sqlite3-wal").write_bytes(b"junk wal")
     with _Logged() as caplog:
-        cat = abstract.Catalog(str(path))
+        cat = abstract._Catalog(str(path))
     kept = Path(cat.moved_aside)
     assert kept.name.startswith("catalog.sqlite3.corrupt-") and kept.read_bytes() == garbage
     assert Path(str(kept) + "-wal").read_bytes() == b"junk wal"
@@ -291,20 +291,20 @@ def test_corrupt_file_is_moved_aside_and_a_fresh_one_is_created(tmp_path):
     assert _paths(cat.search("works")) == ["/fresh"]
     assert "moved aside to " + str(kept) in cat.describe()
     cat.close()
-    again = abstract.Catalog(str(path))
+    again = abstract._Catalog(str(path))
     assert again.moved_aside == "" and str(kept) in again.describe() and again.count() == 1
     again.close()
 
 
 def test_truncated_database_is_moved_aside(tmp_path):
     path = tmp_path / "c.sqlite3"
-    cat = abstract.Catalog(str(path))
+    cat = abstract._Catalog(str(path))
     for i in range(200):
         _record(cat, {"path": f"/{i}", "text": "some text " * 50})
     cat.close()
     data = path.read_bytes()
     path.write_bytes(data[:100] + b"\xff" * 4000 + data[4100:])  # header kept, schema page smashed
-    fresh = abstract.Catalog(str(path))
+    fresh = abstract._Catalog(str(path))
     assert fresh.moved_aside and fresh.count() == 0
     fresh.close()
 
@@ -312,7 +312,7 @@ def test_truncated_database_is_moved_aside(tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes")
 def test_files_are_owner_only(tmp_path):
     own = tmp_path / "data" / "abstract"
-    cat = abstract.Catalog(str(own / "catalog.sqlite3"), own_dir=True)
+    cat = abstract._Catalog(str(own / "catalog.sqlite3"), own_dir=True)
     _record(cat, {"path": "/x", "text": "y"})
     assert stat.S_IMODE(os.stat(own).st_mode) == 0o700
     for name in ("catalog.sqlite3", "catalog.sqlite3-wal", "catalog.sqlite3-shm"):
@@ -322,13 +322,13 @@ def test_files_are_owner_only(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
     os.chmod(shared, 0o755)
-    abstract.Catalog(str(shared / "c.sqlite3")).close()
+    abstract._Catalog(str(shared / "c.sqlite3")).close()
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755  # a directory the user chose is left alone
 
 
 def test_schema_version_and_migrations(tmp_path):
     path = str(tmp_path / "c.sqlite3")
-    abstract.Catalog(path).close()
+    abstract._Catalog(path).close()
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone()[0] == len(abstract._CATALOG_MIGRATIONS) == 1
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -336,7 +336,7 @@ def test_schema_version_and_migrations(tmp_path):
     db.commit()
     db.close()
     with _Logged() as caplog:
-        cat = abstract.Catalog(path)
+        cat = abstract._Catalog(path)
     assert "schema version 99" in caplog.text
     _record(cat, {"path": "/x", "text": "still usable"})
     assert cat.count() == 1
@@ -347,7 +347,7 @@ def test_schema_version_and_migrations(tmp_path):
 
 def test_concurrent_writes_from_many_threads_all_land(tmp_path):
     path = str(tmp_path / "c.sqlite3")
-    one, two = abstract.Catalog(path), abstract.Catalog(path)  # two connections, as two Abstracts would have
+    one, two = abstract._Catalog(path), abstract._Catalog(path)  # two connections, as two Abstracts would have
 
     def work(i: int) -> None:
         cat = one if i % 2 else two
@@ -397,7 +397,7 @@ def test_memory_errors_are_tool_errors():
                         (lambda: cat.get_conversation(cid, before="nope"), "before_message_id"),
                         (lambda: cat.delete_conversation("nope"), "No conversation"),
                         (lambda: cat.export("nope"), "No conversation")]:
-        with pytest.raises(abstract.ToolError, match=match):
+        with pytest.raises(abstract._ToolError, match=match):
             call()
     assert cat.get_conversation(cid)["message_count"] == 1  # a refused save left nothing behind
 
@@ -449,7 +449,7 @@ def test_search_messages_dates():
 
 
 def test_ten_concurrent_saves_to_one_conversation_all_land(tmp_path):
-    cat = abstract.Catalog(str(tmp_path / "c.sqlite3"))
+    cat = abstract._Catalog(str(tmp_path / "c.sqlite3"))
     cid = cat.save_message(None, "system", "start")["conversation_id"]
     barrier = threading.Barrier(10)
 
@@ -488,7 +488,7 @@ def test_parse_when_accepts_dates_times_and_zones():
     assert p("2025-01-31T09:00:00+02:00", "k") == "2025-01-31T07:00:00.000Z"
     assert p("2025-01-31T09:00", "k", end=True) == "2025-01-31T09:00:00.001Z"
     for bad in ("yesterday", "2025-13-01", "", "2025-01-31T25:00", "9" * 30):
-        with pytest.raises(abstract.ToolError, match="ISO 8601"):
+        with pytest.raises(abstract._ToolError, match="ISO 8601"):
             p(bad, "since")
 
 

@@ -28,7 +28,7 @@ def test_sweep_temps_removes_only_old_own_temporaries(tmp_path):
 
 
 def test_cache_start_up_drops_orphans_but_keeps_entries_and_foreign_files(tmp_path):
-    cache = abstract.OutputCache(str(tmp_path), abstract.Settings({}))
+    cache = abstract._OutputCache(str(tmp_path), abstract._Settings({}))
     png = "iVBORw0KGgo="
     entry, _, _ = cache.put({"content": [{"type": "text", "text": "x" * 10},
                                          {"type": "image", "data": png, "mimeType": "image/png"}]}, "s", "t")
@@ -38,7 +38,7 @@ def test_cache_start_up_drops_orphans_but_keeps_entries_and_foreign_files(tmp_pa
         p.write_text("left behind")
     for name in os.listdir(tmp_path):
         _age(tmp_path / name, 7200)
-    abstract.OutputCache(str(tmp_path), abstract.Settings({}))
+    abstract._OutputCache(str(tmp_path), abstract._Settings({}))
     left = sorted(os.listdir(tmp_path))
     assert not orphan.exists() and foreign.exists()
     assert [n for n in left if n.startswith(entry.token)] == sorted(

@@ -347,7 +347,7 @@ def test_response_format_with_compress_writes_gzip(px, shared):
     path = Path(res["structuredContent"]["path"])
     assert path.name == "packed.yaml.gz" and res["structuredContent"]["compressed"] is True
     expected = json.loads((VALID / "short.yml.expected.json").read_text())
-    assert same_json(abstract.load_yaml(gzip.decompress(path.read_bytes()).decode()), {"rows": expected})
+    assert same_json(abstract._load_yaml(gzip.decompress(path.read_bytes()).decode()), {"rows": expected})
 
 
 def test_response_format_unknown_is_refused(px):

@@ -1,4 +1,4 @@
-"""Tests for section 6 (Formats) of abstract.py: converters both ways, round trips, refusals."""
+"""Tests for abstract.py's Formats part: converters both ways, round trips, refusals."""
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +14,7 @@ from typing import Any, Iterator, List
 from conftest import same_json  # noqa: E402
 from abstract import (FormatError, _as_records, _convert, _dump_csv_parts, _dump_html,  # noqa: E402
                      _dump_json, _dump_md, _dump_txt, _dump_xml, _load_csv,
-                     _parse_text, _xml_to_data, dump_yaml, load_yaml)
+                     _parse_text, _xml_to_data, _dump_yaml, _load_yaml)
 
 
 def _csv(rows, delimiter=","):
@@ -256,19 +256,19 @@ def test_convert_every_format_runs() -> None:
 # ---- YAML: dump ----
 
 def test_yaml_dump_shapes() -> None:
-    assert dump_yaml({"a": 1, "b": [1, 2], "c": {}, "d": []}) == \
+    assert _dump_yaml({"a": 1, "b": [1, 2], "c": {}, "d": []}) == \
         "a: 1\nb:\n  - 1\n  - 2\nc: {}\nd: []\n"
-    assert dump_yaml([{"a": 1, "b": 2}, [3, 4]]) == "- a: 1\n  b: 2\n- - 3\n  - 4\n"
-    assert dump_yaml("x") == "x\n"
-    assert dump_yaml(None) == "null\n"
-    assert dump_yaml([]) == "[]\n"
-    assert dump_yaml({"s": "a\nb"}) == "s: |-\n  a\n  b\n"
-    assert dump_yaml({"s": "a\nb\n"}) == "s: |\n  a\n  b\n"
-    assert dump_yaml({"s": "a\n\n"}) == "s: |+\n  a\n\n"
-    assert dump_yaml({"s": " a\nb"}) == 's: " a\\nb"\n'
-    assert dump_yaml([1e16, float("inf"), -float("inf"), 0.1]) == \
+    assert _dump_yaml([{"a": 1, "b": 2}, [3, 4]]) == "- a: 1\n  b: 2\n- - 3\n  - 4\n"
+    assert _dump_yaml("x") == "x\n"
+    assert _dump_yaml(None) == "null\n"
+    assert _dump_yaml([]) == "[]\n"
+    assert _dump_yaml({"s": "a\nb"}) == "s: |-\n  a\n  b\n"
+    assert _dump_yaml({"s": "a\nb\n"}) == "s: |\n  a\n  b\n"
+    assert _dump_yaml({"s": "a\n\n"}) == "s: |+\n  a\n\n"
+    assert _dump_yaml({"s": " a\nb"}) == 's: " a\\nb"\n'
+    assert _dump_yaml([1e16, float("inf"), -float("inf"), 0.1]) == \
         "- 1.0e+16\n- .inf\n- -.inf\n- 0.1\n"
-    assert dump_yaml("日本語 😀") == "日本語 😀\n"
+    assert _dump_yaml("日本語 😀") == "日本語 😀\n"
 
 
 def test_yaml_dump_quotes_what_must_be_quoted() -> None:
@@ -278,26 +278,26 @@ def test_yaml_dump_quotes_what_must_be_quoted() -> None:
                   "#a", "&a", "*a", "!a", "|a", ">a", "'a", '"a', "%a", "@a", "`a", "a: b",
                   "a #b", "a:", "\x01", "a\u2028b", "\ufeff", "a\tb", "<<", "="]
     for s in must_quote:
-        line = dump_yaml({"k": s}).rstrip("\n")
+        line = _dump_yaml({"k": s}).rstrip("\n")
         assert line.startswith('k: "'), (s, line)
-        line = dump_yaml({s: 1}).rstrip("\n")
+        line = _dump_yaml({s: 1}).rstrip("\n")
         assert line.startswith('"'), (s, line)
     for s in ["a", "a b", "a-b", "a:b", "a#b", "3 apples", "é", "http://x.y/z?q=1#f"]:
-        assert dump_yaml(s) == s + "\n"
+        assert _dump_yaml(s) == s + "\n"
 
 
 def test_yaml_round_trip_awkward() -> None:
     for value in [AWKWARD_DOC, DEEP, AWKWARD_STRINGS, "", [], {}, None, [[[]]], [{}],
                   {"k" * 1500: "long key", "v": "x" * 3000}]:
-        assert same(load_yaml(dump_yaml(value)), value)
-    nan = load_yaml(dump_yaml(float("nan")))
+        assert same(_load_yaml(_dump_yaml(value)), value)
+    nan = _load_yaml(_dump_yaml(float("nan")))
     assert isinstance(nan, float) and math.isnan(nan)
 
 
 def test_yaml_round_trip_random() -> None:
     for value in random_cases():
-        text = dump_yaml(value)
-        assert same(load_yaml(text), value), text
+        text = _dump_yaml(value)
+        assert same(_load_yaml(text), value), text
 
 
 # ---- YAML: load ----
@@ -362,7 +362,7 @@ YAML_DOCS = [
 
 def test_yaml_documents() -> None:
     for text, expected in YAML_DOCS:
-        assert same(load_yaml(text), expected), (text, load_yaml(text))
+        assert same(_load_yaml(text), expected), (text, _load_yaml(text))
 
 
 INVALID_YAML = [
@@ -400,14 +400,14 @@ INVALID_YAML = [
 def test_yaml_invalid_documents() -> None:
     for text, line in INVALID_YAML:
         with raises(FormatError) as caught:
-            load_yaml(text)
+            _load_yaml(text)
         assert caught[0].lineno == line, (text, str(caught[0]))
         assert f"line {line}" in str(caught[0])
 
 
 def test_yaml_deep_nesting_is_an_error() -> None:
     with raises(FormatError):
-        load_yaml("[" * 100000 + "]" * 100000)
+        _load_yaml("[" * 100000 + "]" * 100000)
 
 
 # ---- XML ----

@@ -28,8 +28,8 @@ TOKEN_RE = re.compile(r"Token: ([A-Za-z0-9_-]{24}) ")
 HOUR = 3600
 
 
-def _settings(**conf) -> abstract.Settings:
-    return abstract.Settings({"output_cache": conf})
+def _settings(**conf) -> abstract._Settings:
+    return abstract._Settings({"output_cache": conf})
 
 
 def _age(path: Path, seconds: float = 2 * HOUR) -> None:
@@ -48,14 +48,14 @@ def test_a_non_empty_directory_without_the_marker_is_refused_and_left_alone(tmp_
         _age(docs / name)
     before = files_under(docs)
     with pytest.raises(abstract.ConfigError, match=r"not Abstract's \(notes.txt, quarterly_report_2024.pdf\)"):
-        abstract.OutputCache(str(docs), _settings())
+        abstract._OutputCache(str(docs), _settings())
     assert files_under(docs) == before and not (docs / ".abstract-cache").exists()
 
 
 def test_a_new_or_empty_directory_gets_the_marker_and_owner_only_mode(tmp_path):
     (tmp_path / "empty").mkdir()
     for d in (tmp_path / "new" / "cache", tmp_path / "empty"):
-        abstract.OutputCache(str(d), _settings())
+        abstract._OutputCache(str(d), _settings())
         assert (d / ".abstract-cache").is_file()
         if os.name == "posix":
             assert d.stat().st_mode & 0o777 == 0o700
@@ -76,7 +76,7 @@ def test_a_marked_cache_deletes_only_names_of_its_own_forms(tmp_path):
     (d / ("D" * 24 + ".json")).mkdir()  # a folder of a token's name: never deleted either
     for p in [outside, *d.iterdir()]:
         _age(p)
-    abstract.OutputCache(str(d), _settings())
+    abstract._OutputCache(str(d), _settings())
     assert all(os.path.lexists(d / n) for n in keep) and not any(os.path.lexists(d / n) for n in gone)
     assert outside.read_text() == "precious" and (d / ("D" * 24 + ".json")).is_dir()
 
@@ -87,9 +87,9 @@ def test_a_symlink_or_a_file_is_refused(tmp_path):
     (tmp_path / "link").symlink_to(real)
     (tmp_path / "file").write_text("x")
     with pytest.raises(abstract.ConfigError, match="symbolic link"):
-        abstract.OutputCache(str(tmp_path / "link"), _settings())
+        abstract._OutputCache(str(tmp_path / "link"), _settings())
     with pytest.raises(abstract.ConfigError, match="not a directory"):
-        abstract.OutputCache(str(tmp_path / "file"), _settings())
+        abstract._OutputCache(str(tmp_path / "file"), _settings())
     assert os.listdir(real) == []
 
 
@@ -99,7 +99,7 @@ def test_another_users_directory_is_refused(tmp_path):
     d.mkdir()
     os.chown(d, 12345, 12345)
     with pytest.raises(abstract.ConfigError, match=r"belongs to another user \(uid 12345\)"):
-        abstract.OutputCache(str(d), _settings())
+        abstract._OutputCache(str(d), _settings())
     assert os.listdir(d) == []
 
 
@@ -108,7 +108,7 @@ def test_the_cache_lies_apart_from_the_allowed_directories(tmp_path, where):
     root = tmp_path / "store" / "root"
     root.mkdir(parents=True)
     cache = {"equal": root, "inside": root / "cache", "contains": tmp_path / "store"}[where]
-    settings = abstract.Settings({"output_cache": {"dir": str(cache)}})
+    settings = abstract._Settings({"output_cache": {"dir": str(cache)}})
     with pytest.raises(abstract.ConfigError, match=f"cannot use the output cache directory {re.escape(str(cache))}: "
                                                    f"it is, holds or lies inside the allowed directory"):
         abstract._open_cache(settings, {"USER": "tester"}, [str(root)])
@@ -127,7 +127,7 @@ def test_an_unusable_default_location_turns_the_cache_off(tmp_path, monkeypatch)
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("abstract").addHandler(handler)  # its own: main() may have stopped propagation
     try:
-        assert abstract._open_cache(abstract.Settings({}), {"USER": "tester"}) is None
+        assert abstract._open_cache(abstract._Settings({}), {"USER": "tester"}) is None
     finally:
         logging.getLogger("abstract").removeHandler(handler)
     assert any("it is a symbolic link; the output cache is off" in m for m in seen), seen
@@ -275,10 +275,10 @@ def test_parse_when_says_when_a_date_is_out_of_range():
     assert abstract._parse_when("9999-12-31", "until", end=True) == "9999-12-31T23:59:59.999Z"
     for bad, why in [("2025-02-30", "day is out of range for month"), ("0001-01-01T00:00+01:00", "out of range"),
                      ("2025-01-31T09:00+24:00", r"UTC offset \+24:00")]:
-        with pytest.raises(abstract.ToolError, match=f"is an ISO 8601 date or time, but out of range: .*{why}"):
+        with pytest.raises(abstract._ToolError, match=f"is an ISO 8601 date or time, but out of range: .*{why}"):
             abstract._parse_when(bad, "since")
     for bad in ("2025-01-31Z", "31.01.2025", "2025-1-31"):
-        with pytest.raises(abstract.ToolError, match="is not an ISO 8601 date or time"):
+        with pytest.raises(abstract._ToolError, match="is not an ISO 8601 date or time"):
             abstract._parse_when(bad, "since")
 
 

@@ -1,4 +1,4 @@
-"""The HTTP client primitive (section 8b): bodies, SSE, redirects, the auth hook, proxies, TLS
+"""The HTTP client primitive (abstract.py's HTTP part): bodies, SSE, redirects, the auth hook, proxies, TLS
 and faults, against real stdlib peers on 127.0.0.1."""
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ def served():
 
 def test_json_body_and_bound(served):
     s = served(lambda r: reply(r, 200, b'{"a":' + b"1" * 5000 + b"}"))
-    with abstract.http_request("POST", s.url + "/mcp", {"X": "1"}, b"{}", environ={}) as resp:
+    with abstract._http_request("POST", s.url + "/mcp", {"X": "1"}, b"{}", environ={}) as resp:
         assert resp.status == 200 and resp.content_type == "application/json"
         assert len(resp.read()) == 5006
-    with abstract.http_request("GET", s.url, environ={}) as resp:
-        with pytest.raises(abstract.HttpError, match="more than 100 bytes"):
+    with abstract._http_request("GET", s.url, environ={}) as resp:
+        with pytest.raises(abstract._HttpError, match="more than 100 bytes"):
             resp.read(100)
     assert s.seen[0][0] == "POST" and s.seen[0][2]["X"] == "1" and s.seen[0][3] == b"{}"
 
@@ -55,28 +55,28 @@ def test_a_body_read_whole_has_a_deadline_for_all_of_it(served):
 
     s = served(drip)
     try:
-        with abstract.http_request("GET", s.url, environ={}) as resp:
-            with pytest.raises(abstract.HttpError, match="took more than 0.5 s"):
+        with abstract._http_request("GET", s.url, environ={}) as resp:
+            with pytest.raises(abstract._HttpError, match="took more than 0.5 s"):
                 resp.read(within=0.5)
     finally:
         stop.set()
 
 
 def test_sse_parser_fields():
-    p = abstract.SseParser(max_event=64)
+    p = abstract._SseParser(max_event=64)
     lines = [b"\xef\xbb\xbfid: 7\r\n", b"data:\r\n", b"\r\n",  # priming event: no data, id kept
              b": keep-alive\n", b"retry: 1500\n", b"event: endpoint\n", b"data: a\n", b"data:  b\n",
              b"id: 8\n", b"\n", b"data: x\n", b"\n"]
     got = [ev for ev in map(p.feed, lines) if ev is not None]
-    assert got == [abstract.SseEvent("message", b"", "7"),  # (WHATWG: an empty data line dispatches)
-                   abstract.SseEvent("endpoint", b"a\n b", "8"), abstract.SseEvent("message", b"x", None)]
+    assert got == [abstract._SseEvent("message", b"", "7"),  # (WHATWG: an empty data line dispatches)
+                   abstract._SseEvent("endpoint", b"a\n b", "8"), abstract._SseEvent("message", b"x", None)]
     assert p.last_id == "8" and p.retry_ms == 1500
-    p2 = abstract.SseParser(max_event=64)
+    p2 = abstract._SseParser(max_event=64)
     p2.feed(b"data: " + b"x" * 40 + b"\n")
-    with pytest.raises(abstract.HttpError, match="more than 64 bytes"):
+    with pytest.raises(abstract._HttpError, match="more than 64 bytes"):
         p2.feed(b"data: " + b"x" * 40 + b"\n")
-    with pytest.raises(abstract.HttpError, match="more than 64 bytes"):
-        abstract.SseParser(max_event=64).feed(b"data: " + b"y" * 100)  # a line cut at the bound
+    with pytest.raises(abstract._HttpError, match="more than 64 bytes"):
+        abstract._SseParser(max_event=64).feed(b"data: " + b"y" * 100)  # a line cut at the bound
 
 
 def test_sse_stream_incremental(served):
@@ -94,8 +94,8 @@ def test_sse_stream_incremental(served):
         r.close_connection = True
 
     s = served(handle)
-    p = abstract.SseParser()
-    with abstract.http_request("GET", s.url, environ={}) as resp:
+    p = abstract._SseParser()
+    with abstract._http_request("GET", s.url, environ={}) as resp:
         events = resp.events(p)
         assert next(events).data == b'{"n":1}'
         gate.set()
@@ -125,11 +125,11 @@ def test_auth_hook_retries_once(served):
 
     s = served(handle)
     prov = Provider(fix=True)
-    with abstract.http_request("POST", s.url, body=b"{}", auth=prov, environ={}) as resp:
+    with abstract._http_request("POST", s.url, body=b"{}", auth=prov, environ={}) as resp:
         assert resp.status == 200
     assert prov.asked == [(401, 'Bearer resource_metadata="x"')]
     prov2 = Provider(fix=False)
-    with abstract.http_request("POST", s.url, body=b"{}", auth=prov2, environ={}) as resp:
+    with abstract._http_request("POST", s.url, body=b"{}", auth=prov2, environ={}) as resp:
         assert resp.status == 401 and "HTTP 401" in str(resp.error("server 'x'"))
     assert len(prov2.asked) == 1
 
@@ -148,11 +148,11 @@ def test_redirects(served):
             reply(r, 200, r.body)
 
     s = served(handle)
-    with pytest.raises(abstract.HttpError, match="redirected a POST .* not followed"):
-        abstract.http_request("POST", s.url + "/post-away", body=b"{}", environ={})
-    with abstract.http_request("POST", s.url + "/post-same", body=b"hi", environ={}) as resp:
+    with pytest.raises(abstract._HttpError, match="redirected a POST .* not followed"):
+        abstract._http_request("POST", s.url + "/post-away", body=b"{}", environ={})
+    with abstract._http_request("POST", s.url + "/post-same", body=b"hi", environ={}) as resp:
         assert resp.read() == b"hi" and resp.url.endswith("/final")
-    with abstract.http_request("GET", s.url + "/get-away", {"Authorization": "Bearer s"},
+    with abstract._http_request("GET", s.url + "/get-away", {"Authorization": "Bearer s"},
                                environ={}) as resp:
         assert resp.read() == b"none"  # the credential stayed with its origin
     assert [x[0] for x in other.seen] == ["GET"]
@@ -177,7 +177,7 @@ def test_a_redirect_to_another_origin_carries_no_header_of_the_entry_or_the_logi
 
     sent = {"X-Api-Key": "STATIC-SECRET", "Mcp-Session-Id": "sess", "Last-Event-ID": "7",
             "MCP-Protocol-Version": "2025-11-25", "Accept": "text/event-stream"}
-    with abstract.http_request("GET", s.url + "/x", sent, auth=Login(), environ={}) as resp:
+    with abstract._http_request("GET", s.url + "/x", sent, auth=Login(), environ={}) as resp:
         assert resp.read() == b"there"
     assert "authorization" not in got[0] and "x-api-key" not in got[0]
     assert "mcp-session-id" not in got[0]
@@ -188,38 +188,38 @@ def test_proxy_absolute_form_and_no_proxy(served):
     proxy = FakeProxy()
     try:
         env = {"http_proxy": proxy.url}
-        with abstract.http_request("GET", "http://example.invalid:81/mcp?k=1", environ=env) as resp:
+        with abstract._http_request("GET", "http://example.invalid:81/mcp?k=1", environ=env) as resp:
             assert resp.read() == b"GET http://example.invalid:81/mcp?k=1 HTTP/1.1"
         # user:password@ is Basic auth (as in curl), never in the request line or Host
-        with abstract.http_request("GET", "http://al:pw%21@example.invalid:81/x#f", environ=env) as resp:
+        with abstract._http_request("GET", "http://al:pw%21@example.invalid:81/x#f", environ=env) as resp:
             assert resp.read() == b"GET http://example.invalid:81/x HTTP/1.1"
         assert "Host: example.invalid:81" in proxy.heads[1]
         assert "Authorization: Basic YWw6cHch" in proxy.heads[1]  # al:pw!
         s = served(lambda r: reply(r, 200, b"direct"))
         env["NO_PROXY"] = "localhost,127.0.0.1"
-        with abstract.http_request("GET", s.url, environ=env) as resp:
+        with abstract._http_request("GET", s.url, environ=env) as resp:
             assert resp.read() == b"direct"
         assert len(proxy.lines) == 2
     finally:
         proxy.close()
     assert abstract._no_proxy("a.example.com", 443, {"NO_PROXY": ".example.com"})
     assert not abstract._no_proxy("example.org", 443, {"NO_PROXY": "example.com:443"})
-    with pytest.raises(abstract.HttpError, match="only http:// proxies"):
+    with pytest.raises(abstract._HttpError, match="only http:// proxies"):
         abstract._proxy_for("https://x.test/", {"HTTPS_PROXY": "socks5://p:1"})
 
 
 def test_tls_trust_and_connect_tunnel(served, tmp_path):
     cert = self_signed(tmp_path)
     s = served(lambda r: reply(r, 200, b"secure"), tls=server_tls(cert))
-    with pytest.raises(abstract.HttpError, match="TLS certificate is not trusted.*SSL_CERT_FILE"):
-        abstract.http_request("GET", s.url, environ={"SSL_CERT_FILE": ""})
+    with pytest.raises(abstract._HttpError, match="TLS certificate is not trusted.*SSL_CERT_FILE"):
+        abstract._http_request("GET", s.url, environ={"SSL_CERT_FILE": ""})
     env = {"SSL_CERT_FILE": str(cert)}
-    with abstract.http_request("GET", s.url, environ=env) as resp:
+    with abstract._http_request("GET", s.url, environ=env) as resp:
         assert resp.read() == b"secure"
     proxy = FakeProxy()
     try:
         env["HTTPS_PROXY"] = proxy.url
-        with abstract.http_request("GET", s.url + "/t", environ=env) as resp:
+        with abstract._http_request("GET", s.url + "/t", environ=env) as resp:
             assert resp.read() == b"secure"
         assert proxy.lines[0].startswith(f"CONNECT 127.0.0.1:{s.port} HTTP/1.")
     finally:
@@ -231,15 +231,15 @@ def test_refused_and_silent_server():
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    with pytest.raises(abstract.HttpError, match="connection refused") as e:
-        abstract.http_request("GET", f"http://u:pw@127.0.0.1:{port}/mcp?key=secret", environ={})
+    with pytest.raises(abstract._HttpError, match="connection refused") as e:
+        abstract._http_request("GET", f"http://u:pw@127.0.0.1:{port}/mcp?key=secret", environ={})
     assert "secret" not in str(e.value) and "pw" not in str(e.value) and "?…" in str(e.value)
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)  # accepts (in the backlog), never answers
     try:
-        with pytest.raises(abstract.HttpError, match="no answer within 0.5 s"):
-            abstract.http_request("GET", f"http://127.0.0.1:{silent.getsockname()[1]}/", environ={},
+        with pytest.raises(abstract._HttpError, match="no answer within 0.5 s"):
+            abstract._http_request("GET", f"http://127.0.0.1:{silent.getsockname()[1]}/", environ={},
                                   read_timeout=0.5)
     finally:
         silent.close()
@@ -252,7 +252,7 @@ def reset(c: socket.socket) -> None:
 
 
 def post(url, pool, body=b"{}"):
-    with abstract.http_request("POST", url, {"Content-Type": "application/json"}, body,
+    with abstract._http_request("POST", url, {"Content-Type": "application/json"}, body,
                                environ={}, pool=pool) as resp:
         return resp.read()
 
@@ -281,7 +281,7 @@ def test_a_kept_connection_the_server_closed_is_not_used(served):
     try:
         assert post(server.url, pool, b"1") == b"1"
         assert select.select([kept_socket(pool)], [], [], 10)[0]  # the close has arrived
-        with abstract.http_request("GET", server.url, environ={}, pool=pool) as resp:
+        with abstract._http_request("GET", server.url, environ={}, pool=pool) as resp:
             assert resp.status == 200 and resp.read() == b""
         assert (server.conns, server.requests) == (2, 2)
     finally:
@@ -310,7 +310,7 @@ def test_a_request_sent_on_a_kept_connection_is_never_sent_again(served):
     server, pool = RawServer(lambda c, n: "silent" if n == 2 else None), abstract._HttpPool()
     try:
         assert post(server.url, pool, b"1") == b"1"
-        with pytest.raises(abstract.HttpError, match="cannot reach"):
+        with pytest.raises(abstract._HttpError, match="cannot reach"):
             post(server.url, pool, b"2")
         assert (server.conns, server.requests) == (1, 2)
     finally:
@@ -324,14 +324,14 @@ def test_an_exchange_aborted_before_its_request_is_written_is_never_sent():
     # the request on it; on a kept connection, the failed write would send it on a new one
     server, pool = RawServer(), abstract._HttpPool()
     try:
-        with pytest.raises(abstract.HttpError, match="the request to .* was cancelled"):
-            abstract.http_request("POST", server.url, {}, b"1", environ={},
+        with pytest.raises(abstract._HttpError, match="the request to .* was cancelled"):
+            abstract._http_request("POST", server.url, {}, b"1", environ={},
                                   watch=lambda stop: stop())
         assert server.requests == 0
         assert post(server.url, pool, b"2") == b"2"  # kept in the pool
         once = []  # (only the first connection is aborted: nothing is sent on another one)
-        with pytest.raises(abstract.HttpError, match="was cancelled"):
-            abstract.http_request("POST", server.url, {}, b"3", environ={}, pool=pool,
+        with pytest.raises(abstract._HttpError, match="was cancelled"):
+            abstract._http_request("POST", server.url, {}, b"3", environ={}, pool=pool,
                                   watch=lambda stop: once or once.append(stop()))
         assert server.requests == 1 and not any(pool._idle.values())
         assert post(server.url, pool, b"4") == b"4"

@@ -50,7 +50,7 @@ def _damaged_catalog(path: Path, header: bool = False) -> None:
     """A catalog of 200 outputs whose last leaf page of the outputs table has bad cell pointers
     (or, with `header`, a bad page type, which also stops an insert): opening it and reading its
     schema work; PRAGMA quick_check and a full scan do not."""
-    cat = abstract.Catalog(str(path))
+    cat = abstract._Catalog(str(path))
     cat.record_many([{"kind": "stored", "server": "s", "tool": "t", "path": f"/x/{i}",
                       "text": f"guava {i} " + "x" * 300} for i in range(200)])
     root = cat._rows("SELECT rootpage FROM sqlite_master WHERE name = 'outputs'")[0]["rootpage"]
@@ -88,7 +88,7 @@ def test_a_catalog_damaged_inside_a_table_is_moved_aside_at_start_up(world):
 def test_damage_found_by_a_query_moves_the_catalog_aside_and_serving_goes_on(tmp_path):
     db = tmp_path / "catalog.sqlite3"
     _damaged_catalog(db)
-    cat = abstract.Catalog(str(db), check_s=0)  # the start-up check skipped: the query finds it
+    cat = abstract._Catalog(str(db), check_s=0)  # the start-up check skipped: the query finds it
     try:
         with pytest.raises(sqlite3.DatabaseError, match="malformed"):
             cat.known()
@@ -103,7 +103,7 @@ def test_damage_found_by_a_query_moves_the_catalog_aside_and_serving_goes_on(tmp
 def test_a_record_that_meets_the_damage_lands_in_the_fresh_catalog(tmp_path):
     db = tmp_path / "catalog.sqlite3"
     _damaged_catalog(db, header=True)
-    cat = abstract.Catalog(str(db), check_s=0)
+    cat = abstract._Catalog(str(db), check_s=0)
     try:
         cat.record_many([{"kind": "stored", "server": "s", "tool": "t", "text": "fig", "path": "/y/fig"}])
         assert cat.moved_aside, "the damage was never met"
@@ -114,10 +114,10 @@ def test_a_record_that_meets_the_damage_lands_in_the_fresh_catalog(tmp_path):
 
 def test_the_start_up_check_is_bounded_in_time(tmp_path):
     db = tmp_path / "catalog.sqlite3"
-    cat = abstract.Catalog(str(db))
+    cat = abstract._Catalog(str(db))
     cat.record_many([{"kind": "stored", "text": json.dumps(list(range(i, i + 50)))} for i in range(2000)])
     cat.close()
-    cat = abstract.Catalog(str(db), check_s=1e-9)  # no time at all: checked in part, not failed
+    cat = abstract._Catalog(str(db), check_s=1e-9)  # no time at all: checked in part, not failed
     try:
         assert not cat.moved_aside and cat.count() == 2000
     finally:

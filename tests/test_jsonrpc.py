@@ -138,7 +138,7 @@ def test_blank_lines_are_ignored(server):
 def test_bad_json_is_parse_error_with_null_id(server):
     server.raw.write(b'{"jsonrpc": "2.0", "id": 3, "method": \n')
     msg = server.raw.msg()
-    assert msg["id"] is None and msg["error"]["code"] == abstract.PARSE_ERROR
+    assert msg["id"] is None and msg["error"]["code"] == abstract._PARSE_ERROR
 
 
 @pytest.mark.parametrize("payload", [
@@ -150,7 +150,7 @@ def test_bad_json_is_parse_error_with_null_id(server):
 def test_non_object_message_is_invalid_request(server, payload):
     server.raw.send(payload)
     msg = server.raw.msg()
-    assert msg["id"] is None and msg["error"]["code"] == abstract.INVALID_REQUEST
+    assert msg["id"] is None and msg["error"]["code"] == abstract._INVALID_REQUEST
 
 
 @pytest.mark.parametrize("msg, expected_id", [
@@ -167,14 +167,14 @@ def test_non_object_message_is_invalid_request(server, payload):
 def test_malformed_request_is_invalid_request(server, msg, expected_id):
     server.raw.send(msg)
     got = server.raw.msg()
-    assert got["error"]["code"] == abstract.INVALID_REQUEST
+    assert got["error"]["code"] == abstract._INVALID_REQUEST
     assert got["id"] == expected_id and type(got["id"]) is type(expected_id)
 
 
 def test_unknown_method_is_method_not_found(server):
     server.raw.send({"jsonrpc": "2.0", "id": "u1", "method": "no/such"})
     msg = server.raw.msg()
-    assert msg["id"] == "u1" and msg["error"]["code"] == abstract.METHOD_NOT_FOUND
+    assert msg["id"] == "u1" and msg["error"]["code"] == abstract._METHOD_NOT_FOUND
     assert "no/such" in msg["error"]["message"]
 
 
@@ -182,14 +182,14 @@ def test_unknown_method_is_method_not_found(server):
 def test_non_object_params_is_invalid_params(server, params):
     server.raw.send({"jsonrpc": "2.0", "id": 9, "method": "echo", "params": params})
     msg = server.raw.msg()
-    assert msg["id"] == 9 and msg["error"]["code"] == abstract.INVALID_PARAMS
+    assert msg["id"] == 9 and msg["error"]["code"] == abstract._INVALID_PARAMS
 
 
 def test_handler_exception_is_internal_error_without_traceback(server):
     server.raw.send({"jsonrpc": "2.0", "id": 10, "method": "boom"})
     line = server.raw.line()
     msg = json.loads(line)
-    assert msg["id"] == 10 and msg["error"]["code"] == abstract.INTERNAL_ERROR
+    assert msg["id"] == 10 and msg["error"]["code"] == abstract._INTERNAL_ERROR
     assert "boom in handler" in msg["error"]["message"]
     assert b"Traceback" not in line and b".py" not in line
 
@@ -285,7 +285,7 @@ def test_late_response_to_forgotten_id_is_dropped(client):
 def test_call_timeout_raises_and_sends_cancelled(client):
     with pytest.raises(abstract.UpstreamError) as info:
         client.conn.call("slow/thing", {}, timeout=0.2)
-    assert info.value.code == abstract.REQUEST_TIMEOUT
+    assert info.value.code == abstract._REQUEST_TIMEOUT
     assert "slow/thing" in info.value.message and "0.2 s" in info.value.message
     request, cancel = client.raw.msg(), client.raw.msg()
     assert cancel["method"] == "notifications/cancelled" and "id" not in cancel

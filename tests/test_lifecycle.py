@@ -42,9 +42,9 @@ def test_descriptors_stay_flat_across_100_crash_and_restart_cycles(tmp_path):
     """Each cycle starts the fake, calls its crash tool (the process exits at once) and fails;
     the next cycle starts it again. Garbage collection is off, as a long-lived server's may not
     run for a while: every pipe end must be closed when its run ends, not when collected."""
-    spec = abstract.ServerSpec("up", sys.executable, [str(FAKE)])
+    spec = abstract._ServerSpec("up", sys.executable, [str(FAKE)])
     clock = itertools.count(0.0, 1000.0).__next__  # every crash "long after the start": no backoff
-    up = abstract.Upstream(spec, abstract.Settings({}), abstract._ClientLink("none", []),
+    up = abstract._Upstream(spec, abstract._Settings({}), abstract._ClientLink("none", []),
                            clock=clock)
     gc.collect()
     before = _pipes()

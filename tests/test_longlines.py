@@ -226,7 +226,7 @@ def test_caching_a_long_answer_peaks_under_four_times_its_size(world: World, sha
 
 
 def _cached(tmp_path: Path, data) -> tuple:
-    cache = abstract.OutputCache(str(tmp_path / "cache"), abstract.Settings({"output_cache": {}}))
+    cache = abstract._OutputCache(str(tmp_path / "cache"), abstract._Settings({"output_cache": {}}))
     entry, _, _ = cache.put({"content": [{"type": "text", "text": json.dumps(data, ensure_ascii=False)}]}, "s", "t")
     return cache, entry
 

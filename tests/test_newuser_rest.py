@@ -377,7 +377,7 @@ def test_the_docs_say_remote_entries_work_and_show_check_on_every_system(tmp_pat
     example = conf.split("### Entry keys", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "client.json"
     path.write_text(example, encoding="utf-8")
-    config = abstract.ClientConfig(str(path), None, {"GITHUB_TOKEN": "x", "HOME": str(tmp_path)})
+    config = abstract._ClientConfig(str(path), None, {"GITHUB_TOKEN": "x", "HOME": str(tmp_path)})
     tracker = config.specs["tracker"]
     assert tracker.remote and not tracker.problem, tracker.problem
     readme = (root / "README.md").read_text(encoding="utf-8")

@@ -17,8 +17,8 @@ import abstract
 from fake_upstream import make_rows
 
 
-def _cache(path: Path) -> abstract.OutputCache:
-    return abstract.OutputCache(str(path), abstract.Settings({"output_cache": {}}))
+def _cache(path: Path) -> abstract._OutputCache:
+    return abstract._OutputCache(str(path), abstract._Settings({"output_cache": {}}))
 
 
 def _result(text: str) -> dict:

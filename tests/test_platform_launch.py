@@ -202,7 +202,7 @@ def npm_folder(tmp_path):
 
 
 def resolve(command: str, env: Dict[str, str], cwd=None) -> str:
-    return abstract._resolve_command(abstract.ServerSpec("s", command, [], {}, cwd), env)
+    return abstract._resolve_command(abstract._ServerSpec("s", command, [], {}, cwd), env)
 
 
 def test_pathext_match_wins_over_the_extensionless_script(monkeypatch, npm_folder, tmp_path):
@@ -252,9 +252,9 @@ def test_npx_with_a_url_argument_is_started_through_cmd_with_the_platform_set(mo
     monkeypatch.setattr(abstract, "_WINDOWS", True)
     args = ["-y", "mcp-remote", "https://example.com/mcp?team=a&token=b", "--header",
             "Authorization: Bearer %TOKEN%"]
-    spec = abstract.ServerSpec("remote", "npx", args, {"Path": str(npm_folder)})
+    spec = abstract._ServerSpec("remote", "npx", args, {"Path": str(npm_folder)})
     spawn = Recorder()
-    up = abstract.Upstream(spec, abstract.Settings({}), abstract._ClientLink("none", []),
+    up = abstract._Upstream(spec, abstract._Settings({}), abstract._ClientLink("none", []),
                            spawn=spawn, environ={"PATH": "C:\\Windows", "SYSTEMROOT": "C:\\Windows",
                                                  "TOKEN": "SECRET"})
     with pytest.raises(abstract.UpstreamError, match="recorded, not started"):

@@ -88,7 +88,7 @@ def test_keep_bounds_the_rows_held_but_the_count_covers_all():
 
 def test_the_whole_result_is_bounded_when_kept():
     t = table(make_rows(5000))
-    with pytest.raises(abstract.ToolError, match=r"larger than 0 MB \(query.max_result_mb"):
+    with pytest.raises(abstract._ToolError, match=r"larger than 0 MB \(query.max_result_mb"):
         run(t, "SELECT * FROM data", keep=None, max_chars=10000)
     assert len(run(t, "SELECT * FROM data", keep=None).rows) == 5000
 
@@ -114,7 +114,7 @@ REFUSED = [
 @pytest.mark.parametrize("sql, what", REFUSED)
 def test_the_authorizer_refuses_everything_but_reading(sql, what):
     t = table(make_rows(20))
-    with pytest.raises(abstract.ToolError) as e:
+    with pytest.raises(abstract._ToolError) as e:
         run(t, sql)
     assert str(e.value).startswith(f"Refused: {what}") and "read-only SELECT" in str(e.value)
     assert run(t, "SELECT count(*), sum(id) FROM data").rows == [(20, 190)]  # nothing changed
@@ -130,7 +130,7 @@ def test_the_workers_open_the_table_read_only_whatever_the_authorizer():
 
 def test_a_recursive_cte_past_the_time_limit_is_stopped():
     t = table(make_rows(3))
-    with pytest.raises(abstract.ToolError, match=r"ran longer than 0.3 s and was stopped \(query.timeout_seconds"):
+    with pytest.raises(abstract._ToolError, match=r"ran longer than 0.3 s and was stopped \(query.timeout_seconds"):
         run(t, "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r", timeout=0.3)
     ok = run(t, "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 100) SELECT sum(x) FROM r")
     assert ok.rows == [(5050,)]
@@ -144,7 +144,7 @@ def test_a_recursive_cte_past_the_time_limit_is_stopped():
     ("SELECT 1; SELECT 2", "Give one statement only"),
 ])
 def test_errors_say_what_is_wrong(sql, message):
-    with pytest.raises(abstract.ToolError) as e:
+    with pytest.raises(abstract._ToolError) as e:
         run(table(make_rows(3)), sql)
     assert message in str(e.value)
 

@@ -311,7 +311,7 @@ def test_at_most_so_many_workers_run_at_once_and_the_next_query_is_refused(monke
     monkeypatch.setattr(abstract, "_QUERY_WORKERS_MAX", 2)
     tables = abstract._Tables()
     tables.worker("a"), tables.worker("b")
-    with pytest.raises(abstract.ToolError, match=r"^2 queries are running already, the most at"):
+    with pytest.raises(abstract._ToolError, match=r"^2 queries are running already, the most at"):
         tables.worker("a")
     Running.poll = lambda self: 0  # they ended: room again
     assert isinstance(tables.worker("a"), Running)
@@ -327,12 +327,12 @@ def test_a_worker_that_answered_stays_warm_for_its_table_and_one_that_failed_doe
         assert path == t.path and first.poll() is None
         assert abstract._run_query(t, "SELECT 2", 5, 5.0, 20000, 256, None, tables).rows == [(2,)]
         assert tables._idle == [(t.path, first)]  # the same process answered again
-        with pytest.raises(abstract.ToolError, match="no such column"):  # SQLite said no: kept
+        with pytest.raises(abstract._ToolError, match="no such column"):  # SQLite said no: kept
             abstract._run_query(t, "SELECT nope FROM data", 5, 5.0, 20000, 256, None, tables)
         assert tables._idle == [(t.path, first)]
         endless = ("WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) "
                    "SELECT count(*) FROM r")
-        with pytest.raises(abstract.ToolError, match="longer than 0.5 s"):
+        with pytest.raises(abstract._ToolError, match="longer than 0.5 s"):
             abstract._run_query(t, endless, 5, 0.5, 20000, 256, None, tables)
         assert tables._idle == [] and first.wait(5) is not None  # stopped: never used again
     finally:

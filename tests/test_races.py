@@ -377,7 +377,7 @@ def test_reindex_reads_nothing_through_a_folder_swapped_after_listing(swapped_af
     store, sub, outside = swapped_after_listing
     (sub / "data.txt").write_text("harmless")
     (outside / "data.txt").write_text(SECRET)
-    catalog = abstract.Catalog()
+    catalog = abstract._Catalog()
     summary = abstract._reindex(catalog, [str(store)], [])
     assert sub.is_symlink(), "the walk never listed store/sub"
     assert not catalog.search("S3CRET")["results"], summary

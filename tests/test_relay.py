@@ -371,8 +371,8 @@ def test_a_held_call_the_client_never_follows_up_is_cancelled_and_its_question_a
     link = abstract._ClientLink("none", [])
     link.modern_declared(BOTH)
     state = tmp_path / "state"
-    spec = abstract.ServerSpec("asker", sys.executable, [str(FAKE), "--state-file", str(state)])
-    up = abstract.Upstream(spec, abstract.Settings({}), link)
+    spec = abstract._ServerSpec("asker", sys.executable, [str(FAKE), "--state-file", str(state)])
+    up = abstract._Upstream(spec, abstract._Settings({}), link)
     req = abstract._Request(1, "tools/call", {"name": "ask_client", "_meta": _meta(BOTH)})
     try:
         with pytest.raises(abstract._InputRequired) as held:

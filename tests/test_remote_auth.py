@@ -1,4 +1,4 @@
-"""The pure pieces of Abstract's OAuth client (section 8c, Remote auth): the WWW-Authenticate
+"""The pure pieces of Abstract's OAuth client (abstract.py's Remote auth part): the WWW-Authenticate
 parser, the discovery orders of the spec, PKCE, the checks of metadata and of the browser's
 answer, and the token store's files. The flow itself runs against the official SDK's server in
 tests/remote/test_oauth.py."""
@@ -68,7 +68,7 @@ def test_metadata_without_s256_or_with_another_issuer_is_refused():
                        ({k: v for k, v in good.items() if k != "code_challenge_methods_supported"}, "S256"),
                        (dict(good, issuer="https://evil.example"), "names issuer"),
                        (dict(good, token_endpoint=None), "no usable token_endpoint")):
-        with pytest.raises(abstract.HttpError, match=words):
+        with pytest.raises(abstract._HttpError, match=words):
             abstract._check_as_metadata(bad, "https://a.example", "s")
 
 
@@ -78,10 +78,10 @@ def test_a_2025_03_26_servers_metadata_may_name_an_issuer_on_its_origin():
             "authorization_endpoint": "https://a.example/oauth/authorize",
             "token_endpoint": "https://a.example/oauth/token"}
     assert abstract._check_as_metadata(meta, "https://a.example", "s", legacy=True) is meta
-    with pytest.raises(abstract.HttpError, match="names issuer"):
+    with pytest.raises(abstract._HttpError, match="names issuer"):
         abstract._check_as_metadata(meta, "https://a.example", "s")  # not without legacy
     for other in ("https://evil.example/oauth", "http://a.example", "https://a.example:8443"):
-        with pytest.raises(abstract.HttpError, match="names issuer"):
+        with pytest.raises(abstract._HttpError, match="names issuer"):
             abstract._check_as_metadata(dict(meta, issuer=other), "https://a.example", "s",
                                         legacy=True)
 
@@ -92,11 +92,11 @@ def test_resource_metadata_must_be_for_this_server():
         "https://mcp.example.com/mcp", "https://auth.example")
     assert abstract._check_prm(dict(prm, resource="https://mcp.example.com"),
                                "https://mcp.example.com/mcp", "s")[0] == "https://mcp.example.com"
-    with pytest.raises(abstract.HttpError, match="is for 'https://other.example/mcp'"):
+    with pytest.raises(abstract._HttpError, match="is for 'https://other.example/mcp'"):
         abstract._check_prm(dict(prm, resource="https://other.example/mcp"), "https://mcp.example.com/mcp", "s")
-    with pytest.raises(abstract.HttpError, match="is for"):  # a prefix of a path segment is not
+    with pytest.raises(abstract._HttpError, match="is for"):  # a prefix of a path segment is not
         abstract._check_prm(dict(prm, resource="https://mcp.example.com/m"), "https://mcp.example.com/mcp", "s")
-    with pytest.raises(abstract.HttpError, match="names no authorization server"):
+    with pytest.raises(abstract._HttpError, match="names no authorization server"):
         abstract._check_prm(dict(prm, authorization_servers=[]), "https://mcp.example.com/mcp", "s")
 
 
@@ -112,7 +112,7 @@ def test_the_browsers_answer_is_checked():
              ("http://127.0.0.1:5000/callback?error=access_denied&state=s1", False, "refused the login"),
              ("http://127.0.0.1:5000/callback?state=s1", False, "no authorization code"))
     for answer, iss_required, words in cases:
-        with pytest.raises(abstract.HttpError, match=words):
+        with pytest.raises(abstract._HttpError, match=words):
             check(answer, "s1", "https://a", iss_required)
 
 
@@ -165,7 +165,7 @@ def test_a_login_lock_waits_once_for_threads_and_processes_together(tmp_path, mo
         assert busy.wait(10)
         threading.Timer(1.8, release.set).start()
         t0 = time.monotonic()
-        with pytest.raises(abstract.HttpError, match="another program has held"):
+        with pytest.raises(abstract._HttpError, match="another program has held"):
             with store.locked("s"):
                 pass
         took = time.monotonic() - t0
@@ -189,15 +189,15 @@ def test_a_hand_edited_token_file_reads_as_no_login_not_a_crash(tmp_path):
 
 
 def test_oauth_settings_are_checked():
-    abstract.Settings({"servers": {"s": {"oauth": {"client_id": "x", "scope": "a b", "redirect_port": 8976}}}})
-    abstract.Settings({"servers": {"s": {"oauth": {"client_metadata_url": "https://me.example/c.json"}}}})
+    abstract._Settings({"servers": {"s": {"oauth": {"client_id": "x", "scope": "a b", "redirect_port": 8976}}}})
+    abstract._Settings({"servers": {"s": {"oauth": {"client_metadata_url": "https://me.example/c.json"}}}})
     for bad in ("http://me.example/c.json", "https://me.example", "https://me.example/", 7):
         with pytest.raises(abstract.ConfigError, match="client_metadata_url' must be the https URL"):
-            abstract.Settings({"servers": {"s": {"oauth": {"client_metadata_url": bad}}}})
+            abstract._Settings({"servers": {"s": {"oauth": {"client_metadata_url": bad}}}})
     with pytest.raises(abstract.ConfigError, match="unknown key 'servers.s.oauth.clientid'"):
-        abstract.Settings({"servers": {"s": {"oauth": {"clientid": "x"}}}})
+        abstract._Settings({"servers": {"s": {"oauth": {"clientid": "x"}}}})
     with pytest.raises(abstract.ConfigError, match="redirect_port' must be a port number"):
-        abstract.Settings({"servers": {"s": {"oauth": {"redirect_port": 70000}}}})
+        abstract._Settings({"servers": {"s": {"oauth": {"redirect_port": 70000}}}})
 
 
 def test_token_endpoint_auth_method_follows_the_server():

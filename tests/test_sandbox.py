@@ -20,7 +20,7 @@ import pytest
 from conftest import World, files_under, snapshot, text_of
 
 import abstract
-from abstract import Sandbox, SandboxError, _safe_filename
+from abstract import _Sandbox, SandboxError, _safe_filename
 
 needs_symlinks = pytest.mark.skipif(not hasattr(os, "symlink") or sys.platform == "win32",
                                     reason="symlinks need privileges on Windows")
@@ -123,7 +123,7 @@ def layout(tmp_path):
 
 def test_resolve_relative_absolute_and_dotdot_inside(layout):
     store = str(layout / "store")
-    sb = Sandbox([store])
+    sb = _Sandbox([store])
     assert sb.roots == [os.path.realpath(store)] and sb.default == sb.roots[0]
     assert sb.resolve("inside.json") == os.path.join(sb.default, "inside.json")
     assert sb.resolve("sub/../inside.json") == os.path.join(sb.default, "inside.json")
@@ -152,7 +152,7 @@ def test_resolve_relative_absolute_and_dotdot_inside(layout):
 ])
 @posix_only
 def test_resolve_refuses(layout, path, why):
-    sb = Sandbox([str(layout / "store")])
+    sb = _Sandbox([str(layout / "store")])
     with pytest.raises(SandboxError) as err:
         sb.resolve(path)
     msg = str(err.value)
@@ -162,18 +162,18 @@ def test_resolve_refuses(layout, path, why):
 
 def test_resolve_sibling_with_the_same_prefix_is_outside(layout):
     store = str(layout / "store")
-    sb = Sandbox([store])
+    sb = _Sandbox([store])
     for path in (store + "-evil", store + "-evil/secret.json", store + "/../store-evil/secret.json"):
         with pytest.raises(SandboxError, match="outside the allowed directories"):
             sb.resolve(path)
     # With the sibling also allowed it resolves to the sibling, not into store.
-    both = Sandbox([store, store + "-evil"])
+    both = _Sandbox([store, store + "-evil"])
     assert both.resolve(store + "-evil/secret.json") == os.path.realpath(store + "-evil/secret.json")
     assert both.root_of(os.path.realpath(store + "-evil/x")) == os.path.realpath(store + "-evil")
 
 
 def test_resolve_expands_tilde(layout, monkeypatch):
-    sb = Sandbox([str(layout / "store")])
+    sb = _Sandbox([str(layout / "store")])
     monkeypatch.setenv("HOME", str(layout / "outside"))
     with pytest.raises(SandboxError, match="outside"):
         sb.resolve("~/secret.json")
@@ -183,7 +183,7 @@ def test_resolve_expands_tilde(layout, monkeypatch):
 
 @needs_symlinks
 def test_resolve_follows_symlinks(layout):
-    sb = Sandbox([str(layout / "store")])
+    sb = _Sandbox([str(layout / "store")])
     for path in ("link_dir", "link_dir/secret.json", "link_dir/new/deeper", "link_file.json", "dangling.json",
                  "link_dir/../store-evil"):
         with pytest.raises(SandboxError, match="outside the allowed directories"):
@@ -196,14 +196,14 @@ def test_resolve_follows_symlinks(layout):
 def test_root_given_through_a_symlink_is_its_real_path(layout):
     alias = layout / "alias"
     os.symlink(layout / "store", alias)
-    sb = Sandbox([str(alias)])
+    sb = _Sandbox([str(alias)])
     assert sb.default == os.path.realpath(layout / "store")
     assert sb.resolve(str(alias / "inside.json")) == os.path.join(sb.default, "inside.json")
     assert sb.resolve(str(layout / "store" / "inside.json")) == os.path.join(sb.default, "inside.json")
 
 
 def test_make_dir_creates_missing_subdirectories(layout):
-    sb = Sandbox([str(layout / "store")])
+    sb = _Sandbox([str(layout / "store")])
     made = sb.make_dir("a/b/c")
     assert made == os.path.join(sb.default, "a", "b", "c") and os.path.isdir(made)
     assert sb.make_dir(None) == sb.default and sb.make_dir("") == sb.default
@@ -211,7 +211,7 @@ def test_make_dir_creates_missing_subdirectories(layout):
 
 
 def test_make_dir_refuses_a_file_and_outside(layout):
-    sb = Sandbox([str(layout / "store")])
+    sb = _Sandbox([str(layout / "store")])
     with pytest.raises(SandboxError, match="is a file, not a directory"):
         sb.make_dir("inside.json")
     with pytest.raises(SandboxError, match="outside"):
@@ -221,7 +221,7 @@ def test_make_dir_refuses_a_file_and_outside(layout):
 
 @needs_symlinks
 def test_make_dir_refuses_symlinks_out_and_loops(layout):
-    sb = Sandbox([str(layout / "store")])
+    sb = _Sandbox([str(layout / "store")])
     before = snapshot(layout / "outside")
     for path in ("link_dir", "link_dir/new", "link_dir/a/b"):
         with pytest.raises(SandboxError, match="outside"):

@@ -22,7 +22,7 @@ from pathlib import Path, PureWindowsPath
 import pytest
 
 import abstract
-from abstract import Sandbox, SandboxError
+from abstract import _Sandbox, SandboxError
 
 windows_only = pytest.mark.skipif(sys.platform != "win32",
                                   reason="needs NTFS, junctions or Windows file sharing")
@@ -69,7 +69,7 @@ def test_lookalike_folder_is_refused_where_the_file_system_keeps_it_apart(
     nothing is created."""
     allowed = tmp_path / name / "outputs"
     allowed.mkdir(parents=True)
-    sb = Sandbox([str(allowed)])
+    sb = _Sandbox([str(allowed)])
     before = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(SandboxError, match="outside the allowed directories"):
         sb.make_dir(str(tmp_path / lookalike / "outputs" / "sub"))
@@ -87,7 +87,7 @@ def test_length_changing_fold_never_lands_in_a_wrong_subfolder(tmp_path, monkeyp
     monkeypatch.setattr(abstract, "_folds_case", lambda path: True, raising=False)
     allowed = tmp_path / "Stra\u00dfe"
     allowed.mkdir()
-    sb = Sandbox([str(allowed)])
+    sb = _Sandbox([str(allowed)])
     try:
         with sb.make_dir(str(tmp_path / "strasse" / "sub")) as d:
             assert os.path.isdir(d), f"the answer names {d}, which does not exist"
@@ -116,7 +116,7 @@ def test_nfc_and_nfd_spellings_of_an_allowed_folder_are_inside_on_a_macos_volume
     _apfs_like(monkeypatch)
     allowed = tmp_path / unicodedata.normalize(root_form, "Caf\u00e9")
     allowed.mkdir()
-    sb = Sandbox([str(allowed)])
+    sb = _Sandbox([str(allowed)])
     with sb.make_dir(str(tmp_path / spelling / "sub" / "deeper")) as d:
         path = abstract._write_new(d, "report", ".txt", b"x")
     assert (allowed / "sub" / "deeper" / "report.txt").read_bytes() == b"x"
@@ -130,7 +130,7 @@ def test_same_spelling_on_a_volume_that_says_different_is_refused(tmp_path, monk
     allowed = tmp_path / "Out"
     allowed.mkdir()
     (tmp_path / "OUT").mkdir()  # a different folder here (ext4 is case-sensitive)
-    sb = Sandbox([str(allowed)])
+    sb = _Sandbox([str(allowed)])
     with pytest.raises(SandboxError, match="outside"):
         sb.resolve(str(tmp_path / "OUT" / "x"))
     real_stat = os.stat
@@ -194,7 +194,7 @@ def test_caseless_is_only_a_filter():
 def test_windows_kelvin_lookalike_on_ntfs_is_refused(tmp_path):
     allowed = tmp_path / "Desktop" / "outputs"
     allowed.mkdir(parents=True)
-    sb = Sandbox([str(allowed)])
+    sb = _Sandbox([str(allowed)])
     with pytest.raises(SandboxError, match="outside"):
         sb.make_dir(str(tmp_path / "Des\u212atop" / "outputs"))
     assert not (tmp_path / "Des\u212atop").exists()
@@ -207,7 +207,7 @@ def test_windows_kelvin_lookalike_on_ntfs_is_refused(tmp_path):
 def test_macos_nfd_path_for_an_nfc_folder_is_inside(tmp_path):
     allowed = tmp_path / unicodedata.normalize("NFC", "Caf\u00e9")
     allowed.mkdir()
-    sb = Sandbox([str(allowed)])
+    sb = _Sandbox([str(allowed)])
     with sb.make_dir(str(tmp_path / unicodedata.normalize("NFD", "Caf\u00e9") / "sub")) as d:
         abstract._write_new(d, "r", ".txt", b"x")
     assert (allowed / "sub" / "r.txt").read_bytes() == b"x"
@@ -296,7 +296,7 @@ def test_reindex_reads_nothing_behind_a_junction(tmp_path, monkeypatch, as_windo
         seen.append(os.path.basename(name))
         return real_open(name, dfd)
     monkeypatch.setattr(abstract, "_open_regular", recording)
-    catalog = abstract.Catalog(":memory:")
+    catalog = abstract._Catalog(":memory:")
     try:
         abstract._reindex(catalog, [str(allowed)], [])
     finally:
@@ -318,7 +318,7 @@ def test_windows_real_junction_is_listed_never_entered(tmp_path):
     assert [os.path.basename(p) for p, _, _ in abstract._recent_files([str(allowed)])] == [
         "mine.txt"]
     with pytest.raises(SandboxError, match="outside"):
-        Sandbox([str(allowed)]).open_read(str(allowed / "link" / "secret.txt"))
+        _Sandbox([str(allowed)]).open_read(str(allowed / "link" / "secret.txt"))
 
 
 # ---- 8. UNC links read back ----
@@ -360,7 +360,7 @@ def test_windows_unc_link_reads_back_through_the_sandbox(tmp_path):
     if not os.path.isdir(unc):
         pytest.skip("administrative shares are off on this machine")
     (Path(unc) / "r.txt").write_text("hello")
-    sb = Sandbox([unc])
+    sb = _Sandbox([unc])
     f, real, size = sb.open_read(abstract._uri_to_path(abstract._file_uri(str(Path(unc) /
                                                                               "r.txt"))))
     with f:
@@ -465,7 +465,7 @@ def test_antivirus_holding_the_temporary_file_leaves_no_second_link(
     path = abstract._write_new(str(tmp_path), "r", ".csv", b"a,b\n1,2\n")
     assert os.path.basename(path) == "r-1.csv" and len(tries) >= 3
     assert os.stat(path).st_nlink == 1
-    f, _, size = Sandbox([str(tmp_path)]).open_read(path)
+    f, _, size = _Sandbox([str(tmp_path)]).open_read(path)
     with f:
         assert f.read() == b"a,b\n1,2\n" and size == 8
     assert (tmp_path / "r.csv").read_bytes() == b"old"

@@ -98,9 +98,9 @@ def test_a_large_answer_is_written_whole_before_the_exit_at_eof(world):
 
 # -- an Upstream in-process, over a real subprocess
 
-def _upstream(tmp_path, spawn, **settings) -> abstract.Upstream:
-    spec = abstract.ServerSpec("up", sys.executable, [str(FAKE), "--state-file", str(tmp_path / "state")])
-    return abstract.Upstream(spec, abstract.Settings(settings), abstract._ClientLink("none", []), spawn=spawn)
+def _upstream(tmp_path, spawn, **settings) -> abstract._Upstream:
+    spec = abstract._ServerSpec("up", sys.executable, [str(FAKE), "--state-file", str(tmp_path / "state")])
+    return abstract._Upstream(spec, abstract._Settings(settings), abstract._ClientLink("none", []), spawn=spawn)
 
 
 def _reap(procs) -> None:
@@ -195,8 +195,8 @@ def test_runs_whose_writers_are_stuck_are_stopped_together_not_one_after_another
     ups, workers = [], []
     try:
         for i in range(10):
-            spec = abstract.ServerSpec(f"up{i}", sys.executable, [str(FAKE), "--modern-only"])
-            ups.append(abstract.Upstream(spec, abstract.Settings({}), abstract._ClientLink("none", []),
+            spec = abstract._ServerSpec(f"up{i}", sys.executable, [str(FAKE), "--modern-only"])
+            ups.append(abstract._Upstream(spec, abstract._Settings({}), abstract._ClientLink("none", []),
                                          spawn=spawn))
         for up in ups:
             up.session()

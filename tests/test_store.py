@@ -152,7 +152,7 @@ def read_back(path: Path, fmt: str):
     if fmt in ("json", "txt"):
         return json.loads(text)
     if fmt == "yaml":
-        return abstract.load_yaml(text)
+        return abstract._load_yaml(text)
     if fmt == "xml":
         return abstract._xml_to_data(text)
     if fmt in ("csv", "tsv"):
@@ -552,7 +552,7 @@ def test_resources_read_returns_text_of_a_stored_file(px):
     got = px.result("resources/read", {"uri": path.as_uri()})
     assert got["contents"] == [{"uri": path.as_uri(), "mimeType": "application/yaml",
                                 "text": path.read_text(encoding="utf-8")}]
-    assert same_json(abstract.load_yaml(got["contents"][0]["text"]), AWKWARD)
+    assert same_json(abstract._load_yaml(got["contents"][0]["text"]), AWKWARD)
 
 
 @pytest.mark.parametrize("kind", ["gz", "png"])

@@ -65,7 +65,7 @@ def test_rename_reaches_the_upstream_by_its_own_name(world):
 ])
 def test_bad_tool_settings_are_refused(settings, says):
     with pytest.raises(abstract.ConfigError) as e:
-        abstract.Settings(settings)
+        abstract._Settings(settings)
     assert says in str(e.value), str(e.value)
 
 
@@ -82,7 +82,7 @@ def test_check_reports_context_cost_and_renames(world):
 
 
 def test_renames_may_swap_names_and_a_denied_tool_renames_nothing():
-    settings = abstract.Settings({"servers": {"s": {
+    settings = abstract._Settings({"servers": {"s": {
         "tools": {"echo": {"name": "slow"}, "slow": {"name": "echo"}, "fail": {"name": "boom"},
                   "boom": {"name": "gone"}},
         "deny_tools": ["boom"]}}})
@@ -151,5 +151,5 @@ def test_client_config_with_a_huge_number_or_deep_nesting_is_a_clear_error(tmp_p
                        ("deep.json", "[" * 100000 + "]" * 100000)):
         path = tmp_path / name
         path.write_text(text)
-        config = abstract.ClientConfig(str(path), None, {})
+        config = abstract._ClientConfig(str(path), None, {})
         assert str(path) in config.error and ("digits" in config.error or "nested" in config.error)

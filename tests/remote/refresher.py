@@ -56,7 +56,7 @@ logging.getLogger("abstract").addHandler(Tell())
 logging.getLogger("abstract").setLevel(logging.INFO)
 url, offset = sys.argv[2], float(sys.argv[3])
 env = dict(os.environ)
-auth = abstract._auth_provider("remote", url, abstract.Settings.load(None, env), env)
+auth = abstract._auth_provider("remote", url, abstract._Settings.load(None, env), env)
 auth._clock = lambda: time.time() + offset
 auth.start_logins = False  # a needed login is an error here, not a browser
 say("ready")
@@ -65,9 +65,9 @@ init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "refresher", "version": "0"}}}
 try:
-    with abstract.http_request("POST", url, {"Content-Type": "application/json",
+    with abstract._http_request("POST", url, {"Content-Type": "application/json",
                                              "Accept": "application/json, text/event-stream"},
                                json.dumps(init).encode(), auth=auth, environ=env) as resp:
         say(f"status {resp.status}")
-except abstract.HttpError as e:
+except abstract._HttpError as e:
     say(f"error {e}")

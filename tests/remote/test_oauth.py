@@ -140,14 +140,14 @@ class World:
                 monkeypatch.setenv(key, self.env[key])
             for key in ("DISPLAY", "WAYLAND_DISPLAY"):
                 monkeypatch.delenv(key, raising=False)
-        settings = abstract.Settings.load(self.env.get("ABSTRACT_CONFIG"), self.env)
+        settings = abstract._Settings.load(self.env.get("ABSTRACT_CONFIG"), self.env)
         provider = abstract._auth_provider("remote", self.server.url, settings, self.env)
         provider._clock = clock
         return provider
 
     def post(self, auth, body: dict = INIT, token: str = ""):
         headers = {**MCP_HEADERS, **({"Authorization": f"Bearer {token}"} if token else {})}
-        with abstract.http_request("POST", self.server.url, headers, json.dumps(body).encode(),
+        with abstract._http_request("POST", self.server.url, headers, json.dumps(body).encode(),
                                    auth=auth, environ=self.env) as resp:
             return resp.status, resp.read()
 
@@ -240,7 +240,7 @@ def test_revoked_tokens_start_a_new_login_in_the_browser(start, tmp_path, monkey
     login(world)
     server.revoke_all()  # access and refresh tokens both gone
     auth = world.auth(monkeypatch=monkeypatch)
-    with pytest.raises(abstract.HttpError) as e:
+    with pytest.raises(abstract._HttpError) as e:
         world.post(auth)
     msg = str(e.value)
     assert "A login is needed. A browser window was opened" in msg
@@ -388,7 +388,7 @@ def test_step_up_on_insufficient_scope(start, tmp_path, monkeypatch):
     auth = world.auth(monkeypatch=monkeypatch)
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "admin_echo", "arguments": {"text": "x"}}}
-    with pytest.raises(abstract.HttpError) as e:
+    with pytest.raises(abstract._HttpError) as e:
         world.post(auth, call)
     assert "More permissions are needed (a step-up login)" in str(e.value)
     auth.login.join(WAIT)
@@ -417,13 +417,13 @@ def test_step_up_right_after_a_login_abstract_started(start, tmp_path, monkeypat
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "admin_echo", "arguments": {"text": "x"}}}
     try:
-        with pytest.raises(abstract.HttpError) as e:
+        with pytest.raises(abstract._HttpError) as e:
             world.post(auth, call)
         assert "A login is needed" in str(e.value)
         first = auth.login
         assert reached.wait(WAIT), "the first login did not finish"
         assert first.is_alive()  # its thread is still on its way out
-        with pytest.raises(abstract.HttpError) as e:
+        with pytest.raises(abstract._HttpError) as e:
             world.post(auth, call)
         assert "More permissions are needed (a step-up login)" in str(e.value)
         assert auth.login is not first  # a second login started
