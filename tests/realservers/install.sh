@@ -6,7 +6,10 @@
 #
 # Into ${ABSTRACT_REALSERVERS_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/abstract-realservers}:
 #   node/   npm ci of package.json + package-lock.json (server-filesystem, server-memory,
-#           server-everything; needs node >= 18 on PATH, else skipped with a warning)
+#           server-everything; and the HTTP peers of the serving tests and benchmarks: mcp-remote,
+#           mcp-proxy, supergateway, the MCP Inspector, whose --cli wants node >= 22.19: use the
+#           conformance install's node 22 where the system's is older; needs node >= 18 on PATH,
+#           else skipped with a warning)
 #   venv/   a venv with requirements.lock (mcp-server-git, mcp-server-time and their pinned deps)
 # Stamps hold the lock files' hashes, so a run with nothing to do takes well under a second.
 # Needs the npm registry and PyPI on the first run only; the tests skip what is not installed.
