@@ -1706,7 +1706,7 @@ def _yaml_emit(value: Any, indent: int) -> List[str]:
 
 
 def _dump_yaml(data: Any) -> str:
-    """Block-style YAML 1.2 for JSON data; yaml.safe_load and load_yaml read it back equal."""
+    """Block-style YAML 1.2 for JSON data; yaml.safe_load and _load_yaml read it back equal."""
     return "\n".join(_yaml_emit(data, 0)) + "\n"
 
 
@@ -2093,7 +2093,7 @@ def _parse_yaml_flow(src: str, pos: int) -> Tuple[int, Any]:
 # -- block structure
 
 def _yaml_explicit_key(src: str, pos: int) -> Tuple[int, str]:
-    """'? key' then ': value' below it: read for scalar keys only, as dump_yaml
+    """'? key' then ': value' below it: read for scalar keys only, as _dump_yaml
     writes keys over 1024 characters this way (and PyYAML writes '' this way)."""
     col = _yaml_col(src, pos)
     p = _YAML_SPACE.match(src, pos + 1).end()
@@ -2245,7 +2245,7 @@ def _parse_yaml_document(src: str) -> Any:
 
 
 def _load_yaml(text: str) -> Any:
-    """Read the YAML people write by hand (and dump_yaml writes) into JSON data.
+    """Read the YAML people write by hand (and _dump_yaml writes) into JSON data.
 
     YAML 1.2 core schema; anchors, aliases, tags, several documents, complex
     keys and duplicate keys raise FormatError naming the line, never a guess."""
@@ -6628,7 +6628,7 @@ class _OAuth:
     request, `on_unauthorized` after a 401 or 403) and the login itself.
 
     `conf` is the server's `oauth` settings (client_id, client_secret, scope, redirect_port);
-    `environ` is where http_request finds proxies and certificates. The saved login is re-read
+    `environ` is where _http_request finds proxies and certificates. The saved login is re-read
     from the store before each use, so a `--login` in a terminal is seen by a running Abstract
     at once."""
 
@@ -7103,14 +7103,14 @@ class _OAuth:
 
 # ==== Upstreams ===================================================================
 # The upstream servers: how a local one is launched (and its whole process tree ended, on every
-# platform), one session of it (_Run, over a pipe or HTTP), and its supervisor (Upstream: start,
+# platform), one session of it (_Run, over a pipe or HTTP), and its supervisor (_Upstream: start,
 # back-off, restarts, the tool list, calls), plus the client link that relays an upstream's
 # questions (sampling, elicitation, roots) to Abstract's own client.
 
 
 def _auth_provider(name: str, url: str, settings: _Settings,
                    environ: Optional[Dict[str, str]] = None) -> _OAuth:
-    """The OAuth hook for a remote upstream (http_request's `auth`), one per Upstream: it keeps
+    """The OAuth hook for a remote upstream (_http_request's `auth`), one per _Upstream: it keeps
     that server's refresh and login state; the tokens live in the per-user login folder."""
     return _OAuth(name, url, settings.oauth(name), _TokenStore(environ=environ), environ)
 # One long-lived process and session per upstream server, started on first need, shared by
@@ -7881,7 +7881,7 @@ class _Run:
         self.name, self.proc, self.started = name, proc, started
         self.conn: Optional[Connection] = None
         self.tail = _Tail()  # this run's stderr only
-        self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its Upstream's)
+        self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its _Upstream's)
         self.ready = False  # the handshake completed
         self.ending = False  # stopped on purpose (or stopping): never handed out again
         self.counted = False  # its failure was counted for the back-off (_Upstream._count_crash)
