@@ -12855,8 +12855,9 @@ def _tool(name: str, description: str, schema: dict, needs: Tuple[str, ...],
 
 
 # Names models often use for the tools' arguments, taken as the argument they mean (never
-# silently dropped); each tool lists those of its own arguments. (`path` could mean either file
-# argument: it is file_path, the input, where a tool has one.)
+# silently dropped); each tool lists those of its own arguments (docs/reference/tools.md names
+# them). call_tool_with_file_content takes `path` as file_path, its input, and no `format`:
+# that could mean output_format or response_format.
 _ALIASES_SERVER = {"server_name": "server"}
 _ALIASES_TOOL = {"tool": "tool_name", "name": "tool_name", **_ALIASES_SERVER}
 _ALIASES_CALL = {"arguments": "tool_args", "args": "tool_args", "params": "tool_args",
