@@ -44,18 +44,20 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Queries             _Tables and the locked-down worker process (_QUERY_WORKER)
     Tool calls          _ToolContext, _Call (one call's arguments, errors a model can act on)
     Storing             _store_result: sandbox and quota first, convert, write, record
-    Tools               each tool's schema, description and handler
+    Tools               _Tool (one tool: name, description, schema, handler, aliases, needs),
+                        @_tool on each handler, _TOOLS (tools/list's order), _offered
     Server              _Server (both protocol eras), _Transparent (direct mode)
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
 How a request flows: the client reader (Wire) parses a line and hands a request to the worker
 pool; _Server checks its protocol era and runs the method's handler; tools/call builds a _Call
-over the _ToolContext and runs the tool (Tools), which reaches an upstream through _Upstreams
-and _Upstream, whose session speaks over a pipe or _HttpTransport. A large result is taken
-apart once (_extract), then cached (Output cache) or stored (Storing, through Files) and
-recorded (Catalog). A _ToolError becomes an isError result; any other exception becomes a
-JSON-RPC error in one place, Connection._dispatch. The answer goes out on the client's writer.
+over the _ToolContext and the tool's _Tool checks its arguments and runs its handler (Tools),
+which reaches an upstream through _Upstreams and _Upstream, whose session speaks over a pipe or
+_HttpTransport. A large result is taken apart once (_extract), then cached (Output cache) or
+stored (Storing, through Files) and recorded (Catalog). A _ToolError becomes an isError
+result; any other exception becomes a JSON-RPC error in one place, Connection._dispatch. The
+answer goes out on the client's writer.
 
 Threads (no asyncio; docs/design.md has the long table): main (start, wait, shut down); the
 client's reader and writer; a bounded worker pool; per upstream a reader, a writer, a stderr
@@ -110,8 +112,8 @@ from pathlib import Path
 from pathlib import PurePath
 from pathlib import PurePosixPath
 from pathlib import PureWindowsPath
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
-                    Set, Tuple)
+from typing import (Any, Callable, Container, Dict, Iterable, Iterator, List, NamedTuple, Optional,
+                    Sequence, Set, Tuple)
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket, selectors and http.server (~40 ms, --http
 # only), datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
@@ -12329,40 +12331,29 @@ _ARG_INT_MAX = 10**9  # the largest offset, limit or line number a tool takes
 _RETENTION_DAYS_MAX = 36500  # a hundred years
 
 
-# Names models often use for Abstract's arguments: taken as the argument the tool has (the
-# first one it has), never silently dropped. An alias the tool itself defines is not an alias.
-_ARG_ALIASES: Dict[str, Tuple[str, ...]] = {
-    "arguments": ("tool_args",), "args": ("tool_args",), "params": ("tool_args",),
-    "tool": ("tool_name",), "name": ("tool_name",), "server_name": ("server",),
-    "format": ("file_format",), "path": ("file_path",),  # (for file input it could mean either)
-    "output_path": ("storage_path",), "directory": ("storage_path",),
-}
-
-
 # Format names models often use, taken as the format they mean.
 _FORMAT_ALIASES = {"yml": "yaml", "markdown": "md", "text": "txt", "htm": "html"}
 
 
 class _ToolContext:
-    """What every tool works with, built once by the Server: the sandbox, the settings, the
+    """What the tools work with, built once by the Server: the sandbox, the settings, the
     upstreams, the cache and catalog (None when off), list_available_tools' index, query_output's
-    tables, the names of the tools offered, and the client's side of things: `notify` sends it a
-    notification, `protocol` and `client_name` tell a request's protocol version and client."""
+    tables, the tools offered (by name: a tool's answer suggests only those), `notify` (a
+    notification to the client) and, with --http, `links` (a cached output's download link)."""
 
     __slots__ = ("sandbox", "settings", "upstreams", "cache", "catalog", "tool_index", "tables",
-                 "offered", "notify", "protocol", "client_name", "links")
+                 "offered", "notify", "links")
 
     def __init__(self, sandbox: _Sandbox, settings: _Settings, upstreams: _Upstreams,
-                 cache: Optional[_OutputCache], catalog: Optional[_Catalog], offered: Iterable[str],
-                 notify: Callable[[str, dict], Any], protocol: Callable[[_Request], str],
-                 client_name: Callable[[_Request], str],
+                 cache: Optional[_OutputCache], catalog: Optional[_Catalog],
+                 offered: Container[str], notify: Callable[[str, dict], Any],
                  links: Optional[Callable[[_CacheEntry], str]] = None) -> None:
         self.sandbox, self.settings, self.upstreams = sandbox, settings, upstreams
         self.cache, self.catalog = cache, catalog
         self.tool_index = _ToolIndex()  # list_available_tools' query
         self.tables = _Tables()  # query_output's loaded tables
-        self.offered = offered  # (a live view: `in` asks the Server's own table)
-        self.notify, self.protocol, self.client_name = notify, protocol, client_name
+        self.offered = offered
+        self.notify = notify
         self.links = links  # --http: the signed download link of a cached output
 
 
@@ -12376,12 +12367,16 @@ def _text_arg(key: str, v: str) -> str:
 
 
 class _Call:
-    """One tools/call being handled: the arguments, the client request, the tools' context."""
+    """One tools/call being handled: the arguments, the client request, the tools' context, and
+    what the Server knows of the request's client: the protocol version it speaks and its name
+    (clientInfo)."""
 
-    __slots__ = ("ctx", "req", "args")
+    __slots__ = ("ctx", "req", "args", "protocol", "client")
 
-    def __init__(self, ctx: _ToolContext, req: _Request, args: dict) -> None:
+    def __init__(self, ctx: _ToolContext, req: _Request, args: dict, protocol: str = "",
+                 client: str = "") -> None:
         self.ctx, self.req, self.args = ctx, req, args
+        self.protocol, self.client = protocol, client
 
     def string(self, key: str) -> Optional[str]:
         """A string argument, or None when the call leaves it out."""
@@ -12457,26 +12452,6 @@ class _Call:
         if not isinstance(v, bool):
             raise _ToolError(f"Argument '{key}' must be true or false, not {_dumps(v)[:80]}.")
         return v
-
-
-def _checked_args(tool: str, schema: dict, args: dict) -> dict:
-    """The arguments with aliases renamed; a ToolError for a name the tool does not take, so a
-    misspelt argument is never silently ignored."""
-    props = schema.get("properties", {})
-    out = {}
-    for key, value in args.items():
-        target = key
-        if key not in props:
-            target = next((t for t in _ARG_ALIASES.get(key, ()) if t in props), "")
-            if not target:
-                raise _ToolError(f"{tool} has no argument '{key}'. Its arguments: "
-                                 f"{', '.join(props) or 'none'}.")
-            if target in args or target in out:
-                given = target if target in args else next(
-                    k for k in args if k != key and target in _ARG_ALIASES.get(k, ()))
-                raise _ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
-        out[target] = value
-    return out
 
 
 @contextlib.contextmanager
@@ -12746,7 +12721,7 @@ def _store_answer(call: _Call, server: str, tool: str, description: str,
         lines.append("Preview:\n" + preview)
     lines.extend(a for a in about if a.startswith("Ask it"))
     result = _text_result("\n".join(lines), info)
-    if call.ctx.protocol(call.req) in _LINK_VERSIONS:
+    if call.protocol in _LINK_VERSIONS:
         desc = description or f"Result of {server}.{tool}"
         result["content"] += [{"type": "resource_link", "uri": _file_uri(f.path),
                                "name": os.path.basename(f.path),
@@ -12818,8 +12793,78 @@ def _store_in(call: _Call, server: str, tool: str, fmt: Optional[str], fetch: Ca
 
 
 # ==== Tools =======================================================================
-# What the model sees: each tool's schema and description, and its handler. Handlers raise
+# What the model sees: each tool is one record (_Tool) made by @_tool on its handler, with its
+# name, description, schema, the other names models use for its arguments and what it needs to
+# be offered; _TOOLS holds them in tools/list's order, _offered picks a server's. Handlers raise
 # ToolError for anything the model can fix; it becomes an isError result with that text.
+
+
+class _Tool(NamedTuple):
+    """One of Abstract's tools: what tools/list shows (name, description, schema), the handler,
+    `aliases` (another name models use for an argument -> the argument it means) and `needs`
+    (offered only when all of these are there: "meta" (--expose meta or both), "cache",
+    "catalog", "sqlite3", "memory" (--memory); see _offered)."""
+
+    name: str
+    description: str
+    schema: dict
+    handler: Callable[[_Call], dict]
+    aliases: Dict[str, str]
+    needs: Tuple[str, ...]
+
+    def listed(self) -> dict:
+        """The tool as tools/list shows it."""
+        return {"name": self.name, "description": self.description, "inputSchema": self.schema}
+
+    def arguments(self, args: dict) -> dict:
+        """The arguments with aliases renamed; a ToolError for a name the tool does not take, so
+        a misspelt argument is never silently ignored."""
+        props = self.schema.get("properties", {})
+        out = {}
+        for key, value in args.items():
+            target = key
+            if key not in props:
+                target = self.aliases.get(key, "")
+                if not target:
+                    raise _ToolError(f"{self.name} has no argument '{key}'. Its arguments: "
+                                     f"{', '.join(props) or 'none'}.")
+                if target in args or target in out:
+                    given = target if target in args else next(
+                        k for k in args if k != key and self.aliases.get(k) == target)
+                    raise _ToolError(f"Give '{given}' or '{key}' (the same argument), not both.")
+            out[target] = value
+        return out
+
+    def run(self, call: _Call) -> dict:
+        """The handler over the call, its arguments checked and their aliases renamed."""
+        call.args = self.arguments(call.args)
+        return self.handler(call)
+
+
+_TOOLS: List[_Tool] = []  # every tool, in the order tools/list shows them (@_tool appends)
+
+
+def _tool(name: str, description: str, schema: dict, needs: Tuple[str, ...],
+          aliases: Optional[Dict[str, str]] = None
+          ) -> Callable[[Callable[[_Call], dict]], Callable[[_Call], dict]]:
+    """Define a tool over the handler it decorates: its record joins _TOOLS."""
+    def define(handler: Callable[[_Call], dict]) -> Callable[[_Call], dict]:
+        _TOOLS.append(_Tool(name, description, schema, handler, dict(aliases or {}), needs))
+        return handler
+    return define
+
+
+# Names models often use for the tools' arguments, taken as the argument they mean (never
+# silently dropped); each tool lists those of its own arguments (docs/reference/tools.md names
+# them). call_tool_with_file_content takes `path` as file_path, its input, and no `format`:
+# that could mean output_format or response_format.
+_ALIASES_SERVER = {"server_name": "server"}
+_ALIASES_TOOL = {"tool": "tool_name", "name": "tool_name", **_ALIASES_SERVER}
+_ALIASES_CALL = {"arguments": "tool_args", "args": "tool_args", "params": "tool_args",
+                 **_ALIASES_TOOL}
+_ALIASES_FORMAT = {"format": "file_format"}
+_ALIASES_PATH = {"path": "file_path"}
+_ALIASES_DIR = {"output_path": "storage_path", "directory": "storage_path"}
 
 
 def _schema(props: dict, required: Tuple[str, ...] = ()) -> dict:
@@ -12864,6 +12909,22 @@ def _tool_summary(desc: str, limit: int = 150) -> str:
     return f"{_first_sentence(desc, limit - len(warn) - 1)} {warn}"
 
 
+@_tool(
+    "list_available_tools",
+    "List the tools of the upstream MCP servers Abstract can reach: server, tool and the first "
+    "sentence of its description. Start here to find a tool; with query, only the best matches "
+    "for what you want to do. detailed=true adds full descriptions and each inputSchema (costs "
+    "more context); filter_by_server limits the list to one server.",
+    _schema({"query": {"type": "string", "description": "What you want to do, in words: the tools "
+                                                        "that fit "
+                       "best come first (searches names, descriptions and parameters)."},
+             "detailed": {"type": "boolean", "description": "Include each tool's inputSchema.",
+                          "default": False},
+             "filter_by_server": {"type": "string", "description": "Only this server's tools."},
+             "limit": {"type": "integer", "minimum": 1,
+                       "description": "At most this many tools (with query: "
+                       "default 10)."}}),
+    needs=("meta",))
 def _tool_list_available_tools(call: _Call) -> dict:
     """Every upstream's tools (or one server's, filter_by_server), asked of all at once; with
     `query`, ranked by the tool index. A server that fails is listed with its error (and when it
@@ -12983,6 +13044,12 @@ def _find_tool(up: _Upstream, tool: str) -> dict:
                      f"{_names_list([t['name'] for t in tools])}.")
 
 
+@_tool(
+    "list_tool_details",
+    "Get one upstream tool's complete definition (description, inputSchema, outputSchema, "
+    "annotations) before calling it.",
+    _schema({"server": _P_SERVER, "tool_name": _P_TOOL}, ("server", "tool_name")),
+    needs=("meta",), aliases=_ALIASES_TOOL)
 def _tool_list_tool_details(call: _Call) -> dict:
     server, tool = call.required("server"), call.required("tool_name")
     up = call.ctx.upstreams.get(server)
@@ -13127,7 +13194,7 @@ def _maybe_cache(call: _Call, server: str, tool: str, res: dict, structured: boo
        reads one long text of records in pieces (_OutputCache.put); any other is decoded.
     """
     cache = call.ctx.cache
-    policy = call.ctx.settings.cache_policy(server, tool, call.ctx.client_name(call.req))
+    policy = call.ctx.settings.cache_policy(server, tool, call.client)
     size = _result_size(res, policy["min_size"]) if cache is not None and policy["enabled"] else 0
     if cache is None or not policy["enabled"] or size <= policy["min_size"]:
         return res
@@ -13173,11 +13240,332 @@ def _uncached_answer(call: _Call, cache: _OutputCache, server: str, tool: str, s
     return _text_result(text, is_error=True)
 
 
+@_tool(
+    "call_tool",
+    "Call an upstream tool and get its result here, in the conversation. Use it for small results "
+    "(status checks, short answers), which come back as the tool gave them. A large result comes "
+    "back as a preview and a token instead: read more with retrieve_cached_output. For results "
+    "you know are large (lists, tables, documents, exports) use call_tool_and_store when it is "
+    "available, so the data goes to a file.",
+    _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS},
+            ("server", "tool_name")),
+    needs=("meta",), aliases=_ALIASES_CALL)
 def _tool_call_tool(call: _Call) -> dict:
     server, tool = call.required("server"), call.required("tool_name")
     longs: list = []  # the long strings of the answer, left undecoded (Connection.request)
     res = _upstream_call(call, server, tool, call.obj("tool_args"), longs)
     return _maybe_cache(call, server, tool, res, longs=longs)
+
+
+@_tool(
+    "list_allowed_directories",
+    "List the directories Abstract may store files in and read files from; the first is the "
+    "default.",
+    _schema({}),
+    needs=("meta",))
+def _tool_list_allowed_directories(call: _Call) -> dict:
+    out = call.ctx.sandbox.describe()
+    return _text_result(_dumps(out), out)
+
+
+def _cached_source(call: _Call) -> Optional[Tuple[_OutputCache, _CacheEntry]]:
+    """(the cache, the cached output) named by cache_token, if the call gives one."""
+    token = call.string("cache_token")
+    if token is None:
+        return None
+    cache = call.ctx.cache
+    if cache is None:
+        raise _ToolError("cache_token needs the output cache, which is disabled in Abstract's "
+                         "settings.")
+    return cache, cache.get(token)
+
+
+@_tool(
+    "call_tool_and_store",
+    "Call an upstream tool and save its result to a file in an allowed directory instead of the "
+    "conversation; you get back the path, size, row/column counts and a short preview. Use it for "
+    "large results. Pick file_format from what you know of the data: csv or tsv for lists of "
+    "records, md for prose; without it the content decides (json for JSON data, text as it is in "
+    ".txt or .md). Also yaml, xml, html.",
+    _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS,
+             "file_format": {"type": "string", "enum": list(_FORMATS),
+                             "description": "Format to convert the result to. Default: by "
+                                            "content."},
+             "description": {"type": "string", "description": "What the result is; kept with the "
+                                                              "file."},
+             "storage_path": {"type": "string", "description": "Directory to store in: absolute "
+                                                               "inside an allowed "
+                              "directory, or relative to the first one. Default: the first "
+                              "allowed directory."},
+             "filename": {"type": "string", "description": "File name; the extension comes from "
+                                                           "file_format. "
+                          "Default <server>-<tool>-<UTC time>. An existing file is never "
+                          "overwritten: -1, -2... is added."},
+             "compress": {"type": "boolean", "default": False,
+                          "description": "Write gzip-compressed (.gz)."},
+             "cache_token": {"type": "string", "description": "Store an output call_tool cached "
+                                                              "(its token) "
+                             "instead of calling a tool; server and tool_name are then not "
+                             "needed."}}),
+    needs=("meta",), aliases={**_ALIASES_CALL, **_ALIASES_FORMAT, **_ALIASES_DIR})
+def _tool_call_tool_and_store(call: _Call) -> dict:
+    fmt = call.format("file_format")
+    cached = _cached_source(call)
+    if cached is not None:  # a result cached earlier: stored without calling the tool again
+        cache, entry = cached
+        return _store_result(call, entry.server, entry.tool, fmt, lambda: cache.result(entry))
+    server, tool = call.required("server"), call.required("tool_name")
+    args = call.obj("tool_args")
+    return _store_result(call, server, tool, fmt, lambda: _upstream_call(call, server, tool, args))
+
+
+_INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml",
+                  ".xml": "xml", ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+def _read_limited(f: Any, path: str, size: int, limit: int,
+                  setting: str = "max_input_file_mb") -> bytes:
+    """The bytes of the open file `f` (gunzipped for .gz), refusing more than `limit` bytes
+    while reading, so a small archive cannot expand into gigabytes."""
+    import gzip  # lazy: see Imports
+    import zlib  # lazy: see Imports
+
+    packed = path.lower().endswith(".gz")
+    try:
+        with (gzip.GzipFile(fileobj=f, mode="rb") if packed else f) as src:
+            data = src.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as e:  # zlib.error (a corrupt stream) is no OSError
+        what = "is not a valid gzip file" if packed else "could not be read"
+        raise _ToolError(f"{path} {what}: {e}") from None
+    if len(data) > limit:
+        what = (f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed
+                else f"is larger than {limit:,} bytes")
+        raise _ToolError(f"{path} {what}; the input limit is {limit:,} bytes ({setting} in "
+                         f"Abstract's settings).")
+    return data
+
+
+def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[Any, str, int]:
+    """(binary file, real path, size) of an input file inside the sandbox."""
+    where = f"Allowed directories: {', '.join(call.ctx.sandbox.roots)}"
+    try:
+        with _sandboxed():
+            return call.ctx.sandbox.open_read(file_path)
+    except FileNotFoundError:
+        raise _ToolError(f"{key} {file_path!r} does not exist. {where}; list_allowed_directories "
+                         f"shows them.") from None
+    except PermissionError:
+        raise _ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
+
+
+def _load_input(call: _Call, file_path: str, parse: bool = True) -> Tuple[Any, str, str]:
+    """(data, format, real path) of an input file inside the sandbox (its text when not
+    `parse`)."""
+    f, path, size = _open_input(call, file_path)
+    limit = float(call.ctx.settings.get("max_input_file_mb"))
+    return _read_input(f, path, size, limit, "max_input_file_mb", parse) + (path,)
+
+
+def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str,
+                parse: bool = True) -> Tuple[Any, str]:
+    """(data, format) of the open input file `f`, at most `limit_mb` megabytes (the setting
+    named so), parsed by its extension (.gz unpacked first), or its text as it is when not
+    `parse`; `f` is closed."""
+    limit = int(limit_mb * 1024 * 1024)
+    if size > limit:
+        f.close()
+        raise _ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes ({setting} "
+                         f"in Abstract's settings).")
+    raw = _read_limited(f, path, size, limit, setting)
+    base = path[:-3] if path.lower().endswith(".gz") else path
+    fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
+                         f"(0x{raw[e.start]:02x}).") from None
+    text = text[1:] if text.startswith("\ufeff") else text
+    if not parse:
+        return text, fmt
+    try:
+        return _parse_text(text, fmt), fmt
+    except FormatError as e:
+        raise _ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
+    # a reader without its own guard: still the model's error, not an internal one
+    except RecursionError:
+        raise _ToolError(f"{path} could not be read as {fmt.upper()}: nested too deeply") from None
+
+
+_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+               "array": (list,), "object": (dict,), "null": (type(None),)}
+
+
+def _schema_kinds(tool: dict, key: str) -> List[str]:
+    """The JSON types the tool's inputSchema declares for the argument `key` ([] if none)."""
+    schema = tool.get("inputSchema")
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    prop = props.get(key) if isinstance(props, dict) else None
+    want = prop.get("type") if isinstance(prop, dict) else None
+    if isinstance(want, list):
+        return [k for k in want if isinstance(k, str)]
+    return [want] if isinstance(want, str) else []
+
+
+def _check_args(tool: dict, args: dict, source: str = "the file",
+                hint: Tuple[str, str] = ("", "")) -> None:
+    """Refuse arguments that miss a required property or have the wrong top-level type; the
+    data comes from `source`, and a mismatch of the argument hint[0] adds hint[1]."""
+    schema = tool.get("inputSchema")  # an upstream's: anything at all
+    required = schema.get("required") if isinstance(schema, dict) else None
+    missing = [k for k in required if isinstance(k, str) and k not in args] if isinstance(
+        required, list) else []
+    if missing:
+        raise _ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
+                         f"{source} nor tool_args provides (use data_key to put {source}'s data "
+                         f"under one argument).")
+    for key, value in args.items():
+        kinds = _schema_kinds(tool, key)
+        types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
+        bad_bool = isinstance(value, bool) and bool not in types
+        # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
+        whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
+        if types and (not isinstance(value, types) or bad_bool) and not whole:
+            raise _ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
+                             f"{' or '.join(kinds)}, but {source} gives {type(value).__name__}"
+                             + (f"; {hint[1]}" if key == hint[0] and hint[1] else "") + ".")
+
+
+def _file_args(call: _Call, data: Any, path: str) -> dict:
+    key, extra = call.string("data_key"), call.obj("tool_args")
+    if key is None:
+        if extra:
+            raise _ToolError("tool_args needs data_key: say under which argument the file's data "
+                             "goes, and tool_args supplies the others. Without data_key the file's "
+                             "data is the whole arguments object.")
+        if not isinstance(data, dict):
+            raise _ToolError(f"{path} holds a {type(data).__name__}, not an object, so it cannot "
+                             f"be the whole arguments; set data_key to the argument that should "
+                             f"receive it.")
+        return data
+    if key in extra:
+        raise _ToolError(f"tool_args already has '{key}', the data_key; rename one of them "
+                         f"(nothing is overwritten).")
+    return {**extra, key: data}
+
+
+def _input_data(call: _Call, as_text: bool) -> Tuple[Any, str, str]:
+    """(data, where it came from, what the answer calls that) for file input: a file in the
+    sandbox, or a cached output; parsed, or its text as it is when `as_text` (a cached
+    output's text: its text items, else its text view)."""
+    cached = _cached_source(call)
+    if cached is not None:
+        if call.args.get("file_path") is not None:
+            raise _ToolError("Give file_path or cache_token, not both.")
+        cache, entry = cached
+        where = f"cached output {entry.token}"
+        res = cache.result(entry)
+        if not as_text:
+            return _extract(res).data, where, "the cached output"
+        texts = _result_texts(res)
+        return ("\n".join(texts) if texts else cache.text(entry)), where, "the cached output"
+    data, _, path = _load_input(call, call.required("file_path"), parse=not as_text)
+    return data, path, "the file"
+
+
+def _data_as(call: _Call, spec: dict) -> bool:
+    """Whether the data goes as text: data_as says, else the data_key argument's declared type
+    (a string takes the text as it is)."""
+    how, key = call.string("data_as"), call.string("data_key")
+    if how not in (None, "text", "parsed"):
+        raise _ToolError(f"data_as must be text or parsed, not {_dumps(how)[:40]}.")
+    if how == "text" and key is None:
+        raise _ToolError('data_as "text" needs data_key: the argument that receives the text.')
+    if how is not None:
+        return how == "text"
+    return key is not None and {k for k in _schema_kinds(spec, key) if k != "null"} == {"string"}
+
+
+@_tool(
+    "call_tool_with_file_content",
+    "Call an upstream tool with a file's data as its arguments, without reading the file into the "
+    "conversation (for bulk inserts, uploads, or feeding a stored result into another tool). The "
+    "file must be in an allowed directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are "
+    "parsed (also .gz). Without data_key the file must hold an object that is the whole "
+    "arguments; with data_key the data goes under that argument, next to tool_args. An argument "
+    "the tool declares a string gets the file's text as it is (data_as decides otherwise).",
+    _schema({"server": _P_SERVER, "tool_name": _P_TOOL,
+             "file_path": {"type": "string", "description": "The input file: absolute inside an "
+                                                            "allowed directory, "
+                           "or relative to the first one."},
+             "data_key": {"type": "string", "description": "Argument that receives the file's "
+                                                           "data."},
+             "data_as": {"type": "string", "enum": ["text", "parsed"],
+                         "description": "text: the file's text as it is (decompressed); "
+                                        "parsed: its data, read by its extension. Default: "
+                                        "text when the tool declares data_key a string."},
+             "tool_args": {**_P_ARGS, "description": "Other arguments (needs data_key)."},
+             "output_format": {"type": "string", "enum": ["json", "string"], "default": "json",
+                               "description": "json: the whole upstream result as JSON; string: "
+                                              "its text only."},
+             "response_format": {"type": "string", "enum": list(_FORMATS),
+                                 "description": "Store the response as "
+                                 "call_tool_and_store would, in this format, instead of returning "
+                                 "it."},
+             "description": {"type": "string", "description": "What the stored response is."},
+             "storage_path": {"type": "string", "description": "Where to store the response (with "
+                                                               "response_format)."},
+             "filename": {"type": "string", "description": "File name for the stored response; "
+                                                           "the extension "
+                          "comes from response_format."},
+             "compress": {"type": "boolean", "default": False,
+                          "description": "Store the response gzip-compressed (.gz), with "
+                                         "response_format."},
+             "cache_token": {"type": "string", "description": "Use an output call_tool cached "
+                                                              "(its token) as "
+                             "the data instead of a file."}},
+            ("server", "tool_name")),
+    needs=("meta",), aliases={**_ALIASES_CALL, **_ALIASES_PATH, **_ALIASES_DIR})
+def _tool_call_tool_with_file_content(call: _Call) -> dict:
+    """An upstream tool called with a file's data (or a cached output's) as one argument.
+
+    1. The data is read through the sandbox, bounded, and parsed by its format (_input_data),
+       so the model never has to carry it through its context.
+    2. It goes under data_key in the arguments, checked against the tool's inputSchema before
+       the call: a mismatch is reported without calling.
+    3. With response_format the result is stored like call_tool_and_store's; else a large
+       answer is cached like call_tool's, and a small one comes back as JSON or as text.
+    """
+    server, tool = call.required("server"), call.required("tool_name")
+    out_fmt = call.string("output_format") or "json"
+    if out_fmt not in ("json", "string"):
+        raise _ToolError(f"output_format must be json or string, not {out_fmt!r}.")
+    spec = _find_tool(call.ctx.upstreams.get(server), tool)
+    as_text = _data_as(call, spec)
+    data, source, what = _input_data(call, as_text)
+    args = _file_args(call, data, source)
+    key = call.string("data_key") or ""
+    kinds = _schema_kinds(spec, key) if key else []
+    hint = ('data_as "parsed" sends its data parsed' if as_text and set(kinds) - {"string"} else
+            f'data_as "text" sends {what}\'s text as it is' if "string" in kinds else "")
+    _check_args(spec, args, what, (key, hint))
+    response_format = call.format("response_format")
+    if response_format is not None:
+        return _store_result(call, server, tool, response_format,
+                             lambda: _upstream_call(call, server, tool, args),
+                             f" for the data of {source}")
+    res = _upstream_call(call, server, tool, args)
+    if res.get("isError"):
+        raise _ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: "
+                         f"{_error_text(res)}")
+    cached = _maybe_cache(call, server, tool, res)
+    if cached is not res:  # a large answer gets the same protection as call_tool's
+        return cached
+    if out_fmt == "string":
+        return _text_result(_text_view(_extract(res).data))
+    return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
+
+
+# -- retrieve_cached_output: windows on a cached output
 
 
 def _skip_lines(text: str, count: int, step: int = 65536) -> int:
@@ -13367,6 +13755,37 @@ def _record_lines(rows: Iterable[Dict[str, Any]], first: int, total: int, limit:
                             "next_record_offset": end if end < total else None}
 
 
+@_tool(
+    "retrieve_cached_output",
+    "Read part of a large result that call_tool cached instead of showing (its answer gives the "
+    "token). Windows are bounded (20,000 characters by default): page with offset/length, or by "
+    "line with start_line/end_line, or by record with record_offset/record_count, or for JSON "
+    "take a sub-value with an RFC 6901 pointer such as /results/10; pattern gives only the "
+    "lines that contain it, numbered. To filter or count, query_output is cheaper.",
+    _schema({"token": {"type": "string", "description": "The token from the cached answer."},
+             "offset": {"type": "integer", "minimum": 0, "default": 0,
+                        "description": "First character."},
+             "length": {"type": "integer", "minimum": 1,
+                        "description": "Characters to return (capped)."},
+             "start_line": {"type": "integer", "minimum": 1,
+                            "description": "First line (1-based)."},
+             "end_line": {"type": "integer", "minimum": 1,
+                          "description": "Last line (inclusive)."},
+             "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. "
+                                                          "/results/10."},
+             "record_offset": {"type": "integer", "minimum": 0,
+                               "description": "For records: the first record "
+                               "(0-based); records come one compact JSON object a line."},
+             "record_count": {"type": "integer", "minimum": 1, "default": 100,
+                              "description": "For records: how many (capped by the window)."},
+             "pattern": {"type": "string", "description": "Only the lines that contain this "
+                         "text (case ignored; not a regex), numbered, with context lines around "
+                         "each; start_line/end_line limit where to search."},
+             "context": {"type": "integer", "minimum": 0, "maximum": 10, "default": 2,
+                         "description": "With pattern: lines shown before and after each "
+                                        "match."}},
+            ("token",)),
+    needs=("cache",))
 def _tool_retrieve_cached_output(call: _Call) -> dict:
     """A window of a cached output: by characters (offset/length), by lines
     (start_line/end_line), by records (record_offset/record_count), optionally inside the value
@@ -13452,240 +13871,6 @@ def _grep_answer(entry: _CacheEntry, chunk: str, where: dict) -> dict:
     return {"content": [{"type": "text", "text": chunk or "(no line matches)"},
                         {"type": "text", "text": status}],
             "structuredContent": where}
-
-
-def _tool_list_allowed_directories(call: _Call) -> dict:
-    out = call.ctx.sandbox.describe()
-    return _text_result(_dumps(out), out)
-
-
-def _cached_source(call: _Call) -> Optional[Tuple[_OutputCache, _CacheEntry]]:
-    """(the cache, the cached output) named by cache_token, if the call gives one."""
-    token = call.string("cache_token")
-    if token is None:
-        return None
-    cache = call.ctx.cache
-    if cache is None:
-        raise _ToolError("cache_token needs the output cache, which is disabled in Abstract's "
-                         "settings.")
-    return cache, cache.get(token)
-
-
-def _tool_call_tool_and_store(call: _Call) -> dict:
-    fmt = call.format("file_format")
-    cached = _cached_source(call)
-    if cached is not None:  # a result cached earlier: stored without calling the tool again
-        cache, entry = cached
-        return _store_result(call, entry.server, entry.tool, fmt, lambda: cache.result(entry))
-    server, tool = call.required("server"), call.required("tool_name")
-    args = call.obj("tool_args")
-    return _store_result(call, server, tool, fmt, lambda: _upstream_call(call, server, tool, args))
-
-
-_INPUT_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "tsv", ".yaml": "yaml", ".yml": "yaml",
-                  ".xml": "xml", ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-
-
-def _read_limited(f: Any, path: str, size: int, limit: int,
-                  setting: str = "max_input_file_mb") -> bytes:
-    """The bytes of the open file `f` (gunzipped for .gz), refusing more than `limit` bytes
-    while reading, so a small archive cannot expand into gigabytes."""
-    import gzip  # lazy: see Imports
-    import zlib  # lazy: see Imports
-
-    packed = path.lower().endswith(".gz")
-    try:
-        with (gzip.GzipFile(fileobj=f, mode="rb") if packed else f) as src:
-            data = src.read(limit + 1)
-    except (OSError, EOFError, zlib.error) as e:  # zlib.error (a corrupt stream) is no OSError
-        what = "is not a valid gzip file" if packed else "could not be read"
-        raise _ToolError(f"{path} {what}: {e}") from None
-    if len(data) > limit:
-        what = (f"({size:,} bytes) decompresses to more than {limit:,} bytes" if packed
-                else f"is larger than {limit:,} bytes")
-        raise _ToolError(f"{path} {what}; the input limit is {limit:,} bytes ({setting} in "
-                         f"Abstract's settings).")
-    return data
-
-
-def _open_input(call: _Call, file_path: str, key: str = "file_path") -> Tuple[Any, str, int]:
-    """(binary file, real path, size) of an input file inside the sandbox."""
-    where = f"Allowed directories: {', '.join(call.ctx.sandbox.roots)}"
-    try:
-        with _sandboxed():
-            return call.ctx.sandbox.open_read(file_path)
-    except FileNotFoundError:
-        raise _ToolError(f"{key} {file_path!r} does not exist. {where}; list_allowed_directories "
-                         f"shows them.") from None
-    except PermissionError:
-        raise _ToolError(f"{key} {file_path!r} is not readable (permission denied)") from None
-
-
-def _load_input(call: _Call, file_path: str, parse: bool = True) -> Tuple[Any, str, str]:
-    """(data, format, real path) of an input file inside the sandbox (its text when not
-    `parse`)."""
-    f, path, size = _open_input(call, file_path)
-    limit = float(call.ctx.settings.get("max_input_file_mb"))
-    return _read_input(f, path, size, limit, "max_input_file_mb", parse) + (path,)
-
-
-def _read_input(f: Any, path: str, size: int, limit_mb: float, setting: str,
-                parse: bool = True) -> Tuple[Any, str]:
-    """(data, format) of the open input file `f`, at most `limit_mb` megabytes (the setting
-    named so), parsed by its extension (.gz unpacked first), or its text as it is when not
-    `parse`; `f` is closed."""
-    limit = int(limit_mb * 1024 * 1024)
-    if size > limit:
-        f.close()
-        raise _ToolError(f"{path} is {size:,} bytes; the input limit is {limit:,} bytes ({setting} "
-                         f"in Abstract's settings).")
-    raw = _read_limited(f, path, size, limit, setting)
-    base = path[:-3] if path.lower().endswith(".gz") else path
-    fmt = _INPUT_FORMATS.get(os.path.splitext(base)[1].lower(), "txt")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _ToolError(f"{path} is not valid UTF-8: byte offset {e.start} "
-                         f"(0x{raw[e.start]:02x}).") from None
-    text = text[1:] if text.startswith("\ufeff") else text
-    if not parse:
-        return text, fmt
-    try:
-        return _parse_text(text, fmt), fmt
-    except FormatError as e:
-        raise _ToolError(f"{path} could not be read as {fmt.upper()}: {e}") from None
-    # a reader without its own guard: still the model's error, not an internal one
-    except RecursionError:
-        raise _ToolError(f"{path} could not be read as {fmt.upper()}: nested too deeply") from None
-
-
-_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-               "array": (list,), "object": (dict,), "null": (type(None),)}
-
-
-def _schema_kinds(tool: dict, key: str) -> List[str]:
-    """The JSON types the tool's inputSchema declares for the argument `key` ([] if none)."""
-    schema = tool.get("inputSchema")
-    props = schema.get("properties") if isinstance(schema, dict) else None
-    prop = props.get(key) if isinstance(props, dict) else None
-    want = prop.get("type") if isinstance(prop, dict) else None
-    if isinstance(want, list):
-        return [k for k in want if isinstance(k, str)]
-    return [want] if isinstance(want, str) else []
-
-
-def _check_args(tool: dict, args: dict, source: str = "the file",
-                hint: Tuple[str, str] = ("", "")) -> None:
-    """Refuse arguments that miss a required property or have the wrong top-level type; the
-    data comes from `source`, and a mismatch of the argument hint[0] adds hint[1]."""
-    schema = tool.get("inputSchema")  # an upstream's: anything at all
-    required = schema.get("required") if isinstance(schema, dict) else None
-    missing = [k for k in required if isinstance(k, str) and k not in args] if isinstance(
-        required, list) else []
-    if missing:
-        raise _ToolError(f"tool '{tool['name']}' requires {', '.join(missing)}, which neither "
-                         f"{source} nor tool_args provides (use data_key to put {source}'s data "
-                         f"under one argument).")
-    for key, value in args.items():
-        kinds = _schema_kinds(tool, key)
-        types = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
-        bad_bool = isinstance(value, bool) and bool not in types
-        # JSON Schema counts 2.0 as an integer; CSV and YAML readers may well give one.
-        whole = "integer" in kinds and isinstance(value, float) and value.is_integer()
-        if types and (not isinstance(value, types) or bad_bool) and not whole:
-            raise _ToolError(f"argument '{key}' of tool '{tool['name']}' must be "
-                             f"{' or '.join(kinds)}, but {source} gives {type(value).__name__}"
-                             + (f"; {hint[1]}" if key == hint[0] and hint[1] else "") + ".")
-
-
-def _file_args(call: _Call, data: Any, path: str) -> dict:
-    key, extra = call.string("data_key"), call.obj("tool_args")
-    if key is None:
-        if extra:
-            raise _ToolError("tool_args needs data_key: say under which argument the file's data "
-                             "goes, and tool_args supplies the others. Without data_key the file's "
-                             "data is the whole arguments object.")
-        if not isinstance(data, dict):
-            raise _ToolError(f"{path} holds a {type(data).__name__}, not an object, so it cannot "
-                             f"be the whole arguments; set data_key to the argument that should "
-                             f"receive it.")
-        return data
-    if key in extra:
-        raise _ToolError(f"tool_args already has '{key}', the data_key; rename one of them "
-                         f"(nothing is overwritten).")
-    return {**extra, key: data}
-
-
-def _input_data(call: _Call, as_text: bool) -> Tuple[Any, str, str]:
-    """(data, where it came from, what the answer calls that) for file input: a file in the
-    sandbox, or a cached output; parsed, or its text as it is when `as_text` (a cached
-    output's text: its text items, else its text view)."""
-    cached = _cached_source(call)
-    if cached is not None:
-        if call.args.get("file_path") is not None:
-            raise _ToolError("Give file_path or cache_token, not both.")
-        cache, entry = cached
-        where = f"cached output {entry.token}"
-        res = cache.result(entry)
-        if not as_text:
-            return _extract(res).data, where, "the cached output"
-        texts = _result_texts(res)
-        return ("\n".join(texts) if texts else cache.text(entry)), where, "the cached output"
-    data, _, path = _load_input(call, call.required("file_path"), parse=not as_text)
-    return data, path, "the file"
-
-
-def _data_as(call: _Call, spec: dict) -> bool:
-    """Whether the data goes as text: data_as says, else the data_key argument's declared type
-    (a string takes the text as it is)."""
-    how, key = call.string("data_as"), call.string("data_key")
-    if how not in (None, "text", "parsed"):
-        raise _ToolError(f"data_as must be text or parsed, not {_dumps(how)[:40]}.")
-    if how == "text" and key is None:
-        raise _ToolError('data_as "text" needs data_key: the argument that receives the text.')
-    if how is not None:
-        return how == "text"
-    return key is not None and {k for k in _schema_kinds(spec, key) if k != "null"} == {"string"}
-
-
-def _tool_call_tool_with_file_content(call: _Call) -> dict:
-    """An upstream tool called with a file's data (or a cached output's) as one argument.
-
-    1. The data is read through the sandbox, bounded, and parsed by its format (_input_data),
-       so the model never has to carry it through its context.
-    2. It goes under data_key in the arguments, checked against the tool's inputSchema before
-       the call: a mismatch is reported without calling.
-    3. With response_format the result is stored like call_tool_and_store's; else a large
-       answer is cached like call_tool's, and a small one comes back as JSON or as text.
-    """
-    server, tool = call.required("server"), call.required("tool_name")
-    out_fmt = call.string("output_format") or "json"
-    if out_fmt not in ("json", "string"):
-        raise _ToolError(f"output_format must be json or string, not {out_fmt!r}.")
-    spec = _find_tool(call.ctx.upstreams.get(server), tool)
-    as_text = _data_as(call, spec)
-    data, source, what = _input_data(call, as_text)
-    args = _file_args(call, data, source)
-    key = call.string("data_key") or ""
-    kinds = _schema_kinds(spec, key) if key else []
-    hint = ('data_as "parsed" sends its data parsed' if as_text and set(kinds) - {"string"} else
-            f'data_as "text" sends {what}\'s text as it is' if "string" in kinds else "")
-    _check_args(spec, args, what, (key, hint))
-    response_format = call.format("response_format")
-    if response_format is not None:
-        return _store_result(call, server, tool, response_format,
-                             lambda: _upstream_call(call, server, tool, args),
-                             f" for the data of {source}")
-    res = _upstream_call(call, server, tool, args)
-    if res.get("isError"):
-        raise _ToolError(f"'{server}' tool '{tool}' reported an error for the data of {source}: "
-                         f"{_error_text(res)}")
-    cached = _maybe_cache(call, server, tool, res)
-    if cached is not res:  # a large answer gets the same protection as call_tool's
-        return cached
-    if out_fmt == "string":
-        return _text_result(_text_view(_extract(res).data))
-    return _text_result(json.dumps(res, indent=2, ensure_ascii=False))
 
 
 # -- query_output: SQL over a cached output or a stored file (the Queries part holds the engine)
@@ -13893,6 +14078,38 @@ def _query_answer(call: _Call, table: _Table, label: str, res: _QueryResult) -> 
     return _text_result("\n".join(lines), info)
 
 
+@_tool(
+    "query_output",
+    "Ask a large output a question in SQL instead of reading it: the records of a cached output "
+    "(its token) or of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, "
+    "also .gz) are the table data, one column per field; nested values are JSON text "
+    "(json_extract(col, '$.key') reads them); text is a row a line (n, line). One read-only "
+    "SELECT (WITH allowed); returns at most limit rows, the row count and the columns. With "
+    "file_format the whole result is stored as a file instead, and you get its path and a "
+    "preview.",
+    _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), "
+                                                         "or a file path: "
+                        "absolute inside an allowed directory, or relative to the first one."},
+             "sql": {"type": "string", "description": "One SELECT over the table data, e.g. "
+                                                      "SELECT status, "
+                     "count(*) AS n FROM data GROUP BY status ORDER BY n DESC."},
+             "limit": {"type": "integer", "minimum": 0, "maximum": _QUERY_LIMIT_MAX, "default": 50,
+                       "description": "Rows to return here (the count covers them all)."},
+             "records_pointer": {"type": "string",
+                                 "description": "JSON Pointer of the list of records to query "
+                                 "when the data is not one list of records, e.g. /items."},
+             "file_format": {"type": "string", "enum": list(_FORMATS),
+                             "description": "Store the whole result as a file in this format "
+                                            "instead."},
+             "filename": {"type": "string", "description": "File name with file_format; default "
+                          "abstract-query_output-<UTC time>. An existing file is never "
+                          "overwritten."},
+             "storage_path": {"type": "string", "description": "Directory for the file (with "
+                                                               "file_format): "
+                              "inside an allowed directory. Default: the first allowed "
+                              "directory."}},
+            ("source", "sql")),
+    needs=("meta", "sqlite3"), aliases={**_ALIASES_FORMAT, **_ALIASES_DIR})
 def _tool_query_output(call: _Call) -> dict:
     """SQL over a cached output or a stored file. Without file_format the rows come back as a
     bounded table (`limit` of them); with it, every row is stored as a file through the store
@@ -13920,6 +14137,24 @@ def _tool_query_output(call: _Call) -> dict:
 
 # -- the catalog's tools (search_stored_outputs, list_stored_outputs) and, with --memory, the
 # conversation memory tools of seed 003
+
+
+_P_QUERY = {"type": "string", "description": "Words to look for. Quotes, brackets and operators "
+                                             "are just text; "
+            "mode says how the words match."}
+_P_MODE = {"type": "string", "enum": list(_SEARCH_MODES), "default": "words",
+           "description": "words: every word, anywhere; phrase: the words next to each other, in "
+                          "order; prefix: words that start with each one (repor finds report, "
+                          "reports)."}
+_P_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100, "default": 10,
+            "description": "Results per page."}
+_P_OFFSET = {"type": "integer", "minimum": 0, "default": 0,
+             "description": "Results to skip (next_offset pages on)."}
+_P_CURSOR = {"type": "string", "description": "next_cursor of the previous answer; none for the "
+                                              "first page."}
+_P_CONV = {"type": "string", "description": "A conversation's id (from save_message or "
+                                            "list_conversations)."}
+_P_WHEN = "ISO 8601 UTC date or time, e.g. 2025-01-31 or 2025-01-31T09:00:00Z"
 
 
 def _catalog_of(call: _Call) -> _Catalog:
@@ -14003,6 +14238,23 @@ def _output_line(i: int, item: dict) -> str:
     return f"{i}. {item['time']}  {origin}  {item['format'] or '?'}, {size}{rows}  {where}{gone}"
 
 
+@_tool(
+    "search_stored_outputs",
+    "Search every output Abstract has stored or cached, in this conversation or earlier ones: the "
+    "files of call_tool_and_store, responses stored by call_tool_with_file_content, and cached "
+    "call_tool results. Matches the first 64 KB of each output, its description, server, tool and "
+    "path; best matches first, with a highlighted snippet, the path (or cache token) and whether "
+    "the file still exists.",
+    _schema({"query": _P_QUERY, "mode": _P_MODE,
+             "server": {"type": "string", "description": "Only outputs of this server."},
+             "tool": {"type": "string", "description": "Only outputs of this tool."},
+             "since": {"type": "string", "description": f"Only outputs from this time on "
+                                                        f"({_P_WHEN})."},
+             "until": {"type": "string", "description": f"Only outputs up to this time; a date "
+                                                        f"includes its day ({_P_WHEN})."},
+             "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
+    needs=("meta", "catalog"), aliases=_ALIASES_SERVER)
+@_db_errors
 def _tool_search_stored_outputs(call: _Call) -> dict:
     catalog = _catalog_of(call)
     query, mode, limit, offset = _search_args(call)
@@ -14030,6 +14282,26 @@ def _tool_search_stored_outputs(call: _Call) -> dict:
     return _text_result(text, out)
 
 
+@_tool(
+    "list_stored_outputs",
+    "List the outputs Abstract has stored or cached, newest first (all conversations), with path "
+    "or cache token, format, size and whether the file still exists. retention_days shows which "
+    "stored files a retention rule of that many days would remove; Abstract itself never deletes "
+    "them.",
+    _schema({"server": {"type": "string", "description": "Only outputs of this server."},
+             "tool": {"type": "string", "description": "Only outputs of this tool."},
+             "kind": {"type": "string", "enum": list(_CATALOG_KINDS),
+                      "description": "stored: call_tool_and_store; "
+                      "response: call_tool_with_file_content's response_format; cached: large "
+                      "call_tool results."},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20},
+             "cursor": _P_CURSOR,
+             "retention_days": {"type": "number", "exclusiveMinimum": 0,
+                                "description": "Mark the files older "
+                                "than this many days (would_remove) and total them. Nothing is "
+                                "deleted."}}),
+    needs=("meta", "catalog"), aliases=_ALIASES_SERVER)
+@_db_errors
 def _tool_list_stored_outputs(call: _Call) -> dict:
     catalog = _catalog_of(call)
     kind, days = call.string("kind") or None, call.args.get("retention_days")
@@ -14064,6 +14336,20 @@ def _tool_list_stored_outputs(call: _Call) -> dict:
     return _text_result("\n".join(lines), out)
 
 
+@_tool(
+    "save_message",
+    "Save a message to conversation memory, which lasts across conversations. Without "
+    "conversation_id a new conversation is started; an id that does not exist yet is created. "
+    "Returns conversation_id and message_id.",
+    _schema({"conversation_id": _P_CONV, "role": {"type": "string", "enum": list(_ROLES)},
+             "content": {"type": "string", "description": "The message text."},
+             "parent_message_id": {"type": "string",
+                                   "description": "The message this one answers (same "
+                                                  "conversation)."},
+             "metadata": {"type": "object", "description": "Anything to keep with the message.",
+                          "additionalProperties": True}}, ("role", "content")),
+    needs=("memory", "catalog"))
+@_db_errors
 def _tool_save_message(call: _Call) -> dict:
     content, meta = call.args.get("content"), call.args.get("metadata")
     if not isinstance(content, str):
@@ -14078,6 +14364,17 @@ def _tool_save_message(call: _Call) -> dict:
                         out)
 
 
+@_tool(
+    "get_conversation",
+    "Read a conversation from memory: its latest messages, oldest first. For earlier ones pass "
+    "next_before_message_id as before_message_id.",
+    _schema({"conversation_id": _P_CONV,
+             "message_limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+             "before_message_id": {"type": "string",
+                                   "description": "Only messages before this one."}},
+            ("conversation_id",)),
+    needs=("memory", "catalog"))
+@_db_errors
 def _tool_get_conversation(call: _Call) -> dict:
     limit = min(call.integer("message_limit", 100, minimum=1), 1000)
     conv = _catalog_of(call).get_conversation(call.required("conversation_id"), limit,
@@ -14085,6 +14382,14 @@ def _tool_get_conversation(call: _Call) -> dict:
     return _text_result(_dumps(conv), conv)
 
 
+@_tool(
+    "list_conversations",
+    "List the conversations in memory, the most recently updated first, with titles and message "
+    "counts.",
+    _schema({"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+             "cursor": _P_CURSOR}),
+    needs=("memory", "catalog"))
+@_db_errors
 def _tool_list_conversations(call: _Call) -> dict:
     limit = min(call.integer("limit", 20, minimum=1), 100)
     rows, cursor = _catalog_of(call).list_conversations(limit, call.string("cursor"))
@@ -14092,6 +14397,18 @@ def _tool_list_conversations(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
+@_tool(
+    "search_messages",
+    "Full-text search of the messages in memory, best matches first, with highlighted snippets.",
+    _schema({"query": _P_QUERY, "mode": _P_MODE,
+             "conversation_id": {**_P_CONV, "description": "Only this one."},
+             "start_date": {"type": "string", "description": f"Messages from this time on "
+                                                             f"({_P_WHEN})."},
+             "end_date": {"type": "string", "description": f"Messages up to this time; a date "
+                                                           f"includes its day ({_P_WHEN})."},
+             "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
+    needs=("memory", "catalog"))
+@_db_errors
 def _tool_search_messages(call: _Call) -> dict:
     query, mode, limit, offset = _search_args(call)
     cid = call.string("conversation_id") or None
@@ -14104,6 +14421,12 @@ def _tool_search_messages(call: _Call) -> dict:
     return _text_result(_dumps(out), out)
 
 
+@_tool(
+    "delete_conversation",
+    "Delete a conversation and all its messages from memory, for good.",
+    _schema({"conversation_id": _P_CONV}, ("conversation_id",)),
+    needs=("memory", "catalog"))
+@_db_errors
 def _tool_delete_conversation(call: _Call) -> dict:
     cid = call.required("conversation_id")
     n = _catalog_of(call).delete_conversation(cid)
@@ -14111,6 +14434,20 @@ def _tool_delete_conversation(call: _Call) -> dict:
     return _text_result(f"Deleted conversation {cid} and its {_plural(n, 'message')}.", out)
 
 
+@_tool(
+    "export_conversations",
+    "Export conversation memory (all conversations, or one) as JSON or Markdown into a file in an "
+    "allowed directory; returns its path, not the export.",
+    _schema({"format": {"type": "string", "enum": ["json", "markdown"], "default": "json"},
+             "conversation_id": {**_P_CONV, "description": "Only this conversation (default: "
+                                                           "all)."},
+             "storage_path": {"type": "string", "description": "Directory, inside an allowed one "
+                                                               "(default: the first)."},
+             "filename": {"type": "string", "description": "File name; default conversations-<UTC "
+                                                           "time>. An "
+                          "existing file is never overwritten."}}),
+    needs=("memory", "catalog"), aliases=_ALIASES_DIR)
+@_db_errors
 def _tool_export_conversations(call: _Call) -> dict:
     fmt, cid = call.string("format") or "json", call.string("conversation_id") or None
     if fmt not in ("json", "markdown"):
@@ -14145,7 +14482,7 @@ def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dic
     what = (f"{_plural(out['conversations'], 'conversation')} "
             f"({_plural(out['messages'], 'message')})")
     result = _text_result(f"Exported {what} as {fmt}: {path}", out)
-    if call.ctx.protocol(call.req) in _LINK_VERSIONS:
+    if call.protocol in _LINK_VERSIONS:
         result["content"].append({"type": "resource_link", "uri": out["uri"],
                                   "name": os.path.basename(path),
                                   "mimeType": _FORMAT_MIME["json" if fmt == "json" else "md"],
@@ -14153,286 +14490,12 @@ def _export_in(call: _Call, directory: str, stem: str, fmt: str, convs: List[dic
     return result
 
 
-_P_QUERY = {"type": "string", "description": "Words to look for. Quotes, brackets and operators "
-                                             "are just text; "
-            "mode says how the words match."}
-_P_MODE = {"type": "string", "enum": list(_SEARCH_MODES), "default": "words",
-           "description": "words: every word, anywhere; phrase: the words next to each other, in "
-                          "order; prefix: words that start with each one (repor finds report, "
-                          "reports)."}
-_P_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100, "default": 10,
-            "description": "Results per page."}
-_P_OFFSET = {"type": "integer", "minimum": 0, "default": 0,
-             "description": "Results to skip (next_offset pages on)."}
-_P_CURSOR = {"type": "string", "description": "next_cursor of the previous answer; none for the "
-                                              "first page."}
-_P_CONV = {"type": "string", "description": "A conversation's id (from save_message or "
-                                            "list_conversations)."}
-_P_WHEN = "ISO 8601 UTC date or time, e.g. 2025-01-31 or 2025-01-31T09:00:00Z"
-_CATALOG_TOOL_NAMES = ("search_stored_outputs", "list_stored_outputs")
-
-_MEMORY_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
-    ("save_message",
-     "Save a message to conversation memory, which lasts across conversations. Without "
-     "conversation_id a new conversation is started; an id that does not exist yet is created. "
-     "Returns conversation_id and message_id.",
-     _schema({"conversation_id": _P_CONV, "role": {"type": "string", "enum": list(_ROLES)},
-              "content": {"type": "string", "description": "The message text."},
-              "parent_message_id": {"type": "string",
-                                    "description": "The message this one answers (same "
-                                                   "conversation)."},
-              "metadata": {"type": "object", "description": "Anything to keep with the message.",
-                           "additionalProperties": True}}, ("role", "content")),
-     _db_errors(_tool_save_message)),
-    ("get_conversation",
-     "Read a conversation from memory: its latest messages, oldest first. For earlier ones pass "
-     "next_before_message_id as before_message_id.",
-     _schema({"conversation_id": _P_CONV,
-              "message_limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-              "before_message_id": {"type": "string",
-                                    "description": "Only messages before this one."}},
-             ("conversation_id",)),
-     _db_errors(_tool_get_conversation)),
-    ("list_conversations",
-     "List the conversations in memory, the most recently updated first, with titles and message "
-     "counts.",
-     _schema({"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-              "cursor": _P_CURSOR}),
-     _db_errors(_tool_list_conversations)),
-    ("search_messages",
-     "Full-text search of the messages in memory, best matches first, with highlighted snippets.",
-     _schema({"query": _P_QUERY, "mode": _P_MODE,
-              "conversation_id": {**_P_CONV, "description": "Only this one."},
-              "start_date": {"type": "string", "description": f"Messages from this time on "
-                                                              f"({_P_WHEN})."},
-              "end_date": {"type": "string", "description": f"Messages up to this time; a date "
-                                                            f"includes its day ({_P_WHEN})."},
-              "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
-     _db_errors(_tool_search_messages)),
-    ("delete_conversation",
-     "Delete a conversation and all its messages from memory, for good.",
-     _schema({"conversation_id": _P_CONV}, ("conversation_id",)),
-     _db_errors(_tool_delete_conversation)),
-    ("export_conversations",
-     "Export conversation memory (all conversations, or one) as JSON or Markdown into a file in an "
-     "allowed directory; returns its path, not the export.",
-     _schema({"format": {"type": "string", "enum": ["json", "markdown"], "default": "json"},
-              "conversation_id": {**_P_CONV, "description": "Only this conversation (default: "
-                                                            "all)."},
-              "storage_path": {"type": "string", "description": "Directory, inside an allowed one "
-                                                                "(default: the first)."},
-              "filename": {"type": "string", "description": "File name; default conversations-<UTC "
-                                                            "time>. An "
-                           "existing file is never overwritten."}}),
-     _db_errors(_tool_export_conversations)),
-]
-
-
-_TOOLS: List[Tuple[str, str, dict, Callable[[_Call], dict]]] = [
-    ("list_available_tools",
-     "List the tools of the upstream MCP servers Abstract can reach: server, tool and the first "
-     "sentence of its description. Start here to find a tool; with query, only the best matches "
-     "for what you want to do. detailed=true adds full descriptions and each inputSchema (costs "
-     "more context); filter_by_server limits the list to one server.",
-     _schema({"query": {"type": "string", "description": "What you want to do, in words: the tools "
-                                                         "that fit "
-                        "best come first (searches names, descriptions and parameters)."},
-              "detailed": {"type": "boolean", "description": "Include each tool's inputSchema.",
-                           "default": False},
-              "filter_by_server": {"type": "string", "description": "Only this server's tools."},
-              "limit": {"type": "integer", "minimum": 1,
-                        "description": "At most this many tools (with query: "
-                        "default 10)."}}),
-     _tool_list_available_tools),
-    ("list_tool_details",
-     "Get one upstream tool's complete definition (description, inputSchema, outputSchema, "
-     "annotations) before calling it.",
-     _schema({"server": _P_SERVER, "tool_name": _P_TOOL}, ("server", "tool_name")),
-     _tool_list_tool_details),
-    ("call_tool",
-     "Call an upstream tool and get its result here, in the conversation. Use it for small results "
-     "(status checks, short answers), which come back as the tool gave them. A large result comes "
-     "back as a preview and a token instead: read more with retrieve_cached_output. For results "
-     "you know are large (lists, tables, documents, exports) use call_tool_and_store when it is "
-     "available, so the data goes to a file.",
-     _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS},
-             ("server", "tool_name")),
-     _tool_call_tool),
-    ("list_allowed_directories",
-     "List the directories Abstract may store files in and read files from; the first is the "
-     "default.",
-     _schema({}),
-     _tool_list_allowed_directories),
-    ("call_tool_and_store",
-     "Call an upstream tool and save its result to a file in an allowed directory instead of the "
-     "conversation; you get back the path, size, row/column counts and a short preview. Use it for "
-     "large results. Pick file_format from what you know of the data: csv or tsv for lists of "
-     "records, md for prose; without it the content decides (json for JSON data, text as it is in "
-     ".txt or .md). Also yaml, xml, html.",
-     _schema({"server": _P_SERVER, "tool_name": _P_TOOL, "tool_args": _P_ARGS,
-              "file_format": {"type": "string", "enum": list(_FORMATS),
-                              "description": "Format to convert the result to. Default: by "
-                                             "content."},
-              "description": {"type": "string", "description": "What the result is; kept with the "
-                                                               "file."},
-              "storage_path": {"type": "string", "description": "Directory to store in: absolute "
-                                                                "inside an allowed "
-                               "directory, or relative to the first one. Default: the first "
-                               "allowed directory."},
-              "filename": {"type": "string", "description": "File name; the extension comes from "
-                                                            "file_format. "
-                           "Default <server>-<tool>-<UTC time>. An existing file is never "
-                           "overwritten: -1, -2... is added."},
-              "compress": {"type": "boolean", "default": False,
-                           "description": "Write gzip-compressed (.gz)."},
-              "cache_token": {"type": "string", "description": "Store an output call_tool cached "
-                                                               "(its token) "
-                              "instead of calling a tool; server and tool_name are then not "
-                              "needed."}}),
-     _tool_call_tool_and_store),
-    ("call_tool_with_file_content",
-     "Call an upstream tool with a file's data as its arguments, without reading the file into the "
-     "conversation (for bulk inserts, uploads, or feeding a stored result into another tool). The "
-     "file must be in an allowed directory; .json, .csv, .tsv, .yaml/.yml, .xml and .txt are "
-     "parsed (also .gz). Without data_key the file must hold an object that is the whole "
-     "arguments; with data_key the data goes under that argument, next to tool_args. An argument "
-     "the tool declares a string gets the file's text as it is (data_as decides otherwise).",
-     _schema({"server": _P_SERVER, "tool_name": _P_TOOL,
-              "file_path": {"type": "string", "description": "The input file: absolute inside an "
-                                                             "allowed directory, "
-                            "or relative to the first one."},
-              "data_key": {"type": "string", "description": "Argument that receives the file's "
-                                                            "data."},
-              "data_as": {"type": "string", "enum": ["text", "parsed"],
-                          "description": "text: the file's text as it is (decompressed); "
-                                         "parsed: its data, read by its extension. Default: "
-                                         "text when the tool declares data_key a string."},
-              "tool_args": {**_P_ARGS, "description": "Other arguments (needs data_key)."},
-              "output_format": {"type": "string", "enum": ["json", "string"], "default": "json",
-                                "description": "json: the whole upstream result as JSON; string: "
-                                               "its text only."},
-              "response_format": {"type": "string", "enum": list(_FORMATS),
-                                  "description": "Store the response as "
-                                  "call_tool_and_store would, in this format, instead of returning "
-                                  "it."},
-              "description": {"type": "string", "description": "What the stored response is."},
-              "storage_path": {"type": "string", "description": "Where to store the response (with "
-                                                                "response_format)."},
-              "filename": {"type": "string", "description": "File name for the stored response; "
-                                                            "the extension "
-                           "comes from response_format."},
-              "compress": {"type": "boolean", "default": False,
-                           "description": "Store the response gzip-compressed (.gz), with "
-                                          "response_format."},
-              "cache_token": {"type": "string", "description": "Use an output call_tool cached "
-                                                               "(its token) as "
-                              "the data instead of a file."}},
-             ("server", "tool_name")),
-     _tool_call_tool_with_file_content),
-    ("retrieve_cached_output",
-     "Read part of a large result that call_tool cached instead of showing (its answer gives the "
-     "token). Windows are bounded (20,000 characters by default): page with offset/length, or by "
-     "line with start_line/end_line, or by record with record_offset/record_count, or for JSON "
-     "take a sub-value with an RFC 6901 pointer such as /results/10; pattern gives only the "
-     "lines that contain it, numbered. To filter or count, query_output is cheaper.",
-     _schema({"token": {"type": "string", "description": "The token from the cached answer."},
-              "offset": {"type": "integer", "minimum": 0, "default": 0,
-                         "description": "First character."},
-              "length": {"type": "integer", "minimum": 1,
-                         "description": "Characters to return (capped)."},
-              "start_line": {"type": "integer", "minimum": 1,
-                             "description": "First line (1-based)."},
-              "end_line": {"type": "integer", "minimum": 1,
-                           "description": "Last line (inclusive)."},
-              "pointer": {"type": "string", "description": "JSON Pointer into JSON data, e.g. "
-                                                           "/results/10."},
-              "record_offset": {"type": "integer", "minimum": 0,
-                                "description": "For records: the first record "
-                                "(0-based); records come one compact JSON object a line."},
-              "record_count": {"type": "integer", "minimum": 1, "default": 100,
-                               "description": "For records: how many (capped by the window)."},
-              "pattern": {"type": "string", "description": "Only the lines that contain this "
-                          "text (case ignored; not a regex), numbered, with context lines around "
-                          "each; start_line/end_line limit where to search."},
-              "context": {"type": "integer", "minimum": 0, "maximum": 10, "default": 2,
-                          "description": "With pattern: lines shown before and after each "
-                                         "match."}},
-             ("token",)),
-     _tool_retrieve_cached_output),
-    ("query_output",
-     "Ask a large output a question in SQL instead of reading it: the records of a cached output "
-     "(its token) or of a file in an allowed directory (.json, .jsonl, .csv, .tsv, .yaml, .xml, "
-     "also .gz) are the table data, one column per field; nested values are JSON text "
-     "(json_extract(col, '$.key') reads them); text is a row a line (n, line). One read-only "
-     "SELECT (WITH allowed); returns at most limit rows, the row count and the columns. With "
-     "file_format the whole result is stored as a file instead, and you get its path and a "
-     "preview.",
-     _schema({"source": {"type": "string", "description": "A cache token (from a cached answer), "
-                                                          "or a file path: "
-                         "absolute inside an allowed directory, or relative to the first one."},
-              "sql": {"type": "string", "description": "One SELECT over the table data, e.g. "
-                                                       "SELECT status, "
-                      "count(*) AS n FROM data GROUP BY status ORDER BY n DESC."},
-              "limit": {"type": "integer", "minimum": 0, "maximum": _QUERY_LIMIT_MAX, "default": 50,
-                        "description": "Rows to return here (the count covers them all)."},
-              "records_pointer": {"type": "string",
-                                  "description": "JSON Pointer of the list of records to query "
-                                  "when the data is not one list of records, e.g. /items."},
-              "file_format": {"type": "string", "enum": list(_FORMATS),
-                              "description": "Store the whole result as a file in this format "
-                                             "instead."},
-              "filename": {"type": "string", "description": "File name with file_format; default "
-                           "abstract-query_output-<UTC time>. An existing file is never "
-                           "overwritten."},
-              "storage_path": {"type": "string", "description": "Directory for the file (with "
-                                                                "file_format): "
-                               "inside an allowed directory. Default: the first allowed "
-                               "directory."}},
-             ("source", "sql")),
-     _tool_query_output),
-    ("search_stored_outputs",
-     "Search every output Abstract has stored or cached, in this conversation or earlier ones: the "
-     "files of call_tool_and_store, responses stored by call_tool_with_file_content, and cached "
-     "call_tool results. Matches the first 64 KB of each output, its description, server, tool and "
-     "path; best matches first, with a highlighted snippet, the path (or cache token) and whether "
-     "the file still exists.",
-     _schema({"query": _P_QUERY, "mode": _P_MODE,
-              "server": {"type": "string", "description": "Only outputs of this server."},
-              "tool": {"type": "string", "description": "Only outputs of this tool."},
-              "since": {"type": "string", "description": f"Only outputs from this time on "
-                                                         f"({_P_WHEN})."},
-              "until": {"type": "string", "description": f"Only outputs up to this time; a date "
-                                                         f"includes its day ({_P_WHEN})."},
-              "limit": _P_LIMIT, "offset": _P_OFFSET}, ("query",)),
-     _db_errors(_tool_search_stored_outputs)),
-    ("list_stored_outputs",
-     "List the outputs Abstract has stored or cached, newest first (all conversations), with path "
-     "or cache token, format, size and whether the file still exists. retention_days shows which "
-     "stored files a retention rule of that many days would remove; Abstract itself never deletes "
-     "them.",
-     _schema({"server": {"type": "string", "description": "Only outputs of this server."},
-              "tool": {"type": "string", "description": "Only outputs of this tool."},
-              "kind": {"type": "string", "enum": list(_CATALOG_KINDS),
-                       "description": "stored: call_tool_and_store; "
-                       "response: call_tool_with_file_content's response_format; cached: large "
-                       "call_tool results."},
-              "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20},
-              "cursor": _P_CURSOR,
-              "retention_days": {"type": "number", "exclusiveMinimum": 0,
-                                 "description": "Mark the files older "
-                                 "than this many days (would_remove) and total them. Nothing is "
-                                 "deleted."}}),
-     _db_errors(_tool_list_stored_outputs)),
-]
-
-
-def _offered(name: str, cache: Optional[_OutputCache], catalog: Optional[_Catalog]) -> bool:
-    """Whether a tool can work here: the cache's and the catalog's tools need them."""
-    if name == "retrieve_cached_output":
-        return cache is not None
-    if name == "query_output":
-        return sqlite3 is not None
-    return catalog is not None or name not in _CATALOG_TOOL_NAMES
+def _offered(expose: str, memory: bool, cache: Optional[_OutputCache],
+             catalog: Optional[_Catalog]) -> Dict[str, _Tool]:
+    """A server's tools by name, in tools/list's order: those whose needs are all met."""
+    have = {"meta": expose != "direct", "cache": cache is not None,
+            "catalog": catalog is not None, "sqlite3": sqlite3 is not None, "memory": memory}
+    return {t.name: t for t in _TOOLS if all(have[n] for n in t.needs)}
 
 
 _INSTRUCTIONS = (
@@ -14757,11 +14820,7 @@ class _Server:
         self.version = _HANDSHAKE_VERSIONS[0]
         self.initialized = False  # a legacy session: server-to-client notifications are allowed
         self.log_level = "warning"  # upstream log messages at this level or above reach the client
-        keep = (lambda n: n == "retrieve_cached_output") if expose == "direct" else (lambda n: True)
-        # --memory: in every --expose mode
-        mem = _MEMORY_TOOLS if memory and catalog is not None else []
-        self.tools = {t[0]: t for t in _TOOLS + mem if (keep(t[0]) or t in mem)
-                      and _offered(t[0], cache, catalog)}
+        self.tools = _offered(expose, memory, cache, catalog)
         methods: Dict[str, Callable[[_Request], dict]] = {
             "initialize": self._initialize,
             "server/discover": self._discover,
@@ -14787,7 +14846,7 @@ class _Server:
                                notifications={"notifications/roots/list_changed":
                                               lambda params: upstreams.roots_changed()})
         self.ctx = _ToolContext(sandbox, settings, upstreams, cache, catalog, self.tools,
-                                self.conn.notify, self.protocol_for, self.client_name, links)
+                                self.conn.notify, links)
         self.transparent: Optional[_Transparent] = None
         if expose in ("direct", "both"):
             self.transparent = _Transparent(self.ctx)
@@ -14966,8 +15025,7 @@ class _Server:
                                                        "data": params.get("data")})
 
     def _tools_list(self, req: _Request) -> dict:
-        tools = [{"name": n, "description": d, "inputSchema": s} for n, d, s,
-                 _ in self.tools.values()]
+        tools = [t.listed() for t in self.tools.values()]
         if self.transparent is not None:
             tools += self.transparent.tools()
         return _page(req, "tools", tools)
@@ -14977,7 +15035,7 @@ class _Server:
 
         1. A malformed request (no name, arguments not an object) is a JSON-RPC error.
         2. Abstract's tools get their arguments with aliases renamed and unknown names refused
-           (_checked_args), then their handler runs with a _Call over the tools' context.
+           (_Tool.run), then their handler runs with a _Call over the tools' context.
         3. What the model can fix (ToolError) and a file operation that failed (OSError) come
            back as isError results it reads; anything else is the dispatcher's -32603.
         4. An unknown tool is a JSON-RPC error naming the tools there are.
@@ -14988,12 +15046,11 @@ class _Server:
             raise RpcError(_INVALID_PARAMS, "tools/call needs params.name (a string)")
         if args is not None and not isinstance(args, dict):
             raise RpcError(_INVALID_PARAMS, "tools/call params.arguments must be an object")
-        call = _Call(self.ctx, req, args or {})
+        call = _Call(self.ctx, req, args or {}, self.protocol_for(req), self.client_name(req))
         tool = self.tools.get(name)
         try:
             if tool is not None:
-                call.args = _checked_args(name, tool[2], call.args)
-                return tool[3](call)
+                return tool.run(call)
             target = self.transparent.lookup(name) if self.transparent is not None else None
             if target is not None:
                 return self.transparent.call(call, target)  # type: ignore[union-attr]
@@ -15365,8 +15422,7 @@ def _kb_tokens(size: int) -> str:
 def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
     """--check: what the tool definitions cost the client's context in each --expose mode, and
     the names transparent mode had to change to fit ^[a-zA-Z0-9_-]{1,64}$."""
-    meta = len(_dumps([{"name": n, "description": d, "inputSchema": sch} for n, d, sch,
-                       _ in _TOOLS]))
+    meta = len(_dumps([t.listed() for t in _TOOLS if "memory" not in t.needs]))
     names = _transparent_names(lists)
     per: Dict[str, int] = {n: 0 for n in lists}
     for exposed, (server, t) in names.items():
