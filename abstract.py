@@ -36,8 +36,10 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
                         side); _HttpTransport (a remote upstream session's wire)
     Remote auth         _OAuth (logins for remote upstreams), _TokenStore, _Loopback
     Upstreams           _Upstream (one server: start, back-off, tools, calls), _Run and
-                        _HttpRun (one session), _ClientLink (its questions to the client),
-                        _Upstreams (all of them)
+                        _HttpRun (one session, with its Connection), _Protocol (its era and
+                        capabilities), _Listener (its 2026-07-28 subscription), _ClientLink
+                        (the client as upstreams see it) and _QuestionRelay (one server's
+                        questions to it, the calls held), _Upstreams (all of them)
     Results             _extract (the one path that takes a result apart), shapes and hints
     Output cache        _OutputCache (large results as files, read in windows), _serve_links
     Catalog             _Catalog (SQLite: stored files, outputs, memory), _ToolIndex
@@ -7103,9 +7105,10 @@ class _OAuth:
 
 # ==== Upstreams ===================================================================
 # The upstream servers: how a local one is launched (and its whole process tree ended, on every
-# platform), one session of it (_Run, over a pipe or HTTP), and its supervisor (Upstream: start,
-# back-off, restarts, the tool list, calls), plus the client link that relays an upstream's
-# questions (sampling, elicitation, roots) to Abstract's own client.
+# platform), one session of it (_Run, over a pipe or HTTP), and its supervisor (_Upstream: start,
+# back-off, restarts, the tool list, calls) with what it owns beside: what the server speaks
+# (_Protocol), its 2026-07-28 subscription (_Listener), and its questions (sampling, elicitation)
+# relayed to Abstract's own client (_QuestionRelay, through _ClientLink, which answers roots).
 
 
 def _auth_provider(name: str, url: str, settings: _Settings,
@@ -7251,7 +7254,7 @@ class _Follow:
     """A 2026-07-28 client's request as the upstream call behind it sees it: the client's own
     capabilities (passed on in a modern upstream's _meta), what its follow-up brings for the
     upstream (inputResponses, the upstream's requestState), the held call it continues (a
-    handshake-era upstream's, see _Upstream._hold), and the round it is."""
+    handshake-era upstream's, see _QuestionRelay.hold), and the round it is."""
 
     __slots__ = ("key", "caps", "retry", "hold", "round", "held", "asked")
 
@@ -7274,11 +7277,11 @@ class _Question:
 
 class _ClientLink:
     """Abstract's own client as the upstreams see it (docs/reference/protocol.md): the client
-    capabilities it declared in initialize, passed on to each upstream, and the requests an
-    upstream sends the client (roots/list, sampling/createMessage, elicitation/create), relayed
-    to it as Abstract's own. Roots: in mode "client" an upstream is offered roots only when the
-    client declared them, and its roots/list is relayed; "allowed_directories" offers Abstract's
-    folders instead; "none" offers nothing."""
+    capabilities it declared in initialize and the logging level it set, passed on to each
+    upstream, and the requests an upstream sends the client (roots/list, sampling/createMessage,
+    elicitation/create), relayed to it as Abstract's own. Roots: in mode "client" an upstream is
+    offered roots only when the client declared them, and its roots/list is relayed;
+    "allowed_directories" offers Abstract's folders instead; "none" offers nothing."""
 
     # what an upstream may ask the client, and the capability the client must have declared
     QUESTIONS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
@@ -7289,6 +7292,9 @@ class _ClientLink:
         # the client capabilities Abstract relays (roots, sampling, elicitation)
         self.caps: dict = {}
         self._asking = threading.BoundedSemaphore(4)  # an upstream's flood of roots/list: bounded
+        # the client's logging/setLevel, passed on to every upstream (_Protocol.apply_level, or
+        # in each 2026-07-28 request's _meta)
+        self.log_level = ""
         self._states = _Signer(os.urandom(32))  # the requestStates given to 2026-07-28 clients
 
     def client_declared(self, caps: Any, conn: Connection) -> None:
@@ -8485,20 +8491,184 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
             _hard_kill(run.proc)  # children it left in its process group go too (ESRCH if none)
 
 
+class _Protocol:
+    """What one upstream server speaks, as the handshake of each of its runs found it: its era
+    (kept across runs: the spec makes it a property of the server), protocol version and
+    capabilities, and what a request carries in that era (params: a 2026-07-28 request's
+    _meta, with the client's capabilities and logging level)."""
+
+    def __init__(self, spec: _ServerSpec, client: _ClientLink) -> None:
+        self.name, self.remote, self._client = spec.name, spec.remote, client
+        self.version = ""  # the protocol version of the current (or last) run
+        self.modern = False  # ... a 2026-07-28 one
+        # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
+        # runs; a start that finds it wrong probes again
+        self.era = ""
+        # what the upstream said it offers (tools, prompts, resources...)
+        self.capabilities: dict = {}
+        self.roots_offered = False  # this session was told of roots (so it hears of changes)
+
+    def handshake(self, run: _Run, limit: float) -> None:
+        """Find the server's era and start talking to it, within startup_timeout_seconds
+        (2026-07-28 spec, basic/versioning#backward-compatibility-with-initialization-based-
+        versions).
+
+        1. Offer what the client declared (roots, sampling, elicitation: _ClientLink), so that
+           an upstream only asks for what the client can answer.
+        2. Probe with server/discover first (_discover), unless this server was found to be of
+           the handshake era before: a server that lists 2026-07-28 is spoken to in that era.
+           On stdio a silent server is taken for a handshake-era one after _PROBE_S (every
+           real one measured answers at once: docs/reference/protocol.md); one that exits on
+           the probe, when its era is not known yet, is started again by _Upstream._start
+           (_ProbeFatal).
+        3. Otherwise initialize in the newest handshake-era version; the upstream answers with
+           its own, and notifications/initialized completes the handshake.
+        4. An initialize refused by a server not probed (the cached era was wrong), refused
+           with -32022 (a slow server answered the probe after its wait: it speaks 2026-07-28
+           now), or refused after a probe that got no answer (a slow 2026-07-28-only server,
+           an npx download, may refuse it with any code), is followed by one probe; the first
+           error stands if that fails too.
+        """
+        conn = run.conn
+        self.roots_offered = self._client.roots_offered()
+        # (HTTP+SSE, 2024-11-05, has no 2026-07-28 era: nothing to probe)
+        sse = isinstance(run, _HttpRun) and run.transport.mode == "sse"
+        probed = self.era != "legacy" and not sse
+        silent = False  # the probe got no answer in time
+        if probed:
+            wait = limit if self.remote or self.era else min(limit, _PROBE_S)
+            try:
+                found = self._discover(run, wait)
+                if found:
+                    return
+                silent = found is None
+            except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
+                if self.remote or self.era or e.code == _REQUEST_TIMEOUT:
+                    raise
+                raise _ProbeFatal(e.message) from None
+        caps = self._client.offered()
+        params = {"protocolVersion": _HANDSHAKE_VERSIONS[0], "capabilities": caps,
+                  "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
+        try:
+            res = conn.call("initialize", params, timeout=limit)
+        except UpstreamError:
+            raise
+        except RpcError as first:
+            late = first.code == _UNSUPPORTED_VERSION or not probed
+            # (after a silent probe the server is up now: a modern one answers a probe at once)
+            if (sse or not (late or silent)
+                    or not self._discover(run, limit if late else min(limit, _PROBE_S))):
+                raise first
+            return
+        if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
+            raise RpcError(_INVALID_REQUEST, f"initialize result without protocolVersion: "
+                           f"{str(res)[:200]}")
+        self.version, self.modern, self.era = res["protocolVersion"], False, "legacy"
+        caps = res.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        conn.notify("notifications/initialized")
+
+    def _discover(self, run: _Run, wait: float) -> Optional[bool]:
+        """The server/discover probe: True when the server speaks a 2026-07-28 version Abstract
+        speaks (adopted), False when it is of the handshake era: any error that is not -32022
+        with a `supported` list, or a result listing no modern version Abstract speaks; None
+        (taken for the handshake era too) when, on stdio, no answer came within `wait`. -32022
+        naming another modern version of Abstract's is retried once with it; one naming only
+        versions Abstract does not speak is an error."""
+        conn = run.conn
+        version = _MODERN_VERSIONS[0]
+        for attempt in range(2):
+            try:
+                res = conn.call("server/discover", {"_meta": self.meta(version=version)},
+                                timeout=wait)
+            except UpstreamError as e:
+                if e.code == _REQUEST_TIMEOUT and not self.remote:
+                    _log.info("%s: no answer to server/discover within %g s: taken for a "
+                              "handshake-era server", self.name, wait)
+                    return None
+                raise
+            except RpcError as e:
+                supported = e.data.get("supported") if isinstance(e.data, dict) else None
+                if e.code != _UNSUPPORTED_VERSION or not isinstance(supported, list):
+                    return False
+                mutual = [v for v in _MODERN_VERSIONS if v in supported]
+                if mutual and mutual[0] != version and attempt == 0:
+                    version = mutual[0]
+                    continue
+                if any(v in _HANDSHAKE_VERSIONS for v in supported):
+                    return False
+                theirs = ", ".join(map(str, supported))[:200]
+                ours = ", ".join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)
+                raise RpcError(_UNSUPPORTED_VERSION, f"the server speaks only {theirs}; Abstract "
+                               f"speaks {ours}") from None
+            versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
+            mutual = [v for v in _MODERN_VERSIONS if isinstance(versions, list) and v in versions]
+            if not mutual:
+                return False
+            caps = res.get("capabilities")
+            self.capabilities = caps if isinstance(caps, dict) else {}
+            self.version, self.modern, self.era = mutual[0], True, "modern"
+            if isinstance(run, _HttpRun):
+                run.transport.version = mutual[0]  # (its headers; no resumption, no DELETE)
+            return True
+        return False
+
+    def meta(self, caps: Optional[dict] = None, version: str = "") -> dict:
+        # the client's capabilities, as in a legacy initialize (sampling and elicitation asked
+        # for in an input_required result are asked of the client: _QuestionRelay.rounds), or a
+        # 2026-07-28 client's own, which answers the upstream's questions itself
+        caps = self._client.offered() if caps is None else caps
+        version = version or (self.version if self.modern else _MODERN_VERSIONS[0])
+        meta = {_META_VERSION: version, _META_CAPS: caps,
+                _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
+        # (the modern era has no logging/setLevel: the level rides on each request)
+        if self._client.log_level:
+            meta[_META_LOG_LEVEL] = self._client.log_level
+        return meta
+
+    def params(self, params: dict, follow: Optional[_Follow] = None) -> dict:
+        if self.modern:
+            params = dict(params)
+            meta = self.meta(follow.caps if follow else None)
+            params["_meta"] = {**params.get("_meta", {}), **meta}
+        return params
+
+    def tasks_offered(self) -> bool:
+        """Whether the upstream takes task-augmented tools/call (2025-11-25 tasks capability)."""
+        tasks = self.capabilities.get("tasks")
+        asks = tasks.get("requests") if isinstance(tasks, dict) else None
+        tools = asks.get("tools") if isinstance(asks, dict) else None
+        return isinstance(tools, dict) and "call" in tools
+
+    def apply_level(self, conn: Connection, timeout: float) -> None:
+        """The client's logging level (_ClientLink.log_level), set with logging/setLevel on a
+        handshake-era run that declares logging."""
+        # (modern: the level rides in each _meta)
+        if not self._client.log_level or "logging" not in self.capabilities or self.modern:
+            return
+        try:
+            conn.call("logging/setLevel", {"level": self._client.log_level}, timeout=timeout)
+        except RpcError as e:
+            _log.warning("server '%s' refused logging/setLevel: %s", self.name, e.message)
+
+
+
 class _Upstream:
     """A supervised upstream MCP server: the long-lived policy (restart and back-off, the tool
-    list, the calls) over a succession of runs (_Run), one at a time."""
+    list, the calls) over a succession of runs (_Run), one at a time. Beside it, each with its
+    own state: what the server speaks (_Protocol), its subscription (_Listener), its questions
+    for the client and the calls held for them (_QuestionRelay). The logging level is the
+    client's (_ClientLink.log_level); a remote server's login (`auth`, an _OAuth) outlives its
+    sessions, so it is kept here and handed to each one's transport."""
 
     def __init__(self, spec: _ServerSpec, settings: _Settings, client: _ClientLink,
                  spawn: Callable[..., Any] = subprocess.Popen,
                  clock: Callable[[], float] = time.monotonic,
                  environ: Optional[Dict[str, str]] = None) -> None:
         self.spec, self.settings, self._client = spec, settings, client
-        self.roots_offered = False  # this session was told of roots (so it hears of changes)
+        self._protocol = _Protocol(spec, client)  # what it speaks (its era, capabilities)
         # its questions for the client, and the calls held for them
-        self._relay = _QuestionRelay(spec.name, client, lambda: self.modern)
-        # the client's logging/setLevel, applied to each run that declares logging
-        self.log_level = ""
+        self._relay = _QuestionRelay(spec.name, client, lambda: self._protocol.modern)
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # starting a run
         self._run: Optional[_Run] = None  # the current run
@@ -8513,16 +8683,9 @@ class _Upstream:
         # the last list asked for, cached or not (a 2026-07-28 server's whose subscription keeps
         # dropping is never cached): what a dropped subscription's reopen compares with
         self._tools_seen: Optional[List[dict]] = None
-        self.protocol_version = ""
-        self.modern = False
-        # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
-        # runs (the spec: a property of the server); a start that finds it wrong probes again
-        self.era = ""
         # a 2026-07-28 server's subscription to tool changes, run by run
-        self._listener = _Listener(spec.name, self._params, self.tools, self._drop_tools,
-                                   self._tell_tools_changed)
-        # what the upstream said it offers (tools, prompts, resources...)
-        self.capabilities: dict = {}
+        self._listener = _Listener(spec.name, self._protocol.params, self.tools,
+                                   self._drop_tools, self._tell_tools_changed)
         self.start_ms = 0.0
         self._quick_crashes = 0
         self._retry_at = 0.0
@@ -8542,6 +8705,15 @@ class _Upstream:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def protocol_version(self) -> str:
+        return self._protocol.version
+
+    @property
+    def capabilities(self) -> dict:
+        """What the upstream said it offers (tools, prompts, resources...)."""
+        return self._protocol.capabilities
 
     # -- start
     def session(self, wait: Optional[float] = None) -> Connection:
@@ -8629,7 +8801,7 @@ class _Upstream:
         except _ProbeFatal as e:
             _log.warning("%s: exited on the server/discover probe (%s); taken for a handshake-era "
                          "server and started again", self.name, e.message[:1000])
-            self.era = "legacy"
+            self._protocol.era = "legacy"
             self._quick_crashes, self._retry_at, self.last_error = crashes, retry_at, error
             return self._start_run()
 
@@ -8655,7 +8827,7 @@ class _Upstream:
         try:
             if closing:  # close() began while this run was being spawned
                 raise UpstreamError(self._shutting_down())
-            self._handshake(run)  # 5.
+            self._protocol.handshake(run, self.settings.startup_timeout(self.name))  # 5.
         except _LoginNeeded as e:  # no fault: said as it is, and the next call starts afresh
             self._stop(run, f"server '{self.name}' waits for a login")
             self.last_error = e.message
@@ -8672,10 +8844,10 @@ class _Upstream:
             raise UpstreamError(self.last_error) from None
         run.ready = True
         self.start_ms = (self._clock() - t0) * 1000
-        if self.log_level:  # the client set a level before this run started
-            self._apply_level(conn)
+        # (the client set a level before this run started)
+        self._protocol.apply_level(conn, self.settings.timeout(self.name))
         self._drop_tools()
-        if self.modern:  # 6.
+        if self._protocol.modern:  # 6.
             self._listener.start(run, min(_LISTEN_ACK_S, self.settings.startup_timeout(self.name)))
         return run
 
@@ -8747,131 +8919,6 @@ class _Upstream:
         else:  # its own process group, so shutdown can signal the upstream's children too
             kw["start_new_session"] = True
         return self._spawn(argv, **kw)
-
-    def _handshake(self, run: _Run) -> None:
-        """Find the server's era and start talking to it, within startup_timeout_seconds
-        (2026-07-28 spec, basic/versioning#backward-compatibility-with-initialization-based-
-        versions).
-
-        1. Offer what the client declared (roots, sampling, elicitation: _ClientLink), so that
-           an upstream only asks for what the client can answer.
-        2. Probe with server/discover first (_discover), unless this server was found to be of
-           the handshake era before: a server that lists 2026-07-28 is spoken to in that era.
-           On stdio a silent server is taken for a handshake-era one after _PROBE_S (every
-           real one measured answers at once: docs/reference/protocol.md); one that exits on
-           the probe, when its era is not known yet, is started again by _start (_ProbeFatal).
-        3. Otherwise initialize in the newest handshake-era version; the upstream answers with
-           its own, and notifications/initialized completes the handshake.
-        4. An initialize refused by a server not probed (the cached era was wrong), refused
-           with -32022 (a slow server answered the probe after its wait: it speaks 2026-07-28
-           now), or refused after a probe that got no answer (a slow 2026-07-28-only server,
-           an npx download, may refuse it with any code), is followed by one probe; the first
-           error stands if that fails too.
-        """
-        conn = run.conn
-        limit = self.settings.startup_timeout(self.name)
-        self.roots_offered = self._client.roots_offered()
-        # (HTTP+SSE, 2024-11-05, has no 2026-07-28 era: nothing to probe)
-        sse = isinstance(run, _HttpRun) and run.transport.mode == "sse"
-        probed = self.era != "legacy" and not sse
-        silent = False  # the probe got no answer in time
-        if probed:
-            wait = limit if self.spec.remote or self.era else min(limit, _PROBE_S)
-            try:
-                found = self._discover(run, wait)
-                if found:
-                    return
-                silent = found is None
-            except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
-                if self.spec.remote or self.era or e.code == _REQUEST_TIMEOUT:
-                    raise
-                raise _ProbeFatal(e.message) from None
-        caps = self._client.offered()
-        params = {"protocolVersion": _HANDSHAKE_VERSIONS[0], "capabilities": caps,
-                  "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
-        try:
-            res = conn.call("initialize", params, timeout=limit)
-        except UpstreamError:
-            raise
-        except RpcError as first:
-            late = first.code == _UNSUPPORTED_VERSION or not probed
-            # (after a silent probe the server is up now: a modern one answers a probe at once)
-            if (sse or not (late or silent)
-                    or not self._discover(run, limit if late else min(limit, _PROBE_S))):
-                raise first
-            return
-        if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
-            raise RpcError(_INVALID_REQUEST, f"initialize result without protocolVersion: "
-                           f"{str(res)[:200]}")
-        self.protocol_version, self.modern, self.era = res["protocolVersion"], False, "legacy"
-        caps = res.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
-        conn.notify("notifications/initialized")
-
-    def _discover(self, run: _Run, wait: float) -> Optional[bool]:
-        """The server/discover probe: True when the server speaks a 2026-07-28 version Abstract
-        speaks (adopted), False when it is of the handshake era: any error that is not -32022
-        with a `supported` list, or a result listing no modern version Abstract speaks; None
-        (taken for the handshake era too) when, on stdio, no answer came within `wait`. -32022
-        naming another modern version of Abstract's is retried once with it; one naming only
-        versions Abstract does not speak is an error."""
-        conn = run.conn
-        version = _MODERN_VERSIONS[0]
-        for attempt in range(2):
-            try:
-                res = conn.call("server/discover", {"_meta": self._modern_meta(version=version)},
-                                timeout=wait)
-            except UpstreamError as e:
-                if e.code == _REQUEST_TIMEOUT and not self.spec.remote:
-                    _log.info("%s: no answer to server/discover within %g s: taken for a "
-                              "handshake-era server", self.name, wait)
-                    return None
-                raise
-            except RpcError as e:
-                supported = e.data.get("supported") if isinstance(e.data, dict) else None
-                if e.code != _UNSUPPORTED_VERSION or not isinstance(supported, list):
-                    return False
-                mutual = [v for v in _MODERN_VERSIONS if v in supported]
-                if mutual and mutual[0] != version and attempt == 0:
-                    version = mutual[0]
-                    continue
-                if any(v in _HANDSHAKE_VERSIONS for v in supported):
-                    return False
-                theirs = ", ".join(map(str, supported))[:200]
-                ours = ", ".join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)
-                raise RpcError(_UNSUPPORTED_VERSION, f"the server speaks only {theirs}; Abstract "
-                               f"speaks {ours}") from None
-            versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
-            mutual = [v for v in _MODERN_VERSIONS if isinstance(versions, list) and v in versions]
-            if not mutual:
-                return False
-            caps = res.get("capabilities")
-            self.capabilities = caps if isinstance(caps, dict) else {}
-            self.protocol_version, self.modern, self.era = mutual[0], True, "modern"
-            if isinstance(run, _HttpRun):
-                run.transport.version = mutual[0]  # (its headers; no resumption, no DELETE)
-            return True
-        return False
-
-    def _modern_meta(self, caps: Optional[dict] = None, version: str = "") -> dict:
-        # the client's capabilities, as in a legacy initialize (sampling and elicitation asked
-        # for in an input_required result are asked of the client: _QuestionRelay.rounds), or a
-        # 2026-07-28 client's own, which answers the upstream's questions itself
-        caps = self._client.offered() if caps is None else caps
-        version = version or (self.protocol_version if self.modern else _MODERN_VERSIONS[0])
-        meta = {_META_VERSION: version, _META_CAPS: caps,
-                _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
-        # (the modern era has no logging/setLevel: the level rides on each request)
-        if self.log_level:
-            meta[_META_LOG_LEVEL] = self.log_level
-        return meta
-
-    def _params(self, params: dict, follow: Optional[_Follow] = None) -> dict:
-        if self.modern:
-            params = dict(params)
-            meta = self._modern_meta(follow.caps if follow else None)
-            params["_meta"] = {**params.get("_meta", {}), **meta}
-        return params
 
     # -- notifications, death
     def _on_progress(self, params: Any) -> None:
@@ -8960,7 +9007,8 @@ class _Upstream:
         self._tools_seen = tools
         # no list_changed (or new run) meanwhile: the list is current; a 2026-07-28 server's is
         # kept only while a subscription tells of changes (_Listener)
-        if self._tools_gen == gen and (not self.modern or self._listener.watched(self._run)):
+        if self._tools_gen == gen and (not self._protocol.modern
+                                       or self._listener.watched(self._run)):
             self._tools = tools
         return tools
 
@@ -8973,7 +9021,8 @@ class _Upstream:
         conn, items, cursor = self.session(), [], None
         for _ in range(10000):
             params = {"cursor": cursor} if cursor else {}
-            res = conn.call(method, self._params(params), timeout=self.settings.timeout(self.name))
+            res = conn.call(method, self._protocol.params(params),
+                            timeout=self.settings.timeout(self.name))
             page = res.get(key) if isinstance(res, dict) else None
             if not isinstance(page, list):
                 raise UpstreamError(f"server '{self.name}' sent a {method} result without a {key} "
@@ -8991,7 +9040,7 @@ class _Upstream:
         what = f"'{self.name}' {method} of {_dumps(params.get('uri', params.get('name')))[:200]}"
         limit = self.settings.timeout(self.name)
         return self._relay.rounds(req, key, what, lambda retry, follow: self._anew(
-            lambda: self.session().call(method, self._params({**params, **retry}, follow),
+            lambda: self.session().call(method, self._protocol.params({**params, **retry}, follow),
                                         timeout=limit)))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
@@ -9119,22 +9168,16 @@ class _Upstream:
             token = f"abstract-{next(self._tokens)}"
             self._progress[token] = progress
             params["_meta"] = {"progressToken": token}
-        mid, fut = conn.request("tools/call", self._params(params, follow), longs)
-        modern = follow is not None and not self.modern  # its questions: input_required results
+        mid, fut = conn.request("tools/call", self._protocol.params(params, follow), longs)
+        # a 2026-07-28 client's call of a handshake-era upstream: its questions are input_required
+        modern = follow is not None and not self._protocol.modern
         self._relay.sent(modern)
         return _Pending(run, mid, fut, token, modern, awaited)
-
-    def tasks_offered(self) -> bool:
-        """Whether the upstream takes task-augmented tools/call (2025-11-25 tasks capability)."""
-        tasks = self.capabilities.get("tasks")
-        asks = tasks.get("requests") if isinstance(tasks, dict) else None
-        tools = asks.get("tools") if isinstance(asks, dict) else None
-        return isinstance(tools, dict) and "call" in tools
 
     def _task_required(self, tool: str) -> bool:
         """A tool the upstream runs only as a task (execution.taskSupport "required"): Abstract
         makes the call a task of its own and awaits its result, as any call."""
-        if not self.tasks_offered():
+        if not self._protocol.tasks_offered():
             return False
         found = next((t for t in self.tools() if t["name"] == tool), {})
         execution = found.get("execution")
@@ -9149,7 +9192,7 @@ class _Upstream:
                                 f"without a taskId: {_dumps(task)[:200]}")
         p.conn.forget(p.mid)
         p.task_id = task_id
-        p.mid, p.fut = p.conn.request("tasks/result", self._params({"taskId": task_id}))
+        p.mid, p.fut = p.conn.request("tasks/result", self._protocol.params({"taskId": task_id}))
 
     def _done(self, p: _Pending) -> None:
         self._relay.done(p)
@@ -9163,35 +9206,24 @@ class _Upstream:
         conn.notify("notifications/cancelled",
                     {"requestId": mid, "reason": reason or "cancelled by the client"})
         if task_id:
-            conn.forget(conn.request("tasks/cancel", self._params({"taskId": task_id}))[0])
+            conn.forget(conn.request("tasks/cancel", self._protocol.params({"taskId": task_id}))[0])
         if reason:
             return
         conn.forget(mid, _Cancelled())
         self._relay.withdraw_all("the client cancelled the tool call that asked")
 
-    def set_level(self, level: str) -> None:
-        """The client's logging/setLevel: applied to the current run if it declares logging,
-        and to every run started later."""
-        self.log_level = level
+    def apply_level(self) -> None:
+        """The client's logging level (_ClientLink.log_level) changed: applied to the current
+        run if it declares logging (a run started later gets it at its start)."""
         run = self._run
         if run is not None and run.usable():
-            self._apply_level(run.conn)
-
-    def _apply_level(self, conn: Connection) -> None:
-        # (modern: the level rides in each _meta)
-        if "logging" not in self.capabilities or self.modern:
-            return
-        try:
-            conn.call("logging/setLevel", {"level": self.log_level},
-                      timeout=self.settings.timeout(self.name))
-        except RpcError as e:
-            _log.warning("server '%s' refused logging/setLevel: %s", self.name, e.message)
+            self._protocol.apply_level(run.conn, self.settings.timeout(self.name))
 
     def notify_roots_changed(self) -> None:
         """Relay the client's notifications/roots/list_changed, if this session was offered
         roots."""
         run = self._run
-        if run is not None and run.usable() and self.roots_offered:
+        if run is not None and run.usable() and self._protocol.roots_offered:
             run.conn.notify("notifications/roots/list_changed")
 
     # -- stop
@@ -9237,8 +9269,10 @@ class _Upstreams:
             up.on_log, up.on_tools_changed = on_log, on_tools_changed
 
     def set_level(self, level: str) -> None:
-        """The client's logging/setLevel: every upstream (running ones at once, in parallel)."""
-        self.each(lambda up: up.set_level(level))
+        """The client's logging/setLevel: kept for every upstream (_ClientLink.log_level) and
+        applied to the running ones at once, in parallel."""
+        self.client.log_level = level
+        self.each(lambda up: up.apply_level())
 
     def roots_changed(self) -> None:
         """The client's roots changed: tell every running upstream that was offered roots."""
