@@ -7517,6 +7517,7 @@ class _QuestionRelay:
     follow-up continues it (resume). A 2026-07-28 upstream's input_required rounds: rounds."""
 
     def __init__(self, name: str, client: _ClientLink, modern: Callable[[], bool]) -> None:
+        # modern(): whether the upstream speaks 2026-07-28 (its _Protocol, as its run found it)
         self.name, self._client, self._modern = name, client, modern
         self._lock = threading.Lock()
         # questions relayed to the client and not yet answered (their withdraw functions), and
@@ -9105,7 +9106,7 @@ class _Upstream:
         begun = time.monotonic()
         if follow is not None and follow.hold:
             p = self._relay.resume(follow)
-            if progress is not None and p.token:
+            if progress is not None and p.token:  # (its progress now goes to this request)
                 self._progress[p.token] = progress
         else:
             p = self._send_call(tool, args, progress, retry, follow, task, longs)
@@ -9121,7 +9122,7 @@ class _Upstream:
                 if isinstance(got, _Question) and follow is not None:
                     held = True
                     res = self._relay.hold(p, got, follow)
-                    self._progress.pop(p.token, None)
+                    self._progress.pop(p.token, None)  # (the request it reported to is answered)
                     return res
                 if not (p.task and not p.task_id and isinstance(got, dict) and "content" not in got
                         and isinstance(got.get("task"), dict)):
