@@ -36,8 +36,10 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
                         side); _HttpTransport (a remote upstream session's wire)
     Remote auth         _OAuth (logins for remote upstreams), _TokenStore, _Loopback
     Upstreams           _Upstream (one server: start, back-off, tools, calls), _Run and
-                        _HttpRun (one session), _ClientLink (its questions to the client),
-                        _Upstreams (all of them)
+                        _HttpRun (one session, with its Connection), _Protocol (its era and
+                        capabilities), _Listener (its 2026-07-28 subscription), _ClientLink
+                        (the client as upstreams see it) and _QuestionRelay (one server's
+                        questions to it, the calls held), _Upstreams (all of them)
     Results             _extract (the one path that takes a result apart), shapes and hints
     Output cache        _OutputCache (large results as files, read in windows), _serve_links
     Catalog             _Catalog (SQLite: stored files, outputs, memory), _ToolIndex
@@ -7106,8 +7108,9 @@ class _OAuth:
 # ==== Upstreams ===================================================================
 # The upstream servers: how a local one is launched (and its whole process tree ended, on every
 # platform), one session of it (_Run, over a pipe or HTTP), and its supervisor (_Upstream: start,
-# back-off, restarts, the tool list, calls), plus the client link that relays an upstream's
-# questions (sampling, elicitation, roots) to Abstract's own client.
+# back-off, restarts, the tool list, calls) with what it owns beside: what the server speaks
+# (_Protocol), its 2026-07-28 subscription (_Listener), and its questions (sampling, elicitation)
+# relayed to Abstract's own client (_QuestionRelay, through _ClientLink, which answers roots).
 
 
 def _auth_provider(name: str, url: str, settings: _Settings,
@@ -7253,7 +7256,7 @@ class _Follow:
     """A 2026-07-28 client's request as the upstream call behind it sees it: the client's own
     capabilities (passed on in a modern upstream's _meta), what its follow-up brings for the
     upstream (inputResponses, the upstream's requestState), the held call it continues (a
-    handshake-era upstream's, see _Upstream._hold), and the round it is."""
+    handshake-era upstream's, see _QuestionRelay.hold), and the round it is."""
 
     __slots__ = ("key", "caps", "retry", "hold", "round", "held", "asked")
 
@@ -7276,11 +7279,11 @@ class _Question:
 
 class _ClientLink:
     """Abstract's own client as the upstreams see it (docs/reference/protocol.md): the client
-    capabilities it declared in initialize, passed on to each upstream, and the requests an
-    upstream sends the client (roots/list, sampling/createMessage, elicitation/create), relayed
-    to it as Abstract's own. Roots: in mode "client" an upstream is offered roots only when the
-    client declared them, and its roots/list is relayed; "allowed_directories" offers Abstract's
-    folders instead; "none" offers nothing."""
+    capabilities it declared in initialize and the logging level it set, passed on to each
+    upstream, and the requests an upstream sends the client (roots/list, sampling/createMessage,
+    elicitation/create), relayed to it as Abstract's own. Roots: in mode "client" an upstream is
+    offered roots only when the client declared them, and its roots/list is relayed;
+    "allowed_directories" offers Abstract's folders instead; "none" offers nothing."""
 
     # what an upstream may ask the client, and the capability the client must have declared
     QUESTIONS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
@@ -7291,6 +7294,9 @@ class _ClientLink:
         # the client capabilities Abstract relays (roots, sampling, elicitation)
         self.caps: dict = {}
         self._asking = threading.BoundedSemaphore(4)  # an upstream's flood of roots/list: bounded
+        # the client's logging/setLevel, passed on to every upstream (_Protocol.apply_level, or
+        # in each 2026-07-28 request's _meta)
+        self.log_level = ""
         self._states = _Signer(os.urandom(32))  # the requestStates given to 2026-07-28 clients
 
     def client_declared(self, caps: Any, conn: Connection) -> None:
@@ -7489,6 +7495,269 @@ class _ClientLink:
                            f"{_ASK_TIMEOUT_S:g} s") from None
         finally:
             conn.forget(mid)
+
+
+class _Pending:
+    """A tools/call sent upstream and not yet answered."""
+
+    __slots__ = ("run", "conn", "mid", "fut", "token", "modern", "task", "task_id")
+
+    def __init__(self, run: _Run, mid: int, fut: Future, token: str, modern: bool,
+                 task: bool) -> None:
+        self.run, self.conn, self.mid, self.fut, self.token = run, run.conn, mid, fut, token
+        self.modern = modern  # a 2026-07-28 client's call of a handshake-era upstream
+        self.task = task  # sent as a task of Abstract's own, to be awaited (_Upstream._task_result)
+        self.task_id = ""  # ... once the upstream made it
+
+
+class _QuestionRelay:
+    """One upstream's questions for the client (sampling/createMessage, elicitation/create), and
+    the calls held for them: what it asks is relayed to Abstract's client (_ClientLink), and
+    while a question is pending its calls do not time out (wait). During a 2026-07-28 client's
+    call a handshake-era upstream's question is handed to that call instead, which holds (the
+    call stays open upstream) and answers its client with input_required; the client's
+    follow-up continues it (resume). A 2026-07-28 upstream's input_required rounds: rounds."""
+
+    def __init__(self, name: str, client: _ClientLink, modern: Callable[[], bool]) -> None:
+        # modern(): whether the upstream speaks 2026-07-28 (its _Protocol, as its run found it)
+        self.name, self._client, self._modern = name, client, modern
+        self._lock = threading.Lock()
+        # questions relayed to the client and not yet answered (their withdraw functions), and
+        # when the last one ended: the calls' deadlines wait for them
+        self._questions: Dict[int, Callable[[str], None]] = {}
+        self._answered_at = 0.0
+        self._calls = 0  # tools/call requests in flight
+        # a 2026-07-28 client's calls of a handshake-era upstream: the upstream's questions are
+        # handed to one waiting (_waiters) as input_required, or kept until one waits (_unclaimed);
+        # the calls held for the client's follow-up (_holds), by hold key
+        self._modern_calls = 0
+        self._waiters: List[_Follow] = []
+        self._unclaimed: List[_Question] = []
+        self._holds: Dict[str, Tuple[_Pending, _Question]] = {}
+        self._tokens = itertools.count(1)
+
+    def handlers(self) -> Dict[str, _Handler]:
+        """What Abstract answers when an upstream asks: ping, roots/list when roots are offered,
+        and the questions for the client (sampling, elicitation), relayed (-32601 when the client
+        cannot take them)."""
+        methods: Dict[str, _Handler] = {"ping": lambda r: {}}
+        if self._client.roots_offered():
+            methods["roots/list"] = lambda r: self._client.list()
+        for method in _ClientLink.QUESTIONS:
+            methods[method] = self.question
+        return methods
+
+    # -- the calls in flight
+    def sent(self, modern: bool) -> None:
+        """A tools/call went upstream (`modern`: a 2026-07-28 client's call)."""
+        with self._lock:
+            self._calls += 1
+            self._modern_calls += modern
+
+    def done(self, p: _Pending) -> None:
+        """A call sent upstream ended (answered, failed, or given up)."""
+        with self._lock:
+            self._calls -= 1
+            self._modern_calls -= p.modern
+        p.conn.forget(p.mid)
+
+    def withdraw_all(self, reason: str) -> None:
+        """The client cancelled a call: the questions pending at the client are withdrawn when
+        it was the only call in flight (with several, which call a question belongs to is not
+        known: those are left for the upstream to cancel)."""
+        with self._lock:
+            questions = list(self._questions.values()) if self._calls <= 1 else []
+        for withdraw in questions:
+            withdraw(reason)
+
+    # -- the upstream's questions
+    def question(self, req: _Request) -> Any:
+        """An upstream's sampling/createMessage or elicitation/create, asked of the client. While
+        it is pending, this upstream's calls do not time out (wait); the upstream cancelling it
+        cancels it at the client."""
+        if req.cancelled.is_set():  # cancelled before a worker took it: nothing to relay
+            raise _Cancelled()
+        with self._lock:
+            park = 0 < self._modern_calls == self._calls  # every call in flight: a modern client's
+        if park:
+            return self._park(req)
+        conn, mid, fut = self._client.send(req.method, req.params)
+        key = next(self._tokens)
+
+        def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
+            self._client.withdraw(conn, mid, exc or RpcError(_INTERNAL_ERROR, reason), reason)
+
+        with self._lock:
+            self._questions[key] = withdraw
+        req.on_cancel(lambda: withdraw(f"cancelled by server '{self.name}'", _Cancelled()))
+        try:
+            return self._client.wait(conn, mid, fut)
+        finally:
+            with self._lock:
+                self._questions.pop(key, None)
+                self._answered_at = time.monotonic()
+
+    def _park(self, req: _Request) -> Any:
+        """An upstream's question while only 2026-07-28 clients' calls are in flight: handed to
+        one of them, which answers its client with input_required (hold); the
+        client's follow-up brings the answer. -32601 at once if the client cannot take it; an
+        error when it does not follow up within _HOLD_S (the call is then cancelled)."""
+        cap = _ClientLink.QUESTIONS[req.method]
+        if cap not in self._client.caps:
+            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract's client "
+                           f"did not declare the {cap} capability)")
+        q = _Question(f"{self.name}-{next(self._tokens)}", req.method, req.params)
+
+        def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
+            _settle(q.answer, exc=exc or RpcError(_INTERNAL_ERROR, reason))
+
+        with self._lock:
+            self._questions[id(q)] = withdraw
+            waiter = next((w for w in self._waiters if not w.asked.done()), None)
+            if waiter is None:
+                self._unclaimed.append(q)
+            else:
+                waiter.asked.set_result(q)
+        req.on_cancel(lambda: withdraw(f"cancelled by server '{self.name}'", _Cancelled()))
+        try:
+            return q.answer.result(_HOLD_S)
+        except FutureTimeout:
+            self._expire(q)
+            raise RpcError(_REQUEST_TIMEOUT, f"Abstract's 2026-07-28 client did not follow up with "
+                           f"an answer within {_HOLD_S:g} s") from None
+        finally:
+            with self._lock:
+                self._questions.pop(id(q), None)
+                self._answered_at = time.monotonic()
+                if q in self._unclaimed:
+                    self._unclaimed.remove(q)
+
+    def _expire(self, q: _Question) -> None:
+        """A question's client never followed up: the call held for it is cancelled."""
+        with self._lock:
+            key = next((k for k, (_, held) in self._holds.items() if held is q), "")
+        self._release(key, "the client did not follow up")
+
+    def _release(self, key: str, reason: str) -> None:
+        """Give up a held call: its question is answered with an error, the call cancelled."""
+        with self._lock:
+            got = self._holds.pop(key, None)
+        if got is not None:
+            p, q = got
+            _settle(q.answer, exc=RpcError(_INTERNAL_ERROR, reason))
+            p.conn.notify("notifications/cancelled", {"requestId": p.mid, "reason": reason})
+            self.done(p)
+
+    def wait(self, fut: Future, limit: float, follow: Optional[_Follow] = None,
+             spent: float = 0.0) -> Any:
+        """fut's result within `limit` seconds (less the `spent` already: the wait for the
+        server's start), not counting the wait for the user: while a question to the client is
+        pending the deadline does not pass, and once one is answered the call gets `limit`
+        seconds again, counted from the answer. For a 2026-07-28 client's call (`follow`), the
+        upstream's question handed to it instead (a _Question), if one comes first."""
+        import concurrent.futures
+
+        asked = None if follow is None else self._wait_for_questions(follow)
+        deadline = time.monotonic() + limit - spent
+        took = False
+        try:
+            while True:
+                concurrent.futures.wait([fut] if asked is None else [fut, asked],
+                                        max(0.0, deadline - time.monotonic()),
+                                        concurrent.futures.FIRST_COMPLETED)
+                if asked is not None and asked.done():
+                    took = True
+                    return asked.result()
+                if fut.done():
+                    return fut.result()
+                with self._lock:
+                    pending, answered = bool(self._questions), self._answered_at
+                now = time.monotonic()
+                if pending:
+                    deadline = now + limit
+                elif answered + limit > now:
+                    deadline = answered + limit
+                else:
+                    raise FutureTimeout()
+        finally:
+            if follow is not None:
+                self._stop_waiting(follow, took)
+
+    def _wait_for_questions(self, follow: _Follow) -> Future:
+        """Let this call take the upstream's next question (one kept for nobody, at once)."""
+        follow.asked = Future()
+        with self._lock:
+            if self._unclaimed:
+                follow.asked.set_result(self._unclaimed.pop(0))
+            else:
+                self._waiters.append(follow)
+        return follow.asked
+
+    def _stop_waiting(self, follow: _Follow, took: bool) -> None:
+        """The call stops waiting: when it got its result (or failed), a question handed to it
+        meanwhile goes to the next call that waits."""
+        with self._lock:
+            if follow in self._waiters:
+                self._waiters.remove(follow)
+            q = follow.asked.result() if follow.asked.done() and not took else None
+            if q is not None and not q.answer.done():
+                self._unclaimed.insert(0, q)
+
+    def hold(self, p: _Pending, q: _Question, follow: _Follow) -> dict:
+        """A handshake-era upstream asked during a 2026-07-28 client's call: the call is held
+        (still open upstream, its question waiting in _park) and the client gets the question
+        as an input_required result; its follow-up continues the call (resume). The caller
+        stops relaying its progress: the client's request it reported to is answered."""
+        key = f"{next(self._tokens)}"
+        with self._lock:
+            self._holds[key] = (p, q)
+        follow.held = key
+        ask = {"method": q.method, "params": q.params}
+        return {"resultType": "input_required", "inputRequests": {q.key: ask}}
+
+    def resume(self, follow: _Follow) -> _Pending:
+        """A 2026-07-28 client's follow-up to a held call: its answer goes to the upstream's
+        question (a follow-up without it is asked the same question again); the held call."""
+        with self._lock:
+            got = self._holds.pop(follow.hold, None)
+        if got is None:
+            raise UpstreamError(f"the call this requestState continues is no longer held by "
+                                f"Abstract (no follow-up within {_HOLD_S:g} s, already continued, "
+                                f"or server '{self.name}' restarted); send the request again "
+                                f"without inputResponses and requestState", _INVALID_PARAMS)
+        p, q = got
+        answers = follow.retry.get("inputResponses") or {}
+        if q.key in answers:
+            _settle(q.answer, answers[q.key])
+        else:
+            with self._lock:
+                self._unclaimed.insert(0, q)  # asked again at once (_wait_for_questions)
+        return p
+
+    def rounds(self, req: Optional[_Request], key: str, what: str,
+               once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
+        """once(retry, follow) until it completes. A 2026-07-28 upstream's input_required result
+        is answered by asking a handshake-era client (the requests it understands) and the
+        request retried with the answers; a 2026-07-28 client (`follow`) gets it instead, as
+        _InputRequired with Abstract's requestState, and so does a handshake-era upstream's
+        question during such a client's call (hold)."""
+        follow = self._client.follow(req, key)
+        retry = follow.retry if follow is not None else {}
+        for _ in range(_INPUT_ROUNDS):
+            res = once(retry, follow)
+            if not (isinstance(res, dict) and res.get("resultType") == "input_required"):
+                return res
+            if follow is not None and (self._modern() or follow.held):
+                try:
+                    raise _InputRequired(self._client.seal(follow, res, what))
+                except UpstreamError as e:  # (too many rounds)
+                    self._release(follow.held, e.message)
+                    raise
+            if not self._modern():
+                return res  # (the caller says why a handshake-era upstream's cannot be relayed)
+            retry = self._client.fulfil(res, req, what)
+        raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so the "
+                            f"call was given up")
 
 
 # -- what the upstreams start in turn (docs/design.md#descendants)
@@ -7869,6 +8138,154 @@ class _Listen:
         self.tools = False  # the server agreed to send notifications/tools/list_changed
 
 
+
+class _Listener:
+    """An upstream's listening to a 2026-07-28 server: one subscriptions/listen at a time (a
+    _Listen each) for notifications/tools/list_changed (what Abstract relays to its client),
+    for as long as each run lasts, on a thread of its own. What it hears goes to the upstream's
+    tool list through three hooks: `tools()` asks for the list, `drop()` forgets the cached
+    one (giving the last list asked for), `tell()` tells the client the list changed."""
+
+    def __init__(self, name: str, params: Callable[[dict], dict], tools: Callable[[], List[dict]],
+                 drop: Callable[[], Optional[List[dict]]], tell: Callable[[], None]) -> None:
+        self.name, self._params = name, params
+        self._tools, self._drop, self._tell = tools, drop, tell
+        self._stop = threading.Event()  # shutdown: no subscription is reopened
+
+    def start(self, run: _Run, ack_s: float) -> None:
+        threading.Thread(target=self.listen, args=(run, ack_s), name=f"listen-{self.name}",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        """Shutdown: no subscription is reopened from now on (each ends with its run)."""
+        self._stop.set()
+
+    def heard(self, params: Any, run: _Run) -> bool:
+        """Whether a notifications/tools/list_changed is to be heard: a 2026-07-28 run's come
+        only on its subscription, by its id; others are not listened to."""
+        sub = run.listen
+        if sub is not None and (_subscription_id(params) != sub.id or not sub.acked.is_set()):
+            _log.debug("%s: tools/list_changed outside its subscription, ignored", self.name)
+            return False
+        return True
+
+    @staticmethod
+    def acknowledged(params: Any, run: _Run) -> None:
+        """notifications/subscriptions/acknowledged: what the server agreed to send."""
+        sub, sid = run.listen, _subscription_id(params)
+        if sub is None or sub.got.is_set() or (sub.id is not None and sid != sub.id):
+            return
+        got = params.get("notifications") if isinstance(params, dict) else None
+        sub.tools = isinstance(got, dict) and got.get("toolsListChanged") is True
+        sub.ack_id = sid
+        sub.got.set()
+        sub.acked.set()
+
+    @staticmethod
+    def watched(run: Optional[_Run]) -> bool:
+        """Whether the run's subscription is open and tells of tool changes."""
+        sub = run.listen if run is not None else None
+        return (sub is not None and sub.tools and sub.ack_id == sub.id and sub.fut is not None
+                and not sub.fut.done())
+
+    def _listening(self, run: _Run) -> bool:
+        return not self._stop.is_set() and not run.ending and run.usable()
+
+    def listen(self, run: _Run, ack_s: float) -> None:
+        """The run's subscription, for as long as the run lasts.
+
+        1. One subscription at a time; its acknowledgment is awaited up to `ack_s`
+           (_LISTEN_ACK_S, or the startup timeout if shorter). A server that agrees keeps the
+           tool list cached (_Upstream.tools) until it tells of a change; without that
+           agreement, or when the server refuses subscriptions/listen with an error, the list
+           is asked for each time.
+        2. It ends with the run (the stream closed on HTTP, notifications/cancelled on stdio:
+           _Run.end_listen). Ended otherwise (dropped, answered, or no acknowledgment), it is
+           reopened after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS
+           times in a row; only one that lasted _LISTEN_STEADY_S ends the row (a server or proxy
+           that acknowledges and then cuts every stream at once is not reopened forever).
+        3. A dropped one may have missed a change: the cached list is dropped, and once the
+           new subscription is acknowledged the list is asked for again and the client told only
+           if it differs from the last one asked for before the drop (or none was). A reopen
+           that fails tells the client at once: nothing tells of changes any more.
+        """
+        fails = 0
+        # after a drop, until its reopen is acknowledged: [the last list asked for before it]
+        missed: Optional[List[Optional[List[dict]]]] = None
+        while self._listening(run):
+            fut, acked, tells = self._open(run, ack_s)  # 1.
+            if acked:
+                since = time.monotonic()
+                if not tells:
+                    _log.info("%s: its subscription does not tell of tool changes: its tool list "
+                              "is asked for each time", self.name)
+                if missed is not None:  # 3.
+                    self._recheck(missed[0])
+                    missed = None
+                while not fut.done() and self._listening(run):  # 2.
+                    futures_wait([fut], 30.0)
+                if time.monotonic() - since >= _LISTEN_STEADY_S:
+                    fails = 0
+            if not self._listening(run):
+                return
+            if not acked and missed is not None:  # 3. the reopen failed
+                missed = None
+                self._tell()
+            refused = fut.done() and fut.exception() is not None
+            if refused and not isinstance(fut.exception(), UpstreamError):
+                _log.info("%s: refused subscriptions/listen (%s): its tool list is asked for each "
+                          "time", self.name, fut.exception())
+                return
+            if acked:
+                _log.info("%s: its subscription ended (%s); reopening", self.name,
+                          "answered" if fut.exception() is None else fut.exception())
+                missed = [self._drop()]  # (as for a list_changed, without telling the client yet)
+            fails += 1
+            if fails > _LISTEN_REOPENS:
+                _log.warning("%s: subscriptions/listen failed %d times in a row; tool changes are "
+                             "no longer listened for (its tool list is asked for each time)",
+                             self.name, fails)
+                if missed is not None:
+                    self._tell()
+                return
+            if self._stop.wait(min(2.0 ** fails, _LISTEN_BACKOFF_MAX_S)):
+                return
+
+    def _open(self, run: _Run, ack_s: float) -> Tuple[Future, bool, bool]:
+        """Open a subscription and await its acknowledgment: its future, whether it was
+        acknowledged (maybe ended since), and whether it tells of tool changes. One not
+        acknowledged within ack_s is cancelled."""
+        sub = run.listen = _Listen()
+        mid, fut = run.conn.request(
+            "subscriptions/listen", self._params({"notifications": {"toolsListChanged": True}}))
+        sub.id, sub.fut = mid, fut
+        fut.add_done_callback(lambda _f: sub.acked.set())
+        sub.acked.wait(ack_s)
+        if fut.done() and not sub.got.is_set():
+            # HTTP: a stream that ends right after its acknowledgment fails the request at once,
+            # while the acknowledgment may still wait for the session's reader thread
+            sub.got.wait(_LISTEN_LATE_ACK_S)
+        if sub.ack_id != mid and not fut.done():
+            _log.warning("%s: no acknowledgment of subscriptions/listen within %g s; cancelled",
+                         self.name, ack_s)
+            run.conn.notify("notifications/cancelled",
+                            {"requestId": mid, "reason": "no acknowledgment"})
+            run.conn.forget(mid)
+        return fut, sub.ack_id == mid, sub.tools
+
+    def _recheck(self, before: Optional[List[dict]]) -> None:
+        """After a dropped subscription was reopened: the client is told of a change only if
+        the tool list differs from `before` (the last one asked for before the drop; None:
+        none was)."""
+        try:
+            now: Optional[List[dict]] = self._tools()
+        except Error as e:
+            _log.info("%s: its tool list could not be asked for after its subscription was "
+                      "reopened: %s", self.name, e)
+            now = None
+        if before is None or now != before:
+            self._tell()
+
 class _Run:
     """One run of an upstream server: its process, session, stderr tail and threads.
 
@@ -7879,9 +8296,8 @@ class _Run:
     """
 
     def __init__(self, name: str, proc: Any, started: float,
-                 gate: Optional[_LogGate] = None) -> None:
+                 connect: Callable[["_Run"], Connection], gate: Optional[_LogGate] = None) -> None:
         self.name, self.proc, self.started = name, proc, started
-        self.conn: Optional[Connection] = None
         self.tail = _Tail()  # this run's stderr only
         self.gate = gate or _LogGate(name)  # its lines on Abstract's stderr (its _Upstream's)
         self.ready = False  # the handshake completed
@@ -7892,9 +8308,11 @@ class _Run:
         self._stderr = threading.Thread(target=self._drain_stderr, name=f"stderr-{name}",
                                         daemon=True)
         self._stderr.start()
+        # its session, over the pipes (connect: _Upstream._connect; started by the caller)
+        self.conn: Connection = connect(self)
 
     def usable(self) -> bool:
-        return not self.ending and self.conn is not None and not self.conn.closing
+        return not self.ending and not self.conn.closing
 
     def forgotten(self) -> bool:
         """The server ended the session itself (a remote one's HTTP 404), which is no crash."""
@@ -7904,9 +8322,6 @@ class _Run:
         """What its Connection reads from and writes to."""
         return io.BufferedReader(self.proc.stdout,
                                  1 << 16), io.BufferedWriter(self.proc.stdin, 1 << 16)
-
-    def attach(self, conn: Connection) -> None:
-        self.conn = conn
 
     def hint(self) -> str:
         tail = self.tail.text(5)
@@ -7929,7 +8344,7 @@ class _Run:
         pending calls then fail at once instead of waiting for their deadline. Then close its
         stdin, once the writer has stopped (its last writes fail at once: nobody reads them);
         stdout and stderr are closed by their readers: a crashed run leaves no pipe open."""
-        conn: Connection = self.conn  # type: ignore[assignment]
+        conn = self.conn
         self.proc.wait()
         if not conn.closed.wait(0.5):
             _hard_kill(self.proc)  # the leftovers of its process group hold the pipe
@@ -7957,7 +8372,7 @@ class _Run:
         which stops once it is written); True if there was one (end_input waits for the writer)."""
         self.ending = True
         sub = self.listen
-        if sub is None or sub.id is None or self.conn is None:
+        if sub is None or sub.id is None:
             return False
         self.conn.notify("notifications/cancelled", {"requestId": sub.id,
                                                      "reason": "Abstract is shutting down"})
@@ -7969,10 +8384,11 @@ class _Run:
         what end_listen queued, close its stdin (a well-behaved server exits), and fail the
         calls waiting on it at once: nobody is left to read their answers."""
         self.ending = True
-        if self.conn is not None and flush_by:
+        if flush_by:
             self.conn.finish(flush_by - time.monotonic())
-        if self.conn is not None:  # first: a server that exits at once on EOF must not make
-            self.conn.fail_pending(reason)  # them fail as "exited" (the reader's EOF) instead
+        # first: a server that exits at once on EOF must not make them fail as "exited" (the
+        # reader's EOF) instead
+        self.conn.fail_pending(reason)
         try:
             self.proc.stdin.close()
         except (OSError, ValueError):
@@ -7994,12 +8410,14 @@ class _HttpRun(_Run):
     """One session with a remote upstream: no process; an _HttpTransport is its wire. Ending
     it fails what is pending and DELETEs the session (exited() waits for that, bounded)."""
 
-    def __init__(self, name: str, transport: _HttpTransport, started: float) -> None:
+    def __init__(self, name: str, transport: _HttpTransport, started: float,
+                 connect: Callable[[_Run], Connection]) -> None:
         self.name, self.proc, self.started, self.transport = name, None, started, transport
-        self.conn = None
         self.tail = _Tail()
         self.ready = self.ending = self.counted = False
         self.listen = None
+        self.conn = connect(self)
+        transport.attach(self.conn)
 
     def usable(self) -> bool:
         # the session's end is known here before its Connection has read the EOF: a call made
@@ -8011,10 +8429,6 @@ class _HttpRun(_Run):
 
     def streams(self) -> Tuple[Any, Any]:
         return self.transport, self.transport
-
-    def attach(self, conn: Connection) -> None:
-        self.conn = conn
-        self.transport.attach(conn)
 
     def hint(self) -> str:
         return ""
@@ -8031,8 +8445,7 @@ class _HttpRun(_Run):
 
     def end_input(self, reason: str, flush_by: float = 0.0) -> None:
         self.ending = True
-        if self.conn is not None:
-            self.conn.fail_pending(reason)
+        self.conn.fail_pending(reason)
         self.transport.close(reason)
 
     def exited(self, timeout: float) -> bool:
@@ -8081,44 +8494,184 @@ def _stop_runs(runs: List[_Run], reason: str) -> None:
             _hard_kill(run.proc)  # children it left in its process group go too (ESRCH if none)
 
 
-class _Pending:
-    """A tools/call sent upstream and not yet answered."""
+class _Protocol:
+    """What one upstream server speaks, as the handshake of each of its runs found it: its era
+    (kept across runs: the spec makes it a property of the server), protocol version and
+    capabilities, and what a request carries in that era (params: a 2026-07-28 request's
+    _meta, with the client's capabilities and logging level)."""
 
-    __slots__ = ("run", "conn", "mid", "fut", "token", "modern", "task", "task_id")
+    def __init__(self, spec: _ServerSpec, client: _ClientLink) -> None:
+        self.name, self.remote, self._client = spec.name, spec.remote, client
+        self.version = ""  # the protocol version of the current (or last) run
+        self.modern = False  # ... a 2026-07-28 one
+        # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
+        # runs; a start that finds it wrong probes again
+        self.era = ""
+        # what the upstream said it offers (tools, prompts, resources...)
+        self.capabilities: dict = {}
+        self.roots_offered = False  # this session was told of roots (so it hears of changes)
 
-    def __init__(self, run: _Run, mid: int, fut: Future, token: str, modern: bool,
-                 task: bool) -> None:
-        self.run, self.conn, self.mid, self.fut, self.token = run, run.conn, mid, fut, token
-        self.modern = modern  # a 2026-07-28 client's call of a handshake-era upstream
-        self.task = task  # sent as a task of Abstract's own, to be awaited (_Upstream._task_result)
-        self.task_id = ""  # ... once the upstream made it
+    def handshake(self, run: _Run, limit: float) -> None:
+        """Find the server's era and start talking to it, within startup_timeout_seconds
+        (2026-07-28 spec, basic/versioning#backward-compatibility-with-initialization-based-
+        versions).
+
+        1. Offer what the client declared (roots, sampling, elicitation: _ClientLink), so that
+           an upstream only asks for what the client can answer.
+        2. Probe with server/discover first (_discover), unless this server was found to be of
+           the handshake era before: a server that lists 2026-07-28 is spoken to in that era.
+           On stdio a silent server is taken for a handshake-era one after _PROBE_S (every
+           real one measured answers at once: docs/reference/protocol.md); one that exits on
+           the probe, when its era is not known yet, is started again by _Upstream._start
+           (_ProbeFatal).
+        3. Otherwise initialize in the newest handshake-era version; the upstream answers with
+           its own, and notifications/initialized completes the handshake.
+        4. An initialize refused by a server not probed (the cached era was wrong), refused
+           with -32022 (a slow server answered the probe after its wait: it speaks 2026-07-28
+           now), or refused after a probe that got no answer (a slow 2026-07-28-only server,
+           an npx download, may refuse it with any code), is followed by one probe; the first
+           error stands if that fails too.
+        """
+        conn = run.conn
+        self.roots_offered = self._client.roots_offered()
+        # (HTTP+SSE, 2024-11-05, has no 2026-07-28 era: nothing to probe)
+        sse = isinstance(run, _HttpRun) and run.transport.mode == "sse"
+        probed = self.era != "legacy" and not sse
+        silent = False  # the probe got no answer in time
+        if probed:
+            wait = limit if self.remote or self.era else min(limit, _PROBE_S)
+            try:
+                found = self._discover(run, wait)
+                if found:
+                    return
+                silent = found is None
+            except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
+                if self.remote or self.era or e.code == _REQUEST_TIMEOUT:
+                    raise
+                raise _ProbeFatal(e.message) from None
+        caps = self._client.offered()
+        params = {"protocolVersion": _HANDSHAKE_VERSIONS[0], "capabilities": caps,
+                  "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
+        try:
+            res = conn.call("initialize", params, timeout=limit)
+        except UpstreamError:
+            raise
+        except RpcError as first:
+            late = first.code == _UNSUPPORTED_VERSION or not probed
+            # (after a silent probe the server is up now: a modern one answers a probe at once)
+            if (sse or not (late or silent)
+                    or not self._discover(run, limit if late else min(limit, _PROBE_S))):
+                raise first
+            return
+        if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
+            raise RpcError(_INVALID_REQUEST, f"initialize result without protocolVersion: "
+                           f"{str(res)[:200]}")
+        self.version, self.modern, self.era = res["protocolVersion"], False, "legacy"
+        caps = res.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        conn.notify("notifications/initialized")
+
+    def _discover(self, run: _Run, wait: float) -> Optional[bool]:
+        """The server/discover probe: True when the server speaks a 2026-07-28 version Abstract
+        speaks (adopted), False when it is of the handshake era: any error that is not -32022
+        with a `supported` list, or a result listing no modern version Abstract speaks; None
+        (taken for the handshake era too) when, on stdio, no answer came within `wait`. -32022
+        naming another modern version of Abstract's is retried once with it; one naming only
+        versions Abstract does not speak is an error."""
+        conn = run.conn
+        version = _MODERN_VERSIONS[0]
+        for attempt in range(2):
+            try:
+                res = conn.call("server/discover", {"_meta": self.meta(version=version)},
+                                timeout=wait)
+            except UpstreamError as e:
+                if e.code == _REQUEST_TIMEOUT and not self.remote:
+                    _log.info("%s: no answer to server/discover within %g s: taken for a "
+                              "handshake-era server", self.name, wait)
+                    return None
+                raise
+            except RpcError as e:
+                supported = e.data.get("supported") if isinstance(e.data, dict) else None
+                if e.code != _UNSUPPORTED_VERSION or not isinstance(supported, list):
+                    return False
+                mutual = [v for v in _MODERN_VERSIONS if v in supported]
+                if mutual and mutual[0] != version and attempt == 0:
+                    version = mutual[0]
+                    continue
+                if any(v in _HANDSHAKE_VERSIONS for v in supported):
+                    return False
+                theirs = ", ".join(map(str, supported))[:200]
+                ours = ", ".join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)
+                raise RpcError(_UNSUPPORTED_VERSION, f"the server speaks only {theirs}; Abstract "
+                               f"speaks {ours}") from None
+            versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
+            mutual = [v for v in _MODERN_VERSIONS if isinstance(versions, list) and v in versions]
+            if not mutual:
+                return False
+            caps = res.get("capabilities")
+            self.capabilities = caps if isinstance(caps, dict) else {}
+            self.version, self.modern, self.era = mutual[0], True, "modern"
+            if isinstance(run, _HttpRun):
+                run.transport.version = mutual[0]  # (its headers; no resumption, no DELETE)
+            return True
+        return False
+
+    def meta(self, caps: Optional[dict] = None, version: str = "") -> dict:
+        # the client's capabilities, as in a legacy initialize (sampling and elicitation asked
+        # for in an input_required result are asked of the client: _QuestionRelay.rounds), or a
+        # 2026-07-28 client's own, which answers the upstream's questions itself
+        caps = self._client.offered() if caps is None else caps
+        version = version or (self.version if self.modern else _MODERN_VERSIONS[0])
+        meta = {_META_VERSION: version, _META_CAPS: caps,
+                _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
+        # (the modern era has no logging/setLevel: the level rides on each request)
+        if self._client.log_level:
+            meta[_META_LOG_LEVEL] = self._client.log_level
+        return meta
+
+    def params(self, params: dict, follow: Optional[_Follow] = None) -> dict:
+        if self.modern:
+            params = dict(params)
+            meta = self.meta(follow.caps if follow else None)
+            params["_meta"] = {**params.get("_meta", {}), **meta}
+        return params
+
+    def tasks_offered(self) -> bool:
+        """Whether the upstream takes task-augmented tools/call (2025-11-25 tasks capability)."""
+        tasks = self.capabilities.get("tasks")
+        asks = tasks.get("requests") if isinstance(tasks, dict) else None
+        tools = asks.get("tools") if isinstance(asks, dict) else None
+        return isinstance(tools, dict) and "call" in tools
+
+    def apply_level(self, conn: Connection, timeout: float) -> None:
+        """The client's logging level (_ClientLink.log_level), set with logging/setLevel on a
+        handshake-era run that declares logging."""
+        # (modern: the level rides in each _meta)
+        if not self._client.log_level or "logging" not in self.capabilities or self.modern:
+            return
+        try:
+            conn.call("logging/setLevel", {"level": self._client.log_level}, timeout=timeout)
+        except RpcError as e:
+            _log.warning("server '%s' refused logging/setLevel: %s", self.name, e.message)
+
 
 
 class _Upstream:
     """A supervised upstream MCP server: the long-lived policy (restart and back-off, the tool
-    list, the calls) over a succession of runs (_Run), one at a time."""
+    list, the calls) over a succession of runs (_Run), one at a time. Beside it, each with its
+    own state: what the server speaks (_Protocol), its subscription (_Listener), its questions
+    for the client and the calls held for them (_QuestionRelay). The logging level is the
+    client's (_ClientLink.log_level); a remote server's login (`auth`, an _OAuth) outlives its
+    sessions, so it is kept here and handed to each one's transport."""
 
     def __init__(self, spec: _ServerSpec, settings: _Settings, client: _ClientLink,
                  spawn: Callable[..., Any] = subprocess.Popen,
                  clock: Callable[[], float] = time.monotonic,
                  environ: Optional[Dict[str, str]] = None) -> None:
         self.spec, self.settings, self._client = spec, settings, client
-        self.roots_offered = False  # this session was told of roots (so it hears of changes)
-        # sampling and elicitation requests relayed to the client and not yet answered (their
-        # withdraw functions), and when the last one ended: the calls' deadlines wait for them
-        self._questions: Dict[int, Callable[[str], None]] = {}
-        self._answered_at = 0.0
-        self._calls = 0  # tools/call requests in flight
-        self._qlock = threading.Lock()
-        # a 2026-07-28 client's calls of a handshake-era upstream: the upstream's questions are
-        # handed to one waiting (_waiters) as input_required, or kept until one waits (_unclaimed);
-        # the calls held for the client's follow-up (_holds), by hold key
-        self._modern_calls = 0
-        self._waiters: List[_Follow] = []
-        self._unclaimed: List[_Question] = []
-        self._holds: Dict[str, Tuple["_Pending", _Question]] = {}
-        # the client's logging/setLevel, applied to each run that declares logging
-        self.log_level = ""
+        self._protocol = _Protocol(spec, client)  # what it speaks (its era, capabilities)
+        # its questions for the client, and the calls held for them
+        self._relay = _QuestionRelay(spec.name, client, lambda: self._protocol.modern)
         self._spawn, self._clock = spawn, clock
         self._lock = threading.Lock()  # starting a run
         self._run: Optional[_Run] = None  # the current run
@@ -8133,14 +8686,9 @@ class _Upstream:
         # the last list asked for, cached or not (a 2026-07-28 server's whose subscription keeps
         # dropping is never cached): what a dropped subscription's reopen compares with
         self._tools_seen: Optional[List[dict]] = None
-        self.protocol_version = ""
-        self.modern = False
-        # the server's era as found by the probe: "", "modern" or "legacy", kept while Abstract
-        # runs (the spec: a property of the server); a start that finds it wrong probes again
-        self.era = ""
-        self._listen_stop = threading.Event()  # shutdown: no subscription is reopened
-        # what the upstream said it offers (tools, prompts, resources...)
-        self.capabilities: dict = {}
+        # a 2026-07-28 server's subscription to tool changes, run by run
+        self._listener = _Listener(spec.name, self._protocol.params, self.tools,
+                                   self._drop_tools, self._tell_tools_changed)
         self.start_ms = 0.0
         self._quick_crashes = 0
         self._retry_at = 0.0
@@ -8161,10 +8709,19 @@ class _Upstream:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def protocol_version(self) -> str:
+        return self._protocol.version
+
+    @property
+    def capabilities(self) -> dict:
+        """What the upstream said it offers (tools, prompts, resources...)."""
+        return self._protocol.capabilities
+
     # -- start
     def session(self, wait: Optional[float] = None) -> Connection:
         """The live session, starting the process first if needed (see _current)."""
-        return self._current(wait).conn  # type: ignore[return-value]
+        return self._current(wait).conn
 
     def _current(self, wait: Optional[float] = None) -> _Run:
         """The usable run. Without one, a start begins in the background (one at a time, shared
@@ -8247,7 +8804,7 @@ class _Upstream:
         except _ProbeFatal as e:
             _log.warning("%s: exited on the server/discover probe (%s); taken for a handshake-era "
                          "server and started again", self.name, e.message[:1000])
-            self.era = "legacy"
+            self._protocol.era = "legacy"
             self._quick_crashes, self._retry_at, self.last_error = crashes, retry_at, error
             return self._start_run()
 
@@ -8255,39 +8812,17 @@ class _Upstream:
         """Start a run and complete the MCP handshake with it: the run, or UpstreamError.
 
         1. Spawn the process (in a process group of its own) and drain its stderr.
-        2. Its Connection: the upstream's own requests (roots/list, sampling, elicitation) run
-           on a small pool of their own, off the reader, as they may wait for the client or a
-           person while the reader must keep delivering responses.
+        2. Its Connection, built with the run (_connect), is started.
         3. A watcher notices the process's exit even when a child keeps its stdout open.
         4. The run is registered before the handshake, so a close() meanwhile stops it too; a
            close() already begun refuses it.
         5. The handshake; a failure stops the run and is kept as last_error (with the command
            and the stderr tail) for the model's error and for --check.
-        6. A 2026-07-28 run: its subscription to tool changes (_subscribe).
+        6. A 2026-07-28 run: its subscription to tool changes (_Listener.listen).
         """
         t0 = self._clock()  # 1.
         run = self._spawn_run(t0)
-        rfile, wfile = run.streams()
-        conn = Connection(rfile, wfile, name=self.name, strict=False,
-                          on_close=lambda: self._on_close(run), queued=True,
-                          close_input=not self.spec.remote,  # a pipe it owns
-                          max_line=int(float(self.settings.get("max_upstream_message_mb"))
-                                       * (1 << 20)),
-                          # the upstream's requests run off its reader: roots/list waits for the
-                          # client's answer
-                          requests=self._client_methods(), pool=_Pool(4, f"requests-{self.name}"),
-                          max_requests=_UPSTREAM_REQUESTS_MAX,
-                          notifications={
-                              "notifications/progress": self._on_progress,
-                              "notifications/tools/list_changed":
-                                  lambda p: self._on_tools_changed(p, run),
-                              "notifications/subscriptions/acknowledged":
-                                  lambda p: self._on_acknowledged(p, run),
-                              "notifications/message": self._on_log,
-                              "notifications/elicitation/complete":
-                                  self._client.elicitation_complete})
-        run.attach(conn)  # 2.
-        conn.start()
+        conn = run.conn.start()  # 2.
         threading.Thread(target=run.watch, name=f"watch-{self.name}", daemon=True).start()  # 3.
         with self._runs_lock:  # 4.
             self._runs.append(run)
@@ -8295,7 +8830,7 @@ class _Upstream:
         try:
             if closing:  # close() began while this run was being spawned
                 raise UpstreamError(self._shutting_down())
-            self._handshake(run)  # 5.
+            self._protocol.handshake(run, self.settings.startup_timeout(self.name))  # 5.
         except _LoginNeeded as e:  # no fault: said as it is, and the next call starts afresh
             self._stop(run, f"server '{self.name}' waits for a login")
             self.last_error = e.message
@@ -8312,12 +8847,11 @@ class _Upstream:
             raise UpstreamError(self.last_error) from None
         run.ready = True
         self.start_ms = (self._clock() - t0) * 1000
-        if self.log_level:  # the client set a level before this run started
-            self._apply_level(conn)
-        self._tools, self._tools_gen = None, self._tools_gen + 1
-        if self.modern:  # 6.
-            threading.Thread(target=self._subscribe, args=(run,), name=f"listen-{self.name}",
-                             daemon=True).start()
+        # (the client set a level before this run started)
+        self._protocol.apply_level(conn, self.settings.timeout(self.name))
+        self._drop_tools()
+        if self._protocol.modern:  # 6.
+            self._listener.start(run, min(_LISTEN_ACK_S, self.settings.startup_timeout(self.name)))
         return run
 
     def _spawn_run(self, t0: float) -> _Run:
@@ -8340,7 +8874,7 @@ class _Upstream:
             self.last_error = (f"server '{self.name}' could not start: {msg} "
                                f"({self._where()})")
             raise UpstreamError(self.last_error) from None
-        return _Run(self.name, proc, t0, self._log_gate)
+        return _Run(self.name, proc, t0, self._connect, self._log_gate)
 
     def _open_remote(self, t0: float) -> _Run:
         """A remote server's session: the transport (an "sse" server's event stream is opened
@@ -8354,150 +8888,30 @@ class _Upstream:
             self._note_crash(t0, quick=True)
             self.last_error = f"server '{self.name}' could not be reached: {e}"
             raise UpstreamError(self.last_error) from None
-        return _HttpRun(self.name, transport, t0)
+        return _HttpRun(self.name, transport, t0, self._connect)
 
-    def _client_methods(self) -> Dict[str, _Handler]:
-        """What Abstract answers when an upstream asks: ping, roots/list when roots are offered,
-        and the questions for the client (sampling, elicitation), relayed (-32601 when the client
-        cannot take them)."""
-        methods: Dict[str, _Handler] = {"ping": lambda r: {}}
-        if self._client.roots_offered():
-            methods["roots/list"] = lambda r: self._client.list()
-        for method in _ClientLink.QUESTIONS:
-            methods[method] = self._question
-        return methods
-
-    def _question(self, req: _Request) -> Any:
-        """An upstream's sampling/createMessage or elicitation/create, asked of the client. While
-        it is pending, this upstream's calls do not time out (_await); the upstream cancelling it
-        cancels it at the client."""
-        if req.cancelled.is_set():  # cancelled before a worker took it: nothing to relay
-            raise _Cancelled()
-        with self._qlock:
-            park = 0 < self._modern_calls == self._calls  # every call in flight: a modern client's
-        if park:
-            return self._park(req)
-        conn, mid, fut = self._client.send(req.method, req.params)
-        key = next(self._tokens)
-
-        def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
-            self._client.withdraw(conn, mid, exc or RpcError(_INTERNAL_ERROR, reason), reason)
-
-        with self._qlock:
-            self._questions[key] = withdraw
-        req.on_cancel(lambda: withdraw(f"cancelled by server '{self.name}'", _Cancelled()))
-        try:
-            return self._client.wait(conn, mid, fut)
-        finally:
-            with self._qlock:
-                self._questions.pop(key, None)
-                self._answered_at = time.monotonic()
-
-    def _park(self, req: _Request) -> Any:
-        """An upstream's question while only 2026-07-28 clients' calls are in flight: handed to
-        one of them, which answers its client with input_required (_Upstream._hold); the
-        client's follow-up brings the answer. -32601 at once if the client cannot take it; an
-        error when it does not follow up within _HOLD_S (the call is then cancelled)."""
-        cap = _ClientLink.QUESTIONS[req.method]
-        if cap not in self._client.caps:
-            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract's client "
-                           f"did not declare the {cap} capability)")
-        q = _Question(f"{self.name}-{next(self._tokens)}", req.method, req.params)
-
-        def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
-            _settle(q.answer, exc=exc or RpcError(_INTERNAL_ERROR, reason))
-
-        with self._qlock:
-            self._questions[id(q)] = withdraw
-            waiter = next((w for w in self._waiters if not w.asked.done()), None)
-            if waiter is None:
-                self._unclaimed.append(q)
-            else:
-                waiter.asked.set_result(q)
-        req.on_cancel(lambda: withdraw(f"cancelled by server '{self.name}'", _Cancelled()))
-        try:
-            return q.answer.result(_HOLD_S)
-        except FutureTimeout:
-            self._expire(q)
-            raise RpcError(_REQUEST_TIMEOUT, f"Abstract's 2026-07-28 client did not follow up with "
-                           f"an answer within {_HOLD_S:g} s") from None
-        finally:
-            with self._qlock:
-                self._questions.pop(id(q), None)
-                self._answered_at = time.monotonic()
-                if q in self._unclaimed:
-                    self._unclaimed.remove(q)
-
-    def _expire(self, q: _Question) -> None:
-        """A question's client never followed up: the call held for it is cancelled."""
-        with self._qlock:
-            key = next((k for k, (_, held) in self._holds.items() if held is q), "")
-        self._release(key, "the client did not follow up")
-
-    def _release(self, key: str, reason: str) -> None:
-        """Give up a held call: its question is answered with an error, the call cancelled."""
-        with self._qlock:
-            got = self._holds.pop(key, None)
-        if got is not None:
-            p, q = got
-            _settle(q.answer, exc=RpcError(_INTERNAL_ERROR, reason))
-            p.conn.notify("notifications/cancelled", {"requestId": p.mid, "reason": reason})
-            self._done(p)
-
-    def _await(self, fut: Future, limit: float, follow: Optional[_Follow] = None,
-               spent: float = 0.0) -> Any:
-        """fut's result within `limit` seconds (less the `spent` already: the wait for the
-        server's start), not counting the wait for the user: while a question to the client is
-        pending the deadline does not pass, and once one is answered the call gets `limit`
-        seconds again, counted from the answer. For a 2026-07-28 client's call (`follow`), the
-        upstream's question handed to it instead (a _Question), if one comes first."""
-        import concurrent.futures
-
-        asked = self._wait_for_questions(follow) if follow is not None else None
-        deadline = time.monotonic() + limit - spent
-        took = False
-        try:
-            while True:
-                concurrent.futures.wait([fut] if asked is None else [fut, asked],
-                                        max(0.0, deadline - time.monotonic()),
-                                        concurrent.futures.FIRST_COMPLETED)
-                if asked is not None and asked.done():
-                    took = True
-                    return asked.result()
-                if fut.done():
-                    return fut.result()
-                with self._qlock:
-                    pending, answered = bool(self._questions), self._answered_at
-                now = time.monotonic()
-                if pending:
-                    deadline = now + limit
-                elif answered + limit > now:
-                    deadline = answered + limit
-                else:
-                    raise FutureTimeout()
-        finally:
-            if asked is not None:
-                self._stop_waiting(follow, took)  # type: ignore[arg-type]
-
-    def _wait_for_questions(self, follow: _Follow) -> Future:
-        """Let this call take the upstream's next question (one kept for nobody, at once)."""
-        follow.asked = Future()
-        with self._qlock:
-            if self._unclaimed:
-                follow.asked.set_result(self._unclaimed.pop(0))
-            else:
-                self._waiters.append(follow)
-        return follow.asked
-
-    def _stop_waiting(self, follow: _Follow, took: bool) -> None:
-        """The call stops waiting: when it got its result (or failed), a question handed to it
-        meanwhile goes to the next call that waits."""
-        with self._qlock:
-            if follow in self._waiters:
-                self._waiters.remove(follow)
-            q = follow.asked.result() if follow.asked.done() and not took else None
-            if q is not None and not q.answer.done():
-                self._unclaimed.insert(0, q)
+    def _connect(self, run: _Run) -> Connection:
+        """A run's Connection (built with it, not started). The upstream's own requests
+        (roots/list, sampling, elicitation) run on a small pool of their own, off the reader, as
+        they may wait for the client or a person while the reader must keep delivering
+        responses."""
+        rfile, wfile = run.streams()
+        return Connection(rfile, wfile, name=self.name, strict=False,
+                          on_close=lambda: self._on_close(run), queued=True,
+                          close_input=not self.spec.remote,  # a pipe it owns
+                          max_line=int(float(self.settings.get("max_upstream_message_mb"))
+                                       * (1 << 20)),
+                          requests=self._relay.handlers(), pool=_Pool(4, f"requests-{self.name}"),
+                          max_requests=_UPSTREAM_REQUESTS_MAX,
+                          notifications={
+                              "notifications/progress": self._on_progress,
+                              "notifications/tools/list_changed":
+                                  lambda p: self._on_tools_changed(p, run),
+                              "notifications/subscriptions/acknowledged":
+                                  lambda p: self._listener.acknowledged(p, run),
+                              "notifications/message": self._on_log,
+                              "notifications/elicitation/complete":
+                                  self._client.elicitation_complete})
 
     def _popen(self, argv: Any, env: Dict[str, str]) -> Any:  # (a str: _launch, batch files)
         kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
@@ -8509,131 +8923,6 @@ class _Upstream:
             kw["start_new_session"] = True
         return self._spawn(argv, **kw)
 
-    def _handshake(self, run: _Run) -> None:
-        """Find the server's era and start talking to it, within startup_timeout_seconds
-        (2026-07-28 spec, basic/versioning#backward-compatibility-with-initialization-based-
-        versions).
-
-        1. Offer what the client declared (roots, sampling, elicitation: _ClientLink), so that
-           an upstream only asks for what the client can answer.
-        2. Probe with server/discover first (_discover), unless this server was found to be of
-           the handshake era before: a server that lists 2026-07-28 is spoken to in that era.
-           On stdio a silent server is taken for a handshake-era one after _PROBE_S (every
-           real one measured answers at once: docs/reference/protocol.md); one that exits on
-           the probe, when its era is not known yet, is started again by _start (_ProbeFatal).
-        3. Otherwise initialize in the newest handshake-era version; the upstream answers with
-           its own, and notifications/initialized completes the handshake.
-        4. An initialize refused by a server not probed (the cached era was wrong), refused
-           with -32022 (a slow server answered the probe after its wait: it speaks 2026-07-28
-           now), or refused after a probe that got no answer (a slow 2026-07-28-only server,
-           an npx download, may refuse it with any code), is followed by one probe; the first
-           error stands if that fails too.
-        """
-        conn: Connection = run.conn  # type: ignore[assignment]
-        limit = self.settings.startup_timeout(self.name)
-        self.roots_offered = self._client.roots_offered()
-        # (HTTP+SSE, 2024-11-05, has no 2026-07-28 era: nothing to probe)
-        sse = isinstance(run, _HttpRun) and run.transport.mode == "sse"
-        probed = self.era != "legacy" and not sse
-        silent = False  # the probe got no answer in time
-        if probed:
-            wait = limit if self.spec.remote or self.era else min(limit, _PROBE_S)
-            try:
-                found = self._discover(run, wait)
-                if found:
-                    return
-                silent = found is None
-            except UpstreamError as e:  # a stdio server gone: maybe killed by the probe
-                if self.spec.remote or self.era or e.code == _REQUEST_TIMEOUT:
-                    raise
-                raise _ProbeFatal(e.message) from None
-        caps = self._client.offered()
-        params = {"protocolVersion": _HANDSHAKE_VERSIONS[0], "capabilities": caps,
-                  "clientInfo": {"name": _SERVER_NAME, "version": __version__}}
-        try:
-            res = conn.call("initialize", params, timeout=limit)
-        except UpstreamError:
-            raise
-        except RpcError as first:
-            late = first.code == _UNSUPPORTED_VERSION or not probed
-            # (after a silent probe the server is up now: a modern one answers a probe at once)
-            if (sse or not (late or silent)
-                    or not self._discover(run, limit if late else min(limit, _PROBE_S))):
-                raise first
-            return
-        if not isinstance(res, dict) or not isinstance(res.get("protocolVersion"), str):
-            raise RpcError(_INVALID_REQUEST, f"initialize result without protocolVersion: "
-                           f"{str(res)[:200]}")
-        self.protocol_version, self.modern, self.era = res["protocolVersion"], False, "legacy"
-        caps = res.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
-        conn.notify("notifications/initialized")
-
-    def _discover(self, run: _Run, wait: float) -> Optional[bool]:
-        """The server/discover probe: True when the server speaks a 2026-07-28 version Abstract
-        speaks (adopted), False when it is of the handshake era: any error that is not -32022
-        with a `supported` list, or a result listing no modern version Abstract speaks; None
-        (taken for the handshake era too) when, on stdio, no answer came within `wait`. -32022
-        naming another modern version of Abstract's is retried once with it; one naming only
-        versions Abstract does not speak is an error."""
-        conn: Connection = run.conn  # type: ignore[assignment]
-        version = _MODERN_VERSIONS[0]
-        for attempt in range(2):
-            try:
-                res = conn.call("server/discover", {"_meta": self._modern_meta(version=version)},
-                                timeout=wait)
-            except UpstreamError as e:
-                if e.code == _REQUEST_TIMEOUT and not self.spec.remote:
-                    _log.info("%s: no answer to server/discover within %g s: taken for a "
-                              "handshake-era server", self.name, wait)
-                    return None
-                raise
-            except RpcError as e:
-                supported = e.data.get("supported") if isinstance(e.data, dict) else None
-                if e.code != _UNSUPPORTED_VERSION or not isinstance(supported, list):
-                    return False
-                mutual = [v for v in _MODERN_VERSIONS if v in supported]
-                if mutual and mutual[0] != version and attempt == 0:
-                    version = mutual[0]
-                    continue
-                if any(v in _HANDSHAKE_VERSIONS for v in supported):
-                    return False
-                theirs = ", ".join(map(str, supported))[:200]
-                ours = ", ".join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)
-                raise RpcError(_UNSUPPORTED_VERSION, f"the server speaks only {theirs}; Abstract "
-                               f"speaks {ours}") from None
-            versions = res.get("supportedVersions", []) if isinstance(res, dict) else []
-            mutual = [v for v in _MODERN_VERSIONS if isinstance(versions, list) and v in versions]
-            if not mutual:
-                return False
-            caps = res.get("capabilities")
-            self.capabilities = caps if isinstance(caps, dict) else {}
-            self.protocol_version, self.modern, self.era = mutual[0], True, "modern"
-            if isinstance(run, _HttpRun):
-                run.transport.version = mutual[0]  # (its headers; no resumption, no DELETE)
-            return True
-        return False
-
-    def _modern_meta(self, caps: Optional[dict] = None, version: str = "") -> dict:
-        # the client's capabilities, as in a legacy initialize (sampling and elicitation asked
-        # for in an input_required result are asked of the client: _Upstream._rounds), or a
-        # 2026-07-28 client's own, which answers the upstream's questions itself
-        caps = self._client.offered() if caps is None else caps
-        version = version or (self.protocol_version if self.modern else _MODERN_VERSIONS[0])
-        meta = {_META_VERSION: version, _META_CAPS: caps,
-                _META_INFO: {"name": _SERVER_NAME, "version": __version__}}
-        # (the modern era has no logging/setLevel: the level rides on each request)
-        if self.log_level:
-            meta[_META_LOG_LEVEL] = self.log_level
-        return meta
-
-    def _params(self, params: dict, follow: Optional[_Follow] = None) -> dict:
-        if self.modern:
-            params = dict(params)
-            meta = self._modern_meta(follow.caps if follow else None)
-            params["_meta"] = {**params.get("_meta", {}), **meta}
-        return params
-
     # -- notifications, death
     def _on_progress(self, params: Any) -> None:
         token = params.get("progressToken") if isinstance(params, dict) else None
@@ -8642,132 +8931,18 @@ class _Upstream:
             relay(params)
 
     def _on_tools_changed(self, params: Any, run: _Run) -> None:
-        """notifications/tools/list_changed: the cached list is dropped and the client told. A
-        2026-07-28 run's come only on its subscription, by its id; others are not listened to."""
-        if run.listen is not None:
-            if _subscription_id(params) != run.listen.id or not run.listen.acked.is_set():
-                _log.debug("%s: tools/list_changed outside its subscription, ignored", self.name)
-                return
-        self._tools_gen += 1  # (only this run's reader thread, _subscribe and _start write it)
-        self._tools = None
-        self._tell_tools_changed()
-
-    def _on_acknowledged(self, params: Any, run: _Run) -> None:
-        """notifications/subscriptions/acknowledged: what the server agreed to send."""
-        sub, sid = run.listen, _subscription_id(params)
-        if sub is None or sub.got.is_set() or (sub.id is not None and sid != sub.id):
-            return
-        got = params.get("notifications")  # type: ignore[union-attr]
-        sub.tools = isinstance(got, dict) and got.get("toolsListChanged") is True
-        sub.ack_id = sid
-        sub.got.set()
-        sub.acked.set()
-
-    def _watched(self) -> bool:
-        """Whether the current run's subscription is open and tells of tool changes."""
-        run = self._run
-        sub = run.listen if run is not None else None
-        return (sub is not None and sub.tools and sub.ack_id == sub.id and sub.fut is not None
-                and not sub.fut.done())
-
-    def _listening(self, run: _Run) -> bool:
-        return not self._listen_stop.is_set() and not run.ending and run.usable()
-
-    def _subscribe(self, run: _Run) -> None:
-        """A 2026-07-28 run's subscriptions/listen for notifications/tools/list_changed (what
-        Abstract relays to its client), for as long as the run lasts (its own thread).
-
-        1. One subscription at a time; its acknowledgment is awaited up to _LISTEN_ACK_S (or
-           the startup timeout, if shorter). A server that agrees keeps the tool list cached
-           (_Upstream.tools) until it tells of a change; without that agreement, or when the
-           server refuses subscriptions/listen with an error, the list is asked for each time.
-        2. It ends with the run (the stream closed on HTTP, notifications/cancelled on stdio:
-           _Run.end_listen). Ended otherwise (dropped, answered, or no acknowledgment), it is
-           reopened after 2, 4, 8 ... s (at most _LISTEN_BACKOFF_MAX_S), up to _LISTEN_REOPENS
-           times in a row; only one that lasted _LISTEN_STEADY_S ends the row (a server or proxy
-           that acknowledges and then cuts every stream at once is not reopened forever).
-        3. A dropped one may have missed a change: the cached list is dropped, and once the
-           new subscription is acknowledged the list is asked for again and the client told only
-           if it differs from the last one asked for before the drop (or none was). A reopen
-           that fails tells the client at once: nothing tells of changes any more.
-        """
-        fails, ack_s = 0, min(_LISTEN_ACK_S, self.settings.startup_timeout(self.name))
-        # after a drop, until its reopen is acknowledged: [the last list asked for before it]
-        missed: Optional[List[Optional[List[dict]]]] = None
-        while self._listening(run):
-            fut, acked = self._open_subscription(run, ack_s)  # 1.
-            if acked:
-                since = time.monotonic()
-                if not run.listen.tools:  # type: ignore[union-attr]
-                    _log.info("%s: its subscription does not tell of tool changes: its tool list "
-                              "is asked for each time", self.name)
-                if missed is not None:  # 3.
-                    self._recheck_tools(missed[0])
-                    missed = None
-                while not fut.done() and self._listening(run):  # 2.
-                    futures_wait([fut], 30.0)
-                if time.monotonic() - since >= _LISTEN_STEADY_S:
-                    fails = 0
-            if not self._listening(run):
-                return
-            if not acked and missed is not None:  # 3. the reopen failed
-                missed = None
-                self._tell_tools_changed()
-            refused = fut.done() and fut.exception() is not None
-            if refused and not isinstance(fut.exception(), UpstreamError):
-                _log.info("%s: refused subscriptions/listen (%s): its tool list is asked for each "
-                          "time", self.name, fut.exception())
-                return
-            if acked:
-                _log.info("%s: its subscription ended (%s); reopening", self.name,
-                          "answered" if fut.exception() is None else fut.exception())
-                missed = [self._tools_seen]
-                self._tools_gen += 1  # (as for a list_changed, without telling the client yet)
-                self._tools = None
-            fails += 1
-            if fails > _LISTEN_REOPENS:
-                _log.warning("%s: subscriptions/listen failed %d times in a row; tool changes are "
-                             "no longer listened for (its tool list is asked for each time)",
-                             self.name, fails)
-                if missed is not None:
-                    self._tell_tools_changed()
-                return
-            if self._listen_stop.wait(min(2.0 ** fails, _LISTEN_BACKOFF_MAX_S)):
-                return
-
-    def _open_subscription(self, run: _Run, ack_s: float) -> Tuple[Future, bool]:
-        """Open a subscription and await its acknowledgment: its future, and whether it was
-        acknowledged (maybe ended since). One not acknowledged within ack_s is cancelled."""
-        sub = run.listen = _Listen()
-        mid, fut = run.conn.request(  # type: ignore[union-attr]
-            "subscriptions/listen", self._params({"notifications": {"toolsListChanged": True}}))
-        sub.id, sub.fut = mid, fut
-        fut.add_done_callback(lambda _f: sub.acked.set())
-        sub.acked.wait(ack_s)
-        if fut.done() and not sub.got.is_set():
-            # HTTP: a stream that ends right after its acknowledgment fails the request at once,
-            # while the acknowledgment may still wait for the session's reader thread
-            sub.got.wait(_LISTEN_LATE_ACK_S)
-        if sub.ack_id != mid and not fut.done():
-            _log.warning("%s: no acknowledgment of subscriptions/listen within %g s; cancelled",
-                         self.name, ack_s)
-            run.conn.notify("notifications/cancelled",  # type: ignore[union-attr]
-                            {"requestId": mid, "reason": "no acknowledgment"})
-            run.conn.forget(mid)  # type: ignore[union-attr]
-        return fut, sub.ack_id == mid
-
-    def _recheck_tools(self, before: Optional[List[dict]]) -> None:
-        """After a dropped subscription was reopened: the client is told of a change only if
-        the tool list differs from `before` (the last one asked for before the drop; None:
-        none was)."""
-        try:
-            now: Optional[List[dict]] = self.tools()
-        except Error as e:
-            _log.info("%s: its tool list could not be asked for after its subscription was "
-                      "reopened: %s", self.name, e)
-            now = None
-        if before is None or now != before:
+        """notifications/tools/list_changed: the cached list is dropped and the client told (a
+        2026-07-28 run's only on its subscription: _Listener.heard)."""
+        if self._listener.heard(params, run):
+            self._drop_tools()
             self._tell_tools_changed()
+
+    def _drop_tools(self) -> Optional[List[dict]]:
+        """Forget the cached tool list (a list_changed, a new run, a dropped subscription); a
+        listing begun before is not kept either. The last list asked for, cached or not."""
+        self._tools_gen += 1  # (only a run's reader thread, its listener and _start write it)
+        self._tools = None
+        return self._tools_seen
 
     def _tell_tools_changed(self) -> None:
         if self.on_tools_changed is not None:
@@ -8834,8 +9009,9 @@ class _Upstream:
         tools = self.settings.shape_tools(self.name, self.listing("tools/list", "tools"))
         self._tools_seen = tools
         # no list_changed (or new run) meanwhile: the list is current; a 2026-07-28 server's is
-        # kept only while a subscription tells of changes (_subscribe)
-        if self._tools_gen == gen and (not self.modern or self._watched()):
+        # kept only while a subscription tells of changes (_Listener)
+        if self._tools_gen == gen and (not self._protocol.modern
+                                       or self._listener.watched(self._run)):
             self._tools = tools
         return tools
 
@@ -8848,7 +9024,8 @@ class _Upstream:
         conn, items, cursor = self.session(), [], None
         for _ in range(10000):
             params = {"cursor": cursor} if cursor else {}
-            res = conn.call(method, self._params(params), timeout=self.settings.timeout(self.name))
+            res = conn.call(method, self._protocol.params(params),
+                            timeout=self.settings.timeout(self.name))
             page = res.get(key) if isinstance(res, dict) else None
             if not isinstance(page, list):
                 raise UpstreamError(f"server '{self.name}' sent a {method} result without a {key} "
@@ -8865,16 +9042,17 @@ class _Upstream:
         key = _dumps([method, self.name, params.get("uri", params.get("name"))])
         what = f"'{self.name}' {method} of {_dumps(params.get('uri', params.get('name')))[:200]}"
         limit = self.settings.timeout(self.name)
-        return self._rounds(req, key, what, lambda retry, follow: self._anew(
-            lambda: self.session().call(method, self._params({**params, **retry}, follow),
+        return self._relay.rounds(req, key, what, lambda retry, follow: self._anew(
+            lambda: self.session().call(method, self._protocol.params({**params, **retry}, follow),
                                         timeout=limit)))
 
     def call_tool(self, tool: str, args: dict, req: Optional[_Request] = None,
                   progress: Optional[Callable[[dict], None]] = None, task: Any = None,
                   longs: Optional[list] = None) -> dict:
         """tools/call upstream; the upstream result, or UpstreamError/RpcError/_Cancelled. For
-        input_required, see _rounds. `task`: the client's own task request (transparent mode),
-        passed on; its CreateTaskResult is the answer. `longs`: as for Connection.request."""
+        input_required, see _QuestionRelay.rounds. `task`: the client's own task request
+        (transparent mode), passed on; its CreateTaskResult is the answer. `longs`: as for
+        Connection.request."""
         key = _dumps(["tools/call", self.name, tool])
 
         def once(retry: dict, follow: Optional[_Follow]) -> Any:
@@ -8890,7 +9068,7 @@ class _Upstream:
                 del longs[:]
             return res
 
-        return self._rounds(req, key, f"'{self.name}' tool '{tool}'", once)
+        return self._relay.rounds(req, key, f"'{self.name}' tool '{tool}'", once)
 
     def _anew(self, send: Callable[[], Any]) -> Any:
         """send(), and once more if a remote server answered HTTP 404 to its session (it
@@ -8907,31 +9085,6 @@ class _Upstream:
             raise _SessionGone(f"{e.message}, twice (the second time in a new session); the "
                                f"request did not run") from None
 
-    def _rounds(self, req: Optional[_Request], key: str, what: str,
-                once: Callable[[dict, Optional[_Follow]], Any]) -> Any:
-        """once(retry, follow) until it completes. A 2026-07-28 upstream's input_required result
-        is answered by asking a handshake-era client (the requests it understands) and the
-        request retried with the answers; a 2026-07-28 client (`follow`) gets it instead, as
-        _InputRequired with Abstract's requestState, and so does a handshake-era upstream's
-        question during such a client's call (_Upstream._hold)."""
-        follow = self._client.follow(req, key)
-        retry = follow.retry if follow is not None else {}
-        for _ in range(_INPUT_ROUNDS):
-            res = once(retry, follow)
-            if not (isinstance(res, dict) and res.get("resultType") == "input_required"):
-                return res
-            if follow is not None and (self.modern or follow.held):
-                try:
-                    raise _InputRequired(self._client.seal(follow, res, what))
-                except UpstreamError as e:  # (too many rounds)
-                    self._release(follow.held, e.message)
-                    raise
-            if not self.modern:
-                return res  # (the caller says why a handshake-era upstream's cannot be relayed)
-            retry = self._client.fulfil(res, req, what)
-        raise UpstreamError(f"{what} still asked for input after {_INPUT_ROUNDS} rounds, so the "
-                            f"call was given up")
-
     def _call_once(self, tool: str, args: dict, req: Optional[_Request],
                    progress: Optional[Callable[[dict], None]], retry: dict,
                    follow: Optional[_Follow] = None, task: Any = None,
@@ -8939,11 +9092,11 @@ class _Upstream:
         """One tools/call on the current run, by the upstream's own name of the tool.
 
         1. Sent (_send_call), or, for a 2026-07-28 client's follow-up of a held call, resumed
-           (_resume): progress comes back under a token of Abstract's own.
+           (_QuestionRelay.resume): progress comes back under a token of Abstract's own.
         2. The client's cancellation of its request is forwarded as notifications/cancelled
            (tasks/cancel for a task).
         3. A handshake-era upstream's question during a 2026-07-28 client's call holds the call
-           and goes to the client as input_required (_hold); a task is awaited to its result.
+           and goes to the client as input_required (hold); a task is awaited to its result.
         4. A session that dies with the call in flight fails it, and it is never replayed: the
            server may have done part of the work. A call that did not run (_NotSent: never
            sent, never reached the server, or refused with its session) says so instead; the
@@ -8954,7 +9107,9 @@ class _Upstream:
         """
         begun = time.monotonic()
         if follow is not None and follow.hold:
-            p = self._resume(follow, progress)
+            p = self._relay.resume(follow)
+            if progress is not None and p.token:  # (its progress now goes to this request)
+                self._progress[p.token] = progress
         else:
             p = self._send_call(tool, args, progress, retry, follow, task, longs)
         if req is not None:
@@ -8964,11 +9119,13 @@ class _Upstream:
         conn, run, held = p.conn, p.run, False
         try:
             while True:
-                got = self._await(p.fut, limit, follow if p.modern else None, spent)
+                got = self._relay.wait(p.fut, limit, follow if p.modern else None, spent)
                 spent = 0.0
-                if isinstance(got, _Question):
+                if isinstance(got, _Question) and follow is not None:
                     held = True
-                    return self._hold(p, got, follow)  # type: ignore[arg-type]
+                    res = self._relay.hold(p, got, follow)
+                    self._progress.pop(p.token, None)  # (the request it reported to is answered)
+                    return res
                 if not (p.task and not p.task_id and isinstance(got, dict) and "content" not in got
                         and isinstance(got.get("task"), dict)):
                     return got
@@ -9001,9 +9158,9 @@ class _Upstream:
 
     def _send_call(self, tool: str, args: dict, progress: Optional[Callable[[dict], None]],
                    retry: dict, follow: Optional[_Follow], task: Any,
-                   longs: Optional[list] = None) -> "_Pending":
+                   longs: Optional[list] = None) -> _Pending:
         run = self._current()
-        conn: Connection = run.conn  # type: ignore[assignment]
+        conn = run.conn
         own = self.settings.upstream_tool(self.name, tool)  # a renamed tool: the upstream's name
         params: dict = {"name": own, "arguments": args, **retry}
         awaited = task is None and self._task_required(tool)
@@ -9014,30 +9171,22 @@ class _Upstream:
             token = f"abstract-{next(self._tokens)}"
             self._progress[token] = progress
             params["_meta"] = {"progressToken": token}
-        mid, fut = conn.request("tools/call", self._params(params, follow), longs)
-        modern = follow is not None and not self.modern  # its questions: input_required results
-        with self._qlock:
-            self._calls += 1
-            self._modern_calls += modern
+        mid, fut = conn.request("tools/call", self._protocol.params(params, follow), longs)
+        # a 2026-07-28 client's call of a handshake-era upstream: its questions are input_required
+        modern = follow is not None and not self._protocol.modern
+        self._relay.sent(modern)
         return _Pending(run, mid, fut, token, modern, awaited)
-
-    def tasks_offered(self) -> bool:
-        """Whether the upstream takes task-augmented tools/call (2025-11-25 tasks capability)."""
-        tasks = self.capabilities.get("tasks")
-        asks = tasks.get("requests") if isinstance(tasks, dict) else None
-        tools = asks.get("tools") if isinstance(asks, dict) else None
-        return isinstance(tools, dict) and "call" in tools
 
     def _task_required(self, tool: str) -> bool:
         """A tool the upstream runs only as a task (execution.taskSupport "required"): Abstract
         makes the call a task of its own and awaits its result, as any call."""
-        if not self.tasks_offered():
+        if not self._protocol.tasks_offered():
             return False
         found = next((t for t in self.tools() if t["name"] == tool), {})
         execution = found.get("execution")
         return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
-    def _task_result(self, p: "_Pending", task: dict, tool: str) -> None:
+    def _task_result(self, p: _Pending, task: dict, tool: str) -> None:
         """The upstream made Abstract's call a task: wait for it with tasks/result (which
         answers when the task ends) in place of the call."""
         task_id = task.get("taskId")
@@ -9046,90 +9195,39 @@ class _Upstream:
                                 f"without a taskId: {_dumps(task)[:200]}")
         p.conn.forget(p.mid)
         p.task_id = task_id
-        p.mid, p.fut = p.conn.request("tasks/result", self._params({"taskId": task_id}))
+        p.mid, p.fut = p.conn.request("tasks/result", self._protocol.params({"taskId": task_id}))
 
-    def _done(self, p: "_Pending") -> None:
-        with self._qlock:
-            self._calls -= 1
-            self._modern_calls -= p.modern
-        p.conn.forget(p.mid)
+    def _done(self, p: _Pending) -> None:
+        self._relay.done(p)
         self._progress.pop(p.token, None)
-
-    def _hold(self, p: "_Pending", q: _Question, follow: _Follow) -> dict:
-        """A handshake-era upstream asked during a 2026-07-28 client's call: the call is held
-        (still open upstream, its question waiting in _park) and the client gets the question
-        as an input_required result; its follow-up continues the call (_resume)."""
-        key = f"{next(self._tokens)}"
-        with self._qlock:
-            self._holds[key] = (p, q)
-        self._progress.pop(p.token, None)  # (the client's request it reported to is answered)
-        follow.held = key
-        ask = {"method": q.method, "params": q.params}
-        return {"resultType": "input_required", "inputRequests": {q.key: ask}}
-
-    def _resume(self, follow: _Follow, progress: Optional[Callable[[dict], None]]) -> "_Pending":
-        """A 2026-07-28 client's follow-up to a held call: its answer goes to the upstream's
-        question (a follow-up without it is asked the same question again)."""
-        with self._qlock:
-            got = self._holds.pop(follow.hold, None)
-        if got is None:
-            raise UpstreamError(f"the call this requestState continues is no longer held by "
-                                f"Abstract (no follow-up within {_HOLD_S:g} s, already continued, "
-                                f"or server '{self.name}' restarted); send the request again "
-                                f"without inputResponses and requestState", _INVALID_PARAMS)
-        p, q = got
-        answers = follow.retry.get("inputResponses") or {}
-        if q.key in answers:
-            _settle(q.answer, answers[q.key])
-        else:
-            with self._qlock:
-                self._unclaimed.insert(0, q)  # asked again at once (_wait_for_questions)
-        if progress is not None and p.token:
-            self._progress[p.token] = progress
-        return p
 
     def _cancel_call(self, conn: Connection, mid: int, task_id: str = "",
                      reason: str = "") -> None:
         """The client cancelled a tools/call (or its time is up, `reason`): tell the upstream
         (tasks/cancel too for a task of Abstract's), and withdraw the questions it has pending at
-        the client when this was its only call in flight (with several, which call a question
-        belongs to is not known: those are left for the upstream to cancel)."""
+        the client (_QuestionRelay.withdraw_all)."""
         conn.notify("notifications/cancelled",
                     {"requestId": mid, "reason": reason or "cancelled by the client"})
         if task_id:
-            conn.forget(conn.request("tasks/cancel", self._params({"taskId": task_id}))[0])
+            conn.forget(conn.request("tasks/cancel", self._protocol.params({"taskId": task_id}))[0])
         if reason:
             return
         conn.forget(mid, _Cancelled())
-        with self._qlock:
-            questions = list(self._questions.values()) if self._calls <= 1 else []
-        for withdraw in questions:
-            withdraw("the client cancelled the tool call that asked")
+        self._relay.withdraw_all("the client cancelled the tool call that asked")
 
-    def set_level(self, level: str) -> None:
-        """The client's logging/setLevel: applied to the current run if it declares logging,
-        and to every run started later."""
-        self.log_level = level
+    def apply_level(self) -> None:
+        """The client's logging level (_ClientLink.log_level) changed: applied to the current
+        run if it declares logging (a run started later gets it at its start)."""
         run = self._run
         if run is not None and run.usable():
-            self._apply_level(run.conn)  # type: ignore[arg-type]
-
-    def _apply_level(self, conn: Connection) -> None:
-        # (modern: the level rides in each _meta)
-        if "logging" not in self.capabilities or self.modern:
-            return
-        try:
-            conn.call("logging/setLevel", {"level": self.log_level},
-                      timeout=self.settings.timeout(self.name))
-        except RpcError as e:
-            _log.warning("server '%s' refused logging/setLevel: %s", self.name, e.message)
+            self._protocol.apply_level(run.conn, self.settings.timeout(self.name))
 
     def notify_roots_changed(self) -> None:
         """Relay the client's notifications/roots/list_changed, if this session was offered
         roots."""
         run = self._run
-        if run is not None and run.usable() and self.roots_offered:
-            run.conn.notify("notifications/roots/list_changed")  # type: ignore[union-attr]
+        if run is not None and run.usable() and self._protocol.roots_offered:
+            run.conn.notify("notifications/roots/list_changed")
 
     # -- stop
     def _stop(self, run: _Run, reason: str) -> None:
@@ -9141,7 +9239,7 @@ class _Upstream:
 
     def closing_runs(self) -> List[_Run]:
         """Shutdown: refuse to start or hand out runs from now on; the runs left to stop."""
-        self._listen_stop.set()
+        self._listener.stop()
         with self._runs_lock:
             self._closing = True
             runs, self._runs = self._runs, []
@@ -9174,8 +9272,10 @@ class _Upstreams:
             up.on_log, up.on_tools_changed = on_log, on_tools_changed
 
     def set_level(self, level: str) -> None:
-        """The client's logging/setLevel: every upstream (running ones at once, in parallel)."""
-        self.each(lambda up: up.set_level(level))
+        """The client's logging/setLevel: kept for every upstream (_ClientLink.log_level) and
+        applied to the running ones at once, in parallel."""
+        self.client.log_level = level
+        self.each(lambda up: up.apply_level())
 
     def roots_changed(self) -> None:
         """The client's roots changed: tell every running upstream that was offered roots."""

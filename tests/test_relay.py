@@ -377,10 +377,10 @@ def test_a_held_call_the_client_never_follows_up_is_cancelled_and_its_question_a
     try:
         with pytest.raises(abstract._InputRequired) as held:
             up.call_tool("ask_client", {"method": "elicitation/create", "params": ELICIT, "wait": 30}, req)
-        assert held.value.result["resultType"] == "input_required" and len(up._holds) == 1
+        assert held.value.result["resultType"] == "input_required" and len(up._relay._holds) == 1
         answered = wait_for(lambda: [e for e in _events(state) if e["event"] == "answered"], what="the answer")
         assert "did not follow up" in answered[0]["answer"]["error"]["message"]
-        assert up._holds == {} and up._calls == 0
+        assert up._relay._holds == {} and up._relay._calls == 0
     finally:
         up.close()
 
