@@ -4427,6 +4427,10 @@ _SERVER_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     # sensitive) of the upstream's own names; deny wins over allow.
     "allow_tools": (_patterns, "a list of tool names or patterns such as \"read_*\"", None),
     "deny_tools": (_patterns, "a list of tool names or patterns such as \"delete_*\"", None),
+    # --expose direct: what the server's tool and prompt names start with (default "<name>__")
+    "prefix": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_-]{0,32}", v) is not None,
+               "a name prefix of at most 32 characters from A-Z a-z 0-9 _ - (\"\" for none)",
+               None),
 }
 
 
@@ -4624,6 +4628,10 @@ class _Settings:
         if "roots" not in self.data and "share_roots" in self.data:
             return "allowed_directories" if self.data["share_roots"] else "none"
         return str(self.get("roots"))
+
+    def prefix(self, server: str) -> Optional[str]:
+        """servers.<name>.prefix (direct mode's names), None when not set."""
+        return self.servers.get(server, {}).get("prefix")
 
     def timeout(self, server: str) -> float:
         """Tool-call deadline: the server's setting, else ABSTRACT_TIMEOUT, else the global one."""
@@ -8696,6 +8704,10 @@ class _Upstream:
         self._progress: Dict[str, Callable[[dict], None]] = {}
         self.on_tools_changed: Optional[Callable[[str], None]] = None
         self.on_log: Optional[Callable[[str, dict], None]] = None
+        # the Server's (direct mode): its notifications/resources/updated, and each run once its
+        # handshake is done (the client's resource subscriptions are made again on it)
+        self.on_updated: Optional[Callable[[str, dict], None]] = None
+        self.on_started: Optional[Callable[[str, Connection], None]] = None
         self._log_gate = _LogGate(spec.name)  # its lines on Abstract's stderr, across its runs
         self._tokens = itertools.count(1)
         # a remote server's auth provider (headers(url), on_unauthorized(response); see
@@ -8717,6 +8729,11 @@ class _Upstream:
     def capabilities(self) -> dict:
         """What the upstream said it offers (tools, prompts, resources...)."""
         return self._protocol.capabilities
+
+    @property
+    def modern(self) -> bool:
+        """It speaks the 2026-07-28 era."""
+        return self._protocol.modern
 
     # -- start
     def session(self, wait: Optional[float] = None) -> Connection:
@@ -8850,6 +8867,8 @@ class _Upstream:
         # (the client set a level before this run started)
         self._protocol.apply_level(conn, self.settings.timeout(self.name))
         self._drop_tools()
+        if self.on_started is not None:
+            self.on_started(self.name, conn)
         if self._protocol.modern:  # 6.
             self._listener.start(run, min(_LISTEN_ACK_S, self.settings.startup_timeout(self.name)))
         return run
@@ -8910,6 +8929,7 @@ class _Upstream:
                               "notifications/subscriptions/acknowledged":
                                   lambda p: self._listener.acknowledged(p, run),
                               "notifications/message": self._on_log,
+                              "notifications/resources/updated": self._on_updated,
                               "notifications/elicitation/complete":
                                   self._client.elicitation_complete})
 
@@ -8954,6 +8974,10 @@ class _Upstream:
                                          f"{_dumps(params.get('data'))[:_LOG_LINE_CHARS]}")
             if self.on_log is not None:
                 self.on_log(self.name, params)
+
+    def _on_updated(self, params: Any) -> None:
+        if isinstance(params, dict) and self.on_updated is not None:
+            self.on_updated(self.name, params)
 
     def _on_close(self, run: _Run) -> str:
         """A run's stdout closed: say why, from its exit status and stderr tail."""
@@ -14706,39 +14730,142 @@ def _name_chars(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)
 
 
-def _transparent_name(server: str, name: str, taken: Dict[str, Tuple[str, str]]) -> str:
-    """`server__name`, in the characters clients accept ([A-Za-z0-9_-]) and at most 64 long;
-    a hash suffix keeps names apart that would otherwise collide or be cut."""
+def _prefix_of(settings: _Settings, server: str) -> str:
+    """What direct mode's names of a server's tools and prompts start with: its `prefix`
+    setting, else `<server>__` in the characters clients accept."""
+    own = settings.prefix(server)
+    return _name_chars(server) + "__" if own is None else own
+
+
+# a clash of direct mode's names: (the name, the one given instead, who holds the name, who else
+# wanted it), each a (server, tool) pair; the holder's server is "" for Abstract's own tool
+_Clash = Tuple[str, str, Tuple[str, str], Tuple[str, str]]
+
+
+def _transparent_name(server: str, name: str, taken: Dict[str, Tuple[str, str]],
+                      prefix: Optional[str] = None) -> str:
+    """`prefix` (default `server__`) and the name, in the characters clients accept
+    ([A-Za-z0-9_-]) and at most 64 long; a hash suffix keeps names apart that would otherwise
+    collide (`taken`: name -> (server, tool)) or be cut."""
     import hashlib  # lazy: see Imports
 
-    plain = _name_chars(f"{server}__{name}")
-    if len(plain) <= 64 and taken.get(plain, (server, name)) == (server, name):
+    plain = (_name_chars(server) + "__" if prefix is None else prefix) + _name_chars(name)
+    if plain and len(plain) <= 64 and taken.get(plain, (server, name)) == (server, name):
         return plain
     digest = hashlib.sha256(f"{server}\0{name}".encode()).hexdigest()[:8]
     return f"{plain[:55]}_{digest}"
 
 
-def _transparent_names(lists: Dict[str, List[dict]]) -> Dict[str, Tuple[str, dict]]:
-    """Transparent mode's names of every upstream's tools: exposed name -> (server, tool), in
-    config order and each server's own order, so the same lists always give the same names."""
+def _transparent_names(lists: Dict[str, List[dict]], prefixes: Dict[str, str],
+                       reserved: Iterable[str] = (),
+                       clashes: Optional[List[_Clash]] = None) -> Dict[str, Tuple[str, dict]]:
+    """Direct mode's names of every upstream's tools (or prompts): exposed name -> (server,
+    definition), in config order and each server's own order, so the same lists always give the
+    same names (_transparent_name, with each server's prefix). A name that is `reserved`
+    (Abstract's own tools) or already given goes to the first; each clash is added to
+    `clashes`."""
     mapping: Dict[str, Tuple[str, dict]] = {}
-    taken: Dict[str, Tuple[str, str]] = {}
-    for server, tools in lists.items():
-        for t in tools:
-            exposed = _transparent_name(server, t["name"], taken)
-            taken[exposed] = (server, t["name"])
+    taken: Dict[str, Tuple[str, str]] = {n: ("", n) for n in reserved}
+    for server, items in lists.items():
+        for t in items:
+            key = (server, t["name"])
+            exposed = _transparent_name(server, t["name"], taken, prefixes[server])
+            plain = prefixes[server] + _name_chars(t["name"])
+            if exposed != plain and taken.get(plain, key) != key and clashes is not None:
+                clashes.append((plain, exposed, taken[plain], key))
+            taken[exposed] = key
             mapping[exposed] = (server, t)
     return mapping
+
+
+def _clash_text(clash: _Clash, what: str) -> str:
+    """A clash of names (see _transparent_names) in words: who has the name, and the fix."""
+    plain, exposed, (held_by, held), (server, name) = clash
+    holder = ("that is the name of Abstract's own tool" if not held_by else
+              f"server {held_by!r} (earlier in the client config) has that name already, for "
+              f"its {what} {held!r}" if held_by != server else
+              f"its {what} {held!r} has that name already")
+    fix = (f"rename one with servers.{server}.tools.<tool>.name" if held_by == server
+           and what == "tool" else f"set servers.{server}.prefix in Abstract's settings")
+    return (f"{what} {name!r} of server {server!r} is listed as {exposed!r}, not {plain!r}: "
+            f"{holder}; {fix} to choose its name")
+
+
+# resources/read, subscriptions and completions of a URI that one of an upstream's resource
+# templates matches: templates and URIs longer than this are not matched
+_TEMPLATE_MAX = 2000
+_URI_MATCH_MAX = 8192
+_TEMPLATE_STEPS = 200000  # the most steps one URI's lookup among the templates takes (~0.1 s)
+# RFC 6570: an expression's operator -> (its text's least length, characters it cannot hold).
+# Level 1 ({var}) exactly: one or more characters, none of / ? #; levels 2-4 loosely.
+_TEMPLATE_OPS = {"": (1, "/?#"), "+": (1, ""), "#": (0, ""), ".": (0, "/?#"), "/": (0, "?#"),
+                 ";": (0, "/?#"), "?": (0, "#"), "&": (0, "#")}
+_TEMPLATE_EXPR = re.compile(r"\{([+#./;?&]?)[A-Za-z0-9_%.,:*]+\}")
+
+
+def _template_parts(template: Any) -> Optional[List[Any]]:
+    """An RFC 6570 URI template as literal strings and (least length, stop characters) for
+    each expression; None when it is no usable template."""
+    if not isinstance(template, str) or not 0 < len(template) <= _TEMPLATE_MAX:
+        return None
+    parts: List[Any] = []
+    pos = 0
+    for m in _TEMPLATE_EXPR.finditer(template):
+        parts += [template[pos:m.start()], _TEMPLATE_OPS[m.group(1)]]
+        pos = m.end()
+    parts.append(template[pos:])
+    return [p for p in parts if p != ""]
+
+
+def _template_matches(parts: List[Any], uri: str, budget: Optional[List[int]] = None) -> bool:
+    """Whether `uri` is an expansion of the template (_template_parts): the positions each part
+    can end at, in one pass per part (no backtracking: at most len(parts) * len(uri) steps).
+    `budget` ([steps left], shared by the templates of one lookup) makes it False once spent,
+    so that no upstream's templates make a lookup slow."""
+    budget = [_TEMPLATE_STEPS] if budget is None else budget
+    if len(uri) > _URI_MATCH_MAX:
+        return False
+    ends = [0]  # sorted positions the parts so far can end at
+    for part in parts:
+        budget[0] -= len(ends) + 1
+        if budget[0] < 0:
+            return False
+        if isinstance(part, str):
+            ends = [i + len(part) for i in ends if uri.startswith(part, i)]
+        else:
+            least, stops = part
+            budget[0] -= len(uri) - ends[0]  # (the scan for stop characters)
+            nxt: List[int] = []
+            stop = 0  # the first stop character at or after i
+            for i in ends:
+                stop = max(stop, i)
+                while stop < len(uri) and uri[stop] not in stops:
+                    stop += 1
+                nxt.extend(range(max(i + least, nxt[-1] + 1 if nxt else 0), stop + 1))
+            ends = nxt
+        if not ends:
+            return False
+    return ends[-1] == len(uri)
+
+
+# resources/subscribe: the URIs the client may hold at once
+_SUBSCRIPTIONS_MAX = 1000
+_CLASHES_TOLD_MAX = 1000  # clashes of names told on stderr (each once), remembered
 
 
 class _Transparent:
     """--expose direct: every selected upstream's tools, prompts and resources as Abstract's own."""
 
-    def __init__(self, ctx: _ToolContext) -> None:
+    def __init__(self, ctx: _ToolContext, own: Iterable[str] = ()) -> None:
         self.ctx = ctx
+        self._own = own  # Abstract's own tools' names: an upstream's tool never takes one
         self._tools: Dict[str, Tuple[str, dict]] = {}  # exposed name -> (server, tool definition)
         self._prompts: Dict[str, Tuple[str, str]] = {}
         self._uris: Dict[str, str] = {}  # upstream resource URI -> server
+        # every upstream's resource templates, in config order: (server, uriTemplate, parts)
+        self._templates: List[Tuple[str, str, List[Any]]] = []
+        self._subs: Dict[str, str] = {}  # the client's resource subscriptions: URI -> server
+        self._clashes: Set[_Clash] = set()  # the clashes of names already told of on stderr
         # a transparent-mode client's tasks: taskId -> server, for its tasks/* requests
         self._tasks: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -14760,10 +14887,23 @@ class _Transparent:
                 out[name] = got
         return out
 
+    def _named(self, gathered: Dict[str, List[dict]], what: str,
+               reserved: Iterable[str] = ()) -> Dict[str, Tuple[str, dict]]:
+        """_transparent_names over the gathered lists, with each server's prefix; a clash is told
+        on stderr once."""
+        lists = {n: [t for t in gathered[n] if isinstance(t.get("name"), str)]
+                 for n in self.ctx.upstreams.names() if n in gathered}
+        clashes: List[_Clash] = []
+        mapping = _transparent_names(lists, {n: _prefix_of(self.ctx.settings, n) for n in lists},
+                                     reserved, clashes)
+        for clash in clashes:
+            if clash not in self._clashes and len(self._clashes) < _CLASHES_TOLD_MAX:
+                self._clashes.add(clash)
+                _log.warning("%s", _clash_text(clash, what))
+        return mapping
+
     def tools(self) -> List[dict]:
-        gathered = self._gather(lambda up: up.tools())
-        names = self.ctx.upstreams.names()
-        mapping = _transparent_names({n: gathered[n] for n in names if n in gathered})
+        mapping = self._named(self._gather(lambda up: up.tools()), "tool", self._own)
         with self._lock:
             self._tools = mapping
         return [{**(t if self._keeps_schema(s, t) else {k: v for k, v in t.items()
@@ -14814,47 +14954,78 @@ class _Transparent:
         return _maybe_cache(call, server, tool["name"], res, structured=False, longs=longs)
 
     def prompts(self) -> List[dict]:
-        mapping, out = {}, []
-        for server, prompts in self._gather(lambda up: up.listing("prompts/list", "prompts"),
-                                            "prompts").items():
-            for p in prompts:
-                if isinstance(p.get("name"), str):
-                    exposed = _transparent_name(server, p["name"], dict(mapping))
-                    mapping[exposed] = (server, p["name"])
-                    out.append({**p, "name": exposed})
-        self._prompts = mapping
-        return out
+        mapping = self._named(self._gather(lambda up: up.listing("prompts/list", "prompts"),
+                                           "prompts"), "prompt")
+        self._prompts = {n: (s, p["name"]) for n, (s, p) in mapping.items()}
+        return [{**p, "name": n} for n, (s, p) in mapping.items()]
 
-    def get_prompt(self, req: _Request) -> dict:
-        params = {k: v for k, v in (req.params or {}).items() if k not in _FOLLOW_UP_PARAMS}
-        name = params.get("name")
+    def _prompt(self, name: Any) -> Tuple[str, str]:
+        """(server, its own name) of the prompt exposed as `name`; -32602 naming the prompts
+        there are when there is none."""
         if name not in self._prompts:
             self.prompts()
         if name not in self._prompts:
             raise RpcError(_INVALID_PARAMS, f"Unknown prompt: {name}. Prompts: "
                            f"{_names_list(list(self._prompts))}")
-        server, real = self._prompts[name]
+        return self._prompts[name]
+
+    def get_prompt(self, req: _Request) -> dict:
+        params = {k: v for k, v in (req.params or {}).items() if k not in _FOLLOW_UP_PARAMS}
+        server, real = self._prompt(params.get("name"))
         return self.ctx.upstreams.get(server).rpc("prompts/get", {**params, "name": real}, req)
 
     def resources(self) -> List[dict]:
-        out = []
+        """Every upstream's resources, in config order; a URI two list is the first one's."""
+        out, owners = [], {}
         for server, items in self._gather(lambda up: up.listing("resources/list", "resources"),
                                           "resources").items():
             for r in items:
                 if isinstance(r.get("uri"), str):
-                    self._uris[r["uri"]] = server
+                    owners.setdefault(r["uri"], server)
                     out.append(r)
+        self._uris.update(owners)
         return out
 
     def templates(self) -> List[dict]:
         lists = self._gather(lambda up: up.listing("resources/templates/list", "resourceTemplates"),
                              "resources")
+        found = []
+        for server, items in lists.items():
+            for t in items:
+                parts = _template_parts(t.get("uriTemplate"))
+                if parts is not None:
+                    found.append((server, t["uriTemplate"], parts))
+        self._templates = found
         return [t for items in lists.values() for t in items]
 
-    def owns(self, uri: str) -> bool:
-        if uri not in self._uris and not uri.startswith(("file:", _CACHE_URI)):
+    def _matched(self, uri: str) -> Optional[str]:
+        """The server of a listed URI, else of the first template (config order) it matches."""
+        server = self._uris.get(uri)
+        if server is None:
+            budget = [_TEMPLATE_STEPS]
+            server = next((s for s, _, parts in self._templates
+                           if _template_matches(parts, uri, budget)), None)
+            if budget[0] < 0:
+                _log.warning("resource templates: matching %s against them took too long; "
+                             "taken for no match", uri[:200])
+        return server
+
+    def owner(self, uri: str) -> Optional[str]:
+        """The upstream behind a resource URI: the one whose resources/list gave it, else the first
+        (in config order) with a resource template that matches it; both lists are asked again
+        for a URI neither knows. None for Abstract's own URIs (file:, abstract://cache/) that no
+        upstream listed, and for one no upstream has."""
+        if uri.startswith(("file:", _CACHE_URI)):
+            return self._uris.get(uri)
+        server = self._matched(uri)
+        if server is None:
             self.resources()
-        return uri in self._uris
+            self.templates()
+            server = self._matched(uri)
+        return server
+
+    def owns(self, uri: str) -> bool:
+        return self.owner(uri) is not None
 
     def task(self, req: _Request) -> dict:
         """tasks/get, tasks/result or tasks/cancel, for a task a <server>__<tool> call made:
@@ -14867,7 +15038,127 @@ class _Transparent:
         return self.ctx.upstreams.get(server).rpc(req.method, params)
 
     def read(self, uri: str, req: _Request) -> dict:
-        return self.ctx.upstreams.get(self._uris[uri]).rpc("resources/read", {"uri": uri}, req)
+        server = self.owner(uri)
+        if server is None:  # (owns() said yes: a list changed since)
+            raise RpcError(_INVALID_PARAMS, f"Resource not found: {uri}", {"uri": uri})
+        return self.ctx.upstreams.get(server).rpc("resources/read", {"uri": uri}, req)
+
+    # -- completion/complete
+    def complete(self, req: _Request) -> dict:
+        """completion/complete, for a prompt (by its exposed name) or a resource template (by its
+        uriTemplate, or a URI it matches): forwarded to that prompt's or template's server with
+        the prompt's own name, its answer as it is. A server that does not declare `completions`
+        gets no request: the answer is no values."""
+        params = {k: v for k, v in (req.params or {}).items() if k not in _FOLLOW_UP_PARAMS}
+        ref, arg = params.get("ref"), params.get("argument")
+        ref = ref if isinstance(ref, dict) else {}
+        kind = ref.get("type")
+        target = ref.get("name" if kind == "ref/prompt" else "uri" if kind == "ref/resource"
+                         else "")
+        if (not isinstance(target, str) or not isinstance(arg, dict)
+                or not isinstance(arg.get("name"), str)):
+            raise RpcError(_INVALID_PARAMS, 'completion/complete needs params.ref, {"type": '
+                           '"ref/prompt", "name": "<prompt>"} or {"type": "ref/resource", "uri": '
+                           '"<uriTemplate>"}, and params.argument, {"name": "<argument>", '
+                           '"value": "<text so far>"}')
+        if kind == "ref/prompt":
+            server, real = self._prompt(target)
+            ref = {**ref, "name": real}
+        else:
+            server = self._template_server(target)
+        up = self.ctx.upstreams.get(server)
+        up.session()
+        if not isinstance(up.capabilities.get("completions"), dict):
+            return {"completion": {"values": [], "hasMore": False}}
+        return up.rpc("completion/complete", {**params, "ref": ref}, req)
+
+    def _template_server(self, uri: str) -> str:
+        """The server of a ref/resource: the one with that uriTemplate, else owner()'s."""
+        for attempt in range(2):
+            found = next((s for s, t, _ in self._templates if t == uri), None)
+            if found is not None:
+                return found
+            if attempt == 0:
+                self.templates()
+        found = self.owner(uri)
+        if found is None:
+            raise RpcError(_INVALID_PARAMS, f"Unknown resource template: {uri[:200]}. Templates: "
+                           f"{_names_list([t for _, t, _ in self._templates])}")
+        return found
+
+    # -- resources/subscribe and resources/unsubscribe
+    def subscribe(self, req: _Request) -> dict:
+        """resources/subscribe or resources/unsubscribe of an upstream's URI: forwarded to its
+        server (one that declares resources.subscribe, in the handshake era), and the client's
+        subscriptions kept (at most _SUBSCRIPTIONS_MAX), so that its
+        notifications/resources/updated reach the client for those URIs only."""
+        method, on = req.method, req.method == "resources/subscribe"
+        uri = (req.params or {}).get("uri")
+        if not isinstance(uri, str) or not uri:
+            raise RpcError(_INVALID_PARAMS, f"{method} needs params.uri (a resource's URI)")
+        server = self._subs.get(uri) or self.owner(uri)
+        if server is None:
+            raise RpcError(_INVALID_PARAMS, f"{method}: no upstream server has {uri[:200]} (not in "
+                           f"resources/list, no resource template matches it); Abstract's own "
+                           f"resources (files, cached outputs) have no subscriptions",
+                           {"uri": uri})
+        up = self.ctx.upstreams.get(server)
+        up.session()
+        why = self.no_subscriptions(up)
+        if why:
+            raise RpcError(_INVALID_PARAMS, f"server '{server}' has no resource subscriptions "
+                           f"({why}); read {uri[:200]} again to see changes", {"uri": uri})
+        with self._lock:
+            had = uri in self._subs
+            if on and not had and len(self._subs) >= _SUBSCRIPTIONS_MAX:
+                raise RpcError(_INVALID_PARAMS, f"{method}: the client already holds "
+                               f"{_SUBSCRIPTIONS_MAX} resource subscriptions, the most Abstract "
+                               f"keeps; unsubscribe from some first", {"uri": uri})
+            if on:  # before the request: the server may tell of a change before its answer
+                self._subs[uri] = server
+            else:
+                self._subs.pop(uri, None)
+        try:
+            return up.rpc(method, {"uri": uri}, req)
+        except Exception:
+            if on and not had:
+                with self._lock:
+                    self._subs.pop(uri, None)
+            raise
+
+    @staticmethod
+    def no_subscriptions(up: _Upstream) -> str:
+        """Why an upstream takes no resources/subscribe; "" when it does."""
+        caps = up.capabilities.get("resources")
+        return ("it speaks 2026-07-28, which has no resources/subscribe" if up.modern else
+                "" if isinstance(caps, dict) and caps.get("subscribe") is True else
+                "its capabilities have no resources.subscribe")
+
+    def subscribed(self, server: str, uri: Any) -> bool:
+        """Whether the client subscribed to `uri` of `server` (an updated notice is relayed)."""
+        return isinstance(uri, str) and self._subs.get(uri) == server
+
+    def resubscribe(self, server: str, conn: Connection) -> List[str]:
+        """A new run of `server` (a restart): the client's subscriptions to its URIs made again,
+        not waited for (a refusal is logged); the URIs, which may have changed meanwhile."""
+        with self._lock:
+            uris = [u for u, s in self._subs.items() if s == server]
+
+        def done(uri: str, fut: Future) -> None:
+            if not fut.cancelled() and fut.exception() is not None:
+                _log.warning("%s refused resources/subscribe of %s after its restart: %s",
+                             server, uri[:200], fut.exception())
+
+        for uri in uris:
+            _, fut = conn.request("resources/subscribe", {"uri": uri})
+            fut.add_done_callback(lambda f, u=uri: done(u, f))
+        return uris
+
+    def offers(self, has: Callable[[_Upstream], bool]) -> bool:
+        """Whether an upstream may answer: one that `has` it, or one not started yet (what it
+        offers is known only then)."""
+        ups = [self.ctx.upstreams.get(n) for n in self.ctx.upstreams.names()]
+        return any(not up.protocol_version or has(up) for up in ups)
 
 
 def _recent_files(roots: List[str], limit: int = 500,
@@ -14933,6 +15224,8 @@ class _Server:
             "resources/templates/list": self._templates_list,
             "prompts/list": self._prompts_list,
             "prompts/get": self._prompts_get,
+            "completion/complete": self._complete,
+            "resources/subscribe": self._subscribe, "resources/unsubscribe": self._subscribe,
             "tasks/get": self._task, "tasks/result": self._task, "tasks/cancel": self._task,
         }
         # queued: handlers and upstream reader threads (progress, log, list_changed relays) only
@@ -14949,9 +15242,12 @@ class _Server:
                                 self.conn.notify, links)
         self.transparent: Optional[_Transparent] = None
         if expose in ("direct", "both"):
-            self.transparent = _Transparent(self.ctx)
+            self.transparent = _Transparent(self.ctx, self.tools)
         upstreams.listen(self.relay_log,
                          self.tools_changed if self.transparent is not None else None)
+        for name in upstreams.names() if self.transparent is not None else []:
+            up = upstreams.get(name)
+            up.on_updated, up.on_started = self.resource_updated, self.upstream_started
         self.terminated = 0  # the signal that ended serving (SIGTERM, SIGINT, SIGHUP), if any
         self._serving = self._stopping = False
 
@@ -15073,6 +15369,12 @@ class _Server:
                       "resources": {"listChanged": False, "subscribe": False}, "logging": {}}
         if self.transparent is not None:
             caps["prompts"] = {"listChanged": False}
+            # relayed: declared unless no upstream offers it (see _Transparent.offers)
+            if self.transparent.offers(lambda up: isinstance(up.capabilities.get("completions"),
+                                                             dict)):
+                caps["completions"] = {}
+            caps["resources"]["subscribe"] = self.transparent.offers(
+                lambda up: not _Transparent.no_subscriptions(up))
             caps["tasks"] = {"cancel": {}, "requests": {"tools": {"call": {}}}}  # passed through
         return caps
 
@@ -15168,23 +15470,47 @@ class _Server:
         raise RpcError(_INVALID_PARAMS, f"Unknown tool: {name}. Tools: {_names_list(names)}")
 
     # -- prompts and resource templates: the upstreams' own, in transparent mode
-    def _prompts_list(self, req: _Request) -> dict:
+    def _direct(self, req: _Request, offers: str) -> _Transparent:
+        """The transparent side, or -32601 for a method Abstract answers in direct mode only."""
         if self.transparent is None:
-            raise RpcError(_METHOD_NOT_FOUND, "Method not found: prompts/list (Abstract offers "
-                           "prompts with --expose direct)")
-        return _page(req, "prompts", self.transparent.prompts())
+            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract "
+                           f"{offers} with --expose direct)")
+        return self.transparent
+
+    def _prompts_list(self, req: _Request) -> dict:
+        return _page(req, "prompts", self._direct(req, "offers prompts").prompts())
 
     def _prompts_get(self, req: _Request) -> dict:
-        if self.transparent is None:
-            raise RpcError(_METHOD_NOT_FOUND, "Method not found: prompts/get (Abstract offers "
-                           "prompts with --expose direct)")
-        return self.transparent.get_prompt(req)
+        return self._direct(req, "offers prompts").get_prompt(req)
 
     def _task(self, req: _Request) -> dict:
-        if self.transparent is None:
-            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract passes "
-                           f"tasks on with --expose direct)")
-        return self.transparent.task(req)
+        return self._direct(req, "passes tasks on").task(req)
+
+    def _complete(self, req: _Request) -> dict:
+        return self._direct(req, "relays completions of its upstreams' prompts").complete(req)
+
+    def _subscribe(self, req: _Request) -> dict:
+        direct = self._direct(req, "relays resource subscriptions")
+        if _META_VERSION in req.meta:
+            raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} is not in protocol "
+                           f"2026-07-28 (there, subscriptions/listen, which Abstract does not "
+                           f"serve yet); connect with initialize to subscribe")
+        return direct.subscribe(req)
+
+    def resource_updated(self, server: str, params: dict) -> None:
+        """An upstream's notifications/resources/updated: passed to a legacy client when it
+        subscribed to that URI of that server (through Abstract), else dropped."""
+        if (self.initialized and self.transparent is not None
+                and self.transparent.subscribed(server, params.get("uri"))):
+            self.conn.notify("notifications/resources/updated",
+                             {k: v for k, v in params.items() if k != "_meta"})
+
+    def upstream_started(self, server: str, conn: Connection) -> None:
+        """A new run of an upstream: after a restart, the client's subscriptions to its URIs are
+        made again, and the client told each may have changed while the server was down."""
+        for uri in self.transparent.resubscribe(server, conn) if self.transparent else []:
+            if self.initialized:
+                self.conn.notify("notifications/resources/updated", {"uri": uri})
 
     def _templates_list(self, req: _Request) -> dict:
         items = self.transparent.templates() if self.transparent is not None else []
@@ -15510,7 +15836,9 @@ def _check(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog_line:
                       f"{_plural(len(got), 'tool')}  {up.start_ms:.0f} ms\n")
     # config order: the names as transparent mode gives them
     _context_report({n: results[n] for n in upstreams.names()
-                     if n in results and not isinstance(results[n], Exception)}, out)
+                     if n in results and not isinstance(results[n], Exception)},
+                    {n: _prefix_of(upstreams.get(n).settings, n) for n in upstreams.names()},
+                    out)
     upstreams.close()
     return 0 if ok else 1
 
@@ -15519,11 +15847,12 @@ def _kb_tokens(size: int) -> str:
     return f"{size / 1024:.1f} KB (~{size // 4:,} tokens)"  # ~4 bytes a token, for English and JSON
 
 
-def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
+def _context_report(lists: Dict[str, List[dict]], prefixes: Dict[str, str], out: Any) -> None:
     """--check: what the tool definitions cost the client's context in each --expose mode, and
-    the names transparent mode had to change to fit ^[a-zA-Z0-9_-]{1,64}$."""
+    the names transparent mode had to change to fit ^[a-zA-Z0-9_-]{1,64}$ or to be unique."""
     meta = len(_dumps([t.listed() for t in _TOOLS if "memory" not in t.needs]))
-    names = _transparent_names(lists)
+    clashes: List[_Clash] = []
+    names = _transparent_names(lists, prefixes, ["retrieve_cached_output"], clashes)
     per: Dict[str, int] = {n: 0 for n in lists}
     for exposed, (server, t) in names.items():
         per[server] += len(_dumps({**{k: v for k, v in t.items() if k != "outputSchema"},
@@ -15535,9 +15864,10 @@ def _context_report(lists: Dict[str, List[dict]], out: Any) -> None:
         out.write(f"  {server:<{width}}  direct: {_plural(len(lists[server]), 'tool')}, "
                   f"{_kb_tokens(size)}\n")
     lines = [f"  server {s!r} is written {_name_chars(s)} in its tools' names\n"
-             for s in lists if _name_chars(s) != s]
+             for s in lists if _name_chars(s) != s and prefixes[s] == _name_chars(s) + "__"]
     lines += [f"  {s}: {t['name']!r} -> {e}\n" for e, (s, t) in names.items()
-              if e != f"{_name_chars(s)}__{t['name']}"]
+              if e != f"{prefixes[s]}{t['name']}"]
+    lines += [f"  {_clash_text(c, 'tool')}\n" for c in clashes]
     if lines:
         out.write("transparent mode renames (names must match ^[a-zA-Z0-9_-]{1,64}$ and be "
                   "unique):\n")

@@ -21,6 +21,9 @@ first, as mrtr does).
 With --modern-only, subscriptions/listen is acknowledged (tool changes only) and kept open, and
 list_changed goes on it; its notifications/cancelled is noted in the state file.
 
+With --subscribe: resources.subscribe declared, resources/subscribe and unsubscribe recorded and
+answered {} (notify_client sends notifications/resources/updated).
+
 With --tasks (2025-11-25 tasks): the tasks capability, tool job(seconds, text) that runs only as a
 task, and tasks/get, tasks/result, tasks/cancel.
 """
@@ -215,6 +218,9 @@ def _options(argv: list) -> argparse.Namespace:
     ap.add_argument("--tasks", action="store_true",
                     help="2025-11-25 tasks: declare them; tool job(seconds, text) runs only as a task")
     ap.add_argument("--extras", action="store_true", help="extra tools, resources and prompts (see docstring)")
+    ap.add_argument("--subscribe", action="store_true",
+                    help="declare resources.subscribe; record resources/subscribe and unsubscribe "
+                         "(events subscribe, unsubscribe with the uri) and answer {}")
     ap.add_argument("--extra-tool", action="append", default=[], metavar="NAME",
                     help="also offer a tool of this name (any characters) that works like echo_args")
     ap.add_argument("--tool-def", action="append", default=[], metavar="JSON",
@@ -367,6 +373,9 @@ class Fake:
             threading.Thread(target=self.tools_call, args=(mid, params), daemon=True).start()
         elif self.opts.tasks and method in ("tasks/get", "tasks/result", "tasks/cancel"):
             threading.Thread(target=self.task_method, args=(mid, method, params), daemon=True).start()
+        elif self.opts.subscribe and method in ("resources/subscribe", "resources/unsubscribe"):
+            self.state(event=method.split("/")[1], uri=params.get("uri"))
+            self.reply(mid, {})
         elif self.opts.extras and method in self.EXTRA_METHODS:
             self.reply(mid, self.EXTRA_METHODS[method](self, params))
         else:
@@ -399,6 +408,8 @@ class Fake:
             caps["logging"] = {}
         if self.opts.extras:
             caps.update(prompts={}, resources={})
+        if self.opts.subscribe:
+            caps["resources"] = {"subscribe": True}
         if self.opts.tasks:
             caps["tasks"] = {"cancel": {}, "requests": {"tools": {"call": {}}}}
         return caps

@@ -5,9 +5,10 @@ The fixture is the upstream Abstract will serve over HTTP to the official suite'
 scenarios (issue 28, tests/conformance/SERVER.md). These tests pin the part of that path that
 works today, with the `conf__` names of direct mode: the definitions, the content types, error
 results, logging at the client's level, progress with the client's token, sampling and
-elicitation questions with their schemas unchanged, resources and prompts. The parts SERVER.md
-lists as missing (bare names, completion/complete, resources/subscribe, reading a template URI)
-are not asserted here.
+elicitation questions with their schemas unchanged, resources and prompts, and (since the
+relays of issue 28's item 5) completion/complete, resources/subscribe and unsubscribe, and
+reading a template URI. The bare names (`"prefix": ""`) and the relays' edges are in
+test_direct_relays.py.
 """
 
 from __future__ import annotations
@@ -189,3 +190,27 @@ def test_resources_and_prompts_are_read_through_to_the_fixture(conf):
         "Prompt with arguments: arg1='testValue1', arg2='testValue2'")
     image = conf.result("prompts/get", {"name": "conf__test_prompt_with_image"})["messages"]
     assert image[0]["content"] == {"type": "image", "data": fx.PNG, "mimeType": "image/png"}
+
+
+def test_completion_subscriptions_and_template_reads_reach_the_fixture(conf):
+    got = conf.result("completion/complete", {
+        "ref": {"type": "ref/prompt", "name": "conf__test_prompt_with_arguments"},
+        "argument": {"name": "arg1", "value": "test"}})
+    assert got["completion"]["values"] == ["test", "testValue1"]
+    got = conf.result("completion/complete", {
+        "ref": {"type": "ref/resource", "uri": fx.TEMPLATE},
+        "argument": {"name": "id", "value": "4"}})
+    assert got["completion"]["values"] == ["456"]
+    data = conf.result("resources/read", {"uri": "test://template/123/data"})["contents"][0]
+    assert json.loads(data["text"])["data"] == "Data for ID: 123"
+    assert conf.result("resources/subscribe", {"uri": "test://watched-resource"}) == {}
+
+    def updated() -> List[str]:
+        with conf._cond:
+            return [n["params"]["uri"] for n in conf.notifications
+                    if n["method"] == "notifications/resources/updated"]
+    wait_for(lambda: updated() == ["test://watched-resource"], what="the update relayed")
+    assert conf.result("resources/unsubscribe", {"uri": "test://watched-resource"}) == {}
+    traced = [json.loads(line) for line in conf.trace.read_text().splitlines()]
+    assert [m["method"] for m in traced if m.get("method", "").startswith("resources/")
+            and "subscribe" in m["method"]] == ["resources/subscribe", "resources/unsubscribe"]

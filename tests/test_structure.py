@@ -15,7 +15,8 @@ SOURCE = ABSTRACT.read_text(encoding="utf-8")
 LINES = SOURCE.splitlines()
 TREE = ast.parse(SOURCE)
 # classes allowed past 600 lines, each with the reason (the closing note of issue 26 says why)
-BIG_CLASSES: Dict[str, str] = {}
+BIG_CLASSES: Dict[str, str] = {
+    "_Upstream": "issue 26 sets its bound at about 650 lines (the test below)"}
 
 
 def _banners() -> List[Tuple[int, str]]:
