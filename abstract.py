@@ -49,6 +49,8 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Tools               _Tool (one tool: name, description, schema, handler, aliases, needs),
                         @_tool on each handler, _TOOLS (tools/list's order), _offered
     Server              _Server (both protocol eras), _Transparent (direct mode)
+    Serving             MCP over Streamable HTTP (--serve): the guard, the authorization
+                        server, the sessions behind /mcp
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
@@ -15572,6 +15574,22 @@ class _Server:
         if item is None:
             raise too_big
         return {"contents": [item]}
+
+
+# ==== Serving =====================================================================
+# Abstract as an MCP server over Streamable HTTP (--serve [HOST:]PORT, issue 28): the guard in
+# front of every request (address, bearer token, Origin and Host, TLS), a small OAuth
+# authorization server for web connectors, and the sessions behind /mcp, each a _Server of its
+# own over the shared upstreams.
+
+
+# -- the guard: addresses, tokens, Origin and Host, TLS
+
+
+# -- the authorization server (OAuth 2.1 for web connectors)
+
+
+# -- sessions and the /mcp endpoint
 
 
 # ==== CLI =========================================================================
