@@ -15755,17 +15755,17 @@ def _serve_tls(cert: str, key: str) -> Any:
     except ImportError:  # pragma: no cover (a Python built without OpenSSL)
         raise ConfigError("--serve-cert needs Python's ssl module, which this Python "
                           "lacks") from None
-    for flag, path, mark in (("--serve-cert", cert, b"-----BEGIN CERTIFICATE-----"),
-                             ("--serve-key" if key else "--serve-cert", key or cert,
-                              b"PRIVATE KEY-----")):
+    for flag, path, what, mark in (
+            ("--serve-cert", cert, "certificate (-----BEGIN CERTIFICATE-----)", b"CERTIFICATE--"),
+            ("--serve-key" if key else "--serve-cert", key or cert,
+             "private key (-----BEGIN PRIVATE KEY-----)", b"PRIVATE KEY--")):
         try:
             with open(path, "rb") as f:
                 pem = f.read(1 << 20)
         except OSError as e:
             raise ConfigError(f"{flag} {path}: {e.strerror or e}") from None
         if mark not in pem:
-            what = "certificate" if b"CERTIFICATE" in mark else "private key"
-            raise ConfigError(f"{flag} {path} holds no PEM {what} ({mark.decode()}...)"
+            raise ConfigError(f"{flag} {path} holds no PEM {what}"
                               + ("; give the key with --serve-key" if not key else ""))
 
     def no_passphrase() -> str:
