@@ -15837,6 +15837,8 @@ class _ServeGuard:
     def __init__(self, host: str, port: int, token: str, origins: Sequence[str] = (),
                  tls: bool = False, verify: Optional[Callable[[str], bool]] = None,
                  resource_metadata: str = "") -> None:
+        if not 0 < port < 65536:  # (the Host and Origin checks compare it: the port bound)
+            raise ValueError(f"_ServeGuard needs the port the server is bound to, not {port}")
         self.host, self.port, self.tls = host.lower(), port, tls
         self.loopback = _is_loopback(host)
         self.url = _serve_url(host, port, tls)  # (its origin; the MCP endpoint is url + "/mcp")

@@ -356,6 +356,11 @@ def test_an_empty_token_without_verify_is_authentication_off(endpoint):
     assert e.request(headers={"Host": "evil.example"})[0] == 421  # Host still checked
 
 
+def test_the_guard_needs_the_port_bound_not_0():
+    with pytest.raises(ValueError, match="the port the server is bound to, not 0"):
+        abstract._ServeGuard("127.0.0.1", 0, TOKEN)
+
+
 def test_a_refusal_logs_no_token(caplog):
     caplog.set_level("DEBUG", logger="abstract")
     guard = abstract._ServeGuard("127.0.0.1", 8080, TOKEN)
