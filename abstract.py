@@ -15814,6 +15814,24 @@ def _split_host(value: str, default_port: int) -> Optional[Tuple[str, int]]:
     return m.group(1).strip("[]").lower(), int(m.group(2)) if m.group(2) else default_port
 
 
+def _shown(text: str) -> str:
+    """A header value of a request, fit to quote in its answer (cut, no control character)."""
+    return _escape_controls(text[:200])
+
+
+def _origin_keys(origins: Sequence[str]) -> List[Tuple[str, str, int]]:
+    """The allowed origins as _origin_key compares them; ConfigError for one that is not an
+    origin."""
+    keys = []
+    for given in origins:
+        key = _origin_key(given)
+        if key is None:
+            raise ConfigError(f"--serve-origin needs an origin such as https://claude.ai "
+                              f"(scheme://host[:port], no path), not {given!r}")
+        keys.append(key)
+    return keys
+
+
 class _ServeGuard:
     """What every request to --serve passes first (`check`), in this order:
 
@@ -15845,13 +15863,9 @@ class _ServeGuard:
         self._scheme = "https" if tls else "http"
         self._token = token.encode("utf-8")
         self._verify, self._metadata = verify, resource_metadata
-        keys = [_origin_key(o) for o in origins]
-        bad = [o for o, k in zip(origins, keys) if k is None]
-        if bad:
-            raise ConfigError(f"--serve-origin needs an origin such as https://claude.ai "
-                              f"(scheme://host[:port], no path), not {bad[0]!r}")
+        keys = _origin_keys(origins)
         self._origins = set(keys)
-        self._names = {k[1] for k in keys if k is not None}  # Host names passed on to it
+        self._names = {k[1] for k in keys}  # the Host names a tunnel or proxy passes on
         _SECRETS.add(token)
 
     @property
@@ -15943,17 +15957,10 @@ class _ServeGuard:
         return status, {"Content-Type": "application/json", **(headers or {})}, body.encode()
 
 
-def _shown(text: str) -> str:
-    """A header value of a request, fit to quote in its answer (cut, no control character)."""
-    return _escape_controls(text[:200])
-
-
 def _serve_origins(args: argparse.Namespace, settings: _Settings) -> List[str]:
-    """The browser origins allowed besides the server's own: serve.origins and --serve-origin."""
-    for given in args.serve_origin or []:
-        if _origin_key(given) is None:
-            raise ConfigError(f"--serve-origin needs an origin such as https://claude.ai "
-                              f"(scheme://host[:port], no path), not {given!r}")
+    """The browser origins allowed besides the server's own: serve.origins and --serve-origin
+    (ConfigError for one of those that is not an origin)."""
+    _origin_keys(args.serve_origin or [])
     return list(settings.serve("origins")) + list(args.serve_origin or [])
 
 
