@@ -15927,7 +15927,7 @@ class _ServeGuard:
             given = token.encode("utf-8", "surrogatepass")
             if self._token and hmac.compare_digest(given, self._token):
                 return None
-            if self._verify is not None and self._verified(token):
+            if self._verified(token):
                 return None
         params = ([f'resource_metadata="{self._metadata}"'] if self._metadata
                   else ['realm="abstract"']) + (['error="invalid_token"'] if token else [])
@@ -15941,9 +15941,11 @@ class _ServeGuard:
             {"WWW-Authenticate": "Bearer " + ", ".join(params)})
 
     def _verified(self, token: str) -> bool:
-        """`verify`'s answer; one that raises counts as no (logged, without the token)."""
+        """`verify`'s answer (no without one); one that raises counts as no (logged, without
+        the token)."""
+        verify = self._verify
         try:
-            return bool(self._verify(token))  # type: ignore[misc]
+            return verify is not None and bool(verify(token))
         except Exception as e:  # (the authorization server's bug is no way in)
             _log.warning("serve: checking an OAuth access token failed: %s", type(e).__name__)
             return False
