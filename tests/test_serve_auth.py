@@ -520,3 +520,19 @@ def test_nothing_logs_a_token_or_code(srv: Served, caplog: pytest.LogCaptureFixt
                     "refresh_token": doc["refresh_token"]})
     assert caplog.text and doc["access_token"] not in caplog.text
     assert doc["refresh_token"] not in caplog.text and TOKEN not in caplog.text
+
+
+# -- the official Python SDK's OAuth client
+
+
+def test_the_official_python_sdk_client_logs_in_headless_and_refreshes(srv: Served) -> None:
+    if not VENV_PY.exists():
+        pytest.skip("the realservers venv is absent (tests/realservers/install.sh makes it)")
+    script = Path(__file__).parent / "realservers" / "sdk_oauth_login.py"
+    done = subprocess.run([str(VENV_PY), str(script), srv.base, TOKEN], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["first"] == 200 and got["second"] == 200 and got["refreshed"], got
+    assert got["iss"] == srv.base
+    assert srv.auth.handles("/register") and got["client"]
