@@ -15688,6 +15688,24 @@ def _redirect_problem(uri: Any) -> str:
     return ""
 
 
+def _as_client_ok(c: Any) -> bool:
+    """Whether a client read back from the state file has the shape Abstract writes."""
+    return (isinstance(c, dict) and isinstance(c.get("redirect_uris"), list)
+            and all(isinstance(u, str) for u in c["redirect_uris"])
+            and isinstance(c.get("client_name", ""), str)
+            and isinstance(c.get("used", 0), (int, float)))
+
+
+def _as_grant_ok(g: Any) -> bool:
+    """Whether an approval read back from the state file has the shape Abstract writes."""
+    num = (int, float)
+    return (isinstance(g, dict) and isinstance(g.get("client_id"), str)
+            and isinstance(g.get("refresh"), str) and isinstance(g.get("access"), dict)
+            and all(isinstance(t, num) for t in g["access"].values())
+            and isinstance(g.get("spent"), list) and all(isinstance(h, str) for h in g["spent"])
+            and isinstance(g.get("refresh_expires"), num) and isinstance(g.get("used", 0), num))
+
+
 def _approval_page(name: str, where: str, issuer: str, ticket: str, error: str = "") -> bytes:
     """The approval page: who asks, and a form for the server's token (all text escaped)."""
     esc = html.escape
@@ -15759,6 +15777,21 @@ class _AuthServer:
         route = self._routes.get(path)
         if route is None:
             return _as_error(404, "not_found", f"no such path here: {path[:100]}")
+        if path == "/authorize":  # a page for the browser, never read by another site's script
+            return self._answer(route, method, query, headers, body)
+        # the rest is for clients, browser-based ones too (the Inspector): CORS, with no
+        # credentials (RFC 8414 and 7591 data is public; tokens are bound by PKCE)
+        cors = {"Access-Control-Allow-Origin": "*"}
+        if method.upper() == "OPTIONS":
+            return 204, dict(cors, **{"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                                      "Access-Control-Allow-Headers": "Content-Type, "
+                                      "Authorization, MCP-Protocol-Version",
+                                      "Access-Control-Max-Age": "600"}), b""
+        status, head, data = self._answer(route, method, query, headers, body)
+        return status, dict(head, **cors), data
+
+    def _answer(self, route: Callable[[str, str, Dict[str, str], bytes], _HttpReply],
+                method: str, query: str, headers: Mapping[str, str], body: bytes) -> _HttpReply:
         if len(body) > _AS_BODY_MAX:
             return _as_error(413, "invalid_request",
                              f"the request body is over {_AS_BODY_MAX} bytes")
@@ -15766,7 +15799,8 @@ class _AuthServer:
             return route(method.upper(), query, {k.lower(): v for k, v in headers.items()},
                          body)
         except Exception:  # a fault of Abstract's: told as one, never a crash
-            _log.exception("the authorization server failed on %s %s", method, path)
+            _log.exception("the authorization server failed on %s %s", method,
+                           getattr(route, "__name__", "?"))
             return _as_error(500, "server_error", "the authorization server failed; see "
                              "Abstract's log")
 
@@ -15804,7 +15838,7 @@ class _AuthServer:
         """The file's clients and approvals; a damaged one is moved aside (and said so)."""
         fresh: dict = {"clients": {}, "grants": {}}
         try:
-            with open(self._file, "rb") as f:
+            with _retry_shared(open, self._file, "rb") as f:  # (Windows: mid-replace)
                 data = f.read(_AS_FILE_MAX + 1)
         except FileNotFoundError:
             return fresh
@@ -15825,11 +15859,9 @@ class _AuthServer:
                          "started afresh: clients must register and be approved again",
                          self._file, aside)
             return fresh
-        doc["clients"] = {k: v for k, v in doc["clients"].items() if isinstance(v, dict)
-                          and isinstance(v.get("redirect_uris"), list)}
-        doc["grants"] = {k: v for k, v in doc["grants"].items() if isinstance(v, dict)
-                         and isinstance(v.get("access"), dict)
-                         and isinstance(v.get("spent"), list)}
+        # an entry edited by hand into another shape is left out
+        doc["clients"] = {k: v for k, v in doc["clients"].items() if _as_client_ok(v)}
+        doc["grants"] = {k: v for k, v in doc["grants"].items() if _as_grant_ok(v)}
         return doc
 
     def _index(self) -> None:
@@ -15873,7 +15905,10 @@ class _AuthServer:
         for gid in sorted(grants, key=lambda k: grants[k].get("used", 0))[:-_AS_GRANTS_MAX]:
             del grants[gid]
         clients = doc["clients"]
-        for cid in sorted(clients, key=lambda k: clients[k].get("used", 0))[:-_AS_CLIENTS_MAX]:
+        # (the unapproved first: a flood of registrations cannot push out a client in use)
+        approved = {g.get("client_id") for g in grants.values()}
+        for cid in sorted(clients, key=lambda k: (k in approved, clients[k].get("used", 0))
+                          )[:-_AS_CLIENTS_MAX]:
             del clients[cid]
             for gid in [k for k, g in grants.items() if g.get("client_id") == cid]:
                 del grants[gid]
@@ -15971,7 +16006,8 @@ class _AuthServer:
         if _sans_port(uri) not in map(_sans_port, client["redirect_uris"]):
             return _refused_page(400, "The redirect_uri is not one the app registered; "
                                  "Abstract does not send anything there.")
-        state = ask.get("state", "")[:_AS_STATE_LEN]
+        state = ask.get("state", "")
+        state = state if len(state) <= _AS_STATE_LEN else ""
         why = self._request_problem(ask)
         if why[0]:
             return self._back(uri, state, {"error": why[0], "error_description": why[1]})
@@ -15984,6 +16020,7 @@ class _AuthServer:
             while len(self._pending) >= _AS_PENDING_MAX:
                 del self._pending[next(iter(self._pending))]
             self._pending[ticket] = {"client_id": ask["client_id"], "redirect_uri": uri,
+                                     "sent": "redirect_uri" in ask,
                                      "state": state, "challenge": ask["code_challenge"],
                                      "expires": now + _AS_KEEP_S, "attempts": 0}
         page = _approval_page(client.get("client_name", ""), _url_base(uri), self.issuer, ticket)
@@ -16006,6 +16043,8 @@ class _AuthServer:
             return "invalid_request", "code_challenge must be the 43-character S256 value"
         if "resource" in ask and not self._ours(ask["resource"]):
             return "invalid_target", f"resource must be {self.resource}"
+        if len(ask.get("state", "")) > _AS_STATE_LEN:
+            return "invalid_request", f"state is over {_AS_STATE_LEN} characters"
         return "", ""
 
     def _ours(self, resource: str) -> bool:
@@ -16092,8 +16131,7 @@ class _AuthServer:
     def _code_grant(self, form: Dict[str, str]) -> _HttpReply:
         """A code for tokens: single use (a second use revokes what the first gave), within
         _AS_CODE_S, for its client and redirect_uri, with the verifier of its challenge."""
-        missing = [k for k in ("code", "redirect_uri", "client_id", "code_verifier")
-                   if not form.get(k)]
+        missing = [k for k in ("code", "client_id", "code_verifier") if not form.get(k)]
         if missing:
             return _as_error(400, "invalid_request", f"missing: {', '.join(missing)}")
         if self._client(form["client_id"]) is None:
@@ -16107,8 +16145,10 @@ class _AuthServer:
             if ask is None or ask["issued"] + _AS_CODE_S <= self.clock():
                 return _as_error(400, "invalid_grant", f"the code is unknown or expired (a code "
                                  f"lives {_AS_CODE_S:g} s); authorize again")
-            if ask["client_id"] != form["client_id"] or ask["redirect_uri"] != form[
-                    "redirect_uri"]:
+            # redirect_uri as the authorization request had it (RFC 6749 section 4.1.3)
+            sent = ask["sent"] or "redirect_uri" in form
+            if ask["client_id"] != form["client_id"] or (
+                    sent and form.get("redirect_uri") != ask["redirect_uri"]):
                 return _as_error(400, "invalid_grant", "client_id or redirect_uri is not the "
                                  "one of the authorization request")
             if not self._verifier_ok(form["code_verifier"], ask["challenge"]):
@@ -16154,6 +16194,8 @@ class _AuthServer:
             g["access"][_sha(access)] = now + _AS_ACCESS_S
             g["access"] = dict(list(g["access"].items())[-_AS_ACCESS_PER:])
             g.update(refresh=_sha(refresh), refresh_expires=now + _AS_REFRESH_S, used=now)
+            if g["client_id"] in doc["clients"]:
+                doc["clients"][g["client_id"]]["used"] = now
         return _as_json(200, {"access_token": access, "token_type": "Bearer",
                               "expires_in": int(_AS_ACCESS_S), "refresh_token": refresh})
 

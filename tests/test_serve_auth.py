@@ -59,7 +59,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _any
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_OPTIONS = _any
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -469,8 +469,14 @@ def test_a_new_server_on_the_folder_keeps_clients_and_tokens_hashed_0600(
 
 
 def test_a_damaged_file_is_moved_aside(srv: Served, caplog: pytest.LogCaptureFixture) -> None:
-    client_id(srv)
+    cid, doc = login(srv)
     path = next(srv.folder.glob("authserver-*.json"))
+    state = json.loads(path.read_text())  # an entry of another shape is left out, alone
+    state["clients"]["odd"] = {"redirect_uris": [1]}
+    state["grants"]["odd"] = dict(next(iter(state["grants"].values())), access={"h": "soon"})
+    path.write_text(json.dumps(state))
+    srv.http.auth = srv.auth = srv.make()  # type: ignore[attr-defined]
+    assert srv.auth.verify(doc["access_token"]) and authorize(srv, "odd", None)[0] == 400
     path.write_text("{not json")
     with caplog.at_level(logging.WARNING, logger="abstract"):
         fresh = srv.make()
@@ -511,6 +517,16 @@ def test_clients_pages_and_bodies_are_bounded(srv: Served, monkeypatch: Any) -> 
         "clients"]) == 3
 
 
+def test_a_flood_of_registrations_does_not_push_out_an_approved_client(
+        srv: Served, monkeypatch: Any) -> None:
+    monkeypatch.setattr(abstract, "_AS_CLIENTS_MAX", 3)
+    cid, doc = login(srv)
+    for _ in range(5):
+        client_id(srv)
+    assert srv.auth.verify(doc["access_token"])
+    assert authorize(srv, cid, pkce()[1])[0] == 200
+
+
 def test_nothing_logs_a_token_or_code(srv: Served, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="abstract"):
         cid, doc = login(srv)
@@ -520,6 +536,61 @@ def test_nothing_logs_a_token_or_code(srv: Served, caplog: pytest.LogCaptureFixt
                     "refresh_token": doc["refresh_token"]})
     assert caplog.text and doc["access_token"] not in caplog.text
     assert doc["refresh_token"] not in caplog.text and TOKEN not in caplog.text
+
+
+def test_redirect_uri_may_be_left_out_when_one_is_registered(srv: Served) -> None:
+    cid = client_id(srv)
+    verifier, challenge = pkce()
+    q = {"response_type": "code", "client_id": cid, "code_challenge": challenge,
+         "code_challenge_method": "S256"}
+    status, _, page = srv.call("GET", "/authorize?" + urllib.parse.urlencode(q))
+    assert status == 200
+    status, headers, _ = approve(srv, ticket_of(page.decode()))
+    assert status == 302 and headers["location"].startswith(REDIRECT + "?")
+    form = {"grant_type": "authorization_code", "code": redirected(headers)["code"],
+            "client_id": cid, "code_verifier": verifier}
+    assert token(srv, dict(form, redirect_uri="http://127.0.0.1:1/x"))[1]["error"] == \
+        "invalid_grant"  # given, it must match
+    status, doc, _ = token(srv, form)
+    assert status == 200, doc
+
+
+def test_state_over_its_bound_is_refused(srv: Served) -> None:
+    cid = client_id(srv)
+    status, headers, _ = authorize(srv, cid, pkce()[1], state="s" * 1025)
+    got = redirected(headers)
+    assert status == 302 and got["error"] == "invalid_request" and "state" not in got
+
+
+def test_cors_for_clients_in_a_browser_but_not_for_the_page(srv: Served) -> None:
+    status, headers, _ = srv.call("OPTIONS", "/token", headers={"Origin": "http://x.test"})
+    assert status == 204 and headers["access-control-allow-origin"] == "*"
+    assert "POST" in headers["access-control-allow-methods"]
+    _, headers, _ = srv.call("GET", "/.well-known/oauth-authorization-server")
+    assert headers["access-control-allow-origin"] == "*"
+    _, headers, _ = authorize(srv, client_id(srv), pkce()[1])
+    assert "access-control-allow-origin" not in headers
+
+
+def test_the_approval_form_from_another_origin_is_refused(srv: Served) -> None:
+    _, _, page = authorize(srv, client_id(srv), pkce()[1])
+    body = urllib.parse.urlencode({"ticket": ticket_of(page), "token": TOKEN}).encode()
+    status, headers, _ = srv.call("POST", "/authorize", body,
+                                  {"Origin": "https://evil.example",
+                                   "Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 403 and "location" not in headers
+    status, headers, _ = srv.call("POST", "/authorize", body, {"Origin": srv.base})
+    assert status == 302 and redirected(headers)["code"]
+
+
+def test_a_fault_is_a_500_json_answer_not_a_crash(srv: Served, monkeypatch: Any) -> None:
+    def boom(*a: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(abstract, "_as_form", boom)
+    status, _, body = srv.call("POST", "/token", {"grant_type": "refresh_token"})
+    assert status == 500 and json.loads(body)["error"] == "server_error"
+    assert srv.call("GET", "/.well-known/oauth-protected-resource")[0] == 200
 
 
 # -- the official Python SDK's OAuth client
