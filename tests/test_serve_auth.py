@@ -593,6 +593,30 @@ def test_a_fault_is_a_500_json_answer_not_a_crash(srv: Served, monkeypatch: Any)
     assert srv.call("GET", "/.well-known/oauth-protected-resource")[0] == 200
 
 
+def test_abstracts_own_oauth_client_logs_in_to_it_and_refreshes(srv: Served, tmp_path: Path,
+                                                                  clock: Clock) -> None:
+    store = abstract._TokenStore(str(tmp_path / "client"))
+    me = abstract._OAuth("self", srv.base + "/mcp", None, store, environ={}, clock=clock)
+    attempt = me._begin({"resource_metadata":
+                         srv.base + "/.well-known/oauth-protected-resource/mcp"})
+    try:
+        path = attempt.url[len(srv.base):]
+        status, _, page = srv.call("GET", path)
+        assert status == 200 and attempt.url.startswith(srv.base + "/authorize?")
+        status, headers, _ = approve(srv, ticket_of(page.decode()))
+        assert status == 302
+        me._finish(attempt, headers["location"])  # state, iss and the code checked there
+    finally:
+        attempt.loopback.close()
+    bearer = me.headers()["Authorization"][7:]
+    assert srv.auth.verify(bearer)
+    clock.now += 3600 - 30  # within the client's refresh margin
+    with me.lock, store.locked("self"):
+        assert me._refresh()
+    fresh = me.headers()["Authorization"][7:]
+    assert fresh != bearer and srv.auth.verify(fresh)
+
+
 # -- the official Python SDK's OAuth client
 
 
