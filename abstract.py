@@ -15599,7 +15599,7 @@ _HttpReply = Tuple[int, Dict[str, str], bytes]  # GUARD's (subsection 1) after t
 
 _AS_BODY_MAX = 64 * 1024  # largest request body (a form or a registration)
 _AS_FILE_MAX = 8 * 1024 * 1024  # largest state file read back
-_AS_CLIENTS_MAX = 1000  # registered clients kept (past it the longest unused is dropped)
+_AS_CLIENTS_MAX = 1000  # clients kept (past it the unapproved, then the longest unused, go)
 _AS_GRANTS_MAX = 1000  # approvals with live tokens (past it the oldest is revoked)
 _AS_CODES_MAX = 256  # authorization codes in memory (issued in the last _AS_KEEP_S)
 _AS_PENDING_MAX = 256  # approval pages open at once (past it the oldest expires)
@@ -15623,10 +15623,10 @@ _AS_FORM = {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-sto
                                        "frame-ancestors 'none'; base-uri 'none'"}
 _AS_VERIFIER_RE = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636 section 4.1
 _AS_CHALLENGE_RE = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of a sha256, unpadded
-_LOOPBACK_RE = re.compile(r"localhost|::1|127(?:\.[0-9]{1,3}){3}", re.IGNORECASE)
+_AS_LOOPBACK_RE = re.compile(r"localhost|::1|127(?:\.[0-9]{1,3}){3}", re.IGNORECASE)
 
 
-def _sha(text: str) -> str:
+def _as_sha(text: str) -> str:
     import hashlib  # lazy: see Imports
 
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -15662,7 +15662,7 @@ def _sans_port(uri: str) -> str:
         p = urllib.parse.urlsplit(uri)
     except ValueError:
         return uri
-    if p.scheme != "http" or not _LOOPBACK_RE.fullmatch(p.hostname or ""):
+    if p.scheme != "http" or not _AS_LOOPBACK_RE.fullmatch(p.hostname or ""):
         return uri
     host = f"[{p.hostname}]" if ":" in (p.hostname or "") else p.hostname
     return urllib.parse.urlunsplit(("http", host or "", p.path, p.query, ""))
@@ -15682,7 +15682,7 @@ def _redirect_problem(uri: Any) -> str:
     if "#" in uri or p.username is not None:
         return f"{uri[:100]} has a fragment or credentials; redirect URIs may have neither"
     if not (p.scheme == "https" and p.hostname) and not (
-            p.scheme == "http" and _LOOPBACK_RE.fullmatch(p.hostname or "")):
+            p.scheme == "http" and _AS_LOOPBACK_RE.fullmatch(p.hostname or "")):
         return (f"{uri[:100]} is neither https nor http on a loopback host (127.0.0.1, [::1], "
                 f"localhost)")
     return ""
@@ -15811,7 +15811,7 @@ class _AuthServer:
             return False
         with self._lock:
             self._sync()
-            found = self._access.get(_sha(access_token))
+            found = self._access.get(_as_sha(access_token))
         return found is not None and self.clock() < found[1]
 
     def close(self) -> None:
@@ -15894,8 +15894,8 @@ class _AuthServer:
             self._index()
 
     def _prune(self, doc: dict) -> None:
-        """Drop what expired, and what is over the bounds: the longest unused clients, the
-        oldest approvals."""
+        """Drop what expired, and what is over the bounds: the least recently used approvals,
+        then the clients never approved, then the longest unused (with their approvals)."""
         now = self.clock()
         grants = doc["grants"]
         for gid, g in list(grants.items()):
@@ -15915,7 +15915,12 @@ class _AuthServer:
 
     def _revoke_grant(self, gid: str, why: str) -> None:
         with self._changing() as doc:
-            gone = doc["grants"].pop(gid, None)
+            self._drop(doc, gid, why)
+
+    @staticmethod
+    def _drop(doc: dict, gid: str, why: str) -> None:
+        """Revoke approval `gid` of `doc` (in _changing): its tokens end at once."""
+        gone = doc["grants"].pop(gid, None)
         if gone is not None:
             _log.warning("authorization server: an approval of client %s was revoked: %s",
                          gone.get("client_id"), why)
@@ -16103,7 +16108,7 @@ class _AuthServer:
                 del self._codes[h]
             while len(self._codes) >= _AS_CODES_MAX:
                 del self._codes[next(iter(self._codes))]
-            self._codes[_sha(code)] = dict(ask, issued=now, grant="")
+            self._codes[_as_sha(code)] = dict(ask, issued=now, grant="")
         _log.info("authorization server: client %s approved", ask["client_id"])
         return code
 
@@ -16137,7 +16142,7 @@ class _AuthServer:
         if self._client(form["client_id"]) is None:
             return _as_error(401, "invalid_client", "unknown client_id: register again")
         with self._lock:
-            ask = self._codes.get(_sha(form["code"]))
+            ask = self._codes.get(_as_sha(form["code"]))
             if ask is not None and ask["grant"]:
                 self._revoke_grant(ask["grant"], "its authorization code was used twice")
                 return _as_error(400, "invalid_grant", "the code was used already; the tokens "
@@ -16154,8 +16159,15 @@ class _AuthServer:
             if not self._verifier_ok(form["code_verifier"], ask["challenge"]):
                 return _as_error(400, "invalid_grant", "code_verifier does not match the "
                                  "code_challenge (PKCE S256)")
-            ask["grant"] = self._new_grant(ask["client_id"])
-            return self._tokens(ask["grant"], new=True)
+            import secrets  # lazy: see Imports
+
+            gid, now = secrets.token_urlsafe(16), self.clock()
+            with self._changing() as doc:
+                g = doc["grants"][gid] = {"client_id": ask["client_id"], "created": now,
+                                          "access": {}, "spent": [], "refresh": ""}
+                tokens = self._rotate(doc, g)
+            ask["grant"] = gid
+        return _as_json(200, tokens)
 
     @staticmethod
     def _verifier_ok(verifier: str, challenge: str) -> bool:
@@ -16167,59 +16179,43 @@ class _AuthServer:
         made = _b64url(hashlib.sha256(verifier.encode("ascii")).digest())
         return hmac.compare_digest(made, challenge)
 
-    def _new_grant(self, cid: str) -> str:
-        import secrets  # lazy: see Imports
-
-        gid, now = secrets.token_urlsafe(16), self.clock()
-        with self._changing() as doc:
-            doc["grants"][gid] = {"client_id": cid, "created": now, "used": now,
-                                  "access": {}, "spent": [], "refresh": "",
-                                  "refresh_expires": now + _AS_REFRESH_S}
-            if cid in doc["clients"]:
-                doc["clients"][cid]["used"] = now
-        return gid
-
-    def _tokens(self, gid: str, new: bool = False) -> _HttpReply:
-        """New access and refresh tokens for approval `gid`; the refresh token it had is spent
-        (rotation: its reuse revokes the approval)."""
+    def _rotate(self, doc: dict, g: dict) -> dict:
+        """New access and refresh tokens for approval `g` of `doc` (in _changing); the refresh
+        token it had is spent (rotation: its reuse revokes the approval)."""
         import secrets  # lazy: see Imports
 
         access, refresh, now = secrets.token_urlsafe(32), secrets.token_urlsafe(32), self.clock()
-        with self._changing() as doc:
-            g = doc["grants"].get(gid)
-            if g is None:
-                return _as_error(400, "invalid_grant", "the approval was revoked meanwhile")
-            if g["refresh"]:
-                g["spent"] = (g["spent"] + [g["refresh"]])[-_AS_SPENT_PER:]
-            g["access"][_sha(access)] = now + _AS_ACCESS_S
-            g["access"] = dict(list(g["access"].items())[-_AS_ACCESS_PER:])
-            g.update(refresh=_sha(refresh), refresh_expires=now + _AS_REFRESH_S, used=now)
-            if g["client_id"] in doc["clients"]:
-                doc["clients"][g["client_id"]]["used"] = now
-        return _as_json(200, {"access_token": access, "token_type": "Bearer",
-                              "expires_in": int(_AS_ACCESS_S), "refresh_token": refresh})
+        if g["refresh"]:
+            g["spent"] = (g["spent"] + [g["refresh"]])[-_AS_SPENT_PER:]
+        g["access"][_as_sha(access)] = now + _AS_ACCESS_S
+        g["access"] = dict(list(g["access"].items())[-_AS_ACCESS_PER:])
+        g.update(refresh=_as_sha(refresh), refresh_expires=now + _AS_REFRESH_S, used=now)
+        if g["client_id"] in doc["clients"]:
+            doc["clients"][g["client_id"]]["used"] = now
+        return {"access_token": access, "token_type": "Bearer",
+                "expires_in": int(_AS_ACCESS_S), "refresh_token": refresh}
 
     def _refresh_grant(self, form: Dict[str, str]) -> _HttpReply:
         """A refresh token for new tokens; a spent one revokes its approval (OAuth 2.1 section
-        4.3.1: a stolen refresh token is caught when either holder uses it next)."""
+        4.3.1: a stolen refresh token is caught when either holder uses it next). Checked and
+        rotated under the folder's lock: two Abstracts on one folder cannot both spend it."""
         if not form.get("refresh_token"):
             return _as_error(400, "invalid_request", "missing: refresh_token")
-        digest = _sha(form["refresh_token"])
-        with self._lock:
-            self._sync()
-            gid = self._refresh.get(digest)
-            if gid is None and digest in self._spent:
-                self._revoke_grant(self._spent[digest], "a spent refresh token was used again")
-                return _as_error(400, "invalid_grant", "the refresh token was used already "
-                                 "(they rotate); every token of its approval is revoked. "
-                                 "Authorize again")
-            g = self._doc["grants"].get(gid or "")
-            if g is None or g.get("refresh_expires", 0) <= self.clock():
-                return _as_error(400, "invalid_grant", "the refresh token is unknown, revoked "
-                                 "or expired; authorize again")
-            if form.get("client_id", g["client_id"]) != g["client_id"]:
-                return _as_error(400, "invalid_grant", "the refresh token is another client's")
-            return self._tokens(gid or "")
+        digest, why, tokens = _as_sha(form["refresh_token"]), "", {}
+        with self._changing() as doc:
+            gid = self._refresh.get(digest, "")
+            g = doc["grants"].get(gid)
+            if not gid and digest in self._spent:
+                self._drop(doc, self._spent[digest], "a spent refresh token was used again")
+                why = ("the refresh token was used already (they rotate); every token of its "
+                       "approval is revoked. Authorize again")
+            elif g is None or g["refresh_expires"] <= self.clock():
+                why = "the refresh token is unknown, revoked or expired; authorize again"
+            elif form.get("client_id", g["client_id"]) != g["client_id"]:
+                why = "the refresh token is another client's"
+            else:
+                tokens = self._rotate(doc, g)
+        return _as_json(200, tokens) if tokens else _as_error(400, "invalid_grant", why)
 
     def _revoke(self, method: str, query: str, headers: Dict[str, str],
                 body: bytes) -> _HttpReply:
@@ -16233,7 +16229,7 @@ class _AuthServer:
             return _as_error(400, "invalid_request", str(e))
         if not token:
             return _as_error(400, "invalid_request", "missing: token")
-        digest = _sha(token)
+        digest = _as_sha(token)
         with self._lock:
             self._sync()
             gid = self._refresh.get(digest)
