@@ -517,6 +517,21 @@ def test_clients_pages_and_bodies_are_bounded(srv: Served, monkeypatch: Any) -> 
         "clients"]) == 3
 
 
+def test_approvals_and_codes_are_bounded(srv: Served, monkeypatch: Any) -> None:
+    monkeypatch.setattr(abstract, "_AS_GRANTS_MAX", 2)
+    monkeypatch.setattr(abstract, "_AS_CODES_MAX", 1)
+    logins = [login(srv)[1] for _ in range(3)]
+    assert [srv.auth.verify(d["access_token"]) for d in logins] == [False, True, True]
+    cid = client_id(srv)
+    first_verifier, first = pkce()
+    code = code_for(srv, cid, first)
+    code_for(srv, cid, pkce()[1])  # the second code pushes the first out
+    status, doc, _ = token(srv, {"grant_type": "authorization_code", "code": code,
+                                 "client_id": cid, "redirect_uri": REDIRECT,
+                                 "code_verifier": first_verifier})
+    assert status == 400 and doc["error"] == "invalid_grant"
+
+
 def test_a_flood_of_registrations_does_not_push_out_an_approved_client(
         srv: Served, monkeypatch: Any) -> None:
     monkeypatch.setattr(abstract, "_AS_CLIENTS_MAX", 3)
