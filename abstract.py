@@ -16050,6 +16050,658 @@ def _serve_lines(args: argparse.Namespace, settings: _Settings, environ: Dict[st
 
 
 # -- the authorization server (OAuth 2.1 for web connectors)
+# Web connectors (claude.ai, ChatGPT) speak OAuth, not static tokens: when serving, Abstract is its
+# own small authorization server (https://modelcontextprotocol.io/specification/2025-11-25/basic/
+# authorization): protected resource metadata (RFC 9728), authorization server metadata (RFC
+# 8414), dynamic registration of public clients (RFC 7591), the authorization code grant with
+# PKCE S256 only (RFC 7636; OAuth 2.1), an approval page that asks for the server's token before a
+# code is issued, rotating refresh tokens (OAuth 2.1 section 4.3.1) and revocation (RFC 7009).
+# Only the sha256 of a code or token is kept; none is ever logged.
+
+_AS_BODY_MAX = 64 * 1024  # largest request body (a form or a registration)
+_AS_FILE_MAX = 8 * 1024 * 1024  # largest state file read back
+_AS_CLIENTS_MAX = 1000  # clients kept (past it the unapproved, then the longest unused, go)
+_AS_GRANTS_MAX = 1000  # approvals with live tokens (past it the oldest is revoked)
+_AS_CODES_MAX = 256  # authorization codes in memory (issued in the last _AS_KEEP_S)
+_AS_PENDING_MAX = 256  # approval pages open at once (past it the oldest expires)
+_AS_ATTEMPTS = 5  # wrong tokens one approval page takes; then it is closed
+_AS_CODE_S = 60.0  # an authorization code's life
+_AS_KEEP_S = 600.0  # how long a used code (for reuse detection) and an approval page are kept
+_AS_ACCESS_S = 3600.0  # an access token's life
+_AS_REFRESH_S = 30 * 86400.0  # a refresh token's life from its last use
+_AS_ACCESS_PER = 4  # live access tokens kept per approval (the oldest go first)
+_AS_SPENT_PER = 16  # spent refresh tokens remembered per approval (their reuse revokes it)
+_AS_URIS_MAX = 5  # redirect_uris per client
+_AS_URI_LEN = 512  # characters in a redirect URI
+_AS_NAME_LEN = 100  # characters of client_name kept (shown on the approval page)
+_AS_STATE_LEN = 1024  # characters in the state passed back
+_AS_FILE = "authserver"  # its state: <folder>/authserver-<hash>.json (_TokenStore's names)
+_AS_FORM = {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store",
+            "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            # no form-action: browsers apply it to the redirect after the form's POST
+            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                                       "frame-ancestors 'none'; base-uri 'none'"}
+_AS_VERIFIER_RE = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636 section 4.1
+_AS_CHALLENGE_RE = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of a sha256, unpadded
+_AS_LOOPBACK_RE = re.compile(r"localhost|::1|127(?:\.[0-9]{1,3}){3}", re.IGNORECASE)
+
+
+def _as_sha(text: str) -> str:
+    import hashlib  # lazy: see Imports
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _as_json(status: int, doc: Any, cache: bool = False) -> _HttpReply:
+    """A JSON answer; never cached unless `cache` (metadata), as RFC 6749 section 5.1 asks."""
+    head = {"Content-Type": "application/json"}
+    head.update({"Cache-Control": "max-age=300"} if cache else
+                {"Cache-Control": "no-store", "Pragma": "no-cache"})
+    return status, head, _dumps(doc).encode("utf-8")
+
+
+def _as_error(status: int, code: str, why: str) -> _HttpReply:
+    """An OAuth error answer (RFC 6749 section 5.2, RFC 7591 section 3.2.2)."""
+    return _as_json(status, {"error": code, "error_description": why})
+
+
+def _as_form(body: bytes) -> Dict[str, str]:
+    """A form's fields; ValueError for one given twice (RFC 6749 section 3.1) or bad UTF-8."""
+    pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                                   max_num_fields=50)
+    form = dict(pairs)
+    if len(form) != len(pairs):
+        dup = sorted({k for k, _ in pairs if sum(1 for j, _ in pairs if j == k) > 1})[0]
+        raise ValueError(f"the parameter {dup[:40]} is given more than once")
+    return form
+
+
+def _sans_port(uri: str) -> str:
+    """A redirect URI compared as RFC 8252 section 7.3 says: on a loopback host any port."""
+    try:
+        p = urllib.parse.urlsplit(uri)
+    except ValueError:
+        return uri
+    if p.scheme != "http" or not _AS_LOOPBACK_RE.fullmatch(p.hostname or ""):
+        return uri
+    host = f"[{p.hostname}]" if ":" in (p.hostname or "") else p.hostname
+    return urllib.parse.urlunsplit(("http", host or "", p.path, p.query, ""))
+
+
+def _redirect_problem(uri: Any) -> str:
+    """Why `uri` cannot be a redirect URI ("" if it can): https, or http on a loopback host (RFC
+    8252 section 7.3), no fragment or credentials (RFC 6749 section 3.1.2), bounded."""
+    if not isinstance(uri, str) or not uri or len(uri) > _AS_URI_LEN or _URL_BAD_RE.search(uri):
+        return (f"each redirect URI must be a URL of at most {_AS_URI_LEN} characters, without "
+                f"spaces or control characters")
+    try:
+        p = urllib.parse.urlsplit(uri)
+        p.port  # (raises ValueError for a bad one)
+    except ValueError:
+        return f"{uri[:100]} is not a valid URL"
+    if "#" in uri or p.username is not None:
+        return f"{uri[:100]} has a fragment or credentials; redirect URIs may have neither"
+    if not (p.scheme == "https" and p.hostname) and not (
+            p.scheme == "http" and _AS_LOOPBACK_RE.fullmatch(p.hostname or "")):
+        return (f"{uri[:100]} is neither https nor http on a loopback host (127.0.0.1, [::1], "
+                f"localhost)")
+    return ""
+
+
+def _as_client_ok(c: Any) -> bool:
+    """Whether a client read back from the state file has the shape Abstract writes."""
+    return (isinstance(c, dict) and isinstance(c.get("redirect_uris"), list)
+            and all(isinstance(u, str) for u in c["redirect_uris"])
+            and isinstance(c.get("client_name", ""), str)
+            and isinstance(c.get("used", 0), (int, float)))
+
+
+def _as_grant_ok(g: Any) -> bool:
+    """Whether an approval read back from the state file has the shape Abstract writes."""
+    num = (int, float)
+    return (isinstance(g, dict) and isinstance(g.get("client_id"), str)
+            and isinstance(g.get("refresh"), str) and isinstance(g.get("access"), dict)
+            and all(isinstance(t, num) for t in g["access"].values())
+            and isinstance(g.get("spent"), list) and all(isinstance(h, str) for h in g["spent"])
+            and isinstance(g.get("refresh_expires"), num) and isinstance(g.get("used", 0), num))
+
+
+def _approval_page(name: str, where: str, issuer: str, ticket: str, error: str = "") -> bytes:
+    """The approval page: who asks, and a form for the server's token (all text escaped)."""
+    esc = html.escape
+    who = esc(_escape_controls(name) or "An unnamed app")
+    note = f'<p class="err">{esc(error)}</p>' if error else ""
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Allow access to "
+            f"Abstract?</title><style>body{{font:16px sans-serif;max-width:36em;margin:3em auto;"
+            f"padding:0 1em}}.err{{color:#b00}}input{{width:100%;padding:.4em}}</style></head>"
+            f"<body><h1>Allow {who} to use Abstract?</h1><p><b>{who}</b> (returning to "
+            f"<code>{esc(where)}</code>) asks to use the MCP server at <code>{esc(issuer)}</code> "
+            f"on your behalf: every tool it offers.</p><p>To allow it, enter this server's token "
+            f"(<code>abstract --serve-token</code> prints it). Refuse if you did not start this."
+            f"</p>{note}<form method=\"post\" action=\"/authorize\"><input type=\"hidden\" "
+            f"name=\"ticket\" value=\"{esc(ticket)}\"><p><input type=\"password\" name=\"token\" "
+            f"autocomplete=\"off\" autofocus aria-label=\"server token\"></p><p><button "
+            f"name=\"decision\" value=\"allow\">Allow</button> <button name=\"decision\" "
+            f"value=\"deny\">Refuse</button></p></form></body></html>").encode("utf-8")
+
+
+def _refused_page(status: int, why: str) -> _HttpReply:
+    """An authorization request that cannot be sent back to its client: told here instead."""
+    page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Abstract: authorization "
+            f"refused</title></head><body><h1>Authorization refused</h1><p>"
+            f"{html.escape(why)}</p></body></html>")
+    return status, dict(_AS_FORM), page.encode("utf-8")
+
+
+class _AuthServer:
+    """Abstract's authorization server for its HTTP clients (issue 28, item 3).
+
+    `respond` answers the paths `handles` names; `verify` says whether a bearer token is an
+    access token it issued and still live. Clients and approvals (hashed tokens) are kept in one
+    JSON file in `folder`, written whole by the atomic writer under _TokenStore's lock file, so
+    several Abstracts may share it and a restart keeps them; codes and open approval pages live
+    in memory only. `approve(token)`: whether the token typed on the approval page is the
+    server's. Every count is bounded; a damaged file is moved aside and started afresh."""
+
+    def __init__(self, folder: str, issuer: str, resource: str,
+                 approve: Callable[[str], bool], clock: Callable[[], float] = time.time) -> None:
+        self.issuer, self.resource = issuer.rstrip("/"), resource
+        self.approve, self.clock = approve, clock
+        self._store = _TokenStore(folder)
+        self._file = self._store._path(_AS_FILE)
+        self._lock = threading.RLock()  # every field below
+        self._doc: dict = {"clients": {}, "grants": {}}
+        self._seen: Any = None  # the file's (mtime, size, inode) when last read or written
+        self._access: Dict[str, Tuple[str, float]] = {}  # sha -> (grant id, expiry)
+        self._refresh: Dict[str, str] = {}  # sha of a live refresh token -> grant id
+        self._spent: Dict[str, str] = {}  # sha of a spent refresh token -> grant id
+        self._codes: Dict[str, dict] = {}  # sha of a code -> its request (and grant, once used)
+        self._pending: Dict[str, dict] = {}  # approval page ticket -> its authorization request
+        prm = "/.well-known/oauth-protected-resource"
+        self._routes: Dict[str, Callable[[str, str, Dict[str, str], bytes], _HttpReply]] = {
+            prm: self._prm, prm + urllib.parse.urlsplit(resource).path.rstrip("/"): self._prm,
+            "/.well-known/oauth-authorization-server": self._metadata,
+            "/.well-known/openid-configuration": self._metadata,
+            "/register": self._register, "/authorize": self._authorize, "/token": self._token,
+            "/revoke": self._revoke}
+        with self._lock:
+            self._sync()
+
+    def handles(self, path: str) -> bool:
+        """Whether `path` is one of the authorization server's."""
+        return path in self._routes
+
+    def respond(self, method: str, path: str, query: str, headers: Mapping[str, str],
+                body: bytes) -> _HttpReply:
+        """The answer to one request on a path it `handles` (404 for another)."""
+        route = self._routes.get(path)
+        if route is None:
+            return _as_error(404, "not_found", f"no such path here: {path[:100]}")
+        if path == "/authorize":  # a page for the browser, never read by another site's script
+            return self._answer(route, method, query, headers, body)
+        # the rest is for clients, browser-based ones too (the Inspector): CORS, with no
+        # credentials (RFC 8414 and 7591 data is public; tokens are bound by PKCE)
+        cors = {"Access-Control-Allow-Origin": "*"}
+        if method.upper() == "OPTIONS":
+            return 204, dict(cors, **{"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                                      "Access-Control-Allow-Headers": "Content-Type, "
+                                      "Authorization, MCP-Protocol-Version",
+                                      "Access-Control-Max-Age": "600"}), b""
+        status, head, data = self._answer(route, method, query, headers, body)
+        return status, dict(head, **cors), data
+
+    def _answer(self, route: Callable[[str, str, Dict[str, str], bytes], _HttpReply],
+                method: str, query: str, headers: Mapping[str, str], body: bytes) -> _HttpReply:
+        if len(body) > _AS_BODY_MAX:
+            return _as_error(413, "invalid_request",
+                             f"the request body is over {_AS_BODY_MAX} bytes")
+        try:
+            return route(method.upper(), query, {k.lower(): v for k, v in headers.items()},
+                         body)
+        except Exception:  # a fault of Abstract's: told as one, never a crash
+            _log.exception("the authorization server failed on %s %s", method,
+                           getattr(route, "__name__", "?"))
+            return _as_error(500, "server_error", "the authorization server failed; see "
+                             "Abstract's log")
+
+    def verify(self, access_token: str) -> bool:
+        """Whether `access_token` is a live access token of this server's. Looked up by its
+        sha256 (the token is never kept, and the lookup's timing tells nothing of it)."""
+        if not isinstance(access_token, str) or not 0 < len(access_token) <= 512:
+            return False
+        with self._lock:
+            self._sync()
+            found = self._access.get(_as_sha(access_token))
+        return found is not None and self.clock() < found[1]
+
+    def close(self) -> None:
+        """Forget the codes and approval pages in memory (the file keeps the rest)."""
+        with self._lock:
+            self._codes.clear()
+            self._pending.clear()
+
+    # the state file: clients and approvals, shared by every Abstract serving from the folder
+
+    def _sync(self) -> None:
+        """Read the file again if another Abstract (or this one) wrote it since (self._lock)."""
+        try:
+            st = os.stat(self._file)
+            seen: Any = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            seen = None
+        if seen == self._seen:
+            return
+        self._doc, self._seen = self._read(), seen
+        self._index()
+
+    def _read(self) -> dict:
+        """The file's clients and approvals; a damaged one is moved aside (and said so)."""
+        fresh: dict = {"clients": {}, "grants": {}}
+        try:
+            with _retry_shared(open, self._file, "rb") as f:  # (Windows: mid-replace)
+                data = f.read(_AS_FILE_MAX + 1)
+        except FileNotFoundError:
+            return fresh
+        except OSError as e:
+            _log.warning("the authorization server cannot read %s (%s); clients must register "
+                         "and be approved again", self._file, e.strerror or e)
+            return fresh
+        try:
+            doc = json.loads(data.decode("utf-8")) if len(data) <= _AS_FILE_MAX else None
+        except ValueError:
+            doc = None
+        if (not isinstance(doc, dict) or not isinstance(doc.get("clients"), dict)
+                or not isinstance(doc.get("grants"), dict)):
+            aside = self._file.with_name(self._file.stem + ".damaged.json")
+            with contextlib.suppress(OSError):
+                os.replace(self._file, aside)
+            _log.warning("the authorization server's file %s is damaged; moved to %s and "
+                         "started afresh: clients must register and be approved again",
+                         self._file, aside)
+            return fresh
+        # an entry edited by hand into another shape is left out
+        doc["clients"] = {k: v for k, v in doc["clients"].items() if _as_client_ok(v)}
+        doc["grants"] = {k: v for k, v in doc["grants"].items() if _as_grant_ok(v)}
+        return doc
+
+    def _index(self) -> None:
+        """The lookups by hash, from the document."""
+        self._access, self._refresh, self._spent = {}, {}, {}
+        for gid, g in self._doc["grants"].items():
+            for digest, expires in g["access"].items():
+                self._access[digest] = (gid, float(expires))
+            if g.get("refresh"):
+                self._refresh[str(g["refresh"])] = gid
+            self._spent.update((str(h), gid) for h in g["spent"])
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[dict]:
+        """The document, read afresh, to change; written back (pruned) when the block ends,
+        all under this thread's lock and the folder's lock file (_TokenStore.locked)."""
+        with self._lock, self._store.locked(_AS_FILE):
+            self._sync()
+            try:
+                yield self._doc
+            except BaseException:
+                self._seen = None  # half changed: read the file again next time
+                raise
+            self._prune(self._doc)
+            data = _dumps(self._doc).encode("utf-8")
+            _write_new(self._store._folder(), self._file.stem, ".json", data, 0o600,
+                       replace=True)
+            st = os.stat(self._file)
+            self._seen = (st.st_mtime_ns, st.st_size, st.st_ino)
+            self._index()
+
+    def _prune(self, doc: dict) -> None:
+        """Drop what expired, and what is over the bounds: the least recently used approvals,
+        then the clients never approved, then the longest unused (with their approvals)."""
+        now = self.clock()
+        grants = doc["grants"]
+        for gid, g in list(grants.items()):
+            g["access"] = {h: t for h, t in g["access"].items() if t > now}
+            if g.get("refresh_expires", 0) <= now or g.get("client_id") not in doc["clients"]:
+                del grants[gid]
+        for gid in sorted(grants, key=lambda k: grants[k].get("used", 0))[:-_AS_GRANTS_MAX]:
+            del grants[gid]
+        clients = doc["clients"]
+        # (the unapproved first: a flood of registrations cannot push out a client in use)
+        approved = {g.get("client_id") for g in grants.values()}
+        for cid in sorted(clients, key=lambda k: (k in approved, clients[k].get("used", 0))
+                          )[:-_AS_CLIENTS_MAX]:
+            del clients[cid]
+            for gid in [k for k, g in grants.items() if g.get("client_id") == cid]:
+                del grants[gid]
+
+    def _revoke_grant(self, gid: str, why: str) -> None:
+        with self._changing() as doc:
+            self._drop(doc, gid, why)
+
+    @staticmethod
+    def _drop(doc: dict, gid: str, why: str) -> None:
+        """Revoke approval `gid` of `doc` (in _changing): its tokens end at once."""
+        gone = doc["grants"].pop(gid, None)
+        if gone is not None:
+            _log.warning("authorization server: an approval of client %s was revoked: %s",
+                         gone.get("client_id"), why)
+
+    # the endpoints
+
+    def _prm(self, method: str, query: str, headers: Dict[str, str], body: bytes) -> _HttpReply:
+        """RFC 9728 section 3.2."""
+        if method not in ("GET", "HEAD"):
+            return _as_error(405, "invalid_request", "use GET")
+        return _as_json(200, {"resource": self.resource, "authorization_servers": [self.issuer],
+                              "bearer_methods_supported": ["header"],
+                              "resource_name": "Abstract"}, cache=True)
+
+    def _metadata(self, method: str, query: str, headers: Dict[str, str],
+                  body: bytes) -> _HttpReply:
+        """RFC 8414 section 2 (served at the OpenID discovery path as well)."""
+        if method not in ("GET", "HEAD"):
+            return _as_error(405, "invalid_request", "use GET")
+        base = self.issuer
+        return _as_json(200, {
+            "issuer": base, "authorization_endpoint": base + "/authorize",
+            "token_endpoint": base + "/token", "registration_endpoint": base + "/register",
+            "revocation_endpoint": base + "/revoke", "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "revocation_endpoint_auth_methods_supported": ["none"],
+            "authorization_response_iss_parameter_supported": True}, cache=True)
+
+    def _register(self, method: str, query: str, headers: Dict[str, str],
+                  body: bytes) -> _HttpReply:
+        """RFC 7591: a public client (token_endpoint_auth_method none, whatever it asked)."""
+        import secrets  # lazy: see Imports
+
+        if method != "POST":
+            return _as_error(405, "invalid_request", "register with a POST of JSON metadata")
+        try:
+            meta = json.loads(body.decode("utf-8"))
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict):
+            return _as_error(400, "invalid_client_metadata", "the body must be a JSON object "
+                             "of client metadata (RFC 7591 section 2)")
+        uris = meta.get("redirect_uris")
+        if not isinstance(uris, list) or not 0 < len(uris) <= _AS_URIS_MAX:
+            return _as_error(400, "invalid_redirect_uri", f"redirect_uris must be a list of 1 "
+                             f"to {_AS_URIS_MAX} URIs")
+        why = next((w for w in map(_redirect_problem, uris) if w), "")
+        if why:
+            return _as_error(400, "invalid_redirect_uri", why)
+        grants, types = meta.get("grant_types", []), meta.get("response_types", [])
+        if not isinstance(grants, list) or not isinstance(types, list) or not set(
+                map(str, grants)) <= {"authorization_code", "refresh_token"} or not set(
+                map(str, types)) <= {"code"}:
+            return _as_error(400, "invalid_client_metadata", "only the authorization_code and "
+                             "refresh_token grants (response type code) are offered")
+        name = meta.get("client_name")
+        name = _escape_controls(name)[:_AS_NAME_LEN] if isinstance(name, str) else ""
+        cid, now = secrets.token_urlsafe(24), self.clock()
+        with self._changing() as doc:
+            doc["clients"][cid] = {"redirect_uris": list(dict.fromkeys(uris)), "client_name": name,
+                                   "created": now, "used": now}
+        _log.info("authorization server: client %s registered (%s)", cid, _clean(name))
+        answer = {"client_id": cid, "client_id_issued_at": int(now), "redirect_uris": uris,
+                  "token_endpoint_auth_method": "none", "response_types": ["code"],
+                  "grant_types": ["authorization_code", "refresh_token"]}
+        return _as_json(201, dict(answer, client_name=name) if name else answer)
+
+    def _authorize(self, method: str, query: str, headers: Dict[str, str],
+                   body: bytes) -> _HttpReply:
+        """GET: the request checked, then the approval page; POST: the page's form."""
+        if method == "POST":
+            return self._approve(headers, body)
+        if method != "GET":
+            return _refused_page(405, "Open this address in a browser (GET).")
+        try:
+            ask = _as_form(query.encode("utf-8"))
+        except ValueError as e:
+            return _refused_page(400, f"The authorization request is malformed: {e}.")
+        client = self._client(ask.get("client_id", ""))
+        if client is None:
+            return _refused_page(400, "The app's client_id is unknown here (never registered, "
+                                 "or dropped since): the app must register again.")
+        uri = ask.get("redirect_uri") or (client["redirect_uris"][0]
+                                          if len(client["redirect_uris"]) == 1 else "")
+        if _sans_port(uri) not in map(_sans_port, client["redirect_uris"]):
+            return _refused_page(400, "The redirect_uri is not one the app registered; "
+                                 "Abstract does not send anything there.")
+        state = ask.get("state", "")
+        state = state if len(state) <= _AS_STATE_LEN else ""
+        why = self._request_problem(ask)
+        if why[0]:
+            return self._back(uri, state, {"error": why[0], "error_description": why[1]})
+        import secrets  # lazy: see Imports
+
+        ticket, now = secrets.token_urlsafe(32), self.clock()
+        with self._lock:
+            for t in [t for t, p in self._pending.items() if p["expires"] <= now]:
+                del self._pending[t]
+            while len(self._pending) >= _AS_PENDING_MAX:
+                del self._pending[next(iter(self._pending))]
+            self._pending[ticket] = {"client_id": ask["client_id"], "redirect_uri": uri,
+                                     "sent": "redirect_uri" in ask,
+                                     "state": state, "challenge": ask["code_challenge"],
+                                     "expires": now + _AS_KEEP_S, "attempts": 0}
+        page = _approval_page(client.get("client_name", ""), _url_base(uri), self.issuer, ticket)
+        return 200, dict(_AS_FORM), page
+
+    def _client(self, cid: str) -> Optional[dict]:
+        with self._lock:
+            self._sync()
+            return self._doc["clients"].get(cid)
+
+    def _request_problem(self, ask: Dict[str, str]) -> Tuple[str, str]:
+        """(error, description) for an authorization request to refuse, else ("", "")."""
+        if ask.get("response_type") != "code":
+            return "unsupported_response_type", "response_type must be code"
+        if not ask.get("code_challenge"):
+            return "invalid_request", "code_challenge is required (PKCE, method S256)"
+        if ask.get("code_challenge_method") != "S256":
+            return "invalid_request", "code_challenge_method must be S256 (plain is refused)"
+        if not _AS_CHALLENGE_RE.fullmatch(ask["code_challenge"]):
+            return "invalid_request", "code_challenge must be the 43-character S256 value"
+        if "resource" in ask and not self._ours(ask["resource"]):
+            return "invalid_target", f"resource must be {self.resource}"
+        if len(ask.get("state", "")) > _AS_STATE_LEN:
+            return "invalid_request", f"state is over {_AS_STATE_LEN} characters"
+        return "", ""
+
+    def _ours(self, resource: str) -> bool:
+        """Whether `resource` (RFC 8707) names this server's MCP endpoint."""
+        return _canonical_resource(resource) == _canonical_resource(self.resource)
+
+    def _back(self, uri: str, state: str, params: Dict[str, str]) -> _HttpReply:
+        """The redirect to the client's (registered) `uri` with `params`, state and iss (RFC
+        9207)."""
+        params = dict(params, **({"state": state} if state else {}), iss=self.issuer)
+        where = uri + ("&" if "?" in uri else "?") + urllib.parse.urlencode(params)
+        return 302, {"Location": where, "Cache-Control": "no-store",
+                     "Referrer-Policy": "no-referrer"}, b""
+
+    def _approve(self, headers: Dict[str, str], body: bytes) -> _HttpReply:
+        """The approval form: the server's token (approve) issues a code; a wrong one shows
+        the page again, _AS_ATTEMPTS times at most."""
+        origin = headers.get("origin")
+        if origin and origin != "null" and origin.rstrip("/") != self.issuer:
+            return _refused_page(403, "This form may only be sent from Abstract's own page.")
+        try:
+            form = _as_form(body)
+        except ValueError as e:
+            return _refused_page(400, f"The form is malformed: {e}.")
+        with self._lock:
+            ask = self._pending.get(form.get("ticket", ""))
+            if ask is None or ask["expires"] <= self.clock():
+                self._pending.pop(form.get("ticket", ""), None)
+                return _refused_page(400, "This approval page has expired or was used; start "
+                                     "again from the app.")
+            if form.get("decision") == "deny":
+                del self._pending[form["ticket"]]
+                return self._back(ask["redirect_uri"], ask["state"], {"error": "access_denied"})
+            if not self.approve(form.get("token", "")):
+                ask["attempts"] += 1
+                _log.warning("authorization server: a wrong token on the approval page "
+                             "(client %s)", ask["client_id"])
+                if ask["attempts"] >= _AS_ATTEMPTS:
+                    del self._pending[form["ticket"]]
+                    return _refused_page(403, f"{_AS_ATTEMPTS} wrong tokens: this approval "
+                                         f"is refused. Start again from the app.")
+                client = self._doc["clients"].get(ask["client_id"]) or {}
+                page = _approval_page(client.get("client_name", ""),
+                                      _url_base(ask["redirect_uri"]), self.issuer,
+                                      form["ticket"], "That is not this server's token.")
+                return 403, dict(_AS_FORM), page
+            del self._pending[form["ticket"]]
+        return self._back(ask["redirect_uri"], ask["state"], {"code": self._new_code(ask)})
+
+    def _new_code(self, ask: dict) -> str:
+        import secrets  # lazy: see Imports
+
+        code, now = secrets.token_urlsafe(32), self.clock()
+        with self._lock:
+            for h in [h for h, c in self._codes.items() if c["issued"] + _AS_KEEP_S <= now]:
+                del self._codes[h]
+            while len(self._codes) >= _AS_CODES_MAX:
+                del self._codes[next(iter(self._codes))]
+            self._codes[_as_sha(code)] = dict(ask, issued=now, grant="")
+        _log.info("authorization server: client %s approved", ask["client_id"])
+        return code
+
+    def _token(self, method: str, query: str, headers: Dict[str, str],
+               body: bytes) -> _HttpReply:
+        """RFC 6749 section 3.2: the authorization_code and refresh_token grants."""
+        if method != "POST":
+            return _as_error(405, "invalid_request", "use POST with a form")
+        try:
+            form = _as_form(body)
+        except ValueError as e:
+            return _as_error(400, "invalid_request", str(e))
+        grant = form.get("grant_type")
+        if "resource" in form and not self._ours(form["resource"]):
+            return _as_error(400, "invalid_target", f"resource must be {self.resource}")
+        if grant == "authorization_code":
+            return self._code_grant(form)
+        if grant == "refresh_token":
+            return self._refresh_grant(form)
+        if not grant:
+            return _as_error(400, "invalid_request", "grant_type is missing")
+        return _as_error(400, "unsupported_grant_type", "grant_type must be authorization_code "
+                         "or refresh_token")
+
+    def _code_grant(self, form: Dict[str, str]) -> _HttpReply:
+        """A code for tokens: single use (a second use revokes what the first gave), within
+        _AS_CODE_S, for its client and redirect_uri, with the verifier of its challenge."""
+        missing = [k for k in ("code", "client_id", "code_verifier") if not form.get(k)]
+        if missing:
+            return _as_error(400, "invalid_request", f"missing: {', '.join(missing)}")
+        if self._client(form["client_id"]) is None:
+            return _as_error(401, "invalid_client", "unknown client_id: register again")
+        with self._lock:
+            ask = self._codes.get(_as_sha(form["code"]))
+            if ask is not None and ask["grant"]:
+                self._revoke_grant(ask["grant"], "its authorization code was used twice")
+                return _as_error(400, "invalid_grant", "the code was used already; the tokens "
+                                 "it gave are revoked. Authorize again")
+            if ask is None or ask["issued"] + _AS_CODE_S <= self.clock():
+                return _as_error(400, "invalid_grant", f"the code is unknown or expired (a code "
+                                 f"lives {_AS_CODE_S:g} s); authorize again")
+            # redirect_uri as the authorization request had it (RFC 6749 section 4.1.3)
+            sent = ask["sent"] or "redirect_uri" in form
+            if ask["client_id"] != form["client_id"] or (
+                    sent and form.get("redirect_uri") != ask["redirect_uri"]):
+                return _as_error(400, "invalid_grant", "client_id or redirect_uri is not the "
+                                 "one of the authorization request")
+            if not self._verifier_ok(form["code_verifier"], ask["challenge"]):
+                return _as_error(400, "invalid_grant", "code_verifier does not match the "
+                                 "code_challenge (PKCE S256)")
+            import secrets  # lazy: see Imports
+
+            gid, now = secrets.token_urlsafe(16), self.clock()
+            with self._changing() as doc:
+                g = doc["grants"][gid] = {"client_id": ask["client_id"], "created": now,
+                                          "access": {}, "spent": [], "refresh": ""}
+                tokens = self._rotate(doc, g)
+            ask["grant"] = gid
+        return _as_json(200, tokens)
+
+    @staticmethod
+    def _verifier_ok(verifier: str, challenge: str) -> bool:
+        import hashlib  # lazy: see Imports
+        import hmac  # lazy: see Imports
+
+        if not _AS_VERIFIER_RE.fullmatch(verifier):
+            return False
+        made = _b64url(hashlib.sha256(verifier.encode("ascii")).digest())
+        return hmac.compare_digest(made, challenge)
+
+    def _rotate(self, doc: dict, g: dict) -> dict:
+        """New access and refresh tokens for approval `g` of `doc` (in _changing); the refresh
+        token it had is spent (rotation: its reuse revokes the approval)."""
+        import secrets  # lazy: see Imports
+
+        access, refresh, now = secrets.token_urlsafe(32), secrets.token_urlsafe(32), self.clock()
+        if g["refresh"]:
+            g["spent"] = (g["spent"] + [g["refresh"]])[-_AS_SPENT_PER:]
+        g["access"][_as_sha(access)] = now + _AS_ACCESS_S
+        g["access"] = dict(list(g["access"].items())[-_AS_ACCESS_PER:])
+        g.update(refresh=_as_sha(refresh), refresh_expires=now + _AS_REFRESH_S, used=now)
+        if g["client_id"] in doc["clients"]:
+            doc["clients"][g["client_id"]]["used"] = now
+        return {"access_token": access, "token_type": "Bearer",
+                "expires_in": int(_AS_ACCESS_S), "refresh_token": refresh}
+
+    def _refresh_grant(self, form: Dict[str, str]) -> _HttpReply:
+        """A refresh token for new tokens; a spent one revokes its approval (OAuth 2.1 section
+        4.3.1: a stolen refresh token is caught when either holder uses it next). Checked and
+        rotated under the folder's lock: two Abstracts on one folder cannot both spend it."""
+        if not form.get("refresh_token"):
+            return _as_error(400, "invalid_request", "missing: refresh_token")
+        digest, why, tokens = _as_sha(form["refresh_token"]), "", {}
+        with self._changing() as doc:
+            gid = self._refresh.get(digest, "")
+            g = doc["grants"].get(gid)
+            if not gid and digest in self._spent:
+                self._drop(doc, self._spent[digest], "a spent refresh token was used again")
+                why = ("the refresh token was used already (they rotate); every token of its "
+                       "approval is revoked. Authorize again")
+            elif g is None or g["refresh_expires"] <= self.clock():
+                why = "the refresh token is unknown, revoked or expired; authorize again"
+            elif form.get("client_id", g["client_id"]) != g["client_id"]:
+                why = "the refresh token is another client's"
+            else:
+                tokens = self._rotate(doc, g)
+        return _as_json(200, tokens) if tokens else _as_error(400, "invalid_grant", why)
+
+    def _revoke(self, method: str, query: str, headers: Dict[str, str],
+                body: bytes) -> _HttpReply:
+        """RFC 7009: an access token ends alone; a refresh token ends its whole approval. An
+        unknown token is answered 200 as well (section 2.2)."""
+        if method != "POST":
+            return _as_error(405, "invalid_request", "use POST with a form")
+        try:
+            token = _as_form(body).get("token")
+        except ValueError as e:
+            return _as_error(400, "invalid_request", str(e))
+        if not token:
+            return _as_error(400, "invalid_request", "missing: token")
+        digest = _as_sha(token)
+        with self._lock:
+            self._sync()
+            gid = self._refresh.get(digest)
+            if gid is not None:
+                self._revoke_grant(gid, "its refresh token was revoked")
+            elif digest in self._access:
+                with self._changing() as doc:
+                    g = doc["grants"].get(self._access[digest][0])
+                    if g is not None:
+                        g["access"].pop(digest, None)
+        return 200, {"Cache-Control": "no-store"}, b""
 
 
 # -- sessions and the /mcp endpoint
