@@ -12,11 +12,14 @@ every request as it will."""
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import hmac
 import http.client
 import http.server
 import io
 import json
+import re
 import shutil
 import socket
 import ssl
@@ -24,6 +27,7 @@ import stat
 import subprocess
 import sys
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -45,10 +49,15 @@ class _Endpoint:
 
     def __init__(self, make_guard, host: str = "127.0.0.1", tls: Optional[ssl.SSLContext] = None):
         endpoint = self
+        self.auth = None  # an _AuthServer answering its paths after the guard, as CORE's does
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _any(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 reply = endpoint.guard.check(self.command, self.path, self.headers)
+                path, _, query = self.path.partition("?")
+                if reply is None and endpoint.auth is not None and endpoint.auth.handles(path):
+                    reply = endpoint.auth.respond(self.command, path, query, self.headers, body)
                 status, headers, body = reply or (200, {"Content-Type": "text/plain"}, b"served")
                 self.send_response(status)
                 for name, value in headers.items():
@@ -74,7 +83,8 @@ class _Endpoint:
         self.thread.start()
 
     def request(self, method: str = "POST", path: str = "/mcp", headers: Optional[dict] = None,
-                context: Optional[ssl.SSLContext] = None) -> Tuple[int, Dict[str, str], bytes]:
+                context: Optional[ssl.SSLContext] = None, body: Optional[bytes] = None
+                ) -> Tuple[int, Dict[str, str], bytes]:
         """One request with exactly `headers` (Host too: http.client's own is left out)."""
         if context is not None:
             conn = http.client.HTTPSConnection("localhost", self.port, timeout=WAIT,
@@ -85,7 +95,11 @@ class _Endpoint:
             conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             for name, value in (headers or {}).items():
                 conn.putheader(name, value)
-            conn.endheaders(b"{}" if method == "POST" else None)
+            if body is None:
+                body = b"{}" if method == "POST" else b""
+            if body:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body or None)
             resp = conn.getresponse()
             return resp.status, dict(resp.getheaders()), resp.read()
         finally:
@@ -332,6 +346,65 @@ def test_the_authorization_servers_paths_need_no_token_while_oauth_is_on(endpoin
     # Origin and Host still apply there (the approval page is a browser's)
     assert on.request("GET", path, {"Host": _host(on), "Origin": "http://evil.example"})[0] == 403
     assert on.request("GET", path, {"Host": "evil.example"})[0] == 421
+
+
+def test_with_the_authorization_server_a_web_connector_logs_in_through_the_guard(endpoint,
+                                                                                  tmp_path):
+    """The real _AuthServer behind the guard: its paths answer without a token (the approval
+    page's form comes from the server's own origin), the page takes the server's token, and the
+    access token it issues opens /mcp."""
+    made = {}
+
+    def guard(port: int) -> abstract._ServeGuard:
+        base = f"http://127.0.0.1:{port}"
+        made["auth"] = abstract._AuthServer(
+            str(tmp_path / "auth"), base, base + "/mcp",
+            lambda t: hmac.compare_digest(t.encode(), TOKEN.encode()))
+        return abstract._ServeGuard("127.0.0.1", port, TOKEN, verify=made["auth"].verify,
+                                    resource_metadata=META.format(port=port))
+
+    e = endpoint(guard)
+    e.auth = made["auth"]
+    try:
+        own = {"Host": _host(e)}
+        status, headers, _ = e.request("POST", "/mcp", own)
+        assert status == 401 and "resource_metadata" in headers["WWW-Authenticate"]
+        status, _, body = e.request("GET", "/.well-known/oauth-protected-resource/mcp", own)
+        assert status == 200 and json.loads(body)["resource"] == e.guard.url + "/mcp"
+        redirect = "http://127.0.0.1:33418/callback"
+        status, _, body = e.request("POST", "/register", {
+            **own, "Content-Type": "application/json"}, body=json.dumps(
+                {"redirect_uris": [redirect], "client_name": "connector"}).encode())
+        cid = json.loads(body)["client_id"]
+        verifier = "v" * 50
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+        query = urllib.parse.urlencode({
+            "response_type": "code", "client_id": cid, "redirect_uri": redirect, "state": "s",
+            "code_challenge": challenge.decode().rstrip("="), "code_challenge_method": "S256"})
+        status, _, page = e.request("GET", "/authorize?" + query, own)
+        ticket = re.search(r'name="ticket" value="([^"]+)"', page.decode()).group(1)
+        form = {**own, "Content-Type": "application/x-www-form-urlencoded",
+                "Origin": f"http://127.0.0.1:{e.port}"}  # the page's own origin, as a browser
+        for typed, want in (("wrong-" + TOKEN, 403), (TOKEN, 302)):  # (403: the page's)
+            status, headers, page = e.request("POST", "/authorize", form,
+                                              body=urllib.parse.urlencode(
+                                                  {"ticket": ticket, "token": typed,
+                                                   "decision": "allow"}).encode())
+            assert status == want and (want == 302) == ("Location" in headers), page
+        code = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(
+            headers["Location"]).query))["code"]
+        status, _, body = e.request("POST", "/token", {
+            **own, "Content-Type": "application/x-www-form-urlencoded"},
+            body=urllib.parse.urlencode({"grant_type": "authorization_code", "code": code,
+                                         "client_id": cid, "redirect_uri": redirect,
+                                         "code_verifier": verifier}).encode())
+        access = json.loads(body)["access_token"]
+        assert e.request("POST", "/mcp", {**own, "Authorization": f"Bearer {access}"})[0] == 200
+        assert e.request("POST", "/mcp", {**own, "Authorization": f"Bearer {TOKEN}"})[0] == 200
+        evil = {**form, "Origin": "http://evil.example.com"}
+        assert e.request("POST", "/authorize", evil, body=b"ticket=x")[0] == 403
+    finally:
+        e.auth.close()
 
 
 def test_other_paths_need_the_token_while_oauth_is_on(endpoint):
