@@ -121,8 +121,9 @@ from typing import (Any, Callable, Container, Dict, Iterable, Iterator, List, Ma
 # Imported where they are used, for start-up time (a client starts Abstract for each session):
 # hashlib, hmac and secrets (OpenSSL: ~5 ms), socket, selectors and http.server (~40 ms, --http
 # only), datetime (~3 ms, catalog dates), urllib.request (~16 ms: http.client, email and ssl),
-# ssl, http.client, select and webbrowser (remote servers and their logins only); fcntl
-# (POSIX) and msvcrt (Windows), one or the other, for the lock on a saved login;
+# ssl, http.client, select and webbrowser (remote servers and their logins only); ipaddress
+# and ssl (--serve only); fcntl (POSIX) and msvcrt (Windows), one or the other, for the lock on
+# a saved login;
 # zlib and gzip because a Python may be built without zlib (shutil guards it the same way).
 
 try:  # optional in a Python built without it, as shutil treats zlib: the catalog is then off
@@ -973,9 +974,38 @@ def _url_origin(url: str) -> Tuple[str, str, int]:
     return p.scheme, (p.hostname or "").lower(), p.port or (443 if p.scheme == "https" else 80)
 
 
+def _parse_hostport(value: str, flag: str = "--http") -> Tuple[str, int]:
+    """`flag`'s [HOST:]PORT ("8765", "0.0.0.0:80", "[::1]:9"): host 127.0.0.1 unless given, port
+    0 for a free one; ConfigError naming the flag and the form otherwise."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    # not isdigit(): "²".isdigit() is True; a host of letters, digits, dots, hyphens and colons
+    if (not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535
+            or not re.fullmatch(r"[A-Za-z0-9._:-]+", host)):
+        raise ConfigError(f"{flag} needs [HOST:]PORT such as 127.0.0.1:8765, not {value!r}")
+    return host, int(port)
+
+
 # what no URL of a metadata document may hold: whitespace, controls (a terminal's escape
 # sequences, BEL) and the invisible or reordering characters that make a URL read as another
 _URL_BAD_RE = re.compile("[\\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _origin_key(text: str) -> Optional[Tuple[str, str, int]]:
+    """An origin ("https://claude.ai", "http://[::1]:8080": scheme://host[:port], as a browser's
+    Origin header writes it) as (scheme, host, port) for comparing, default ports filled in;
+    None for anything else: a path, a query, user:password@, "null", another scheme."""
+    text = text.strip()
+    if _URL_BAD_RE.search(text) or not re.match(r"(?i)https?://", text):
+        return None
+    try:
+        p = urllib.parse.urlsplit(text)
+        p.port  # (ValueError for a malformed one)
+    except ValueError:
+        return None
+    if not p.hostname or p.path not in ("", "/") or p.query or p.fragment or "@" in p.netloc:
+        return None
+    return _url_origin(text.lower())
 
 
 class _Signer:
@@ -2993,6 +3023,23 @@ def _umask() -> int:
     return _UMASK[0]
 
 
+def _own_folder(folder: Path, what: str) -> str:
+    """`folder` (and its parents) made if missing, and made owner-only (0700): for secrets (the
+    saved logins, --serve's token). ConfigError naming `what` if it is someone else's, a symlink,
+    or cannot be made. Windows has no modes: the per-user profile folder it lies in (%APPDATA%)
+    is private by its ACL, which the folder inherits."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+            raise ConfigError(f"{folder} is not a folder of your own; remove it or move it away")
+        if not _WINDOWS:
+            os.chmod(folder, 0o700)
+    except OSError as e:
+        raise ConfigError(f"cannot use {what} {folder}: {e.strerror or e}") from None
+    return str(folder)
+
+
 class _Temps:
     """The atomic writer's temporary files being written, so that a shutdown leaves none behind.
     After stop() a write under way ends at its next piece (or before its fsync) with ECANCELED,
@@ -4469,6 +4516,20 @@ _QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
     "worker_memory_mb": (lambda v: _positive(v) and 32 <= v <= 65536, "a number of megabytes "
                                                                       "from 32 to 65536", 256),
 }
+# --serve (the Serving part): the OAuth authorization server for web connectors (on unless
+# false), the browser origins allowed besides the server's own (scheme://host[:port]), how long
+# a session may stay silent before it is ended, how many sessions at once, the largest request
+# body.
+_SERVE_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
+    "oauth": (lambda v: isinstance(v, bool), "true or false", True),
+    "origins": (lambda v: isinstance(v, list) and len(v) <= 100
+                and all(isinstance(o, str) and _origin_key(o) for o in v),
+                "a list of at most 100 origins such as \"https://claude.ai\" "
+                "(scheme://host[:port], no path)", ()),
+    "idle_timeout_seconds": (_seconds, _SECONDS, 1800),
+    "max_sessions": (lambda v: _count(v) and 1 <= v <= 4096, "a whole number from 1 to 4096", 64),
+    "max_body_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 4),
+}
 # Quotas of the allowed directories: storage.max_total_mb for each of them, or
 # storage.directories.<dir>.max_total_mb for one. Abstract refuses a store then; it never deletes.
 _QUOTA_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
@@ -4594,13 +4655,15 @@ class _Settings:
                  environ: Optional[Dict[str, str]] = None) -> None:
         data = {} if data is None else data  # a file holding [] or 0 is an error, not "no settings"
         _check_keys(data, _GLOBAL_SETTINGS, "",
-                    extra=("servers", "output_cache", "catalog", "storage", "inputs", "query"))
+                    extra=("servers", "output_cache", "catalog", "storage", "inputs", "query",
+                           "serve"))
         inputs = data.get("inputs", {})
         if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
             raise ConfigError("key 'inputs' must be an object mapping VS Code input ids to strings")
         _check_keys(data.get("output_cache", {}), _CACHE_GLOBAL, "output_cache")
         _check_keys(data.get("catalog", {}), _CATALOG_SETTINGS, "catalog")
         _check_keys(data.get("query", {}), _QUERY_SETTINGS, "query")
+        _check_keys(data.get("serve", {}), _SERVE_SETTINGS, "serve")
         _check_storage(data.get("storage", {}))
         servers = data.get("servers", {})
         if not isinstance(servers, dict):
@@ -4653,6 +4716,10 @@ class _Settings:
     def query(self, key: str) -> Any:
         """A query_output setting."""
         return self.data.get("query", {}).get(key, _QUERY_SETTINGS[key][2])
+
+    def serve(self, key: str) -> Any:
+        """A --serve setting."""
+        return self.data.get("serve", {}).get(key, _SERVE_SETTINGS[key][2])
 
     def quota_mb(self, root: str) -> Optional[float]:
         """The max_total_mb of the allowed directory `root` (a real path), if it has one."""
@@ -6493,20 +6560,8 @@ class _TokenStore:
         return self.dir / f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}.json"
 
     def _folder(self) -> str:
-        """The folder, made owner-only; ConfigError if it is someone else's or a symlink."""
-
-        try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            st = os.lstat(self.dir)
-            if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
-                raise ConfigError(f"{self.dir} is not a folder of your own; remove it or move "
-                                  f"it away")
-            if not _WINDOWS:  # Windows: the profile folder's ACL already keeps others out
-                os.chmod(self.dir, 0o700)
-        except OSError as e:
-            why = e.strerror or e
-            raise ConfigError(f"cannot use the login folder {self.dir}: {why}") from None
-        return str(self.dir)
+        """The folder, made owner-only (_own_folder)."""
+        return _own_folder(self.dir, "the login folder")
 
     def load(self, name: str) -> dict:
         """The login's file ({} when there is none, or it is unreadable: log in again); a file
@@ -15584,6 +15639,414 @@ class _Server:
 
 
 # -- the guard: addresses, tokens, Origin and Host, TLS
+# What every request to --serve passes first (_ServeGuard.check), after the Streamable HTTP
+# transport's security warning (Origin validated, loopback by default, authentication:
+# https://modelcontextprotocol.io/specification/2025-11-25/basic/transports#security-warning)
+# and the resource server's 401 (basic/authorization; RFC 9728 section 5.1, RFC 6750 section 3).
+
+_HttpReply = Tuple[int, Dict[str, str], bytes]  # status, headers, body
+
+_SERVE_TOKEN_ENV = "ABSTRACT_SERVE_TOKEN"
+_SERVE_TOKEN_MIN = 32  # characters of a token Abstract is given (a made one has 43: 256 bits)
+_SERVE_TOKEN_FILE_MAX = 4096  # bytes of the token file read
+_TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # visible ASCII, as a header carries it (no spaces)
+# what a client without a token must reach while OAuth is on (the authorization server's
+# paths, _AuthServer.handles; the well-known ones with their path suffixes too); the rest of
+# the server asks for a token
+_SERVE_OPEN_PATHS = ("/.well-known/oauth-protected-resource",
+                     "/.well-known/oauth-authorization-server",
+                     "/.well-known/openid-configuration", "/register", "/authorize", "/token",
+                     "/revoke")
+
+
+def _serve_address(text: str) -> Tuple[str, int]:
+    """--serve's [HOST:]PORT ("8080", "127.0.0.1:8080", "[::1]:8080", "0.0.0.0:0"): host
+    127.0.0.1 unless given; ConfigError naming the text and the form otherwise."""
+    return _parse_hostport(text, "--serve")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether `host` (a name, or an address with IPv6 unbracketed) is this machine only:
+    localhost, 127.0.0.0/8, ::1 (::ffff:127.0.0.1 too)."""
+    import ipaddress  # lazy: see Imports
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+
+
+def _serve_url(host: str, port: int, tls: bool) -> str:
+    """The server's base URL (no path): http://127.0.0.1:8080, https://[::1]:8443."""
+    return f"{'https' if tls else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _serve_folder(environ: Dict[str, str]) -> Path:
+    """Where --serve keeps its secrets (the token file): beside the saved logins, in the
+    user's config folder (_config_home: %APPDATA%\\Abstract\\serve on Windows)."""
+    return _config_home(environ) / "serve"
+
+
+def _checked_token(token: str, where: str) -> str:
+    """`token` if it is long enough and a header can carry it (then masked in every log line
+    and error: _SECRETS); ConfigError naming `where` otherwise."""
+    if len(token) < _SERVE_TOKEN_MIN or not _TOKEN_RE.fullmatch(token):
+        raise ConfigError(f"{where} must hold a token of at least {_SERVE_TOKEN_MIN} visible ASCII "
+                          f"characters without spaces (it has {len(token)} characters); make one "
+                          f"with: python3 -c \"import secrets; print(secrets.token_urlsafe(32))\"")
+    _SECRETS.add(token)
+    return token
+
+
+def _read_token(path: Path) -> Optional[str]:
+    """The token file's token (None when there is no file); ConfigError if it cannot be read.
+    One that others may read (POSIX) is used, with a warning."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfigError(f"cannot read the --serve token file {path}: {e.strerror or e}; "
+                          f"remove it, and a new token is made") from None
+    with os.fdopen(fd, "rb") as f:
+        if not _WINDOWS and os.fstat(f.fileno()).st_mode & 0o077:
+            _log.warning("the --serve token file %s may be read by other users: chmod 600 it",
+                         path)
+        raw = f.read(_SERVE_TOKEN_FILE_MAX)
+    return raw.decode("ascii", "replace").strip()
+
+
+def _serve_token(environ: Dict[str, str]) -> str:
+    """The bearer token --serve asks of its clients: ABSTRACT_SERVE_TOKEN when set (refused when
+    shorter than _SERVE_TOKEN_MIN), else the token file in _serve_folder, made on first use
+    (256 bits of secrets.token_urlsafe, 0600 in a 0700 folder, by the atomic writer) and never
+    overwritten. On Windows the file's mode is not enforced: the per-user %APPDATA% it lies in
+    is private by its ACL, as for the saved logins."""
+    given = environ.get(_SERVE_TOKEN_ENV)
+    if given:
+        return _checked_token(given, _SERVE_TOKEN_ENV)
+    path = _serve_folder(environ) / "token"
+    token = _read_token(path)
+    if token is None:
+        import secrets  # lazy: see Imports
+
+        folder = _own_folder(path.parent, "the --serve folder")
+        made = _write_new(folder, "token", "", f"{secrets.token_urlsafe(32)}\n".encode(), 0o600)
+        if made != str(path):  # another Abstract made the file meanwhile: its token stands
+            os.unlink(made)
+        else:
+            _log.info("made the --serve token file %s (print the token: abstract --serve-token)",
+                      path)
+        token = _read_token(path) or ""
+    return _checked_token(token, f"the --serve token file {path} (remove it, and a new token is "
+                                 f"made)")
+
+
+def _serve_tls(cert: str, key: str) -> Any:
+    """The server side's ssl.SSLContext (TLS 1.2 at least) from a PEM certificate chain and its
+    private key (`key` "" when `cert` holds both). ConfigError naming the file and the fix: one
+    missing, not PEM, a key that does not match, or one protected by a passphrase (none is asked
+    for: Abstract may run without a terminal)."""
+    try:
+        import ssl  # lazy: see Imports
+    except ImportError:  # pragma: no cover (a Python built without OpenSSL)
+        raise ConfigError("--serve-cert needs Python's ssl module, which this Python "
+                          "lacks") from None
+    for flag, path, what, mark in (
+            ("--serve-cert", cert, "certificate (-----BEGIN CERTIFICATE-----)", b"CERTIFICATE--"),
+            ("--serve-key" if key else "--serve-cert", key or cert,
+             "private key (-----BEGIN PRIVATE KEY-----)", b"PRIVATE KEY--")):
+        try:
+            with open(path, "rb") as f:
+                pem = f.read(1 << 20)
+        except OSError as e:
+            raise ConfigError(f"{flag} {path}: {e.strerror or e}") from None
+        if mark not in pem:
+            raise ConfigError(f"{flag} {path} holds no PEM {what}"
+                              + ("; give the key with --serve-key" if not key else ""))
+
+    def no_passphrase() -> str:
+        raise ConfigError(f"--serve-key {key or cert} is protected by a passphrase, which Abstract "
+                          f"does not ask for: write it without one (openssl pkey -in KEY -out "
+                          f"NEWKEY), readable by you only")
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key or None, password=no_passphrase)
+    except ssl.SSLError as e:
+        why = ("the key does not match the certificate" if "MISMATCH" in str(e)
+               else f"they cannot be used ({e.reason or e})")
+        raise ConfigError(f"--serve-cert {cert} and its key {key or cert}: {why}") from None
+    return context
+
+
+def _serve_refusal(host: str, tls: bool, auth: bool, insecure: bool) -> str:
+    """"" when `host` may be served so; else the one-line reason: an address other machines can
+    reach is served with TLS and authentication, or with --serve-insecure."""
+    if _is_loopback(host) or insecure or (tls and auth):
+        return ""
+    lacking = " and no ".join(w for w, have in (("TLS", tls), ("authentication", auth)) if not have)
+    return (f"--serve {host}: an address other machines can reach is served only with TLS and "
+            f"authentication, and this one would have no {lacking}. Give --serve-cert FILE and "
+            f"--serve-key FILE, or serve on 127.0.0.1 (behind a tunnel or a reverse proxy), or "
+            f"add --serve-insecure if you mean it")
+
+
+def _header(headers: Mapping[str, str], name: str) -> Optional[str]:
+    """A request header by name, in any case (http.server's headers, or a plain dict)."""
+    value = headers.get(name)
+    if value is None:
+        low = name.lower()
+        value = next((v for k, v in headers.items() if k.lower() == low), None)
+    return value
+
+
+def _split_host(value: str, default_port: int) -> Optional[Tuple[str, int]]:
+    """A Host header's (name, port), the name lowercased and an IPv6 one unbracketed; None
+    when malformed."""
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^\[\]:]+)(?::([0-9]{1,5}))?", value.strip())
+    if m is None:
+        return None
+    return m.group(1).strip("[]").lower(), int(m.group(2)) if m.group(2) else default_port
+
+
+def _shown(text: str) -> str:
+    """A header value of a request, fit to quote in its answer (cut, no control character)."""
+    return _escape_controls(text[:200])
+
+
+def _origin_keys(origins: Sequence[str]) -> List[Tuple[str, str, int]]:
+    """The allowed origins as _origin_key compares them; ConfigError for one that is not an
+    origin."""
+    keys = []
+    for given in origins:
+        key = _origin_key(given)
+        if key is None:
+            raise ConfigError(f"--serve-origin needs an origin such as https://claude.ai "
+                              f"(scheme://host[:port], no path), not {given!r}")
+        keys.append(key)
+    return keys
+
+
+class _ServeGuard:
+    """What every request to --serve passes first (`check`), in this order:
+
+    1. Origin (DNS rebinding, the transport's MUST): a request that carries one must come from
+       the server's own origin (scheme, a name of the bound address, the port; on loopback any
+       loopback name) or one allowed by serve.origins / --serve-origin: else 403. A request
+       without Origin (not from a browser) passes.
+    2. Host, on a loopback address: a loopback name with the server's port, or the host of an
+       allowed origin (a tunnel or reverse proxy that keeps the public Host): else 421
+       (Misdirected Request, as the MCP Python SDK answers; RFC 9110 section 15.5.20).
+    3. Authentication, unless `token` is "" and there is no `verify` (--serve-insecure):
+       `Authorization: Bearer <token>`, the server's token (hmac.compare_digest) or an OAuth
+       access token `verify` accepts: else 401 with WWW-Authenticate (RFC 6750: Bearer
+       resource_metadata="<url>" when OAuth is on, realm="abstract" otherwise; error=
+       "invalid_token" when a token was sent). CORS preflights (OPTIONS) and, while OAuth is
+       on, the authorization server's paths (_SERVE_OPEN_PATHS) need none.
+
+    A refusal's body is a JSON-RPC error without id saying what to fix. No token is logged:
+    refusals are logged at debug level, without the query."""
+
+    def __init__(self, host: str, port: int, token: str, origins: Sequence[str] = (),
+                 tls: bool = False, verify: Optional[Callable[[str], bool]] = None,
+                 resource_metadata: str = "") -> None:
+        if not 0 < port < 65536:  # (the Host and Origin checks compare it: the port bound)
+            raise ValueError(f"_ServeGuard needs the port the server is bound to, not {port}")
+        self.host, self.port, self.tls = host.lower(), port, tls
+        self.loopback = _is_loopback(host)
+        self.url = _serve_url(host, port, tls)  # (its origin; the MCP endpoint is url + "/mcp")
+        self._scheme = "https" if tls else "http"
+        self._token = token.encode("utf-8")
+        self._verify, self._metadata = verify, resource_metadata
+        keys = _origin_keys(origins)
+        self._origins = set(keys)
+        self._names = {k[1] for k in keys}  # the Host names a tunnel or proxy passes on
+        _SECRETS.add(token)
+
+    @property
+    def authenticates(self) -> bool:
+        return bool(self._token) or self._verify is not None
+
+    def check(self, method: str, path: str, headers: Mapping[str, str]) -> Optional[_HttpReply]:
+        """None: go on. Else the reply to send instead (403, 421 or 401: see the class)."""
+        host, origin = _header(headers, "Host"), _header(headers, "Origin")
+        if origin is not None and not self._origin_ok(origin, host):
+            return self._refuse(method, path, 403, (
+                f"Forbidden: requests from the web page at {_shown(origin)} are not allowed "
+                f"(DNS rebinding protection). If that page is an MCP client you trust, start "
+                f"Abstract with --serve-origin {_shown(origin)} (or add it to serve.origins in "
+                f"its settings)"))
+        if self.loopback and not self._host_ok(host):
+            return self._refuse(method, path, 421, (
+                f"Misdirected Request: Host {_shown(host or '')!r} is not this server, which "
+                f"serves on {self.url} (DNS rebinding protection). Connect to {self.url}/mcp; "
+                f"behind a tunnel or proxy that keeps its public Host, start Abstract with "
+                f"--serve-origin <its public origin>"))
+        if method == "OPTIONS" or self._open(path) or not self.authenticates:
+            return None
+        return self._authenticate(method, path, _header(headers, "Authorization"))
+
+    def _origin_ok(self, origin: str, host: Optional[str]) -> bool:
+        key = _origin_key(origin)
+        if key is None or key in self._origins:
+            return key is not None
+        scheme, name, port = key
+        if scheme != self._scheme or port != self.port:
+            return False
+        if self.loopback:
+            return _is_loopback(name)
+        # the name the browser reached this address by (every interface: any name; the Host
+        # check is for loopback, where rebinding reaches a server that needs no address)
+        seen = _split_host(host or "", self.port)
+        return name == self.host or (seen is not None and seen == (name, port))
+
+    def _host_ok(self, host: Optional[str]) -> bool:
+        seen = _split_host(host or "", 443 if self.tls else 80)
+        if seen is None:
+            return False
+        return (_is_loopback(seen[0]) and seen[1] == self.port) or seen[0] in self._names
+
+    def _open(self, path: str) -> bool:
+        """A path of the authorization server, reached without a token while OAuth is on."""
+        path = path.partition("?")[0]
+        return bool(self._metadata) and any(path == p or path.startswith(p + "/")
+                                            for p in _SERVE_OPEN_PATHS)
+
+    def _authenticate(self, method: str, path: str, value: Optional[str]
+                      ) -> Optional[_HttpReply]:
+        import hmac  # lazy: see Imports
+
+        scheme, _, token = (value or "").strip().partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        if token:
+            given = token.encode("utf-8", "surrogatepass")
+            if self._token and hmac.compare_digest(given, self._token):
+                return None
+            if self._verified(token):
+                return None
+        params = ([f'resource_metadata="{self._metadata}"'] if self._metadata
+                  else ['realm="abstract"']) + (['error="invalid_token"'] if token else [])
+        how = ("or log in with OAuth (your client does it when it supports OAuth)"
+               if self._metadata else "")
+        why = ("the bearer token is wrong, or has expired" if token
+               else "this server needs a bearer token")
+        return self._refuse(method, path, 401, (
+            f"Unauthorized: {why}. Send 'Authorization: Bearer <token>' with the server's token "
+            f"(its user prints it with: abstract --serve-token){', ' + how if how else ''}"),
+            {"WWW-Authenticate": "Bearer " + ", ".join(params)})
+
+    def _verified(self, token: str) -> bool:
+        """`verify`'s answer (no without one); one that raises counts as no (logged, without
+        the token)."""
+        verify = self._verify
+        try:
+            return verify is not None and bool(verify(token))
+        except Exception as e:  # (the authorization server's bug is no way in)
+            _log.warning("serve: checking an OAuth access token failed: %s", type(e).__name__)
+            return False
+
+    @staticmethod
+    def _refuse(method: str, path: str, status: int, message: str,
+                headers: Optional[Dict[str, str]] = None) -> _HttpReply:
+        _log.debug("serve: %s %s refused with %d", method, path.partition("?")[0][:200], status)
+        # (the transport allows a JSON-RPC error response without id in such a body)
+        body = _dumps({"jsonrpc": "2.0", "error": {"code": _INVALID_REQUEST, "message": message}})
+        return status, {"Content-Type": "application/json", **(headers or {})}, body.encode()
+
+
+def _serve_origins(args: argparse.Namespace, settings: _Settings) -> List[str]:
+    """The browser origins allowed besides the server's own: serve.origins and --serve-origin
+    (ConfigError for one of those that is not an origin)."""
+    _origin_keys(args.serve_origin or [])
+    return list(settings.serve("origins")) + list(args.serve_origin or [])
+
+
+def _serve_flags(args: argparse.Namespace) -> None:
+    """The --serve-* flags that go with --serve are given with it."""
+    for flag, given in (("--serve-cert", args.serve_cert), ("--serve-key", args.serve_key),
+                        ("--serve-origin", args.serve_origin),
+                        ("--serve-insecure", args.serve_insecure)):
+        if given and not args.serve:
+            raise ConfigError(f"{flag} is an option of --serve [HOST:]PORT, which is not given")
+    if args.serve_key and not args.serve_cert:
+        raise ConfigError("--serve-key needs --serve-cert FILE (the certificate it goes with)")
+
+
+def _serve_preflight(args: argparse.Namespace, settings: _Settings, environ: Dict[str, str]
+                     ) -> Optional[Tuple[str, int, Any]]:
+    """--serve checked before anything starts: (host, port, the TLS context or None), None
+    without --serve. ConfigError for a --serve-* flag without it, a bad address, certificate,
+    key or origin, a bad token in the environment, or an address that may not be served so
+    (_serve_refusal)."""
+    _serve_flags(args)
+    if not args.serve:
+        return None
+    host, port = _serve_address(args.serve)
+    tls = _serve_tls(args.serve_cert, args.serve_key or "") if args.serve_cert else None
+    _serve_origins(args, settings)
+    why = _serve_refusal(host, tls is not None, not args.serve_insecure, args.serve_insecure)
+    if why:
+        raise ConfigError(why)
+    if not args.serve_insecure and environ.get(_SERVE_TOKEN_ENV):
+        _checked_token(environ[_SERVE_TOKEN_ENV], _SERVE_TOKEN_ENV)
+    return host, port, tls
+
+
+def _serve_guard(args: argparse.Namespace, settings: _Settings, environ: Dict[str, str],
+                 host: str, port: int, tls: bool, verify: Optional[Callable[[str], bool]] = None,
+                 resource_metadata: str = "") -> _ServeGuard:
+    """The guard of --serve on host:port (the port bound: not 0), from the flags and settings:
+    the token (_serve_token, made on first use), the origins; `verify` and
+    `resource_metadata` from the authorization server when OAuth is on. --serve-insecure turns
+    authentication off, and says so loudly."""
+    why = _serve_refusal(host, tls, not args.serve_insecure, args.serve_insecure)
+    if why:
+        raise ConfigError(why)
+    origins = _serve_origins(args, settings)
+    if not args.serve_insecure:
+        return _ServeGuard(host, port, _serve_token(environ), origins, tls, verify,
+                           resource_metadata)
+    url = _serve_url(host, port, tls)
+    reach = ("any program on this machine" if _is_loopback(host)
+             else f"anyone who can reach {host} over the network")
+    _log.warning("--serve-insecure: AUTHENTICATION IS OFF%s: %s can use every upstream server "
+                 "through Abstract at %s/mcp. Meant for the conformance suite and local "
+                 "experiments; without --serve-insecure a bearer token is required",
+                 "" if tls or _is_loopback(host) else " AND TLS IS OFF (all of it in clear text)",
+                 reach, url)
+    return _ServeGuard(host, port, "", origins, tls)
+
+
+def _serve_lines(args: argparse.Namespace, settings: _Settings, environ: Dict[str, str],
+                 host: str, port: int, tls: Any) -> List[str]:
+    """--check: what --serve would serve (the address, TLS, authentication, OAuth, origins);
+    no token file is made."""
+    where = ("loopback: this machine only" if _is_loopback(host)
+             else "other machines can reach it")
+    if not port:
+        where += "; port 0: a free one, named on stderr when serving"
+    lines = [f"serve: {_serve_url(host, port, tls is not None)}/mcp ({where}); TLS "
+             f"{'on: ' + args.serve_cert if tls is not None else 'off'}"]
+    if args.serve_insecure:
+        lines.append("serve: authentication: OFF (--serve-insecure)")
+    elif environ.get(_SERVE_TOKEN_ENV):
+        lines.append(f"serve: authentication: bearer token from {_SERVE_TOKEN_ENV}")
+    else:
+        path = _serve_folder(environ) / "token"
+        made = "print it: abstract --serve-token" if path.exists() else "made on first use"
+        lines.append(f"serve: authentication: bearer token in {path} ({made})")
+    oauth = ("off (--serve-insecure)" if args.serve_insecure else "on" if settings.serve("oauth")
+             else "off (serve.oauth is false)")
+    lines.append(f"serve: OAuth for web connectors: {oauth}")
+    origins = _serve_origins(args, settings)
+    lines.append(f"serve: browser origins allowed besides its own: "
+                 f"{', '.join(origins) if origins else 'none'}")
+    return lines
 
 
 # -- the authorization server (OAuth 2.1 for web connectors)
@@ -15594,8 +16057,6 @@ class _Server:
 # PKCE S256 only (RFC 7636; OAuth 2.1), an approval page that asks for the server's token before a
 # code is issued, rotating refresh tokens (OAuth 2.1 section 4.3.1) and revocation (RFC 7009).
 # Only the sha256 of a code or token is kept; none is ever logged.
-
-_HttpReply = Tuple[int, Dict[str, str], bytes]  # GUARD's (subsection 1) after the merge
 
 _AS_BODY_MAX = 64 * 1024  # largest request body (a form or a registration)
 _AS_FILE_MAX = 8 * 1024 * 1024  # largest state file read back
@@ -16279,7 +16740,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Env: APP_CONFIG_PATH (client config file), ABSTRACT_PROXY_SERVERS (comma-separated "
                "names), ABSTRACT_CONFIG (Abstract's settings file), ABSTRACT_TIMEOUT (seconds per "
                "tool call), ABSTRACT_LOG_LEVEL (stderr detail), ABSTRACT_CACHE_SECRET (key for "
-               "--http links). Docs: docs/reference.md")
+               "--http links), ABSTRACT_SERVE_TOKEN (--serve's bearer token). Docs: "
+               "docs/reference.md")
     ap.add_argument("dirs", nargs="*", metavar="DIR", help=f"allowed storage directories (created "
                                                            f"if missing); default: "
                                                            f"{_user_dir('outputs')}")
@@ -16301,17 +16763,23 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reindex", action="store_true", help="add the files of the allowed "
                                                            "directories to the catalog "
                     "(after losing it, or a corrupt one), report, and exit")
+    ap.add_argument("--serve", metavar="[HOST:]PORT", help="also serve MCP over Streamable HTTP "
+                    "at /mcp (default host 127.0.0.1; port 0 picks a free one); clients send the "
+                    "bearer token --serve-token prints, or log in with OAuth")
+    ap.add_argument("--serve-token", action="store_true", help="print the bearer token --serve "
+                    "asks for (ABSTRACT_SERVE_TOKEN, else the token file, made on first use) and "
+                    "exit")
+    ap.add_argument("--serve-cert", metavar="FILE", help="--serve over TLS (https): the PEM "
+                                                         "certificate chain")
+    ap.add_argument("--serve-key", metavar="FILE", help="its PEM private key (unless "
+                                                        "--serve-cert holds it)")
+    ap.add_argument("--serve-origin", metavar="ORIGIN", action="append", help="a browser origin "
+                    "(https://host[:port]) whose pages may call --serve; repeatable")
+    ap.add_argument("--serve-insecure", action="store_true", help="--serve without "
+                    "authentication (any program that reaches it may use it), and on an address "
+                    "other machines can reach without TLS too: for tests and experiments")
     ap.add_argument("--version", action="version", version=f"abstract {__version__}")
     return ap
-
-
-def _parse_hostport(value: str) -> Tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    # not isdigit(): "²".isdigit() is True
-    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
-        raise ConfigError(f"--http needs [HOST:]PORT such as 127.0.0.1:8765, not {value!r}")
-    return host, int(port)
 
 
 def _open_cache(settings: _Settings, env: Dict[str, str],
@@ -16380,7 +16848,7 @@ def _start_links(cache: Optional[_OutputCache], settings: _Settings, env: Dict[s
         raise ConfigError("--http serves cached outputs, but the output cache is off "
                           "(output_cache.enabled is false in the settings, or its directory cannot "
                           "be used: see the line above)")
-    host, port = _parse_hostport(value)
+    host, port = _parse_hostport(value, "--http")
     secret = env.get("ABSTRACT_CACHE_SECRET", "").encode()
     if not secret:
         secret = secrets.token_bytes(32)
@@ -16478,11 +16946,14 @@ def _to_text(stdout: Any, report: Callable[[Any], int]) -> int:
         text.detach()  # flush, but leave the caller's stream open
 
 
-def _check(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog_line: str = "") -> int:
-    """--check: start every selected upstream in parallel and report per server."""
+def _check(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog_line: str = "",
+           serving: Sequence[str] = ()) -> int:
+    """--check: start every selected upstream in parallel and report per server (after the
+    catalog and what --serve would serve)."""
     out.write(f"abstract {__version__} (Python {sys.version.split()[0]})\n")
     if catalog_line:
         out.write(catalog_line + "\n")
+    out.writelines(line + "\n" for line in serving)
     if config.error:
         out.write(f"config: {config.error}\n")
         return 1
@@ -16544,6 +17015,23 @@ def _context_report(lists: Dict[str, List[dict]], prefixes: Dict[str, str], out:
         out.write("transparent mode renames (names must match ^[a-zA-Z0-9_-]{1,64}$ and be "
                   "unique):\n")
         out.writelines(lines)
+
+
+def _print_serve_token(env: Dict[str, str], stdout: Any) -> int:
+    """--serve-token: the token alone on stdout (for $(abstract --serve-token)); the only place
+    Abstract shows it: not through _CleanText, which would mask it."""
+    token = _serve_token(env)
+    if env.get(_SERVE_TOKEN_ENV):
+        _log.info("the --serve token from %s", _SERVE_TOKEN_ENV)
+    else:
+        _log.info("the --serve token kept in %s", _serve_folder(env) / "token")
+    if stdout is None:
+        sys.stdout.write(token + "\n")
+        sys.stdout.flush()
+    else:
+        stdout.write(f"{token}\n".encode("ascii"))
+        stdout.flush()
+    return 0
 
 
 def _remote_urls(config: _ClientConfig) -> Dict[str, str]:
@@ -16712,14 +17200,15 @@ def _on_signals(server: _Server) -> Iterator[None]:
                 signal.signal(signum, handler)
 
 
-def _check_cli(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog: str) -> int:
+def _check_cli(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog: str,
+               serving: Sequence[str] = ()) -> int:
     """--check: start every upstream once and report, then the login of each remote one
     (reported as needed, never started)."""
     for name in upstreams.names():
         auth = upstreams.get(name).auth
         if isinstance(auth, _OAuth):
             auth.start_logins = False
-    code = _check(config, upstreams, out, catalog)
+    code = _check(config, upstreams, out, catalog, serving)
     _auth_report(config, upstreams, out)
     return code
 
@@ -16745,8 +17234,11 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
                           f"itself. Remove that entry, or leave it out of ABSTRACT_PROXY_SERVERS; "
                           f"it is not started, to avoid endless recursion.")
     _umask()  # 2. read once, before any thread starts
-    _SECRETS.add(env.get("ABSTRACT_CACHE_SECRET"))
+    _SECRETS.add(env.get("ABSTRACT_CACHE_SECRET"), env.get(_SERVE_TOKEN_ENV))
     settings = _Settings.load(env.get("ABSTRACT_CONFIG"), env)
+    if args.serve_token:
+        return _print_serve_token(env, stdout)
+    serving = _serve_preflight(args, settings, env)  # (refused before anything starts)
     if args.login or args.logout:
         return _to_text(stdout, lambda out: _login_cli(args, settings, env, stdin, out))
     dirs = _prepare_dirs(args.dirs, lambda m: err.write(f"abstract: {m}\n"))
@@ -16774,7 +17266,8 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
             return _to_text(stdout, reindex)
         if args.check:
             described = catalog.describe() if catalog else why
-            return _to_text(stdout, lambda out: _check_cli(config, upstreams, out, described))
+            lines = _serve_lines(args, settings, env, *serving) if serving else []
+            return _to_text(stdout, lambda o: _check_cli(config, upstreams, o, described, lines))
         if config.error:
             _log.warning("%s; tools that need upstream servers will say so", config.error)
         rfile = stdin if stdin is not None else sys.stdin.buffer  # 4.
