@@ -7771,9 +7771,12 @@ class _QuestionRelay:
         took = False
         try:
             while True:
-                concurrent.futures.wait([fut] if asked is None else [fut, asked],
-                                        max(0.0, deadline - time.monotonic()),
-                                        concurrent.futures.FIRST_COMPLETED)
+                if asked is None:  # (one future: its own wait, without wait()'s waiter object)
+                    with contextlib.suppress(FutureTimeout):
+                        fut.exception(max(0.0, deadline - time.monotonic()))
+                else:
+                    concurrent.futures.wait([fut, asked], max(0.0, deadline - time.monotonic()),
+                                            concurrent.futures.FIRST_COMPLETED)
                 if asked is not None and asked.done():
                     took = True
                     return asked.result()
