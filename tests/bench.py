@@ -99,19 +99,23 @@ def serve_upstream() -> None:
         out.flush()
 
 
-def serve_floor(cmd: List[str]) -> None:
-    """The floor of a stdio relay: spawn `cmd` and copy its lines both ways, never parsed."""
+def serve_floor(cmd: List[str], parse: bool = False) -> None:
+    """The floor of a stdio relay: spawn `cmd` and copy its lines both ways, never parsed; or
+    (`parse`: the least a JSON-RPC proxy does, which must at least map ids) each line parsed
+    and encoded again, with nothing else done."""
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    again = ((lambda line: json.dumps(json.loads(line), ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+             if parse else (lambda line: line))
 
     def inbound() -> None:
         for line in sys.stdin.buffer:
-            child.stdin.write(line)
+            child.stdin.write(again(line))
         child.stdin.close()
 
     threading.Thread(target=inbound, daemon=True).start()
     out = sys.stdout.buffer
     for line in io.BufferedReader(child.stdout, 1 << 16):
-        out.write(line)
+        out.write(again(line))
         out.flush()
     child.wait()
 
@@ -786,8 +790,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
     ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
     ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,bigcall,query,catalog,relay,"
-                    "flight (16 in flight alone, as in relay, with each process's CPU; not in the default run)")
+                    "flight (16 in flight alone, as in relay, with each process's CPU and a floor that parses "
+                    "each line; not in the default run)")
     ap.add_argument("--serve-floor", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    ap.add_argument("--serve-floor-parsed", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     ap.add_argument("--sdk-client", default="", help=argparse.SUPPRESS)
     ap.add_argument("--sdk-python", default=os.path.join(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop",
                                                          "venv", "bin", "python"),
@@ -807,6 +813,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if a.serve_floor:
         serve_floor(a.serve_floor)
+        return 0
+    if a.serve_floor_parsed:
+        serve_floor(a.serve_floor_parsed, parse=True)
         return 0
     if a.sdk_client:
         sdk_client(a.sdk_client)
@@ -875,7 +884,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         res["relay"] = relay_bench(relays, sdk_py, a.runs, a.quick)
     if "flight" in want:
         say("16 in flight ...")
-        res["flight"] = {"runs": a.runs, **flight_bench(relays, sdk_py, a.runs, a.flight_calls)}
+        parsed = Target("floor parsed", [sys.executable, HERE, "--serve-floor-parsed", *upstream], dict(os.environ))
+        res["flight"] = {"runs": a.runs, **flight_bench(relays[:2] + [parsed] + relays[2:], sdk_py, a.runs,
+                                                        a.flight_calls)}
     if "catalog" in want:
         say("catalog search ...")
         res["catalog"] = catalog_search([10000] if a.quick else [10000, 100000], 50 if a.quick else 200, [10000])
