@@ -326,17 +326,21 @@ def _peak_mb(target: Target, tool: str, args: dict, calls: int) -> Optional[floa
 RELAY_SIZES = [("1 KB", 1, 200), ("250 KB", 250, 60), ("1 MB", 1024, 30), ("10 MB", 10240, 8)]
 
 
-def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool) -> dict:
+def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool, sizes: str = "",
+                calls: int = 0) -> dict:
     """Issue 27: the added p50 of each target over a direct call, at 1 KB to 10 MB of text, by the
     stdlib client and the SDK's (10 MB: the stdlib client only; the SDK's own parsing would swamp
     it); the targets in a rotating order within each run, so a change in load falls on all alike;
-    16 calls in flight (stdlib client); and the peak RSS relaying 10 MB."""
+    16 calls in flight (stdlib client); and the peak RSS relaying 10 MB. `sizes` (KB, comma-separated):
+    only those of RELAY_SIZES; `calls`: that many calls per size and run."""
     clients = ["stdlib"] + (["sdk"] if sdk_py else [])
     p50: Dict[str, Dict[str, List[float]]] = {}
     cpu: Dict[str, Dict[str, List[float]]] = {}  # the relay's own CPU time per call: steadier under load
     for run in range(runs):
         for size, kb, n in RELAY_SIZES:
-            n = max(3, n // 4) if quick else n
+            if sizes and str(kb) not in sizes.split(","):
+                continue
+            n = calls or (max(3, n // 4) if quick else n)
             for client in clients:
                 if client == "sdk" and kb > 1024:
                     continue
@@ -406,6 +410,9 @@ def _relay_rows(r: dict) -> List[List[Any]]:
         rows.append([case] + [per[k]["added_ms"] if k != "direct" else per[k]["p50_ms"] for k in labels])
     for case, per in r.get("cpu_ms_per_call", {}).items():
         rows.append([case] + [per.get(k) for k in labels])
+    for case, per in r["added"].items() if "peer" in labels else ():  # (the targets: a share of the peer's)
+        rows.append([f"{case}, added / the peer's"]
+                    + [per[k]["added_ms"] / per["peer"]["added_ms"] if k != "direct" else None for k in labels])
     rows += _flight_rows(r)
     rows.append(["peak RSS relaying 10 MB, MB"] + [r["peak_rss_10mb_mb"][k] for k in labels])
     return rows
@@ -789,7 +796,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--n", type=int, default=500, help="calls per latency measurement")
     ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
     ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
-    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,bigcall,query,catalog,relay,"
+    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,"
+                    "bigcall,query,catalog,relay,"
                     "flight (16 in flight alone, as in relay, with each process's CPU and a floor that parses "
                     "each line; not in the default run)")
     ap.add_argument("--serve-floor", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -802,6 +810,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                  "in the relay section")
     ap.add_argument("--runs", type=int, default=3, help="interleaved runs of the relay and flight sections")
     ap.add_argument("--flight-calls", type=int, default=2000, help="calls per run of the flight section")
+    ap.add_argument("--relay-sizes", default="", help="the relay section's sizes in KB, comma-separated "
+                                                      "(of 1,250,1024,10240; default all)")
+    ap.add_argument("--relay-calls", type=int, default=0, help="calls per size and run in the relay section "
+                                                               "(default 200, 60, 30, 8 by size)")
     ap.add_argument("--json", default="", help="write the figures as JSON to this file")
     ap.add_argument("--markdown", default="", help="write the tables as Markdown to this file")
     a = ap.parse_args(argv)
@@ -881,7 +893,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             say(f"no MCP SDK python at {a.sdk_python}: the SDK client's rows are left out")
     if "relay" in want:
         say("relay (issue 27) ...")
-        res["relay"] = relay_bench(relays, sdk_py, a.runs, a.quick)
+        res["relay"] = relay_bench(relays, sdk_py, a.runs, a.quick, a.relay_sizes, a.relay_calls)
     if "flight" in want:
         say("16 in flight ...")
         parsed = Target("floor parsed", [sys.executable, HERE, "--serve-floor-parsed", *upstream], dict(os.environ))
