@@ -3542,8 +3542,8 @@ def _loads_long(line: bytes, least: int = _LONG_STRING) -> Optional[Tuple[Any, l
     """A long message parsed with each string value over `least` bytes left undecoded: (the
     message, [(container, key, _JsonString, top-level key), ...]), so that neither the whole
     message as text nor the string as one str (4 bytes a character once it holds an emoji)
-    ever exists. Each long string is checked and measured on the way (decoded a piece at a
-    time and dropped); the rest of the message, the long strings cut out, is parsed by
+    ever exists. Each long string is checked and measured on the way (_plain_string, or decoded a
+    piece at a time and dropped); the rest of the message, the long strings cut out, is parsed by
     json.loads. None when the message is not one to split (not UTF-8, a long key, over
     _LONG_LINE_STRINGS strings, no long string, not valid JSON): json.loads then reads it
     whole, and says what is wrong."""
