@@ -50,6 +50,8 @@ def test_every_string_the_quick_check_accepts_is_json_s_to_the_byte(seed):
         buf = b'"' + body + b'","after":"x"}' if rnd.random() < 0.8 else b'"' + body
         lead = rnd.randint(0, 3)
         got = _check(b" " * lead + buf, lead)
+        # a line over 1 MiB is read into a bytearray (_read_lines): the same answer
+        assert abstract._plain_string(bytearray(b" " * lead + buf), lead) == got
         accepted, declined = accepted + (got is not None), declined + (got is None)
     assert accepted > 500 and declined > 500, (accepted, declined)  # both ways taken
 
