@@ -99,19 +99,23 @@ def serve_upstream() -> None:
         out.flush()
 
 
-def serve_floor(cmd: List[str]) -> None:
-    """The floor of a stdio relay: spawn `cmd` and copy its lines both ways, never parsed."""
+def serve_floor(cmd: List[str], parse: bool = False) -> None:
+    """The floor of a stdio relay: spawn `cmd` and copy its lines both ways, never parsed; or
+    (`parse`: the least a JSON-RPC proxy does, which must at least map ids) each line parsed
+    and encoded again, with nothing else done."""
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    again = ((lambda line: json.dumps(json.loads(line), ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+             if parse else (lambda line: line))
 
     def inbound() -> None:
         for line in sys.stdin.buffer:
-            child.stdin.write(line)
+            child.stdin.write(again(line))
         child.stdin.close()
 
     threading.Thread(target=inbound, daemon=True).start()
     out = sys.stdout.buffer
     for line in io.BufferedReader(child.stdout, 1 << 16):
-        out.write(line)
+        out.write(again(line))
         out.flush()
     child.wait()
 
@@ -127,14 +131,14 @@ def sdk_client(spec_json: str) -> None:
     spec = json.loads(spec_json)
     params = StdioServerParameters(command=spec["cmd"][0], args=spec["cmd"][1:], env=spec["env"])
 
-    async def run() -> List[float]:
+    async def run() -> list:
         xs = []
         with open(os.devnull, "w") as quiet:
             async with stdio_client(params, errlog=quiet) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     if spec.get("inflight"):
-                        return [await _sdk_flight(session, spec)]
+                        return await _sdk_flight(session, spec)
                     for i in range(spec["warmup"] + spec["n"]):
                         t = time.perf_counter()
                         res = await session.call_tool(spec["tool"], spec["args"])
@@ -146,8 +150,9 @@ def sdk_client(spec_json: str) -> None:
     print(json.dumps(anyio.run(run)))
 
 
-async def _sdk_flight(session: Any, spec: dict) -> float:
-    """spec's n calls over `session`, spec's inflight at a time: calls per second."""
+async def _sdk_flight(session: Any, spec: dict) -> list:
+    """spec's n calls over `session`, spec's inflight at a time: [calls per second, CPU ms per call
+    of this client, the server it spawned and that one's children (_per_call)]."""
     import anyio
 
     await session.call_tool(spec["tool"], spec["args"])
@@ -157,11 +162,12 @@ async def _sdk_flight(session: Any, spec: dict) -> float:
         while next(left, None) is not None:
             await session.call_tool(spec["tool"], spec["args"])
 
-    t = time.perf_counter()
+    cpu, t = _tree_cpu_ms(os.getpid()), time.perf_counter()
     async with anyio.create_task_group() as tg:
         for _ in range(spec["inflight"]):
             tg.start_soon(worker)
-    return spec["n"] / (time.perf_counter() - t)
+    took = time.perf_counter() - t
+    return [spec["n"] / took, _per_call(cpu, _tree_cpu_ms(os.getpid()), spec["n"])]
 
 
 # ---------------------------------------------------------------- a client over Abstract's Connection
@@ -273,6 +279,35 @@ def _cpu_ms(pid: int) -> Optional[float]:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
+def _tree_cpu_ms(pid: int) -> List[float]:
+    """CPU ms so far (user + system) of `pid`, of its children, of their children, ... summed by
+    depth (Linux: /proc; 10 ms ticks); [] elsewhere. A process is the relay's or the upstream's
+    by its depth: the client spawns the relay, which spawns the upstream."""
+    kids: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(name))
+    depths, level = [], [pid]
+    while level:
+        depths.append(sum(_cpu_ms(p) or 0.0 for p in level))
+        level = [k for p in level for k in kids.get(p, [])]
+    return depths
+
+
+def _per_call(before: List[float], after: List[float], n: int) -> Dict[str, float]:
+    """CPU ms per call of the client (depth 0), the relay (1) and the upstream (2) between two
+    _tree_cpu_ms; with no relay between them (direct), depth 1 is the upstream."""
+    d = [(a - (before[i] if i < len(before) else 0.0)) / n for i, a in enumerate(after)]
+    d += [0.0] * (3 - len(d))
+    return ({"client": d[0], "relay": d[1], "upstream": d[2]} if len(after) > 2 else
+            {"client": d[0], "relay": 0.0, "upstream": d[1]})
+
+
 def _peak_mb(target: Target, tool: str, args: dict, calls: int) -> Optional[float]:
     """The target's peak RSS (MB) over `calls` calls, from a warm start (Linux: clear_refs, VmHWM)."""
     peer = target.start()
@@ -291,17 +326,21 @@ def _peak_mb(target: Target, tool: str, args: dict, calls: int) -> Optional[floa
 RELAY_SIZES = [("1 KB", 1, 200), ("250 KB", 250, 60), ("1 MB", 1024, 30), ("10 MB", 10240, 8)]
 
 
-def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool) -> dict:
+def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool, sizes: str = "",
+                calls: int = 0) -> dict:
     """Issue 27: the added p50 of each target over a direct call, at 1 KB to 10 MB of text, by the
     stdlib client and the SDK's (10 MB: the stdlib client only; the SDK's own parsing would swamp
     it); the targets in a rotating order within each run, so a change in load falls on all alike;
-    16 calls in flight (stdlib client); and the peak RSS relaying 10 MB."""
+    16 calls in flight (stdlib client); and the peak RSS relaying 10 MB. `sizes` (KB, comma-separated):
+    only those of RELAY_SIZES; `calls`: that many calls per size and run."""
     clients = ["stdlib"] + (["sdk"] if sdk_py else [])
     p50: Dict[str, Dict[str, List[float]]] = {}
     cpu: Dict[str, Dict[str, List[float]]] = {}  # the relay's own CPU time per call: steadier under load
     for run in range(runs):
         for size, kb, n in RELAY_SIZES:
-            n = max(3, n // 4) if quick else n
+            if sizes and str(kb) not in sizes.split(","):
+                continue
+            n = calls or (max(3, n // 4) if quick else n)
             for client in clients:
                 if client == "sdk" and kb > 1024:
                     continue
@@ -317,18 +356,51 @@ def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool) -> d
         added[case] = {label: {"p50_ms": statistics.median(v),
                                "added_ms": statistics.median([x - d for x, d in zip(v, direct)])}
                        for label, v in per.items()}
-    flight: Dict[str, Dict[str, List[float]]] = {}
-    for run in range(runs):
-        for client in clients:
-            for t in targets[run % len(targets):] + targets[:run % len(targets)]:
-                cps = (throughput(t, 400 if quick else 2000, 16)["calls_per_s"] if client == "stdlib" else
-                       _calls(t, client, sdk_py, "echo", {"text": "x"}, 400 if quick else 2000, 0, 16)[0])
-                flight.setdefault(client, {}).setdefault(t.label, []).append(cps)
     peak = {t.label: _peak_mb(t, "blob", {"kb": 10240}, 3) for t in targets}
     return {"runs": runs, "added": added, "peak_rss_10mb_mb": peak,
             "cpu_ms_per_call": {case: {k: statistics.median(v) for k, v in per.items()} for case, per in cpu.items()},
+            **flight_bench(targets, sdk_py, runs, 400 if quick else 2000)}
+
+
+def flight_bench(targets: List[Target], sdk_py: str, runs: int, calls: int) -> dict:
+    """Echo calls, 16 in flight, through each target, by the stdlib client and the SDK's, the
+    targets in a rotating order within each run: the median calls per second, and the median CPU
+    ms per call of the client, the relay and the upstream (each process's own, from /proc)."""
+    cps: Dict[str, Dict[str, List[float]]] = {}
+    cpu: Dict[str, Dict[str, Dict[str, List[float]]]] = {}
+    for run in range(runs):
+        for client in ["stdlib"] + (["sdk"] if sdk_py else []):
+            for t in targets[run % len(targets):] + targets[:run % len(targets)]:
+                if client == "stdlib":
+                    r = throughput(t, calls, 16)
+                    rate, per = r["calls_per_s"], r["cpu_ms_per_call"]
+                else:
+                    rate, per = _calls(t, client, sdk_py, "echo", {"text": "x"}, calls, 0, 16)
+                cps.setdefault(client, {}).setdefault(t.label, []).append(rate)
+                for role, ms in per.items():
+                    cpu.setdefault(client, {}).setdefault(t.label, {}).setdefault(role, []).append(ms)
+    return {"in_flight_runs": {c: per for c, per in cps.items()},
             "in_flight_calls_per_s": {c: {k: statistics.median(v) for k, v in per.items()}
-                                      for c, per in flight.items()}}
+                                      for c, per in cps.items()},
+            "in_flight_cpu_ms_per_call": {c: {k: {role: statistics.median(v) for role, v in roles.items()}
+                                              for k, roles in per.items()} for c, per in cpu.items()}}
+
+
+def _flight_rows(r: dict) -> List[List[Any]]:
+    """16 in flight: calls/s (vs direct) and the CPU ms per call (client + relay + upstream), and
+    the cores that adds up to at that rate (this machine has os.cpu_count())."""
+    rows = []
+    for client, per in r["in_flight_calls_per_s"].items():
+        rows.append([f"16 in flight {client}, calls/s (vs direct)"]
+                    + [f"{per[k]:,.0f} ({per[k] / per['direct']:.2f})" for k in per])
+        cpu = r.get("in_flight_cpu_ms_per_call", {}).get(client, {})
+        if cpu:
+            rows.append([f"16 in flight {client}, CPU ms/call client + relay + upstream"]
+                        + [" + ".join(f"{cpu[k][role]:.3f}" for role in ("client", "relay", "upstream"))
+                           for k in per])
+            rows.append([f"16 in flight {client}, cores busy (CPU ms/call x calls/s)"]
+                        + [f"{sum(cpu[k].values()) * per[k] / 1000:.2f}" for k in per])
+    return rows
 
 
 def _relay_rows(r: dict) -> List[List[Any]]:
@@ -338,9 +410,10 @@ def _relay_rows(r: dict) -> List[List[Any]]:
         rows.append([case] + [per[k]["added_ms"] if k != "direct" else per[k]["p50_ms"] for k in labels])
     for case, per in r.get("cpu_ms_per_call", {}).items():
         rows.append([case] + [per.get(k) for k in labels])
-    for client, per in r["in_flight_calls_per_s"].items():
-        rows.append([f"16 in flight {client}, calls/s (vs direct)"]
-                    + [f"{per[k]:,.0f} ({per[k] / per['direct']:.2f})" for k in labels])
+    for case, per in r["added"].items() if "peer" in labels else ():  # (the targets: a share of the peer's)
+        rows.append([f"{case}, added / the peer's"]
+                    + [per[k]["added_ms"] / per["peer"]["added_ms"] if k != "direct" else None for k in labels])
+    rows += _flight_rows(r)
     rows.append(["peak RSS relaying 10 MB, MB"] + [r["peak_rss_10mb_mb"][k] for k in labels])
     return rows
 
@@ -390,16 +463,20 @@ def throughput(target: Target, total: int, inflight: int) -> dict:
                         return
                 target.invoke(peer, "echo", {"text": "x"})
 
-        t = time.perf_counter()
+        me, cpu, t = os.times(), _tree_cpu_ms(peer.proc.pid), time.perf_counter()
         threads = [threading.Thread(target=worker) for _ in range(inflight)]
         for th in threads:
             th.start()
         for th in threads:
             th.join()
         took = time.perf_counter() - t
+        # the client is this process: its own times (the tree below it is the peer's)
+        after, done = _tree_cpu_ms(peer.proc.pid), os.times()
     finally:
         peer.close()
-    return {"calls": total, "in_flight": inflight, "calls_per_s": total / took}
+    own = (done.user + done.system - me.user - me.system) * 1000
+    return {"calls": total, "in_flight": inflight, "calls_per_s": total / took,
+            "cpu_ms_per_call": _per_call([0.0] + cpu, [own] + after, total)}
 
 
 def _floor_write(data: list, fmt: str, path: str) -> None:
@@ -693,6 +770,8 @@ _TABLES: Dict[str, Callable[[Any], tuple]] = {
     "relay": lambda r: ("Relaying a result whole (cache off): added p50 ms over direct (the direct column: its "
                         "p50), median of %d interleaved runs" % r["runs"],
                         ["case"] + list(r["peak_rss_10mb_mb"]), _relay_rows(r)),
+    "flight": lambda r: ("Echo calls, 16 in flight, median of %d interleaved runs" % r["runs"],
+                         ["case"] + list(r["in_flight_calls_per_s"]["stdlib"]), _flight_rows(r)),
     "catalog": lambda r: ("Catalog search (Catalog.search, 10 results with snippets, ~1 KB of text per output)",
                           ["outputs", "engine", "query", "queries", "p50 ms", "p90 ms", "insert s", "DB MB"],
                           [[x["rows"], x["engine"], x["query"], x["queries"], x["p50_ms"], x["p90_ms"], x["insert_s"],
@@ -717,15 +796,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--n", type=int, default=500, help="calls per latency measurement")
     ap.add_argument("--peer", default="", help="a peer proxy command; {config} is the config path")
     ap.add_argument("--peer-prefix", default="", help="tool-name prefix the peer adds (e.g. bench_)")
-    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,bigcall,query,catalog,relay")
+    ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,"
+                    "bigcall,query,catalog,relay,"
+                    "flight (16 in flight alone, as in relay, with each process's CPU and a floor that parses "
+                    "each line; not in the default run)")
     ap.add_argument("--serve-floor", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    ap.add_argument("--serve-floor-parsed", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     ap.add_argument("--sdk-client", default="", help=argparse.SUPPRESS)
     ap.add_argument("--sdk-python", default=os.path.join(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop",
                                                          "venv", "bin", "python"),
                     help="a python with the MCP SDK (mcp) installed: the relay section's SDK client")
     ap.add_argument("--before", default="", help="another abstract.py (the one before a change): a column of its own "
                                                  "in the relay section")
-    ap.add_argument("--runs", type=int, default=3, help="interleaved runs of the relay section")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs of the relay and flight sections")
+    ap.add_argument("--flight-calls", type=int, default=2000, help="calls per run of the flight section")
+    ap.add_argument("--relay-sizes", default="", help="the relay section's sizes in KB, comma-separated "
+                                                      "(of 1,250,1024,10240; default all)")
+    ap.add_argument("--relay-calls", type=int, default=0, help="calls per size and run in the relay section "
+                                                               "(default 200, 60, 30, 8 by size)")
     ap.add_argument("--json", default="", help="write the figures as JSON to this file")
     ap.add_argument("--markdown", default="", help="write the tables as Markdown to this file")
     a = ap.parse_args(argv)
@@ -737,6 +825,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if a.serve_floor:
         serve_floor(a.serve_floor)
+        return 0
+    if a.serve_floor_parsed:
+        serve_floor(a.serve_floor_parsed, parse=True)
         return 0
     if a.sdk_client:
         sdk_client(a.sdk_client)
@@ -791,8 +882,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "query" in want:
         say("query_output ...")
         res["query"] = query_bench(base_env, store, 10000 if a.quick else 100000, 5 if a.quick else 20)
-    if "relay" in want:
-        say("relay (issue 27) ...")
+    if want & {"relay", "flight"}:
         upstream = [sys.executable, HERE, "--serve-upstream"]
         relays = [targets[0], Target("floor", [sys.executable, HERE, "--serve-floor", *upstream], dict(os.environ)),
                   *targets[1:]]
@@ -801,7 +891,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         sdk_py = a.sdk_python if os.path.exists(a.sdk_python) else ""
         if not sdk_py:
             say(f"no MCP SDK python at {a.sdk_python}: the SDK client's rows are left out")
-        res["relay"] = relay_bench(relays, sdk_py, a.runs, a.quick)
+    if "relay" in want:
+        say("relay (issue 27) ...")
+        res["relay"] = relay_bench(relays, sdk_py, a.runs, a.quick, a.relay_sizes, a.relay_calls)
+    if "flight" in want:
+        say("16 in flight ...")
+        parsed = Target("floor parsed", [sys.executable, HERE, "--serve-floor-parsed", *upstream], dict(os.environ))
+        res["flight"] = {"runs": a.runs, **flight_bench(relays[:2] + [parsed] + relays[2:], sdk_py, a.runs,
+                                                        a.flight_calls)}
     if "catalog" in want:
         say("catalog search ...")
         res["catalog"] = catalog_search([10000] if a.quick else [10000, 100000], 50 if a.quick else 200, [10000])
