@@ -7647,7 +7647,8 @@ class _ClientLink:
     def _ask(self, method: str, params: Any, req: Optional[_Request]) -> Any:
         """One question asked for a call (not for a request of the upstream's): the client
         cancelling that call withdraws it."""
-        conn, mid, fut = self.send(method, params if isinstance(params, dict) else {}, _caller())
+        conn, mid, fut = self.send(method, params if isinstance(params, dict) else {},
+                                   _caller())
         if req is not None:
             req.on_cancel(lambda: None if fut.done() else self.withdraw(
                 conn, mid, _Cancelled(), "the client cancelled the tool call that asked"))
@@ -7658,7 +7659,8 @@ class _ClientLink:
         of band), passed to a client that declared URL-mode elicitation; its elicitationId is
         the upstream's own, which the client saw in the relayed elicitation/create."""
         conn, cap = self._conn, self.caps.get("elicitation")
-        if conn is not None and not self.shared and isinstance(cap, dict) and "url" in cap and isinstance(params, dict):
+        if (conn is not None and not self.shared and isinstance(cap, dict) and "url" in cap
+                and isinstance(params, dict)):
             conn.notify("notifications/elicitation/complete", params)
 
     @staticmethod
@@ -17036,12 +17038,10 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
         if args.http:
             link, stop_links = _start_links(cache, settings, env, args.http)
             undo.callback(stop_links)
-        if args.serve:
-            def make(rfile: Any, wfile: Any) -> _Server:  # one session's
-                return _Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose,
-                               catalog, args.memory, link, listen=False)
-
-            return _serve_cli(args.serve, make, upstreams, settings, stdin, err)
+        if args.serve:  # one _Server a session
+            return _serve_cli(args.serve, lambda r, w: _Server(
+                r, w, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory, link,
+                listen=False), upstreams, settings, stdin, err)
         server = _Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
                          args.memory, link)
         with _on_signals(server):
