@@ -15960,6 +15960,11 @@ class _Session:
             if mine is None:
                 return  # not in flight (answered already, or never asked)
             msg = dict(msg, params=dict(msg["params"], requestId=mine))
+            self.server.conn.deliver(msg)
+            got = self._close_call(mine)  # no answer is owed: its stream ends
+            if got is not None:
+                got[1].end()
+            return
         elif "method" not in msg:
             with self._lock:
                 self._asked.pop(msg.get("id"), None)  # type: ignore[arg-type]
@@ -15987,6 +15992,24 @@ class _Session:
         """A request in flight, or a GET stream open."""
         with self._lock:
             return bool(self._calls) or self.get_stream is not None
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+    def open_get(self, stream: _Stream) -> bool:
+        """`stream` becomes the session's GET stream, unless one is open (False)."""
+        with self._lock:
+            if self.get_stream is not None and not self.get_stream.ended:
+                return False
+            self.get_stream = stream
+            return True
+
+    def close_get(self, stream: _Stream) -> None:
+        with self._lock:
+            if self.get_stream is stream:
+                self.get_stream = None
+        self.used = time.monotonic()
 
     # -- what the session's server sends
     def _route(self, msg: dict) -> None:
@@ -16292,7 +16315,7 @@ class _Sessions:
                 headers: Dict[str, str]) -> None:
         """A request's answer: JSON when the result comes first; an SSE stream when the call
         sends something before it (progress, a log message, a question), the result last."""
-        if len(session._calls) >= _SERVE_STREAMS_MAX:
+        if session.in_flight() >= _SERVE_STREAMS_MAX:
             self._refuse(ex, 429, f"too many requests of this session in flight (at most "
                                   f"{_SERVE_STREAMS_MAX}); send more when some are answered",
                          _BUSY, msg["id"])
@@ -16306,8 +16329,11 @@ class _Sessions:
         while True:
             got = stream.get(1.0)
             if got is None:
-                if stream.ended:  # its client stopped reading (overflow)
-                    session.cancel(mine, "the client did not read its stream")
+                if stream.ended:  # cancelled by its client (no answer owed), or overflowed
+                    if stream.overflow:
+                        session.cancel(mine, "the client did not read its stream")
+                    if not ex.streaming:
+                        ex.reply(202, headers, b"")
                     return
                 if ex.gone():
                     session.cancel(mine, "the client closed the connection")
@@ -16349,22 +16375,17 @@ class _Sessions:
             self._refuse(ex, 406, "Not Acceptable: the GET stream is text/event-stream")
             return
         stream = _Stream()
-        with session._lock:
-            if session.get_stream is not None and not session.get_stream.ended:
-                taken = True
-            else:
-                taken, session.get_stream = False, stream
-        if taken:
+        if not session.open_get(stream):
             self._refuse(ex, 409, "Conflict: this session's GET stream is open already (one "
                                   "each)")
             return
         try:
             ex.stream({_SESSION_HEADER: session.sid})
             last = time.monotonic()
-            while not stream.ended or stream._items:
+            while True:
                 got = stream.get(1.0)
                 if got is None:
-                    if ex.gone():
+                    if stream.ended or ex.gone():
                         return
                     if time.monotonic() - last <= _SERVE_KEEPALIVE_S:
                         continue
@@ -16375,10 +16396,7 @@ class _Sessions:
                 if not ex.event(data):
                     return
         finally:
-            with session._lock:
-                if session.get_stream is stream:
-                    session.get_stream = None
-            session.used = time.monotonic()
+            session.close_get(stream)
 
     def _delete(self, ex: _HttpExchange) -> None:
         session = self._session_of(ex)
