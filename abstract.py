@@ -32,8 +32,9 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Files               _Sandbox (allowed folders), _write_new (the atomic writer), the walker
     Wire                Connection (JSON-RPC 2.0, both directions), _frame
     Config              _ClientConfig (the client's config file), _Settings (Abstract's own)
-    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin (the server
-                        side); _HttpTransport (a remote upstream session's wire)
+    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin and
+                        _HttpExchange (the server side); _HttpTransport (a remote upstream
+                        session's wire)
     Remote auth         _OAuth (logins for remote upstreams), _TokenStore, _Loopback
     Upstreams           _Upstream (one server: start, back-off, tools, calls), _Run and
                         _HttpRun (one session, with its Connection), _Protocol (its era and
@@ -50,7 +51,8 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
                         @_tool on each handler, _TOOLS (tools/list's order), _offered
     Server              _Server (both protocol eras), _Transparent (direct mode)
     Serving             MCP over Streamable HTTP (--serve): the guard, the authorization
-                        server, the sessions behind /mcp
+                        server, the sessions behind /mcp (_Sessions: one _Session each, a
+                        _Server over the shared upstreams; _Serving: the run and its end)
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
@@ -67,7 +69,9 @@ Threads (no asyncio; docs/design.md has the long table): main (start, wait, shut
 client's reader and writer; a bounded worker pool; per upstream a reader, a writer, a stderr
 drain, a watcher, a few threads for its own requests, a start thread while it starts and a
 subscription listener (2026-07-28); per remote request in flight one thread (bounded); the
---http link server; a login's loopback; the cache sweep; the reaper (Linux).
+--http link server; a login's loopback; the cache sweep; the reaper (Linux); with --serve, one
+thread per HTTP request (bounded by http_max_connections), per session the _Server's reader,
+writer and pool, the idle-session sweep and a stdin watcher.
 """
 
 
