@@ -15333,6 +15333,16 @@ class _Transparent:
         """Whether the client subscribed to `uri` of `server` (an updated notice is relayed)."""
         return isinstance(uri, str) and self._subs.get(uri) == server
 
+    def holds(self, uri: Any) -> bool:
+        """Whether the client holds a subscription to `uri` (of any server)."""
+        return isinstance(uri, str) and uri in self._subs
+
+    def drop(self, uri: str) -> None:
+        """Forget the client's subscription to `uri` without telling its server (another client
+        of Abstract's still holds it: --serve)."""
+        with self._lock:
+            self._subs.pop(uri, None)
+
     def resubscribe(self, server: str, conn: Connection) -> List[str]:
         """A new run of `server` (a restart): the client's subscriptions to its URIs made again,
         not waited for (a refusal is logged); the URIs, which may have changed meanwhile."""
@@ -15887,8 +15897,11 @@ class _Session:
     replaced by Abstract's own on the way in (a stateless client's may clash with another's)
     and put back on the answer."""
 
-    def __init__(self, sid: str, make: Callable[[Any, Any], Any]) -> None:
-        self.sid = sid
+    def __init__(self, sid: str, make: Callable[[Any, Any], Any],
+                 held_elsewhere: Callable[["_Session", Any], bool] = lambda s, uri: False
+                 ) -> None:
+        # held_elsewhere(self, uri): whether another session holds a subscription to uri
+        self.sid, self._held_elsewhere = sid, held_elsewhere
         self._lock = threading.Lock()
         self._feed = _Feed()
         self.server = make(self._feed, _Sink(self._route))
@@ -15920,6 +15933,12 @@ class _Session:
                              if isinstance(caps.get(k), dict)}
             if method == "logging/setLevel" and isinstance(req.params, dict):
                 self.level = str(req.params.get("level") or "")
+            uri = req.params.get("uri") if isinstance(req.params, dict) else None
+            direct = self.server.transparent
+            if (method == "resources/unsubscribe" and direct is not None and direct.holds(uri)
+                    and self._held_elsewhere(self, uri)):
+                direct.drop(uri)  # the upstream keeps it for the other sessions
+                return {}
             with self._lock:
                 got = self._calls.get(req.id)
             stream = got[1] if got is not None else None
@@ -16135,6 +16154,12 @@ class _Sessions:
         for s in self._each():
             s.server.upstream_started(server, conn)
 
+    def _held_elsewhere(self, session: _Session, uri: Any) -> bool:
+        """Whether a session other than `session` holds a subscription to `uri` (the upstream
+        is unsubscribed when the last one lets go)."""
+        return any(s is not session and s.server.transparent is not None
+                   and s.server.transparent.holds(uri) for s in self._each())
+
     def _levels(self) -> None:
         """The upstreams' logging level: the lowest any session asked for (each session
         gets only what its own level admits: _Server.relay_log)."""
@@ -16152,7 +16177,7 @@ class _Sessions:
             sid = secrets.token_urlsafe(32)  # 256 bits
             self._sessions[sid] = None  # type: ignore[assignment]  (held while it is built)
         try:
-            session = _Session(sid, self._make)
+            session = _Session(sid, self._make, self._held_elsewhere)
         except BaseException:
             with self._lock:
                 self._sessions.pop(sid, None)

@@ -192,7 +192,7 @@ class Served:
 
 @pytest.fixture
 def served(world):
-    world.fake("up", "--extras")
+    world.fake("up", "--extras", "--subscribe")
     got: List[Served] = []
 
     def start(*flags: str) -> Served:
@@ -313,6 +313,43 @@ def test_a_cancel_touches_only_its_own_sessions_call(served, world):
     assert answer["result"]["content"][0]["text"] == "b done"
     assert len(world.events("up", "cancelled")) == 1
     assert ev.next(LONG) is None  # a's POST ends without an answer (none is owed)
+
+
+def test_resource_updates_reach_the_subscribed_sessions_and_the_last_one_unsubscribes(
+        served, world):
+    http_ = served().http
+    a, b = Session(http_), Session(http_)
+    uri = "fake://doc/1"
+    for s in (a, b):
+        assert s.request("resources/subscribe", {"uri": uri})["result"] == {}
+    assert b.request("resources/unsubscribe", {"uri": uri})["result"] == {}
+    assert [e["event"] for e in world.events("up") if "uri" in e] == ["subscribe", "subscribe"]
+    a.request("tools/call", {"name": "up__notify_client", "arguments": {
+        "method": "notifications/resources/updated", "params": {"uri": uri}}})
+    assert a.get.next(LONG) == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                                "params": {"uri": uri}}
+    a.request("tools/call", {"name": "up__change_tools", "arguments": {}})
+    assert b.get.next(LONG)["method"] == "notifications/tools/list_changed"  # and nothing before
+    assert a.request("resources/unsubscribe", {"uri": uri})["result"] == {}
+    assert [e["event"] for e in world.events("up") if "uri" in e][-1] == "unsubscribe"
+
+
+def test_an_upstreams_roots_list_is_answered_by_the_calling_session(served):
+    http_ = served().http
+    Session(http_, {"roots": {}})  # another session with roots of its own: not asked
+    a = Session(http_, {"roots": {}})
+    _, ev = a.call("up__ask_client", method="roots/list")
+    asked = ev.next(LONG)
+    assert asked["method"] == "roots/list"
+    mine = [{"uri": "file:///a-roots", "name": "a"}]
+    assert a.answer(asked["id"], {"roots": mine}) == 202
+    _, answer = ev.until_answer()
+    assert "a-roots" in json.dumps(answer["result"])
+    # a session without roots: Abstract's allowed folders, no question
+    plain = Session(http_)
+    _, ev = plain.call("up__ask_client", method="roots/list")
+    before, answer = ev.until_answer()
+    assert not before and "store" in json.dumps(answer["result"])
 
 
 # -- lifecycle
