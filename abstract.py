@@ -5522,6 +5522,8 @@ class _HttpExchange:
             return sock.recv(1, socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)) == b""
         except BlockingIOError:
             return False
+        except ValueError:  # TLS: no peeking; a write (the keep-alive) finds the end instead
+            return False
         except OSError:
             return True
 
@@ -15813,6 +15815,11 @@ _SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last 
 _SESSION_HEADER = "Mcp-Session-Id"
 
 
+def _rpc_key(value: Any) -> bool:
+    """Whether `value` can be a JSON-RPC id or progress token (a string or an integer)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
 class _Stream:
     """The messages for one HTTP answer (a POST's, or a session's GET stream), bounded: a client
     that stops reading loses its stream (ended, `overflow`), never Abstract's memory."""
@@ -15966,6 +15973,7 @@ class _Session:
         params = msg.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         token = meta.get("progressToken") if isinstance(meta, dict) else None
+        token = token if _rpc_key(token) else None
         with self._lock:
             mine = next(self._ids)
             self._calls[mine] = (msg["id"], stream, token)
@@ -15978,8 +15986,9 @@ class _Session:
     def tell(self, msg: dict) -> None:
         """A notification or a response from the client."""
         if msg.get("method") == "notifications/cancelled" and isinstance(msg.get("params"), dict):
+            theirs = msg["params"].get("requestId")
             with self._lock:
-                mine = self._by_client.get(msg["params"].get("requestId"))
+                mine = self._by_client.get(theirs) if _rpc_key(theirs) else None
             if mine is None:
                 return  # not in flight (answered already, or never asked)
             msg = dict(msg, params=dict(msg["params"], requestId=mine))
@@ -15988,9 +15997,9 @@ class _Session:
             if got is not None:
                 got[1].end()
             return
-        elif "method" not in msg:
+        elif "method" not in msg and _rpc_key(msg.get("id")):
             with self._lock:
-                self._asked.pop(msg.get("id"), None)  # type: ignore[arg-type]
+                self._asked.pop(msg["id"], None)
         self.server.conn.deliver(msg)
 
     def cancel(self, mine: int, reason: str) -> None:
@@ -16292,9 +16301,10 @@ class _Sessions:
         except (ValueError, RecursionError) as e:
             self._refuse(ex, 400, f"Parse error: {str(e)[:200]}", _PARSE_ERROR)
             return
-        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
-            self._refuse(ex, 400, "Invalid Request: one JSON-RPC 2.0 object a POST (batches are "
-                                  "not supported)")
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or (
+                "id" in msg and not _rpc_key(msg["id"])):
+            self._refuse(ex, 400, "Invalid Request: one JSON-RPC 2.0 object a POST, its id a "
+                                  "string or an integer (batches are not supported)")
             return
         if not self._version_ok(ex):
             return
@@ -16344,7 +16354,8 @@ class _Sessions:
                 headers: Dict[str, str]) -> None:
         """A request's answer: JSON when the result comes first; an SSE stream when the call
         sends something before it (progress, a log message, a question), the result last."""
-        if session.in_flight() >= _SERVE_STREAMS_MAX:
+        # (the 2026-07-28 requests of every client share one session: a larger bound)
+        if session.in_flight() >= _SERVE_STREAMS_MAX * (self._max if not session.sid else 1):
             self._refuse(ex, 429, f"too many requests of this session in flight (at most "
                                   f"{_SERVE_STREAMS_MAX}); send more when some are answered",
                          _BUSY, msg["id"])
@@ -16436,13 +16447,15 @@ class _Sessions:
 
 def _serve_forever(address: Tuple[str, int], make: Callable[[Any, Any], Any],
                    upstreams: _Upstreams, settings: _Settings, watch: Any,
-                   err: Any, guard: Any = None, auth: Any = None) -> "_Serving":
-    """Start serving MCP at http://HOST:PORT/mcp (the address said on `err`); the _Serving
-    to wait on."""
-    serving = _Serving(address, make, upstreams, settings, watch, guard, auth)
+                   err: Any, guard: Any = None, auth: Any = None, tls: Any = None) -> "_Serving":
+    """Start serving MCP at http://HOST:PORT/mcp (https with `tls`, an ssl.SSLContext; the
+    address said on `err`); the _Serving to wait on. `guard` (_ServeGuard) and `auth`
+    (_AuthServer) answer first when given (SERVE-API.md)."""
+    serving = _Serving(address, make, upstreams, settings, watch, guard, auth, tls)
     host, port = serving.httpd.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
-    err.write(f"abstract: serving MCP at http://{shown}:{port}{_SERVE_PATH}\n")
+    scheme = "https" if tls is not None else "http"
+    err.write(f"abstract: serving MCP at {scheme}://{shown}:{port}{_SERVE_PATH}\n")
     err.flush()
     return serving
 
@@ -16453,7 +16466,7 @@ class _Serving:
 
     def __init__(self, address: Tuple[str, int], make: Callable[[Any, Any], Any],
                  upstreams: _Upstreams, settings: _Settings, watch: Any, guard: Any = None,
-                 auth: Any = None) -> None:
+                 auth: Any = None, tls: Any = None) -> None:
         def number(key: str, default: float) -> float:
             got = settings.data.get("serve", {}).get(key) if isinstance(
                 settings.data.get("serve"), dict) else None
@@ -16469,8 +16482,7 @@ class _Serving:
                   int(settings.get("http_max_connections")))
         self.httpd, self._stop_http = _serve_http(
             address[0], address[1], lambda target: (405, "text/plain", b""), "abstract-serve",
-            limits, exchange=self.sessions.exchange,
-            ssl_context=getattr(guard, "ssl_context", None))
+            limits, exchange=self.sessions.exchange, ssl_context=tls)
         self.ended = threading.Event()
         self.terminated = 0
         self._serving = self._stopping = False

@@ -242,6 +242,13 @@ def test_transport_errors_are_http_statuses_with_json_rpc_bodies(served):
     assert garbage.status == 400 and garbage.next()["error"]["code"] == -32700
     batch = http_.send("POST", b"[]", s.sid)
     assert batch.status == 400 and "batches" in batch.next()["error"]["message"]
+    for odd in ({"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"},  # ids, tokens: any JSON
+                {"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"_meta": {
+                    "progressToken": {"x": 1}}}},
+                {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                 "params": {"requestId": [1]}},
+                {"jsonrpc": "2.0", "id": [2], "result": {}}):
+        assert http_.post(odd, s.sid).status in (200, 202, 400)
     # a body over max_client_message_mb: refused from its Content-Length, unread
     conn = http.client.HTTPConnection("127.0.0.1", http_.port, timeout=LONG)
     conn.putrequest("POST", "/mcp")
@@ -451,3 +458,42 @@ def test_modern_headers_must_match_the_body(served):
     disc = http_.post({"jsonrpc": "2.0", "id": 2, "method": "server/discover",
                        "params": {"_meta": meta}})
     assert "2026-07-28" in disc.next()["result"]["supportedVersions"]
+
+
+# -- the HTTP server underneath: TLS (the guard builds the context from --serve-cert/--serve-key)
+
+
+def test_the_bounded_server_answers_and_streams_over_tls(tmp_path):
+    import shutil
+    import ssl
+
+    import abstract
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not on PATH (it makes the test certificate)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+                   timeout=LONG)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(str(cert), str(key))
+
+    def exchange(ex: Any) -> None:
+        body, _ = ex.body(1024)
+        ex.stream({})
+        ex.event(b'{"got":' + json.dumps(body.decode()).encode() + b"}")
+
+    httpd, stop = abstract._serve_http("127.0.0.1", 0, lambda t: (405, "text/plain", b""),
+                                       "test-tls", exchange=exchange, ssl_context=server_ctx)
+    try:
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        conn = http.client.HTTPSConnection("127.0.0.1", httpd.server_address[1],
+                                           context=client_ctx, timeout=LONG)
+        conn.request("POST", "/mcp", body=b"hello", headers={"Content-Type": "text/plain"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+        assert resp.read() == b'data: {"got":"hello"}\n\n'
+        conn.close()
+    finally:
+        stop()
