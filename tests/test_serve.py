@@ -385,10 +385,11 @@ def test_stdin_eof_ends_serving(served, world):
     assert s.get.next(LONG) is None
 
 
-def test_an_idle_session_ends(world, tmp_path, monkeypatch):
+def test_an_idle_session_ends_and_sessions_are_capped(world, tmp_path, monkeypatch):
     import abstract
 
     monkeypatch.setattr(abstract, "_SERVE_IDLE_S", 0.5)
+    monkeypatch.setattr(abstract, "_SERVE_SESSIONS_MAX", 2)
     world.fake("up")
     r, w = os.pipe()
     er, ew = os.pipe()
@@ -405,6 +406,11 @@ def test_an_idle_session_ends(world, tmp_path, monkeypatch):
             assert line, "abstract ended before it served"
         http_ = Http(int(line.split(b":")[-1].split(b"/")[0]))
         s = Session(http_, get_stream=False)
+        other = Session(http_)  # its GET stream open: busy, never idle
+        second = http_.send("GET", sid=other.sid)
+        assert second.status == 409 and "one each" in second.next()["error"]["message"]
+        full = http_.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
+        assert full.status == 503 and "serve.max_sessions" in full.next()["error"]["message"]
         # (a request would make it busy again: its end is read on stderr, then checked)
         lines: "queue.Queue[bytes]" = queue.Queue()
         threading.Thread(target=lambda: [lines.put(x) for x in iter(err_r.readline, b"")],
@@ -412,6 +418,7 @@ def test_an_idle_session_ends(world, tmp_path, monkeypatch):
         while b"idle for 0.5 s" not in line:
             line = lines.get(timeout=LONG)
         assert http_.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, s.sid).status == 404
+        assert other.request("ping")["result"] == {}  # (the one with a GET stream stays)
         hold.close()  # stdin's EOF: serving ends
         t.join(LONG)
     assert code == [0]
