@@ -16144,8 +16144,8 @@ class _Sessions:
 
     # -- upstream events, to every session
     def _each(self) -> List[_Session]:
-        with self._lock:
-            return [s for s in self._sessions.values() if not s.ended]
+        with self._lock:  # (None: a session being built)
+            return [s for s in self._sessions.values() if s is not None and not s.ended]
 
     def _relay_log(self, server: str, params: dict) -> None:
         for s in self._each():
