@@ -15905,10 +15905,8 @@ class _Session:
     and put back on the answer."""
 
     def __init__(self, sid: str, make: Callable[[Any, Any], Any],
-                 held_elsewhere: Callable[["_Session", Any], bool] = lambda s, uri: False
-                 ) -> None:
-        # held_elsewhere(self, uri): whether another session holds a subscription to uri
-        self.sid, self._held_elsewhere = sid, held_elsewhere
+                 hub: Optional["_Sessions"] = None) -> None:
+        self.sid, self._hub = sid, hub  # (hub: what the sessions share; None: stateless)
         self._lock = threading.Lock()
         self._feed = _Feed()
         self.server = make(self._feed, _Sink(self._route))
@@ -15943,7 +15941,7 @@ class _Session:
             uri = req.params.get("uri") if isinstance(req.params, dict) else None
             direct = self.server.transparent
             if (method == "resources/unsubscribe" and direct is not None and direct.holds(uri)
-                    and self._held_elsewhere(self, uri)):
+                    and self._hub is not None and self._hub.held_elsewhere(self, uri)):
                 direct.drop(uri)  # the upstream keeps it for the other sessions
                 return {}
             with self._lock:
@@ -15954,6 +15952,8 @@ class _Session:
                 return fn(req)
             finally:
                 _CALLER.who = None
+                if method == "logging/setLevel" and self._hub is not None:
+                    self._hub.relevel()
         return handle
 
     def ask(self, stream: Optional[_Stream], method: str,
@@ -16163,13 +16163,13 @@ class _Sessions:
         for s in self._each():
             s.server.upstream_started(server, conn)
 
-    def _held_elsewhere(self, session: _Session, uri: Any) -> bool:
+    def held_elsewhere(self, session: _Session, uri: Any) -> bool:
         """Whether a session other than `session` holds a subscription to `uri` (the upstream
         is unsubscribed when the last one lets go)."""
         return any(s is not session and s.server.transparent is not None
                    and s.server.transparent.holds(uri) for s in self._each())
 
-    def _levels(self) -> None:
+    def relevel(self) -> None:
         """The upstreams' logging level: the lowest any session asked for (each session
         gets only what its own level admits: _Server.relay_log)."""
         asked = [s.level for s in self._each() if s.level in _LOG_LEVELS]
@@ -16186,7 +16186,7 @@ class _Sessions:
             sid = secrets.token_urlsafe(32)  # 256 bits
             self._sessions[sid] = None  # type: ignore[assignment]  (held while it is built)
         try:
-            session = _Session(sid, self._make, self._held_elsewhere)
+            session = _Session(sid, self._make, self)
         except BaseException:
             with self._lock:
                 self._sessions.pop(sid, None)
@@ -16363,8 +16363,6 @@ class _Sessions:
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
         stream = _Stream()
         mine = session.call(msg, stream)
-        if msg["method"] == "logging/setLevel":
-            self._levels()
         last = time.monotonic()
         while True:
             got = stream.get(1.0)

@@ -192,7 +192,7 @@ class Served:
 
 @pytest.fixture
 def served(world):
-    world.fake("up", "--extras", "--subscribe")
+    world.fake("up", "--extras", "--subscribe", "--logging")
     got: List[Served] = []
 
     def start(*flags: str) -> Served:
@@ -357,6 +357,29 @@ def test_an_upstreams_roots_list_is_answered_by_the_calling_session(served):
     _, ev = plain.call("up__ask_client", method="roots/list")
     before, answer = ev.until_answer()
     assert not before and "store" in json.dumps(answer["result"])
+
+
+def test_the_upstreams_log_level_is_the_lowest_any_session_asked_for(served, world):
+    http_ = served().http
+    a, b = Session(http_), Session(http_)
+    a.request("tools/list")  # the upstream runs
+    assert a.request("logging/setLevel", {"level": "debug"})["result"] == {}
+    assert b.request("logging/setLevel", {"level": "error"})["result"] == {}
+    levels = [e["level"] for e in world.events("up", "set_level")]
+    assert levels and levels[-1] == "debug"
+
+
+def test_a_post_whose_client_goes_away_cancels_its_call(served, world):
+    http_ = served().http
+    s = Session(http_, get_stream=False)
+    conn = http.client.HTTPConnection("127.0.0.1", http_.port, timeout=LONG)
+    conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                             "params": {"name": "up__record_cancel"}}),
+                 {"Accept": ACCEPT, "Content-Type": "application/json", "Mcp-Session-Id": s.sid})
+    wait_for(lambda: world.events("up", "started"), LONG, "the call upstream")
+    conn.close()
+    wait_for(lambda: world.events("up", "cancelled"), LONG, "the call cancelled upstream")
+    assert s.request("ping")["result"] == {}
 
 
 # -- lifecycle
