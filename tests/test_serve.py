@@ -7,6 +7,7 @@ the errors of the transport, and shutdown. Every wait is bounded; nothing sleeps
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
@@ -408,26 +409,40 @@ def test_stdin_eof_ends_serving(served, world):
     assert s.get.next(LONG) is None
 
 
-def test_an_idle_session_ends_and_sessions_are_capped(world, tmp_path, monkeypatch):
+@contextlib.contextmanager
+def in_process(world: Any, *flags: str):
+    """abstract.main(["--serve", "127.0.0.1:0", ...]) on a thread, its stdin a pipe: yields
+    (Http, the stderr lines queue); closing stdin at the end ends it (exit code 0 checked)."""
     import abstract
 
-    monkeypatch.setattr(abstract, "_SERVE_IDLE_S", 0.5)
-    monkeypatch.setattr(abstract, "_SERVE_SESSIONS_MAX", 2)
-    world.fake("up")
     r, w = os.pipe()
     er, ew = os.pipe()
     code: list = []
     with open(r, "rb") as stdin, open(w, "wb") as hold, open(er, "rb") as err_r, \
             open(ew, "w", encoding="utf-8", buffering=1) as err_w:
         t = threading.Thread(target=lambda: code.append(abstract.main(
-            ["--serve", "127.0.0.1:0", str(world.dir)], stdin=stdin, stdout=io.BytesIO(),
-            stderr=err_w, environ=world.env())), daemon=True)
+            ["--serve", "127.0.0.1:0", *flags, str(world.dir)], stdin=stdin,
+            stdout=io.BytesIO(), stderr=err_w, environ=world.env())), daemon=True)
         t.start()
+        lines: "queue.Queue[bytes]" = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in iter(err_r.readline, b"")],
+                         daemon=True).start()
         line = b""
         while b"serving MCP at" not in line:
-            line = err_r.readline()
-            assert line, "abstract ended before it served"
-        http_ = Http(int(line.split(b":")[-1].split(b"/")[0]))
+            line = lines.get(timeout=LONG)
+        yield Http(int(line.split(b":")[-1].split(b"/")[0])), lines
+        hold.close()  # stdin's EOF: serving ends
+        t.join(LONG)
+    assert code == [0]
+
+
+def test_an_idle_session_ends_and_sessions_are_capped(world, monkeypatch):
+    import abstract
+
+    monkeypatch.setattr(abstract, "_SERVE_IDLE_S", 0.5)
+    monkeypatch.setattr(abstract, "_SERVE_SESSIONS_MAX", 2)
+    world.fake("up")
+    with in_process(world) as (http_, lines):
         s = Session(http_, get_stream=False)
         other = Session(http_)  # its GET stream open: busy, never idle
         second = http_.send("GET", sid=other.sid)
@@ -435,16 +450,59 @@ def test_an_idle_session_ends_and_sessions_are_capped(world, tmp_path, monkeypat
         full = http_.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
         assert full.status == 503 and "serve.max_sessions" in full.next()["error"]["message"]
         # (a request would make it busy again: its end is read on stderr, then checked)
-        lines: "queue.Queue[bytes]" = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in iter(err_r.readline, b"")],
-                         daemon=True).start()
+        line = b""
         while b"idle for 0.5 s" not in line:
             line = lines.get(timeout=LONG)
         assert http_.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, s.sid).status == 404
         assert other.request("ping")["result"] == {}  # (the one with a GET stream stays)
-        hold.close()  # stdin's EOF: serving ends
-        t.join(LONG)
-    assert code == [0]
+
+
+class StandInGuard:
+    """What GUARD's _ServeGuard.check does, in small (SERVE-API.md): an Origin it does not know
+    gets 403; the calls are recorded."""
+
+    def __init__(self) -> None:
+        self.seen: List[Tuple[str, str]] = []
+
+    def check(self, method: str, path: str, headers: Any) -> Optional[Tuple[int, dict, bytes]]:
+        self.seen.append((method, path))
+        if headers.get("Origin") not in (None, "http://good.example"):
+            return 403, {"Content-Type": "text/plain"}, b"origin refused"
+        return None
+
+
+class StandInAuth:
+    """What OAUTH's _AuthServer answers, in small: its own paths."""
+
+    def handles(self, path: str) -> bool:
+        return path.startswith("/.well-known/oauth-")
+
+    def respond(self, method: str, path: str, query: str, headers: Any,
+                body: bytes) -> Tuple[int, dict, bytes]:
+        return 200, {"Content-Type": "application/json"}, json.dumps({"path": path}).encode()
+
+
+def test_the_guard_answers_first_then_the_authorization_server_then_mcp(world, monkeypatch):
+    import abstract
+
+    guard = StandInGuard()
+    original = abstract._serve_forever
+    monkeypatch.setattr(abstract, "_serve_forever", lambda *a, **k: original(
+        *a, **dict(k, guard=guard, auth=StandInAuth())))
+    world.fake("up")
+    with in_process(world, "--expose", "direct") as (http_, _):
+        evil = http_.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}},
+                          Origin="http://evil.example")
+        assert evil.status == 403
+        conn = http.client.HTTPConnection("127.0.0.1", http_.port, timeout=LONG)
+        conn.request("GET", "/.well-known/oauth-protected-resource/mcp")
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"oauth-protected-resource" in resp.read()
+        s = Session(http_, get_stream=False)
+        assert s.request("tools/call", {"name": "up__echo", "arguments": {"text": "ok"}})[
+            "result"]["content"][0]["text"] == "ok"
+    assert ("GET", "/.well-known/oauth-protected-resource/mcp") in guard.seen
+    assert guard.seen[0] == ("POST", "/mcp")
 
 
 # -- the official Python SDK client
