@@ -29,7 +29,7 @@ FLAGS=()
 "$PYTHON" "$ABSTRACT" --help | grep -q -- --serve-insecure && FLAGS+=(--serve-insecure)
 # stdin a pipe held by this script: Abstract ends when it closes, if nothing else stops it
 exec 3> >(APP_CONFIG_PATH="$WORK/client.json" ABSTRACT_CONFIG="$WORK/settings.json" \
-  "$PYTHON" "$ABSTRACT" --serve 127.0.0.1:0 --expose direct "${FLAGS[@]}" "$WORK/out" \
+  "$PYTHON" "$ABSTRACT" --serve 127.0.0.1:0 --expose direct ${FLAGS[@]+"${FLAGS[@]}"} "$WORK/out" \
   2>"$WORK/abstract.log" >/dev/null)
 URL=""
 for _ in $(seq 300); do  # bounded: 30 s for the line that says where it serves
