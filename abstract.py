@@ -16388,8 +16388,12 @@ class _Sessions:
                          _dumps(got).encode())
                 return
             if not ex.streaming:
-                if not sse:
-                    continue  # (a client that takes JSON only gets the result alone)
+                if not sse:  # a client that takes JSON only gets the result alone...
+                    if "id" in got:  # ...and cannot be asked: the question fails at once
+                        session.server.conn.forget(got["id"], RpcError(
+                            _METHOD_NOT_FOUND, f"Method not found: {got.get('method')} (the "
+                            f"client's Accept has no text/event-stream: it cannot be asked)"))
+                    continue
                 ex.stream(headers)
             last = time.monotonic()
             if not ex.event(_dumps(got).encode()):

@@ -309,6 +309,16 @@ def test_a_question_for_a_session_that_did_not_declare_it_is_refused(served):
     assert not before and "elicitation" in json.dumps(answer)
 
 
+def test_a_client_that_takes_only_json_is_not_asked(served):
+    http_ = served().http
+    s = Session(http_, {"elicitation": {}}, get_stream=False)
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "up__ask_client", "arguments": {"method": "elicitation/create", "params": ELICIT}}}
+    ev = http_.post(call, s.sid, Accept="application/json")
+    assert ev.headers["content-type"] == "application/json"
+    assert "cannot be asked" in json.dumps(ev.next(LONG))
+
+
 def test_a_cancel_touches_only_its_own_sessions_call(served, world):
     http_ = served().http
     a, b = Session(http_), Session(http_)
