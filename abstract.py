@@ -32,8 +32,9 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Files               _Sandbox (allowed folders), _write_new (the atomic writer), the walker
     Wire                Connection (JSON-RPC 2.0, both directions), _frame
     Config              _ClientConfig (the client's config file), _Settings (Abstract's own)
-    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin (the server
-                        side); _HttpTransport (a remote upstream session's wire)
+    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin and
+                        _HttpExchange (the server side); _HttpTransport (a remote upstream
+                        session's wire)
     Remote auth         _OAuth (logins for remote upstreams), _TokenStore, _Loopback
     Upstreams           _Upstream (one server: start, back-off, tools, calls), _Run and
                         _HttpRun (one session, with its Connection), _Protocol (its era and
@@ -50,7 +51,8 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
                         @_tool on each handler, _TOOLS (tools/list's order), _offered
     Server              _Server (both protocol eras), _Transparent (direct mode)
     Serving             MCP over Streamable HTTP (--serve): the guard, the authorization
-                        server, the sessions behind /mcp
+                        server, the sessions behind /mcp (_Sessions: one _Session each, a
+                        _Server over the shared upstreams; _Serving: the run and its end)
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
@@ -67,7 +69,9 @@ Threads (no asyncio; docs/design.md has the long table): main (start, wait, shut
 client's reader and writer; a bounded worker pool; per upstream a reader, a writer, a stderr
 drain, a watcher, a few threads for its own requests, a start thread while it starts and a
 subscription listener (2026-07-28); per remote request in flight one thread (bounded); the
---http link server; a login's loopback; the cache sweep; the reaper (Linux).
+--http link server; a login's loopback; the cache sweep; the reaper (Linux); with --serve, one
+thread per HTTP request (bounded by http_max_connections), per session the _Server's reader,
+writer and pool, the idle-session sweep and a stdin watcher.
 """
 
 
@@ -5549,15 +5553,103 @@ def _bounded_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
 _HttpAnswer = Tuple[int, str, Any]
 
 
+class _HttpExchange:
+    """One request to a server of _serve_http given an `exchange` handler: its method, path,
+    query and headers (case-insensitive), its body read within a bound (body), and one answer:
+    whole (reply), or a stream of Server-Sent Events (stream, then event) for as long as the
+    handler keeps writing. Each read and write is bounded by the server's idle timeout."""
+
+    def __init__(self, page: Any) -> None:
+        self._page = page
+        self.method = page.command
+        target = page.requestline.split()[1] if " " in page.requestline else "/"
+        self.path, _, self.query = target.partition("?")
+        self.headers = page.headers  # (an http.client.HTTPMessage: get() ignores case)
+        self.streaming = False
+
+    def body(self, limit: int) -> Tuple[Optional[bytes], Optional[Tuple[int, str]]]:
+        """(the body, None), or (None, (status, why)) when it cannot be taken: no
+        Content-Length (411; chunked bodies are not read), over `limit` bytes (413, unread: the
+        connection closes after the answer), or cut short (400)."""
+        length = self.headers.get("Content-Length")
+        if length is None or not length.strip().isdigit():
+            return None, (411, "the request needs a Content-Length header (a body that is not "
+                               "chunked)")
+        if int(length) > limit:
+            return None, (413, f"the body is {int(length):,} bytes; this server takes at most "
+                               f"{limit:,} (serve.max_body_mb in Abstract's settings)")
+        data = self._page.rfile.read(int(length))
+        if len(data) != int(length):
+            return None, (400, "the body ended before its Content-Length")
+        return data, None
+
+    def reply(self, status: int, headers: Dict[str, str], body: bytes) -> None:
+        """The whole answer at once."""
+        page = self._page
+        page.send_response(status)
+        for k, v in headers.items():
+            page.send_header(k, v)
+        page.send_header("Content-Length", str(len(body)))
+        page.send_header("Cache-Control", "no-store")
+        page.send_header("X-Content-Type-Options", "nosniff")
+        page.end_headers()
+        page.wfile.write(body)
+        page.wfile.flush()
+
+    def stream(self, headers: Dict[str, str]) -> None:
+        """Begin a text/event-stream answer (200, no length: it ends when the connection
+        closes, HTTP/1.0)."""
+        page = self._page
+        page.send_response(200)
+        for k, v in dict(headers, **{"Content-Type": "text/event-stream",
+                                     "Cache-Control": "no-store"}).items():
+            page.send_header(k, v)
+        page.send_header("X-Content-Type-Options", "nosniff")
+        page.end_headers()
+        page.wfile.flush()
+        self.streaming = True
+
+    def event(self, data: bytes, event_id: str = "") -> bool:
+        """One SSE event (`data` holds no newline: compact JSON), or a comment line (keep-alive)
+        when `data` is empty; False when the client is gone."""
+        frame = (b": keep-alive\n\n" if not data else
+                 (f"id: {event_id}\n".encode() if event_id else b"") + b"data: " + data + b"\n\n")
+        try:
+            self._page.wfile.write(frame)
+            self._page.wfile.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def gone(self) -> bool:
+        """Whether the client closed its end (a look that neither waits nor reads: a request
+        has no more bytes after its body, so a readable socket means EOF or a reset)."""
+        import socket  # lazy: see Imports
+
+        sock = self._page.connection
+        if _BoundedServerMixin._silent(sock):
+            return False
+        try:
+            return sock.recv(1, socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)) == b""
+        except BlockingIOError:
+            return False
+        except ValueError:  # TLS: no peeking; a write (the keep-alive) finds the end instead
+            return False
+        except OSError:
+            return True
+
+
 def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], name: str,
-                limits: Tuple[float, float, int] = (10.0, 30.0, 64)
-                ) -> Tuple[Any, Callable[[], None]]:
+                limits: Tuple[float, float, int] = (10.0, 30.0, 64),
+                exchange: Optional[Callable[[_HttpExchange], None]] = None,
+                ssl_context: Any = None) -> Tuple[Any, Callable[[], None]]:
     """Serve GET `respond(target)` on a daemon thread `name`, bounded (_BoundedServerMixin):
     `limits` are the seconds to send the request, the seconds any read or write may stall, and
     the connections at once. Other methods get 405 (HEAD, OPTIONS: http.server's 501). Request
-    targets are never logged with their query (a login's code, a link's signature). Returns
-    (server, stop); stop closes the listener and ends its thread (an answer under way ends on
-    its own, bounded by `limits`)."""
+    targets are never logged with their query (a login's code, a link's signature). With
+    `exchange`, GET, POST and DELETE all go to it instead (an _HttpExchange: bodies, streamed
+    answers). `ssl_context` wraps each connection (TLS). Returns (server, stop); stop closes the
+    listener and ends its thread (an answer under way ends on its own, bounded by `limits`)."""
     import http.server  # lazy: see Imports
     import socket  # lazy: see Imports
 
@@ -5568,7 +5660,7 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
         def handle(self) -> None:
             # the first byte, waited for and left unread: from then on the connection has sent
             # something, and is dropped to make room for another only when none is silent
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):  # (ValueError: TLS, no peeking)
                 self.connection.recv(1, socket.MSG_PEEK)
             self.server.spoke(self.connection)  # type: ignore[attr-defined]
             super().handle()
@@ -5576,14 +5668,25 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             if not self.server.request_started(self.connection):  # type: ignore[attr-defined]
                 return
+            if exchange is not None:
+                exchange(_HttpExchange(self))
+                return
             # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
             # patch releases), and the answer must not depend on the Python version.
             _answer(self, *respond(self.requestline.split()[1]))
 
         def do_POST(self) -> None:  # noqa: N802
+            if exchange is None:
+                self.send_error(405)
+            elif self.server.request_started(self.connection):  # type: ignore[attr-defined]
+                exchange(_HttpExchange(self))
+
+        do_DELETE = do_POST
+
+        def do_PUT(self) -> None:  # noqa: N802
             self.send_error(405)
 
-        do_PUT = do_DELETE = do_PATCH = do_POST
+        do_PATCH = do_PUT
 
         def log_request(self, code: Any = "-", size: Any = "-") -> None:
             target = self.requestline.split()[1] if " " in self.requestline else "?"
@@ -5596,6 +5699,11 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT too
 
     httpd = Bounded((host, port), Page)
+    if ssl_context is not None:
+        # the handshake on the handler's first read, not in the accept loop (bounded there by
+        # the header deadline: a client that stalls it holds one slot, not the server)
+        httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True,
+                                               do_handshake_on_connect=False)
     thread = threading.Thread(target=httpd.serve_forever, name=name, daemon=True)
     thread.start()
 
@@ -7386,6 +7494,27 @@ class _Question:
         self.answer: Future = Future()
 
 
+class _Caller:
+    """The client session a call came from, when Abstract serves several at once (--serve): the
+    capabilities it declared, and ask(method, params) -> (connection, id, future), which puts a
+    request to that session (on the stream of the call that caused it)."""
+
+    __slots__ = ("caps", "ask")
+
+    def __init__(self, caps: dict,
+                 ask: Callable[[str, Any], Tuple[Connection, int, Future]]) -> None:
+        self.caps, self.ask = caps, ask
+
+
+# the _Caller of the request the current thread is handling (set by the session serving it;
+# unset over stdio, where there is one client)
+_CALLER = threading.local()
+
+
+def _caller() -> Optional[_Caller]:
+    return getattr(_CALLER, "who", None)
+
+
 class _ClientLink:
     """Abstract's own client as the upstreams see it (docs/reference/protocol.md): the client
     capabilities it declared in initialize and the logging level it set, passed on to each
@@ -7407,9 +7536,23 @@ class _ClientLink:
         # in each 2026-07-28 request's _meta)
         self.log_level = ""
         self._states = _Signer(os.urandom(32))  # the requestStates given to 2026-07-28 clients
+        self.shared = False  # several clients at once (serve_many)
+
+    def serve_many(self) -> None:
+        """Several client sessions share the upstreams (--serve): each upstream is offered
+        sampling and elicitation whatever any one session declared (it decides once, in its
+        initialize, whether it may ask), and roots in mode "client"; each question goes to the
+        session of the call that caused it (_Caller), refused (-32601) when that session did
+        not declare the capability."""
+        self.shared = True
+        self.caps = {"sampling": {}, "elicitation": {}}
+        if self.mode == "client":
+            self.caps["roots"] = {}
 
     def client_declared(self, caps: Any, conn: Connection) -> None:
         """The client's initialize: its capabilities, and the session to ask it through."""
+        if self.shared:  # (each session keeps its own: _Caller)
+            return
         caps = caps if isinstance(caps, dict) else {}
         self.caps = {k: caps[k] for k in ("roots", "sampling", "elicitation")
                      if isinstance(caps.get(k), dict)}
@@ -7419,7 +7562,7 @@ class _ClientLink:
         """A 2026-07-28 client's request: its sampling and elicitation, offered to upstreams
         started from now on (their questions reach it as input_required results during a call;
         it has no session, so not roots). A handshake-era client's initialize wins."""
-        if self._conn is None and isinstance(caps, dict):
+        if self._conn is None and isinstance(caps, dict) and not self.shared:
             self.caps = {k: caps[k] for k in ("sampling", "elicitation")
                          if isinstance(caps.get(k), dict)}
 
@@ -7509,10 +7652,15 @@ class _ClientLink:
             caps["roots"] = {"listChanged": self.mode == "client"}
         return caps
 
-    def list(self) -> dict:
-        """The answer to an upstream's roots/list."""
-        if self.mode == "allowed_directories":
+    def list(self, who: Optional[_Caller] = None) -> dict:
+        """The answer to an upstream's roots/list. Several sessions (shared): the roots of the
+        session whose call is in flight at that upstream (`who`) when it declared roots, else
+        Abstract's allowed folders."""
+        if self.mode == "allowed_directories" or (self.shared and (
+                who is None or "roots" not in who.caps)):
             return {"roots": list(self.allowed)}
+        if self.shared:
+            return self._roots_of(who)  # type: ignore[arg-type]
         if self._conn is None or self.mode != "client" or "roots" not in self.caps:
             raise RpcError(_METHOD_NOT_FOUND, "Method not found: roots/list (the client declared "
                            "no roots)")
@@ -7523,15 +7671,46 @@ class _ClientLink:
             res = self._conn.call("roots/list", None, self._timeout)
         finally:
             self._asking.release()
+        return self._roots(res)
+
+    def _roots_of(self, who: _Caller) -> dict:
+        """roots/list asked of one session (shared), within the same bounds."""
+        if not self._asking.acquire(blocking=False):
+            raise RpcError(_BUSY, "too many roots/list requests at once; ask again when one is "
+                           "answered")
+        try:
+            conn, mid, fut = who.ask("roots/list", None)
+            try:
+                res = fut.result(self._timeout)
+            except FutureTimeout:
+                raise RpcError(_REQUEST_TIMEOUT, "the client did not answer roots/list in "
+                               "time") from None
+            finally:
+                conn.forget(mid)
+        finally:
+            self._asking.release()
+        return self._roots(res)
+
+    @staticmethod
+    def _roots(res: Any) -> dict:
         roots = res.get("roots") if isinstance(res, dict) else None
         if not isinstance(roots, list):
             raise RpcError(_INTERNAL_ERROR, "the client's roots/list answer holds no roots list")
         return {"roots": roots}
 
-    def send(self, method: str, params: Any) -> Tuple[Connection, int, Future]:
+    def send(self, method: str, params: Any,
+             who: Optional[_Caller] = None) -> Tuple[Connection, int, Future]:
         """Relay an upstream's sampling/createMessage or elicitation/create to the client as a
-        request of Abstract's own (a fresh id); -32601 at once if the client cannot take it."""
+        request of Abstract's own (a fresh id); -32601 at once if the client cannot take it.
+        Several sessions (shared): to the session `who` of the call that caused it."""
         cap = self.QUESTIONS[method]
+        if self.shared:
+            if who is None or cap not in who.caps:
+                raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {method} (" + (
+                    f"the client session whose call caused it did not declare the {cap} "
+                    f"capability)" if who is not None else "no client session has a call in "
+                    "flight at this server to ask it for)"))
+            return who.ask(method, params)
         conn = self._conn
         if conn is None and cap in self.caps:
             raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {method} (Abstract's client "
@@ -7556,7 +7735,7 @@ class _ClientLink:
             method = ask.get("method") if isinstance(ask, dict) else None
             try:
                 if method == "roots/list":
-                    answers[key] = self.list()
+                    answers[key] = self.list(_caller())
                 elif method in self.QUESTIONS:
                     answers[key] = self._ask(method, ask.get("params"), req)
                 else:
@@ -7573,7 +7752,8 @@ class _ClientLink:
     def _ask(self, method: str, params: Any, req: Optional[_Request]) -> Any:
         """One question asked for a call (not for a request of the upstream's): the client
         cancelling that call withdraws it."""
-        conn, mid, fut = self.send(method, params if isinstance(params, dict) else {})
+        conn, mid, fut = self.send(method, params if isinstance(params, dict) else {},
+                                   _caller())
         if req is not None:
             req.on_cancel(lambda: None if fut.done() else self.withdraw(
                 conn, mid, _Cancelled(), "the client cancelled the tool call that asked"))
@@ -7584,7 +7764,8 @@ class _ClientLink:
         of band), passed to a client that declared URL-mode elicitation; its elicitationId is
         the upstream's own, which the client saw in the relayed elicitation/create."""
         conn, cap = self._conn, self.caps.get("elicitation")
-        if conn is not None and isinstance(cap, dict) and "url" in cap and isinstance(params, dict):
+        if (conn is not None and not self.shared and isinstance(cap, dict) and "url" in cap
+                and isinstance(params, dict)):
             conn.notify("notifications/elicitation/complete", params)
 
     @staticmethod
@@ -7609,11 +7790,12 @@ class _ClientLink:
 class _Pending:
     """A tools/call sent upstream and not yet answered."""
 
-    __slots__ = ("run", "conn", "mid", "fut", "token", "modern", "task", "task_id")
+    __slots__ = ("run", "conn", "mid", "fut", "token", "modern", "task", "task_id", "who")
 
     def __init__(self, run: _Run, mid: int, fut: Future, token: str, modern: bool,
                  task: bool) -> None:
         self.run, self.conn, self.mid, self.fut, self.token = run, run.conn, mid, fut, token
+        self.who = _caller()  # the client session that made the call (--serve), or None
         self.modern = modern  # a 2026-07-28 client's call of a handshake-era upstream
         self.task = task  # sent as a task of Abstract's own, to be awaited (_Upstream._task_result)
         self.task_id = ""  # ... once the upstream made it
@@ -7636,6 +7818,7 @@ class _QuestionRelay:
         self._questions: Dict[int, Callable[[str], None]] = {}
         self._answered_at = 0.0
         self._calls = 0  # tools/call requests in flight
+        self._callers: List[_Caller] = []  # ... their client sessions (--serve), oldest first
         # a 2026-07-28 client's calls of a handshake-era upstream: the upstream's questions are
         # handed to one waiting (_waiters) as input_required, or kept until one waits (_unclaimed);
         # the calls held for the client's follow-up (_holds), by hold key
@@ -7651,7 +7834,7 @@ class _QuestionRelay:
         cannot take them)."""
         methods: Dict[str, _Handler] = {"ping": lambda r: {}}
         if self._client.roots_offered():
-            methods["roots/list"] = lambda r: self._client.list()
+            methods["roots/list"] = lambda r: self._client.list(self._asker())
         for method in _ClientLink.QUESTIONS:
             methods[method] = self.question
         return methods
@@ -7659,16 +7842,28 @@ class _QuestionRelay:
     # -- the calls in flight
     def sent(self, modern: bool) -> None:
         """A tools/call went upstream (`modern`: a 2026-07-28 client's call)."""
+        who = _caller()
         with self._lock:
             self._calls += 1
             self._modern_calls += modern
+            if who is not None:
+                self._callers.append(who)
 
     def done(self, p: _Pending) -> None:
         """A call sent upstream ended (answered, failed, or given up)."""
         with self._lock:
             self._calls -= 1
             self._modern_calls -= p.modern
+            if p.who in self._callers:
+                self._callers.remove(p.who)
         p.conn.forget(p.mid)
+
+    def _asker(self) -> Optional[_Caller]:
+        """The client session an upstream's question goes to (--serve): the one whose call is in
+        flight at this upstream; with several sessions' calls in flight at once (the upstream's
+        request does not say which call it is for), the one whose call has waited longest."""
+        with self._lock:
+            return self._callers[0] if self._callers else None
 
     def withdraw_all(self, reason: str) -> None:
         """The client cancelled a call: the questions pending at the client are withdrawn when
@@ -7690,7 +7885,7 @@ class _QuestionRelay:
             park = 0 < self._modern_calls == self._calls  # every call in flight: a modern client's
         if park:
             return self._park(req)
-        conn, mid, fut = self._client.send(req.method, req.params)
+        conn, mid, fut = self._client.send(req.method, req.params, self._asker())
         key = next(self._tokens)
 
         def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
@@ -15242,6 +15437,16 @@ class _Transparent:
         """Whether the client subscribed to `uri` of `server` (an updated notice is relayed)."""
         return isinstance(uri, str) and self._subs.get(uri) == server
 
+    def holds(self, uri: Any) -> bool:
+        """Whether the client holds a subscription to `uri` (of any server)."""
+        return isinstance(uri, str) and uri in self._subs
+
+    def drop(self, uri: str) -> None:
+        """Forget the client's subscription to `uri` without telling its server (another client
+        of Abstract's still holds it: --serve)."""
+        with self._lock:
+            self._subs.pop(uri, None)
+
     def resubscribe(self, server: str, conn: Connection) -> List[str]:
         """A new run of `server` (a restart): the client's subscriptions to its URIs made again,
         not waited for (a refusal is logged); the URIs, which may have changed meanwhile."""
@@ -15304,8 +15509,10 @@ class _Server:
                  settings: _Settings,
                  cache: Optional[_OutputCache] = None, expose: str = "meta",
                  catalog: Optional[_Catalog] = None,
-                 memory: bool = False, links: Optional[Callable[[_CacheEntry], str]] = None
-                 ) -> None:
+                 memory: bool = False, links: Optional[Callable[[_CacheEntry], str]] = None,
+                 listen: bool = True) -> None:
+        """`listen`: this server hears the upstreams' events itself (False: one session of
+        several, told by _Sessions)."""
         self.sandbox, self.upstreams, self.settings = sandbox, upstreams, settings
         self.cache = cache
         self.catalog = catalog
@@ -15347,9 +15554,10 @@ class _Server:
         self.transparent: Optional[_Transparent] = None
         if expose in ("direct", "both"):
             self.transparent = _Transparent(self.ctx, self.tools)
-        upstreams.listen(self.relay_log,
-                         self.tools_changed if self.transparent is not None else None)
-        for name in upstreams.names() if self.transparent is not None else []:
+        if listen:
+            upstreams.listen(self.relay_log,
+                             self.tools_changed if self.transparent is not None else None)
+        for name in upstreams.names() if self.transparent is not None and listen else []:
             up = upstreams.get(name)
             up.on_updated, up.on_started = self.resource_updated, self.upstream_started
         self.terminated = 0  # the signal that ended serving (SIGTERM, SIGINT, SIGHUP), if any
@@ -16752,6 +16960,757 @@ class _AuthServer:
 
 
 # -- sessions and the /mcp endpoint
+# Each client session (initialize, then Mcp-Session-Id) is a _Server of its own over the shared
+# upstreams; its Connection reads what the HTTP requests deliver and writes into _Sink, which
+# routes every message to an HTTP stream: a response to the POST that asked, progress to the
+# POST whose call it reports on, a question (sampling, elicitation, roots) to the POST of the
+# call that caused it, anything else to the session's GET stream. docs/reference/serving.md.
+
+_SERVE_PATH = "/mcp"
+_SERVE_IDLE_S = 1800.0  # a session with no request, call or GET stream this long is ended
+_SERVE_SESSIONS_MAX = 64  # sessions at once; past it initialize gets 503
+_SERVE_ARM_S = 10.0  # a request that came in before the guard was built waits this long for it
+_SERVE_STREAMS_MAX = 32  # a session's POSTs waiting for their answer at once; past it 429
+_SERVE_EVENTS_MAX = 1000  # messages queued on one stream; past it the stream is closed
+_SERVE_KEEPALIVE_S = 15.0  # an SSE stream's comment line when nothing else was sent this long
+_SERVE_SWEEP_S = 30.0  # how often idle sessions are looked for (at most)
+_SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last word
+_SESSION_HEADER = "Mcp-Session-Id"
+
+
+def _rpc_key(value: Any) -> bool:
+    """Whether `value` can be a JSON-RPC id or progress token (a string or an integer)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+class _Stream:
+    """The messages for one HTTP answer (a POST's, or a session's GET stream), bounded: a client
+    that stops reading loses its stream (ended, `overflow`), never Abstract's memory."""
+
+    def __init__(self) -> None:
+        self._items: "collections.deque[dict]" = collections.deque()
+        self._cond = threading.Condition()
+        self.ended = self.overflow = False
+
+    def put(self, msg: dict) -> bool:
+        with self._cond:
+            if self.ended:
+                return False
+            if len(self._items) >= _SERVE_EVENTS_MAX:
+                self.ended = self.overflow = True
+                self._cond.notify_all()
+                return False
+            self._items.append(msg)
+            self._cond.notify_all()
+            return True
+
+    def end(self) -> None:
+        with self._cond:
+            self.ended = True
+            self._cond.notify_all()
+
+    def get(self, timeout: float) -> Optional[dict]:
+        """The next message, or None after `timeout` or once ended and drained."""
+        with self._cond:
+            if not self._items and not self.ended:
+                self._cond.wait(timeout)
+            return self._items.popleft() if self._items else None
+
+
+class _Feed:
+    """A session Connection's input: nothing is read from it (the HTTP requests deliver each
+    message: Connection.deliver); it reaches EOF when the session ends."""
+
+    def __init__(self) -> None:
+        self._ended = threading.Event()
+
+    def readline(self, size: int = -1) -> bytes:
+        self._ended.wait()
+        return b""
+
+    def close(self) -> None:
+        self._ended.set()
+
+
+class _Sink:
+    """A session Connection's output (its writer thread's, or a worker's own answer, one at a
+    time under the Connection's lock): each line is parsed and handed to `route`."""
+
+    def __init__(self, route: Callable[[dict], None]) -> None:
+        self._route = route
+        self._buf = bytearray()
+
+    def write(self, data: Any) -> int:
+        self._buf += data
+        while True:
+            end = self._buf.find(b"\n")
+            if end < 0:
+                return len(data)
+            line = bytes(self._buf[:end])
+            del self._buf[:end + 1]
+            try:
+                self._route(json.loads(line))
+            except Exception:  # never the writer's end: the message is lost, and said so
+                _log.error("serve: a message could not be routed:\n%s", traceback.format_exc())
+
+    def writelines(self, parts: Iterable[Any]) -> None:
+        for part in parts:
+            self.write(part)
+
+    def flush(self) -> None:
+        pass
+
+
+class _Session:
+    """One client session of --serve: its _Server (over the shared upstreams), and which HTTP
+    stream each message of that server goes to (_route). The client's request ids are
+    replaced by Abstract's own on the way in (a stateless client's may clash with another's)
+    and put back on the answer."""
+
+    def __init__(self, sid: str, make: Callable[[Any, Any], Any],
+                 hub: Optional["_Sessions"] = None) -> None:
+        self.sid, self._hub = sid, hub  # (hub: what the sessions share; None: stateless)
+        self._lock = threading.Lock()
+        self._feed = _Feed()
+        self.server = make(self._feed, _Sink(self._route))
+        self.caps: dict = {}  # roots, sampling, elicitation as initialize declared them
+        self.level = ""  # what logging/setLevel asked
+        self.used = time.monotonic()
+        self.ended = False
+        self._ids = itertools.count(1)
+        # Abstract's id of each request in flight -> (the client's id, its stream, progress token)
+        self._calls: Dict[int, Tuple[Any, _Stream, Any]] = {}
+        self._by_client: Dict[Any, int] = {}
+        self._tokens: Dict[Any, _Stream] = {}
+        self._asked: Dict[int, _Stream] = {}  # our requests to the client -> the stream they took
+        self._hints: "collections.deque[Optional[_Stream]]" = collections.deque()
+        self._ask_lock = threading.Lock()
+        self.get_stream: Optional[_Stream] = None
+        conn = self.server.conn
+        conn.requests = {m: self._as_caller(m, fn) for m, fn in conn.requests.items()}
+        conn.start()
+
+    def _as_caller(self, method: str, fn: _Handler) -> _Handler:
+        """The handler, run as this session's (_CALLER): an upstream's question during the call
+        comes back to it, on the call's stream."""
+        def handle(req: _Request) -> Any:
+            if method == "initialize" and isinstance(req.params, dict):
+                caps = req.params.get("capabilities")
+                caps = caps if isinstance(caps, dict) else {}
+                self.caps = {k: caps[k] for k in ("roots", "sampling", "elicitation")
+                             if isinstance(caps.get(k), dict)}
+            if method == "logging/setLevel" and isinstance(req.params, dict):
+                self.level = str(req.params.get("level") or "")
+            uri = req.params.get("uri") if isinstance(req.params, dict) else None
+            direct = self.server.transparent
+            if (method == "resources/unsubscribe" and direct is not None and direct.holds(uri)
+                    and self._hub is not None and self._hub.held_elsewhere(self, uri)):
+                direct.drop(uri)  # the upstream keeps it for the other sessions
+                return {}
+            with self._lock:
+                got = self._calls.get(req.id)
+            stream = got[1] if got is not None else None
+            _CALLER.who = _Caller(self.caps, lambda m, p: self.ask(stream, m, p))
+            try:
+                return fn(req)
+            finally:
+                _CALLER.who = None
+                if method == "logging/setLevel" and self._hub is not None:
+                    self._hub.relevel()
+        return handle
+
+    def ask(self, stream: Optional[_Stream], method: str,
+            params: Any) -> Tuple[Connection, int, Future]:
+        """A request to this session's client, on `stream` (the calling POST's) when it is
+        still open. The hint is queued in the order the writer sends (one lock around both)."""
+        conn = self.server.conn
+        with self._ask_lock:
+            self._hints.append(stream)
+            mid, fut = conn.request(method, params)
+        return conn, mid, fut
+
+    # -- what the client sends
+    def call(self, msg: dict, stream: _Stream) -> int:
+        """A request from the client: handled by the session's server; its messages go to
+        `stream`. Abstract's id for it."""
+        params = msg.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        token = token if _rpc_key(token) else None
+        with self._lock:
+            mine = next(self._ids)
+            self._calls[mine] = (msg["id"], stream, token)
+            self._by_client[msg["id"]] = mine
+            if token is not None:
+                self._tokens[token] = stream
+        self.server.conn.deliver(dict(msg, id=mine))
+        return mine
+
+    def tell(self, msg: dict) -> None:
+        """A notification or a response from the client."""
+        if msg.get("method") == "notifications/cancelled" and isinstance(msg.get("params"), dict):
+            theirs = msg["params"].get("requestId")
+            with self._lock:
+                mine = self._by_client.get(theirs) if _rpc_key(theirs) else None
+            if mine is None:
+                return  # not in flight (answered already, or never asked)
+            msg = dict(msg, params=dict(msg["params"], requestId=mine))
+            self.server.conn.deliver(msg)
+            got = self._close_call(mine)  # no answer is owed: its stream ends
+            if got is not None:
+                got[1].end()
+            return
+        elif "method" not in msg and _rpc_key(msg.get("id")):
+            with self._lock:
+                self._asked.pop(msg["id"], None)
+        self.server.conn.deliver(msg)
+
+    def cancel(self, mine: int, reason: str) -> None:
+        """Cancel a request of the client's (its POST went away, or the session ended)."""
+        with self._lock:
+            got = self._calls.get(mine)
+        if got is not None:
+            self.server.conn.deliver({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                      "params": {"requestId": mine, "reason": reason}})
+            self._close_call(mine)
+
+    def _close_call(self, mine: int) -> Optional[Tuple[Any, _Stream, Any]]:
+        with self._lock:
+            got = self._calls.pop(mine, None)
+            if got is not None:
+                self._by_client.pop(got[0], None)
+                if got[2] is not None and self._tokens.get(got[2]) is got[1]:
+                    del self._tokens[got[2]]
+        return got
+
+    def busy(self) -> bool:
+        """A request in flight, or a GET stream open."""
+        with self._lock:
+            return bool(self._calls) or self.get_stream is not None
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+    def open_get(self, stream: _Stream) -> bool:
+        """`stream` becomes the session's GET stream, unless one is open (False)."""
+        with self._lock:
+            if self.get_stream is not None and not self.get_stream.ended:
+                return False
+            self.get_stream = stream
+            return True
+
+    def close_get(self, stream: _Stream) -> None:
+        with self._lock:
+            if self.get_stream is stream:
+                self.get_stream = None
+        self.used = time.monotonic()
+
+    # -- what the session's server sends
+    def _route(self, msg: dict) -> None:
+        method = msg.get("method")
+        if method is None:  # an answer to the client's request
+            got = self._close_call(msg.get("id"))  # type: ignore[arg-type]
+            if got is not None:
+                got[1].put(dict(msg, id=got[0]))
+            return
+        if "id" in msg:  # a question for the client
+            with self._ask_lock:
+                hint = self._hints.popleft() if self._hints else None
+            stream = self._open_stream(hint)
+            if stream is None or not stream.put(msg):
+                self.server.conn.forget(msg["id"], RpcError(
+                    _METHOD_NOT_FOUND, f"Method not found: {method} (the client has no stream "
+                    f"open to be asked on)"))
+                return
+            with self._lock:
+                self._asked[msg["id"]] = stream
+            return
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        if method == "notifications/progress":
+            with self._lock:
+                stream = self._tokens.get(params.get("progressToken"))
+        elif method == "notifications/cancelled":
+            with self._lock:
+                stream = self._asked.pop(params.get("requestId"), None)
+        else:
+            stream = self._open_stream(None)
+        if stream is not None:
+            stream.put(msg)
+
+    def _open_stream(self, hint: Optional[_Stream]) -> Optional[_Stream]:
+        """Where a message not tied to a request goes: `hint` while it is open, else the GET
+        stream, else the newest POST stream still open."""
+        if hint is not None and not hint.ended:
+            return hint
+        with self._lock:
+            if self.get_stream is not None and not self.get_stream.ended:
+                return self.get_stream
+            live = [s for _, s, _ in self._calls.values() if not s.ended]
+        return live[-1] if live else None
+
+    def end(self, reason: str) -> None:
+        """End the session: its calls cancelled (each answered with an error on its stream),
+        its streams closed, its server's connection ended (the upstreams stay)."""
+        with self._lock:
+            if self.ended:
+                return
+            self.ended = True
+            calls = list(self._calls.items())
+            get = self.get_stream
+        conn = self.server.conn
+        for mine, (theirs, stream, _) in calls:
+            conn.deliver({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": mine, "reason": reason}})
+            self._close_call(mine)
+            stream.put(_error_response(theirs, RpcError(_CONNECTION_CLOSED, reason)))
+            stream.end()
+        if get is not None:
+            get.end()
+        self._feed.close()  # the Connection's EOF: its workers' pool closes
+        conn.finish(_STOP_JOIN_S)
+        self.server.temps.stop()
+        self.server.temps.sweep()
+        self.server.ctx.tables.close()
+
+
+def _rpc_body(code: int, message: str, mid: Any = None) -> bytes:
+    return _dumps(_error_response(mid, RpcError(code, message))).encode()
+
+
+class _Sessions:
+    """--serve's sessions and its /mcp endpoint (exchange, given every HTTP request): the guard
+    first, then the authorization server's paths, then MCP. Upstream events reach every
+    session (list_changed, log messages by each one's level, resource updates by each one's
+    subscriptions)."""
+
+    def __init__(self, make: Callable[[Any, Any], Any], upstreams: _Upstreams,
+                 body_max: int, guard: Any = None, auth: Any = None,
+                 idle_s: float = _SERVE_IDLE_S, max_sessions: int = _SERVE_SESSIONS_MAX,
+                 armed: bool = True) -> None:
+        self._make, self.upstreams, self._body_max = make, upstreams, body_max
+        self._guard, self._auth = guard, auth
+        # requests wait for the guard (built once the port is bound: arm) before anything
+        self._armed = threading.Event()
+        if armed:
+            self._armed.set()
+        self._idle_s, self._max = idle_s, max_sessions
+        self._lock = threading.Lock()
+        self._sessions: Dict[str, _Session] = {}
+        self._stateless: Optional[_Session] = None  # 2026-07-28 requests (no session)
+        self._stopped = threading.Event()
+        self._handlers = 0  # HTTP requests being answered
+        self._quiet = threading.Condition(self._lock)
+        upstreams.client.serve_many()
+        upstreams.listen(self._relay_log, self._tools_changed)
+        for name in upstreams.names():
+            up = upstreams.get(name)
+            up.on_updated, up.on_started = self._resource_updated, self._upstream_started
+        self._sweeper = threading.Thread(target=self._sweep, name="abstract-serve-sweep",
+                                         daemon=True)
+        self._sweeper.start()
+
+    # -- upstream events, to every session
+    def _each(self) -> List[_Session]:
+        with self._lock:  # (None: a session being built)
+            return [s for s in self._sessions.values() if s is not None and not s.ended]
+
+    def _relay_log(self, server: str, params: dict) -> None:
+        for s in self._each():
+            s.server.relay_log(server, params)
+
+    def _tools_changed(self, server: str) -> None:
+        for s in self._each():
+            s.server.tools_changed(server)
+
+    def _resource_updated(self, server: str, params: dict) -> None:
+        for s in self._each():
+            s.server.resource_updated(server, params)
+
+    def _upstream_started(self, server: str, conn: Connection) -> None:
+        for s in self._each():
+            s.server.upstream_started(server, conn)
+
+    def held_elsewhere(self, session: _Session, uri: Any) -> bool:
+        """Whether a session other than `session` holds a subscription to `uri` (the upstream
+        is unsubscribed when the last one lets go)."""
+        return any(s is not session and s.server.transparent is not None
+                   and s.server.transparent.holds(uri) for s in self._each())
+
+    def relevel(self) -> None:
+        """The upstreams' logging level: the lowest any session asked for (each session
+        gets only what its own level admits: _Server.relay_log)."""
+        asked = [s.level for s in self._each() if s.level in _LOG_LEVELS]
+        if asked:
+            self.upstreams.set_level(min(asked, key=_LOG_LEVELS.index))
+
+    # -- sessions
+    def _open(self) -> Optional[_Session]:
+        import secrets  # lazy: see Imports
+
+        with self._lock:
+            if len(self._sessions) >= self._max or self._stopped.is_set():
+                return None
+            sid = secrets.token_urlsafe(32)  # 256 bits
+            self._sessions[sid] = None  # type: ignore[assignment]  (held while it is built)
+        try:
+            session = _Session(sid, self._make, self)
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(sid, None)
+            raise
+        with self._lock:
+            self._sessions[sid] = session
+        return session
+
+    def _end(self, session: _Session, reason: str) -> None:
+        with self._lock:
+            if self._sessions.get(session.sid) is session:
+                del self._sessions[session.sid]
+        session.end(reason)
+        _log.info("serve: a session ended: %s", reason)
+
+    def _sweep(self) -> None:
+        while not self._stopped.wait(min(_SERVE_SWEEP_S, self._idle_s / 4)):
+            now = time.monotonic()
+            for s in self._each():
+                if not s.busy() and now - s.used > self._idle_s:
+                    self._end(s, f"idle for {self._idle_s:g} s (serve.idle_timeout_seconds)")
+
+    def close(self, reason: str) -> None:
+        """Shutdown: every session ended (its calls answered with an error, its streams
+        closed), and the HTTP answers under way given _SERVE_HANDLERS_S to finish."""
+        self._stopped.set()
+        with self._lock:
+            sessions = [s for s in self._sessions.values() if s is not None]
+            sessions += [self._stateless] if self._stateless is not None else []
+        for s in sessions:
+            self._end(s, reason)
+        deadline = time.monotonic() + _SERVE_HANDLERS_S
+        with self._quiet:
+            while self._handlers and time.monotonic() < deadline:
+                self._quiet.wait(max(0.0, deadline - time.monotonic()))
+        self._sweeper.join(_STOP_JOIN_S)
+
+    # -- HTTP
+    def exchange(self, ex: _HttpExchange) -> None:
+        """One HTTP request (a thread of the server's): never raises."""
+        with self._lock:
+            self._handlers += 1
+        try:
+            self._exchange(ex)
+        except Exception:
+            _log.error("serve: %s %s failed:\n%s", ex.method, ex.path, traceback.format_exc())
+            if not ex.streaming:
+                with contextlib.suppress(OSError, ValueError):
+                    ex.reply(500, {"Content-Type": "application/json"}, _rpc_body(
+                        _INTERNAL_ERROR, "Internal error (Abstract's log on stderr says why)"))
+        finally:
+            with self._quiet:
+                self._handlers -= 1
+                self._quiet.notify_all()
+
+    def arm(self, guard: Any, auth: Any) -> None:
+        """The guard and the authorization server, once the port is bound: requests that came
+        before (they waited) and after are checked by them."""
+        self._guard, self._auth = guard, auth
+        self._armed.set()
+
+    def _exchange(self, ex: _HttpExchange) -> None:
+        if not self._armed.wait(_SERVE_ARM_S):  # (never armed: start-up failed meanwhile)
+            ex.reply(503, {"Content-Type": "text/plain; charset=utf-8"}, b"starting\n")
+            return
+        said = self._guard.check(ex.method, ex.path, ex.headers) if self._guard else None
+        if said is None and self._auth is not None and self._auth.handles(ex.path):
+            body, why = ex.body(self._body_max) if ex.method == "POST" else (b"", None)
+            said = ((why[0], {"Content-Type": "text/plain; charset=utf-8"}, why[1].encode())
+                    if why else self._auth.respond(ex.method, ex.path, ex.query, ex.headers,
+                                                   body))
+        if said is not None:
+            status, headers, body = said
+            ex.reply(status, headers, body)
+        elif ex.path != _SERVE_PATH:
+            ex.reply(404, {"Content-Type": "text/plain; charset=utf-8"},
+                     f"not found: MCP is served at {_SERVE_PATH}\n".encode())
+        elif ex.method == "POST":
+            self._post(ex)
+        elif ex.method == "GET":
+            self._get(ex)
+        else:
+            self._delete(ex)
+
+    @staticmethod
+    def _refuse(ex: _HttpExchange, status: int, message: str, code: int = _INVALID_REQUEST,
+                mid: Any = None) -> None:
+        ex.reply(status, {"Content-Type": "application/json"}, _rpc_body(code, message, mid))
+
+    def _session_of(self, ex: _HttpExchange) -> Optional[_Session]:
+        """The session the request names, or None once refused (400 without one, 404 for one
+        that is not, or no longer, open: the client starts a new one with initialize)."""
+        sid = ex.headers.get(_SESSION_HEADER)
+        if not sid:
+            self._refuse(ex, 400, f"Bad Request: the {_SESSION_HEADER} header is missing; send "
+                                  f"initialize first and then the id its answer gave")
+            return None
+        with self._lock:
+            session = self._sessions.get(sid)
+        if session is None or session.ended:
+            self._refuse(ex, 404, "Session not found (ended, timed out or never opened): send "
+                                  "initialize to start a new one")
+            return None
+        session.used = time.monotonic()
+        return session
+
+    def _version_ok(self, ex: _HttpExchange) -> bool:
+        version = ex.headers.get("MCP-Protocol-Version")
+        if version is None or version in _HANDSHAKE_VERSIONS + _MODERN_VERSIONS:
+            return True
+        self._refuse(ex, 400, f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; "
+                              f"supported: {', '.join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)}")
+        return False
+
+    def _post(self, ex: _HttpExchange) -> None:
+        body, why = ex.body(self._body_max)
+        if why is not None:
+            self._refuse(ex, why[0], why[1])
+            return
+        try:
+            msg = json.loads(body, parse_constant=_no_nan)  # type: ignore[arg-type]
+        except (ValueError, RecursionError) as e:
+            self._refuse(ex, 400, f"Parse error: {str(e)[:200]}", _PARSE_ERROR)
+            return
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or (
+                "id" in msg and not _rpc_key(msg["id"])):
+            self._refuse(ex, 400, "Invalid Request: one JSON-RPC 2.0 object a POST, its id a "
+                                  "string or an integer (batches are not supported)")
+            return
+        if not self._version_ok(ex):
+            return
+        method = msg.get("method")
+        params = msg.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(method, str) and "id" in msg and (
+                method == "server/discover" or (isinstance(meta, dict) and _META_VERSION in meta)):
+            self._stateless_post(ex, msg)
+            return
+        if method == "initialize" and "id" in msg:
+            session = self._open()
+            if session is None:
+                self._refuse(ex, 503, f"Abstract serves at most {self._max} sessions at once "
+                                      f"(serve.max_sessions); end one (DELETE) or wait for an "
+                                      f"idle one to time out", _BUSY, msg.get("id"))
+                return
+        else:
+            session = self._session_of(ex)
+            if session is None:
+                return
+        if not isinstance(method, str) or "id" not in msg:
+            session.tell(msg)  # (a malformed one is answered by the Connection: its stream)
+            ex.reply(202, {}, b"")
+            return
+        self._answer(ex, session, msg, {_SESSION_HEADER: session.sid})
+
+    def _stateless_post(self, ex: _HttpExchange, msg: dict) -> None:
+        """A 2026-07-28 request: no session; its Mcp-Method and Mcp-Name headers, when sent,
+        must say what the body says."""
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        name = params.get("uri") if msg["method"] == "resources/read" else params.get("name")
+        for header, want in (("Mcp-Method", msg["method"]), ("Mcp-Name", name)):
+            got = ex.headers.get(header)
+            if got is not None and got != want:
+                self._refuse(ex, 400, f"Bad Request: the {header} header ({got[:100]!r}) is not "
+                                      f"what the body says ({str(want)[:100]!r})",
+                             _INVALID_REQUEST, msg.get("id"))
+                return
+        with self._lock:
+            if self._stateless is None:
+                self._stateless = _Session("", self._make)
+            session = self._stateless
+        self._answer(ex, session, msg, {})
+
+    def _answer(self, ex: _HttpExchange, session: _Session, msg: dict,
+                headers: Dict[str, str]) -> None:
+        """A request's answer: JSON when the result comes first; an SSE stream when the call
+        sends something before it (progress, a log message, a question), the result last."""
+        # (the 2026-07-28 requests of every client share one session: a larger bound)
+        if session.in_flight() >= _SERVE_STREAMS_MAX * (self._max if not session.sid else 1):
+            self._refuse(ex, 429, f"too many requests of this session in flight (at most "
+                                  f"{_SERVE_STREAMS_MAX}); send more when some are answered",
+                         _BUSY, msg["id"])
+            return
+        sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
+        stream = _Stream()
+        mine = session.call(msg, stream)
+        last = time.monotonic()
+        while True:
+            got = stream.get(1.0)
+            if got is None:
+                if stream.ended:  # cancelled by its client (no answer owed), or overflowed
+                    if stream.overflow:
+                        session.cancel(mine, "the client did not read its stream")
+                    if not ex.streaming:
+                        ex.reply(202, headers, b"")
+                    return
+                if ex.gone():
+                    session.cancel(mine, "the client closed the connection")
+                    return
+                if ex.streaming and time.monotonic() - last > _SERVE_KEEPALIVE_S:
+                    last = time.monotonic()
+                    if not ex.event(b""):
+                        session.cancel(mine, "the client closed the connection")
+                        return
+                continue
+            final = "method" not in got and got.get("id") == msg["id"]
+            if final and not ex.streaming:
+                ex.reply(200, dict(headers, **{"Content-Type": "application/json"}),
+                         _dumps(got).encode())
+                return
+            if not ex.streaming:
+                if not sse:  # a client that takes JSON only gets the result alone...
+                    if "id" in got:  # ...and cannot be asked: the question fails at once
+                        session.server.conn.forget(got["id"], RpcError(
+                            _METHOD_NOT_FOUND, f"Method not found: {got.get('method')} (the "
+                            f"client's Accept has no text/event-stream: it cannot be asked)"))
+                    continue
+                ex.stream(headers)
+            last = time.monotonic()
+            if not ex.event(_dumps(got).encode()):
+                session.cancel(mine, "the client closed the connection")
+                return
+            if final:
+                return
+
+    def _get(self, ex: _HttpExchange) -> None:
+        """The session's standalone stream (one at a time): what is not tied to a request."""
+        if ex.headers.get(_SESSION_HEADER) is None and ex.headers.get("MCP-Protocol-Version") \
+                in _MODERN_VERSIONS:
+            ex.reply(405, {"Allow": "POST"}, b"")
+            return
+        if not self._version_ok(ex):
+            return
+        session = self._session_of(ex)
+        if session is None:
+            return
+        if "text/event-stream" not in (ex.headers.get("Accept") or "text/event-stream"):
+            self._refuse(ex, 406, "Not Acceptable: the GET stream is text/event-stream")
+            return
+        stream = _Stream()
+        if not session.open_get(stream):
+            self._refuse(ex, 409, "Conflict: this session's GET stream is open already (one "
+                                  "each)")
+            return
+        try:
+            ex.stream({_SESSION_HEADER: session.sid})
+            last = time.monotonic()
+            while True:
+                got = stream.get(1.0)
+                if got is None:
+                    if stream.ended or ex.gone():
+                        return
+                    if time.monotonic() - last <= _SERVE_KEEPALIVE_S:
+                        continue
+                    data = b""
+                else:
+                    data = _dumps(got).encode()
+                last = time.monotonic()
+                if not ex.event(data):
+                    return
+        finally:
+            session.close_get(stream)
+
+    def _delete(self, ex: _HttpExchange) -> None:
+        session = self._session_of(ex)
+        if session is not None:
+            self._end(session, "the client ended the session (DELETE)")
+            ex.reply(200, {}, b"")
+
+
+def _serve_forever(address: Tuple[str, int], make: Callable[[Any, Any], Any],
+                   upstreams: _Upstreams, settings: _Settings, watch: Any,
+                   err: Any, guard: Any = None, auth: Any = None, tls: Any = None,
+                   secure: Optional[Callable[[int], Tuple[Any, Any]]] = None) -> "_Serving":
+    """Start serving MCP at http://HOST:PORT/mcp (https with `tls`, an ssl.SSLContext; the
+    address said on `err`); the _Serving to wait on. `guard` (_ServeGuard) and `auth`
+    (_AuthServer) answer first when given; or `secure(port)` makes them once the port is
+    bound, and no request is answered before."""
+    serving = _Serving(address, make, upstreams, settings, watch, guard, auth, tls,
+                       armed=secure is None)
+    host, port = serving.httpd.server_address[:2]
+    if secure is not None:
+        try:
+            serving.sessions.arm(*secure(port))
+        except BaseException:
+            serving.close()
+            raise
+    shown = f"[{host}]" if ":" in host else host
+    scheme = "https" if tls is not None else "http"
+    err.write(f"abstract: serving MCP at {scheme}://{shown}:{port}{_SERVE_PATH}\n")
+    err.flush()
+    return serving
+
+
+class _Serving:
+    """--serve's run: the sessions, the HTTP server, and what ends them (a signal, or the EOF
+    of `watch`, a pipe on stdin) for main's shutdown."""
+
+    def __init__(self, address: Tuple[str, int], make: Callable[[Any, Any], Any],
+                 upstreams: _Upstreams, settings: _Settings, watch: Any, guard: Any = None,
+                 auth: Any = None, tls: Any = None, armed: bool = True) -> None:
+        self.upstreams = upstreams
+        limit = int(float(settings.serve("max_body_mb")) * (1 << 20))
+        self.sessions = _Sessions(make, upstreams, limit, guard, auth,
+                                  float(settings.serve("idle_timeout_seconds")),
+                                  int(settings.serve("max_sessions")), armed)
+        limits = (float(settings.get("http_header_timeout_seconds")),
+                  float(settings.get("http_idle_timeout_seconds")),
+                  int(settings.get("http_max_connections")))
+        self.httpd, self._stop_http = _serve_http(
+            address[0], address[1], lambda target: (405, "text/plain", b""), "abstract-serve",
+            limits, exchange=self.sessions.exchange, ssl_context=tls)
+        self.ended = threading.Event()
+        self.terminated = 0
+        self._serving = self._stopping = False
+        if watch is not None:
+            threading.Thread(target=self._watch, args=(watch,), name="abstract-serve-stdin",
+                             daemon=True).start()
+
+    def _watch(self, stream: Any) -> None:
+        """stdin is a pipe: its end (the parent gone) ends serving. What comes on it is read
+        and dropped, a piece at a time."""
+        with contextlib.suppress(OSError, ValueError):
+            while stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16):
+                pass
+        self.ended.set()
+
+    def serve(self) -> None:
+        """Serve until stdin's EOF or a signal, then: no new connection, every session ended
+        (its calls cancelled and answered with an error, its streams closed), the upstreams
+        stopped."""
+        try:
+            try:
+                self._serving = True
+                if self.terminated:
+                    raise _Terminated()
+                while not self.ended.wait(1.0 if _WINDOWS else None):
+                    pass
+            finally:
+                self._stopping = True
+        except _Terminated:
+            pass
+        self.close()
+        self.upstreams.close()
+        _DESCENDANTS.end()
+
+    def close(self) -> None:
+        """No new connection; every session ended (its calls cancelled, its streams closed)."""
+        self._stop_http()
+        self.sessions.close("Abstract is shutting down")
+
+    def on_signal(self, signum: int) -> None:
+        """As _Server.on_signal."""
+        self.terminated = self.terminated or signum
+        if self._serving and not self._stopping:
+            raise _Terminated()
 
 
 # ==== CLI =========================================================================
@@ -16810,9 +17769,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reindex", action="store_true", help="add the files of the allowed "
                                                            "directories to the catalog "
                     "(after losing it, or a corrupt one), report, and exit")
-    ap.add_argument("--serve", metavar="[HOST:]PORT", help="also serve MCP over Streamable HTTP "
-                    "at /mcp (default host 127.0.0.1; port 0 picks a free one); clients send the "
-                    "bearer token --serve-token prints, or log in with OAuth")
+    ap.add_argument("--serve", metavar="[HOST:]PORT", help="serve MCP over Streamable HTTP at "
+                    "http://HOST:PORT/mcp to several clients at once (default host 127.0.0.1; port "
+                    "0 picks a free one, said on stderr); clients send the bearer token "
+                    "--serve-token prints, or log in with OAuth; docs/reference/serving.md")
     ap.add_argument("--serve-token", action="store_true", help="print the bearer token --serve "
                     "asks for (ABSTRACT_SERVE_TOKEN, else the token file, made on first use) and "
                     "exit")
@@ -17218,7 +18178,7 @@ _STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
 
 
 @contextlib.contextmanager
-def _on_signals(server: _Server) -> Iterator[None]:
+def _on_signals(server: Any) -> Iterator[None]:
     """Each of _STOP_SIGNALS ends serving through the normal shutdown (the one EOF starts), so
     upstreams are stopped rather than orphaned and running calls are answered. Main thread only.
 
@@ -17258,6 +18218,57 @@ def _check_cli(config: _ClientConfig, upstreams: _Upstreams, out: Any, catalog: 
     code = _check(config, upstreams, out, catalog, serving)
     _auth_report(config, upstreams, out)
     return code
+
+
+def _serve_security(args: argparse.Namespace, settings: _Settings, env: Dict[str, str],
+                    host: str, port: int, tls: bool) -> Tuple[_ServeGuard, Optional[_AuthServer]]:
+    """The guard of --serve on the port bound, and (serve.oauth, unless --serve-insecure) the
+    authorization server web connectors log in with: its approval page asks for the server's
+    token."""
+    import hmac  # lazy: see Imports
+
+    if args.serve_insecure or not settings.serve("oauth"):
+        return _serve_guard(args, settings, env, host, port, tls), None
+    token = _serve_token(env).encode("utf-8")
+    issuer = _serve_url(host, port, tls)
+    auth = _AuthServer(str(_serve_folder(env) / "oauth"), issuer, issuer + _SERVE_PATH,
+                       lambda typed: hmac.compare_digest(typed.encode("utf-8"), token))
+    metadata = f"{issuer}/.well-known/oauth-protected-resource{_SERVE_PATH}"
+    return _serve_guard(args, settings, env, host, port, tls, auth.verify, metadata), auth
+
+
+def _serve_cli(args: argparse.Namespace, address: Tuple[str, int, Any],
+               make: Callable[[Any, Any], _Server], upstreams: _Upstreams,
+               settings: _Settings, env: Dict[str, str], stdin: Any, err: Any) -> int:
+    """--serve (checked by _serve_preflight: `address` is its host, port and TLS context): MCP
+    over HTTP until a signal, or the EOF of stdin when it is a pipe (or the stream main() was
+    given); the exit code."""
+    watch = stdin
+    if watch is None and sys.stdin is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            mode = os.fstat(sys.stdin.fileno()).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                watch = sys.stdin.buffer
+    host, port, tls = address
+    try:
+        serving = _serve_forever((host, port), make, upstreams, settings, watch, err, tls=tls,
+                                 secure=lambda bound: _serve_security(
+                                     args, settings, env, host, bound, tls is not None))
+    except OSError as e:
+        raise ConfigError(f"--serve {args.serve}: cannot listen: {e.strerror or e}") from None
+    with _on_signals(serving):
+        serving.serve()
+    return 128 + serving.terminated if serving.terminated else 0
+
+
+def _own_stdout(stdout: Any, undo: contextlib.ExitStack) -> Any:
+    """The stream protocol messages go to: `stdout` when main() was given one; else the real
+    stdout's buffer, kept for them alone (a stray print goes to stderr until `undo`)."""
+    if stdout is not None:
+        return stdout
+    undo.callback(setattr, sys, "stdout", sys.stdout)
+    real, sys.stdout = sys.stdout.buffer, sys.stderr
+    return real
 
 
 def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any, err: Any) -> int:
@@ -17318,12 +18329,7 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
         if config.error:
             _log.warning("%s; tools that need upstream servers will say so", config.error)
         rfile = stdin if stdin is not None else sys.stdin.buffer  # 4.
-        wfile = stdout
-        # keep the real stdout for protocol messages; a stray print goes to stderr
-        if wfile is None:
-            wfile = sys.stdout.buffer
-            undo.callback(setattr, sys, "stdout", sys.stdout)
-            sys.stdout = sys.stderr
+        wfile = _own_stdout(stdout, undo)
         temps = threading.Thread(target=_sweep_temps, args=(sandbox.roots,),
                                  name="abstract-temp-sweep", daemon=True)
         temps.start()
@@ -17334,6 +18340,10 @@ def _run(args: argparse.Namespace, env: Dict[str, str], stdin: Any, stdout: Any,
         if args.http:
             link, stop_links = _start_links(cache, settings, env, args.http)
             undo.callback(stop_links)
+        if args.serve:  # one _Server a session
+            return _serve_cli(args, serving, lambda r, w: _Server(
+                r, w, sandbox, upstreams, settings, cache, args.expose, catalog, args.memory, link,
+                listen=False), upstreams, settings, env, stdin, err)
         server = _Server(rfile, wfile, sandbox, upstreams, settings, cache, args.expose, catalog,
                          args.memory, link)
         with _on_signals(server):

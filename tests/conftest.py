@@ -398,16 +398,18 @@ def _kill_fake(pid: int) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_user_dirs(tmp_path_factory):
-    """Point Abstract's per-user data directory (the default catalog, the default outputs folder)
-    into a temporary one for the whole run, for the tests that start Abstract without World's
-    settings: no test may touch the real user's catalog."""
-    keep = os.environ.get("XDG_DATA_HOME")
-    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    """Point Abstract's per-user data and config folders (the default catalog and outputs
+    folder; saved logins and --serve's secrets) into temporary ones for the whole run, for the
+    tests that start Abstract without World's settings: no test may touch the real user's."""
+    keep = {k: os.environ.get(k) for k in ("XDG_DATA_HOME", "XDG_CONFIG_HOME")}
+    for k in keep:  # (config: saved logins, --serve's token and authorization server)
+        os.environ[k] = str(tmp_path_factory.mktemp(k.lower()))
     yield
-    if keep is None:
-        os.environ.pop("XDG_DATA_HOME", None)
-    else:
-        os.environ["XDG_DATA_HOME"] = keep
+    for k, v in keep.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture
