@@ -15904,7 +15904,6 @@ _HttpReply = Tuple[int, Dict[str, str], bytes]  # status, headers, body
 _SERVE_TOKEN_ENV = "ABSTRACT_SERVE_TOKEN"
 _SERVE_TOKEN_MIN = 32  # characters of a token Abstract is given (a made one has 43: 256 bits)
 _SERVE_TOKEN_FILE_MAX = 4096  # bytes of the token file read
-_TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # visible ASCII, as a header carries it (no spaces)
 # what a client without a token must reach while OAuth is on (the authorization server's
 # paths, _AuthServer.handles; the well-known ones with their path suffixes too); the rest of
 # the server asks for a token
@@ -15948,7 +15947,7 @@ def _serve_folder(environ: Dict[str, str]) -> Path:
 def _checked_token(token: str, where: str) -> str:
     """`token` if it is long enough and a header can carry it (then masked in every log line
     and error: _SECRETS); ConfigError naming `where` otherwise."""
-    if len(token) < _SERVE_TOKEN_MIN or not _TOKEN_RE.fullmatch(token):
+    if len(token) < _SERVE_TOKEN_MIN or not _OAUTH_TOKEN_RE.fullmatch(token):
         raise ConfigError(f"{where} must hold a token of at least {_SERVE_TOKEN_MIN} visible ASCII "
                           f"characters without spaces (it has {len(token)} characters); make one "
                           f"with: python3 -c \"import secrets; print(secrets.token_urlsafe(32))\"")
