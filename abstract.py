@@ -5463,6 +5463,14 @@ class _BoundedServerMixin:
             if request in self._deadlines:
                 self._spoke.add(request)
 
+    def reading(self, request: Any) -> None:
+        """The request's body is being read: until request_started says it is in, the
+        connection counts again as one whose request has not come whole (the header deadline
+        from now, and it may be dropped to make room at the cap)."""
+        with self._lock:
+            self._deadlines[request] = time.monotonic() + self._header_s
+            self._spoke.add(request)
+
     def request_started(self, request: Any) -> bool:
         """The request line and headers are in: the header deadline no longer applies.
         False if the connection was dropped to make room just before (_evict): it is not
@@ -5571,16 +5579,25 @@ class _HttpExchange:
         """(the body, None), or (None, (status, why)) when it cannot be taken: no
         Content-Length (411; chunked bodies are not read), over `limit` bytes (413, unread: the
         connection closes after the answer), or cut short (400)."""
-        length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
+        length = (self.headers.get("Content-Length") or "").strip()
+        # (not isdigit(): "\xb2" is a digit to it, not to int())
+        if not re.fullmatch(r"[0-9]{1,15}", length):
             return None, (411, "the request needs a Content-Length header (a body that is not "
                                "chunked)")
         if int(length) > limit:
             return None, (413, f"the body is {int(length):,} bytes; this server takes at most "
                                f"{limit:,} (serve.max_body_mb in Abstract's settings)")
-        data = self._page.rfile.read(int(length))
-        if len(data) != int(length):
-            return None, (400, "the body ended before its Content-Length")
+        # the body is part of the request: it must come whole within the header deadline, and
+        # until it has, the connection may be dropped to make room (_BoundedServerMixin)
+        server, conn = self._page.server, self._page.connection
+        server.reading(conn)
+        try:
+            data = self._page.rfile.read(int(length))
+        finally:
+            whole = server.request_started(conn)
+        if len(data) != int(length) or not whole:
+            return None, (400, "the body ended before its Content-Length (or did not come "
+                               "within http_header_timeout_seconds)")
         return data, None
 
     def reply(self, status: int, headers: Dict[str, str], body: bytes) -> None:
@@ -5694,6 +5711,9 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
 
         def log_message(self, fmt: str, *args: Any) -> None:
             _log.debug("http: " + fmt, *args)
+
+    if exchange is not None:  # (without: http.server's 501, as for HEAD)
+        Page.do_OPTIONS = Page.do_POST  # type: ignore[attr-defined]
 
     class Bounded(_bounded_server_class(http.server.ThreadingHTTPServer, limits)):  # type: ignore
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # [::1]:PORT too
@@ -17079,8 +17099,10 @@ class _Session:
         self._ids = itertools.count(1)
         # Abstract's id of each request in flight -> (the client's id, its stream, progress token)
         self._calls: Dict[int, Tuple[Any, _Stream, Any]] = {}
-        self._by_client: Dict[Any, int] = {}
-        self._tokens: Dict[Any, _Stream] = {}
+        self._by_client: Dict[Any, int] = {}  # (a session's only: stateless clients' ids clash)
+        # progress tokens, replaced by Abstract's id of the request on the way in (stateless
+        # clients' tokens clash too) -> (the stream, the client's own token)
+        self._tokens: Dict[int, Tuple[_Stream, Any]] = {}
         self._asked: Dict[int, _Stream] = {}  # our requests to the client -> the stream they took
         self._hints: "collections.deque[Optional[_Stream]]" = collections.deque()
         self._ask_lock = threading.Lock()
@@ -17135,13 +17157,14 @@ class _Session:
         params = msg.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         token = meta.get("progressToken") if isinstance(meta, dict) else None
-        token = token if _rpc_key(token) else None
         with self._lock:
             mine = next(self._ids)
-            self._calls[mine] = (msg["id"], stream, token)
-            self._by_client[msg["id"]] = mine
-            if token is not None:
-                self._tokens[token] = stream
+            self._calls[mine] = (msg["id"], stream, mine if _rpc_key(token) else None)
+            if self._hub is not None:
+                self._by_client[msg["id"]] = mine
+            if _rpc_key(token):
+                self._tokens[mine] = (stream, token)
+                msg = dict(msg, params=dict(params, _meta=dict(meta, progressToken=mine)))
         self.server.conn.deliver(dict(msg, id=mine))
         return mine
 
@@ -17178,8 +17201,8 @@ class _Session:
             got = self._calls.pop(mine, None)
             if got is not None:
                 self._by_client.pop(got[0], None)
-                if got[2] is not None and self._tokens.get(got[2]) is got[1]:
-                    del self._tokens[got[2]]
+                if got[2] is not None:
+                    self._tokens.pop(got[2], None)
         return got
 
     def busy(self) -> bool:
@@ -17228,7 +17251,9 @@ class _Session:
         params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
         if method == "notifications/progress":
             with self._lock:
-                stream = self._tokens.get(params.get("progressToken"))
+                got = self._tokens.get(params.get("progressToken"))
+            stream = got[0] if got is not None else None
+            msg = dict(msg, params=dict(params, progressToken=got[1])) if got else msg
         elif method == "notifications/cancelled":
             with self._lock:
                 stream = self._asked.pop(params.get("requestId"), None)
@@ -17239,9 +17264,12 @@ class _Session:
 
     def _open_stream(self, hint: Optional[_Stream]) -> Optional[_Stream]:
         """Where a message not tied to a request goes: `hint` while it is open, else the GET
-        stream, else the newest POST stream still open."""
+        stream, else the newest POST stream still open (a session's: never another stateless
+        client's)."""
         if hint is not None and not hint.ended:
             return hint
+        if self._hub is None:
+            return None
         with self._lock:
             if self.get_stream is not None and not self.get_stream.ended:
                 return self.get_stream
@@ -17398,6 +17426,8 @@ class _Sessions:
             self._handlers += 1
         try:
             self._exchange(ex)
+        except (ConnectionError, TimeoutError) as e:  # the client went away or stalled
+            _log.debug("serve: %s %s: the client is gone: %s", ex.method, ex.path, e)
         except Exception:
             _log.error("serve: %s %s failed:\n%s", ex.method, ex.path, traceback.format_exc())
             if not ex.streaming:
@@ -17421,7 +17451,7 @@ class _Sessions:
             return
         said = self._guard.check(ex.method, ex.path, ex.headers) if self._guard else None
         if said is None and self._auth is not None and self._auth.handles(ex.path):
-            body, why = ex.body(self._body_max) if ex.method == "POST" else (b"", None)
+            body, why = ex.body(_AS_BODY_MAX) if ex.method == "POST" else (b"", None)
             said = ((why[0], {"Content-Type": "text/plain; charset=utf-8"}, why[1].encode())
                     if why else self._auth.respond(ex.method, ex.path, ex.query, ex.headers,
                                                    body))
@@ -17435,8 +17465,11 @@ class _Sessions:
             self._post(ex)
         elif ex.method == "GET":
             self._get(ex)
-        else:
+        elif ex.method == "DELETE":
             self._delete(ex)
+        else:  # (OPTIONS: no CORS for /mcp yet; the authorization server answers its own)
+            ex.reply(405, {"Content-Type": "text/plain; charset=utf-8", "Allow":
+                           "GET, POST, DELETE"}, b"method not allowed\n")
 
     @staticmethod
     def _refuse(ex: _HttpExchange, status: int, message: str, code: int = _INVALID_REQUEST,

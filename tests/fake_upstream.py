@@ -624,7 +624,7 @@ class Fake:
         return _result_text("cancelled")
 
     def tool_record_cancel(self, mid, args: dict, meta: dict) -> None:
-        self.state(event="started", id=mid)
+        self.state(event="started", id=mid, progressToken=(meta or {}).get("progressToken"))
         if self.cancels[mid].wait(60):
             self.state(event="cancelled", id=mid)
 

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from conftest import ABSTRACT, WAIT, pid_alive, wait_for
+from conftest import ABSTRACT, WAIT, pid_alive, text_of, wait_for
 
 LONG = 60.0  # a bound for what starts processes on a loaded machine
 # the bearer token every request sends (ABSTRACT_SERVE_TOKEN; the guard requires one)
@@ -554,6 +555,88 @@ def test_served_as_configured_the_guard_and_the_authorization_server_are_in_fron
     assert evil.status == 403
     assert get("/mcp", Host="evil.example", Authorization=f"Bearer {TOKEN}")[0] == 421
     assert Session(srv.http, get_stream=False).request("ping")["result"] == {}
+
+
+def _raw(port: int, data: bytes, timeout: float = LONG) -> bytes:
+    """Send `data` on a new connection; what comes back until the server closes it."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        got = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return got
+            got += chunk
+
+
+def test_bodies_are_bounded_before_they_are_read_and_a_bad_length_is_411(served):
+    """The authorization server's paths (open without a token) take 64 KiB: a larger body is
+    refused from its Content-Length, unread; a Content-Length that is no ASCII number is 411,
+    not a 500."""
+    srv = served()
+    host = f"Host: 127.0.0.1:{srv.http.port}\r\n"
+    big = _raw(srv.http.port, ("POST /register HTTP/1.1\r\n" + host + "Content-Type: "
+                               "application/json\r\nContent-Length: 4000000\r\n\r\n").encode())
+    assert big.startswith(b"HTTP/1.0 413") and b"65,536" in big
+    odd = _raw(srv.http.port, ("POST /mcp HTTP/1.1\r\n" + host + f"Authorization: Bearer {TOKEN}"
+                               "\r\nContent-Length: ").encode() + b"\xb2\r\n\r\n")
+    assert odd.startswith(b"HTTP/1.0 411"), odd[:200]
+    assert Session(srv.http, get_stream=False).request("ping")["result"] == {}
+
+
+def test_a_body_that_trickles_is_dropped_at_the_header_deadline(served, world):
+    """A body must come whole within http_header_timeout_seconds, as the headers must: one
+    sent a byte at a time is dropped (no token needed for /register, so anyone could try)."""
+    import socket
+
+    world.settings = {"http_header_timeout_seconds": 1}
+    srv = served()
+    with socket.create_connection(("127.0.0.1", srv.http.port), timeout=LONG) as sock:
+        sock.sendall((f"POST /register HTTP/1.1\r\nHost: 127.0.0.1:{srv.http.port}\r\n"
+                      "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{").encode())
+        got, closed = b"", False
+        for _ in range(int(LONG * 4)):  # a byte every quarter second: slower than the deadline
+            try:
+                sock.sendall(b" ")
+                chunk = sock.recv(65536) if select.select([sock], [], [], 0.25)[0] else None
+            except OSError:
+                closed = True
+                break
+            if chunk is not None:
+                got += chunk
+                if not chunk:
+                    closed = True
+                    break
+        assert closed and not got.startswith(b"HTTP/1.0 201"), got[:200]
+    assert Session(srv.http, get_stream=False).request("ping")["result"] == {}
+
+
+def test_stateless_clients_with_the_same_progress_token_get_only_their_own(served, world):
+    """Two 2026-07-28 clients (no session) use one progress token: progress on the first one's
+    call reaches the first one, never the second."""
+    http_ = served().http
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}
+
+    def call(tool: str, args: dict, token: str) -> Events:
+        return http_.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": tool, "arguments": args, "_meta": dict(meta, progressToken=token)}},
+            **{"Mcp-Method": "tools/call", "Mcp-Name": tool})
+
+    a = call("up__record_cancel", {}, "p")
+    wait_for(lambda: len(world.events("up", "started")) == 1, LONG, "the first call upstream")
+    b = call("up__record_cancel", {}, "p")
+    wait_for(lambda: len(world.events("up", "started")) == 2, LONG, "the second call upstream")
+    theirs = world.events("up", "started")[0]["progressToken"]  # the first call's, upstream
+    note = {"method": "notifications/progress",
+            "params": {"progressToken": theirs, "progress": 1, "message": "the first's"}}
+    assert text_of(call("up__notify_client", note, "z").until_answer()[1]["result"]) == "sent"
+    got = a.next()
+    assert got["method"] == "notifications/progress" and got["params"]["progressToken"] == "p"
+    assert got["params"]["message"] == "the first's"
+    assert b.q.empty()
 
 
 # -- the official Python SDK client
