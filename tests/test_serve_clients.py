@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
@@ -95,13 +95,18 @@ def end(proc: subprocess.Popen, readers: List[threading.Thread]) -> None:
 
 @pytest.fixture
 def served(world):
+    """Start Abstract serving (flags); at the test's end it is stopped, and its stderr must hold
+    no traceback (nothing these clients did crashed a handler)."""
+    got: List[Served] = []
     with contextlib.ExitStack() as stack:
         def start(*flags: str) -> Served:
-            srv = Served(world, *flags)
-            stack.callback(end, srv.proc, srv.readers)
-            return srv
+            got.append(Served(world, *flags))
+            stack.callback(end, got[-1].proc, got[-1].readers)
+            return got[-1]
 
         yield start
+    for srv in got:
+        assert "Traceback" not in "".join(srv.err), "".join(srv.err)[-3000:]
 
 
 # -- the TypeScript SDK through the MCP Inspector's CLI
@@ -175,6 +180,7 @@ class Stdio:
         for t in self.readers:
             t.start()
         self._ids = iter(range(1, 10 ** 6))
+        self.notes: List[dict] = []  # the notifications that came
 
     def _out(self) -> None:
         for line in iter(self.proc.stdout.readline, b""):  # type: ignore[union-attr]
@@ -185,33 +191,51 @@ class Stdio:
         self.proc.stdin.write(json.dumps(msg).encode() + b"\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
 
-    def request(self, method: str, params: Optional[dict] = None) -> dict:
-        """Send a request; its response (what comes before it, notifications, is passed over)."""
+    def request(self, method: str, params: Optional[dict] = None,
+                answer: Optional[Callable[[dict], dict]] = None) -> dict:
+        """Send a request; its response. What comes before it: notifications are kept (notes),
+        and a request of the server's is answered with answer(request)."""
         mid = next(self._ids)
         self.send({"jsonrpc": "2.0", "id": mid, "method": method, "params": params or {}})
         while True:
             msg = self.messages.get(timeout=LONG)
             assert msg is not None, "ended: " + b"".join(self.err).decode()[-3000:]
-            if msg.get("id") == mid and "method" not in msg:
+            if "method" not in msg and msg.get("id") == mid:
                 assert "result" in msg, msg
                 return msg["result"]
+            if "method" in msg and "id" in msg:
+                assert answer is not None, f"not expected: {msg}"
+                self.send({"jsonrpc": "2.0", "id": msg["id"], "result": answer(msg)})
+            elif "method" in msg:
+                self.notes.append(msg)
 
 
 
-def test_mcp_remote_bridges_a_stdio_client_and_cached_results_read_through_it(served, world):
+def mcp_remote(srv: Served, world: Any, caps: Optional[dict] = None) -> Stdio:
+    """`mcp-remote URL --transport http-only --header Authorization:Bearer ...` (a valid header:
+    no OAuth, so no browser; its config folder the test's own), initialized by a stdio client."""
     need(BIN / "mcp-remote")
-    srv = served("--expose", "direct")
-    big = "".join(f"line {i:05d} of a big file\n" for i in range(1, 4001))  # 100,000 characters
-    (srv.files / "big.txt").write_text(big)
-    # a valid header: no OAuth, so no browser; its config folder the test's own
     remote = Stdio([str(BIN / "mcp-remote"), srv.url, "--transport", "http-only", "--header",
                     f"Authorization:Bearer {TOKEN}"],
                    dict(os.environ, MCP_REMOTE_CONFIG_DIR=str(world.tmp / "mcp-remote")))
     try:
-        init = remote.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                             "clientInfo": {"name": "stdio-host", "version": "1"}})
+        init = remote.request("initialize", {
+            "protocolVersion": "2025-06-18", "capabilities": caps or {},
+            "clientInfo": {"name": "stdio-host", "version": "1"}})
         assert init["serverInfo"]["name"] == "abstract"
         remote.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    except BaseException:
+        end(remote.proc, remote.readers)
+        raise
+    return remote
+
+
+def test_mcp_remote_bridges_a_stdio_client_and_cached_results_read_through_it(served, world):
+    srv = served("--expose", "direct")
+    big = "".join(f"line {i:05d} of a big file\n" for i in range(1, 4001))  # 100,000 characters
+    (srv.files / "big.txt").write_text(big)
+    remote = mcp_remote(srv, world)
+    try:
         names = [t["name"] for t in remote.request("tools/list")["tools"]]
         assert "everything__echo" in names and "retrieve_cached_output" in names
         echo = remote.request("tools/call", {"name": "everything__echo",
@@ -267,3 +291,28 @@ def test_two_sdk_sessions_at_once_questions_cancels_and_ends_stay_with_their_ses
     assert got["a_long_after_delete"][0].startswith("Long running operation completed")
     assert got["a_echo_after_delete"] == ["Echo: A on"]
     assert "Session not found" in got["b_echo_after_delete"]
+
+
+def test_mcp_remote_relays_an_upstreams_question_and_its_progress_to_the_stdio_client(
+        served, world):
+    srv = served("--expose", "direct")
+    remote = mcp_remote(srv, world, {"elicitation": {}})
+    asked: List[dict] = []
+
+    def answer(req: dict) -> dict:
+        asked.append(req)
+        return {"action": "accept", "content": {"name": "Remote Ada"}}
+
+    try:
+        got = remote.request("tools/call", {"name": "everything__trigger-elicitation-request",
+                                            "arguments": {}}, answer)
+        assert [r["method"] for r in asked] == ["elicitation/create"]
+        assert "- Name: Remote Ada" in "\n".join(texts(got))
+        done = remote.request("tools/call", {
+            "name": "everything__trigger-long-running-operation",
+            "arguments": {"duration": 2, "steps": 2}, "_meta": {"progressToken": "mine"}})
+        assert texts(done) == ["Long running operation completed. Duration: 2 seconds, Steps: 2."]
+        assert [(n["params"]["progressToken"], n["params"]["progress"]) for n in remote.notes
+                if n["method"] == "notifications/progress"] == [("mine", 1), ("mine", 2)]
+    finally:
+        end(remote.proc, remote.readers)
