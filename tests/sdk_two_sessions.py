@@ -132,10 +132,10 @@ async def questions_and_cancels(a: Peer, b: Peer, tg: Any, out: dict) -> None:
         out["asked_after_a"] = {"A": list(a.asked), "B": list(b.asked)}
     with anyio.fail_after(BOUND):  # 2: B's call cancelled while A's goes on
         a_long = await started(a, tg, 6, 3)
+        out["a_progress_at_cancel"] = len(a_long.progress)
         b_long.scope.cancel()
         await b_long.done.wait()
         out["b_cancelled"] = b_long.outcome
-        out["a_progress_at_cancel"] = len(a_long.progress)
         out["b_echo_after_cancel"] = await b.call("everything__echo", {"message": "B on"})
         await a_long.done.wait()
         out["a_long"], out["a_progress"] = a_long.outcome, a_long.progress
@@ -150,10 +150,10 @@ async def questions_and_cancels(a: Peer, b: Peer, tg: Any, out: dict) -> None:
 async def ending(a: Peer, b: Peer, tg: Any, out: dict) -> None:
     with anyio.fail_after(BOUND):  # 4: B's session ended while both have a call in flight
         a_long, b_long = await started(a, tg, 6, 3), await started(b, tg, 120, 120)
+        out["a_progress_at_delete"] = len(a_long.progress)
         out["delete_status"] = await delete(b)
         await b_long.done.wait()
         out["b_after_delete"] = b_long.outcome
-        out["a_progress_at_delete"] = len(a_long.progress)
         await a_long.done.wait()
         out["a_long_after_delete"], out["a_progress_2"] = a_long.outcome, a_long.progress
         out["a_echo_after_delete"] = await a.call("everything__echo", {"message": "A on"})
