@@ -20,7 +20,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from conftest import ABSTRACT
+from conftest import ABSTRACT, wait_for
+from test_serve import ELICIT, Session
+from test_serve import Served as FakeServed
 
 LONG = 120.0  # node and a venv start slowly on a loaded machine
 TOKEN = "c" * 40  # ABSTRACT_SERVE_TOKEN: every request sends it as a bearer token
@@ -316,3 +318,26 @@ def test_mcp_remote_relays_an_upstreams_question_and_its_progress_to_the_stdio_c
                 if n["method"] == "notifications/progress"] == [("mine", 1), ("mine", 2)]
     finally:
         end(remote.proc, remote.readers)
+
+
+def test_a_question_goes_to_the_session_whose_call_came_last_not_to_one_already_running(world):
+    """The rule the two sessions above found wanting (the question went to the session whose
+    call had waited longest), pinned with the fake upstream where the real peers are absent:
+    B's call is running at the upstream when A's call asks; A is asked, B's stream gets
+    nothing."""
+    world.fake("up", "--extras")
+    srv = FakeServed(world)
+    try:
+        a, b = Session(srv.http, {"elicitation": {}}), Session(srv.http, {"elicitation": {}})
+        b_mid, b_stream = b.call("up__record_cancel")
+        wait_for(lambda: world.events("up", "started"), LONG, "B's call at the upstream")
+        _, a_stream = a.call("up__ask_client", method="elicitation/create", params=ELICIT)
+        asked = a_stream.next(LONG)
+        assert asked is not None and asked.get("method") == "elicitation/create", asked
+        assert a.answer(asked["id"], {"action": "accept", "content": {"name": "Ada"}}) == 202
+        _, answer = a_stream.until_answer()
+        assert "Ada" in json.dumps(answer["result"])
+        assert b.notify("notifications/cancelled", {"requestId": b_mid}) == 202
+        assert b_stream.next(LONG) is None  # B's POST ends: it was asked nothing
+    finally:
+        srv.stop()
