@@ -2,7 +2,9 @@
 (`--transport http`), mcp-remote 0.15.1 bridging a stdio client to Abstract, and two sessions of
 the official Python SDK at once (tests/sdk_two_sessions.py), each against a real abstract.py over
 the real server-everything and server-filesystem (tests/realservers/install.sh; each test skips
-with one line when what it needs is not installed). Every wait is bounded.
+with one line when what it needs is not installed). The question-routing rule the two sessions
+need is pinned with the fake upstream as well (test_serve's client), for machines without them.
+Every wait is bounded.
 """
 
 from __future__ import annotations
