@@ -7838,7 +7838,7 @@ class _QuestionRelay:
         self._questions: Dict[int, Callable[[str], None]] = {}
         self._answered_at = 0.0
         self._calls = 0  # tools/call requests in flight
-        self._callers: List[_Caller] = []  # ... their client sessions (--serve), oldest first
+        self._callers: List[_Caller] = []  # ... their client sessions (--serve), newest last
         # a 2026-07-28 client's calls of a handshake-era upstream: the upstream's questions are
         # handed to one waiting (_waiters) as input_required, or kept until one waits (_unclaimed);
         # the calls held for the client's follow-up (_holds), by hold key
@@ -7881,9 +7881,12 @@ class _QuestionRelay:
     def _asker(self) -> Optional[_Caller]:
         """The client session an upstream's question goes to (--serve): the one whose call is in
         flight at this upstream; with several sessions' calls in flight at once (the upstream's
-        request does not say which call it is for), the one whose call has waited longest."""
+        request does not say which call it is for), the one whose call was sent last. A tool
+        asks before it does its work, so the call that just started is the likeliest asker; a
+        call that has been running a while (server-everything's long operation beside its
+        elicitation tool) is not, and the longest-waiting one got the other session's question."""
         with self._lock:
-            return self._callers[0] if self._callers else None
+            return self._callers[-1] if self._callers else None
 
     def withdraw_all(self, reason: str) -> None:
         """The client cancelled a call: the questions pending at the client are withdrawn when
