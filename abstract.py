@@ -177,6 +177,8 @@ _META_INFO = "io.modelcontextprotocol/clientInfo"
 _META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 _META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
+# 2025-11-25 tasks: what a message about a task names it by (basic/utilities/tasks)
+_RELATED_TASK = "io.modelcontextprotocol/related-task"
 
 _CALL_TIMEOUT_S = 120.0  # default deadline of an upstream tool call
 _START_TIMEOUT_S = 30.0  # start-up and handshake
@@ -7843,6 +7845,9 @@ class _QuestionRelay:
         self._answered_at = 0.0
         self._calls = 0  # tools/call requests in flight
         self._callers: List[_Caller] = []  # ... their client sessions (--serve), oldest first
+        # the tasks Abstract's calls became (2025-11-25), by taskId -> the call's client session:
+        # a question that names its task (_RELATED_TASK) goes to that session
+        self._tasks: Dict[str, _Caller] = {}
         # a 2026-07-28 client's calls of a handshake-era upstream: the upstream's questions are
         # handed to one waiting (_waiters) as input_required, or kept until one waits (_unclaimed);
         # the calls held for the client's follow-up (_holds), by hold key
@@ -7858,7 +7863,7 @@ class _QuestionRelay:
         cannot take them)."""
         methods: Dict[str, _Handler] = {"ping": lambda r: {}}
         if self._client.roots_offered():
-            methods["roots/list"] = lambda r: self._client.list(self._asker())
+            methods["roots/list"] = lambda r: self._client.list(self._asker(r.params))
         for method in _ClientLink.QUESTIONS:
             methods[method] = self.question
         return methods
@@ -7873,6 +7878,13 @@ class _QuestionRelay:
             if who is not None:
                 self._callers.append(who)
 
+    def tasked(self, p: _Pending) -> None:
+        """The call `p` became the upstream's task p.task_id: a question that names it goes to
+        the call's session."""
+        if p.who is not None:
+            with self._lock:
+                self._tasks[p.task_id] = p.who
+
     def done(self, p: _Pending) -> None:
         """A call sent upstream ended (answered, failed, or given up)."""
         with self._lock:
@@ -7880,13 +7892,21 @@ class _QuestionRelay:
             self._modern_calls -= p.modern
             if p.who in self._callers:
                 self._callers.remove(p.who)
+            self._tasks.pop(p.task_id, None)
         p.conn.forget(p.mid)
 
-    def _asker(self) -> Optional[_Caller]:
-        """The client session an upstream's question goes to (--serve): the one whose call is in
-        flight at this upstream; with several sessions' calls in flight at once (the upstream's
-        request does not say which call it is for), the one whose call has waited longest."""
+    def _asker(self, params: Any = None) -> Optional[_Caller]:
+        """The client session an upstream's question (its `params`) goes to (--serve): the
+        session of the task it names (_meta's io.modelcontextprotocol/related-task, 2025-11-25),
+        else the one whose call is in flight at this upstream; with several sessions' calls in
+        flight at once, the one whose call has waited longest (a request over stdio does not say
+        which call it is for otherwise: an SDK's related request id stays in the SDK)."""
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        task = meta.get(_RELATED_TASK) if isinstance(meta, dict) else None
+        task_id = task.get("taskId") if isinstance(task, dict) else None
         with self._lock:
+            if isinstance(task_id, str) and task_id in self._tasks:
+                return self._tasks[task_id]
             return self._callers[0] if self._callers else None
 
     def withdraw_all(self, reason: str) -> None:
@@ -7909,7 +7929,7 @@ class _QuestionRelay:
             park = 0 < self._modern_calls == self._calls  # every call in flight: a modern client's
         if park:
             return self._park(req)
-        conn, mid, fut = self._client.send(req.method, req.params, self._asker())
+        conn, mid, fut = self._client.send(req.method, req.params, self._asker(req.params))
         key = next(self._tokens)
 
         def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
@@ -9542,6 +9562,7 @@ class _Upstream:
                                 f"without a taskId: {_dumps(task)[:200]}")
         p.conn.forget(p.mid)
         p.task_id = task_id
+        self._relay.tasked(p)  # (before tasks/result: the task's questions come during it)
         p.mid, p.fut = p.conn.request("tasks/result", self._protocol.params({"taskId": task_id}))
 
     def _done(self, p: _Pending) -> None:

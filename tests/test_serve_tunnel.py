@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import pytest
 
 import abstract
-from test_serve import LONG, TOKEN, VENV_PY, Events, Http, Served, Session
+from conftest import wait_for
+from test_serve import ELICIT, LONG, TOKEN, VENV_PY, Events, Http, Served, Session
 from test_serve import served  # noqa: F401 (a fixture)
 from test_serve_auth import REDIRECT, Clock, authorize, client_id, pkce, redirected, ticket_of
 from test_serve_auth import Served as AuthServed
@@ -393,3 +394,29 @@ def test_without_the_public_url_the_tunnel_is_misdirected(served, tunnel):  # no
     tunnel.target = served().http.port
     status, _, body = request(tunnel.port, "GET", "/mcp", host="localhost")
     assert status == 421 and b"Misdirected Request" in body
+
+
+# -- 5. which session an upstream's question goes to
+
+
+def test_a_tasks_question_goes_to_the_session_of_that_task_not_the_oldest_call(world):
+    """A stdio upstream's question names no call, except a 2025-11-25 task's, which names its
+    task (_meta io.modelcontextprotocol/related-task): it goes to the session whose call became
+    that task, though another session's call has waited longer at the same upstream."""
+    world.fake("up", "--tasks")
+    srv = Served(world)
+    try:
+        a = Session(srv.http, {"elicitation": {}})
+        b = Session(srv.http, {"elicitation": {}})
+        _, slow = a.call("up__slow", seconds=30, text="a")  # the oldest call in flight
+        wait_for(lambda: world.events("up", "call"), LONG, "a's call upstream")
+        mid, job = b.call("up__job", ask=ELICIT)
+        asked = job.next(LONG)
+        assert asked["method"] == "elicitation/create" and asked["params"]["message"] == (
+            "your name?")
+        assert b.answer(asked["id"], {"action": "accept", "content": {"name": "Bo"}}) == 202
+        _, answer = job.until_answer()
+        assert answer["id"] == mid and "Bo" in json.dumps(answer["result"])
+        assert slow.q.empty()  # (a's call was asked nothing)
+    finally:
+        srv.stop()
