@@ -14,7 +14,7 @@ import subprocess
 import threading
 import urllib.parse
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -40,6 +40,7 @@ class Tunnel:
         self.port = self.sock.getsockname()[1]
         self.target = 0  # Abstract's port, once it serves
         self.public = f"http://localhost:{self.port}"
+        self.open: List[socket.socket] = []  # (closed at the end, whatever is still open)
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -53,6 +54,7 @@ class Tunnel:
             except OSError:
                 client.close()
                 continue
+            self.open += [client, up]
             done = [0]
             for a, b in ((client, up), (up, client)):
                 threading.Thread(target=self._pump, args=(a, b, (client, up), done),
@@ -73,6 +75,8 @@ class Tunnel:
 
     def close(self) -> None:
         self.sock.close()
+        for s in self.open:
+            s.close()
 
 
 @pytest.fixture
