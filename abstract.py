@@ -16167,18 +16167,18 @@ _SERVE_FORWARDED = ("Forwarded", "X-Forwarded-Host", "X-Forwarded-For")
 
 def _named_base(headers: Mapping[str, str], local: str, public: str) -> str:
     """The base URL a request is answered in the name of (the issuer, the resource, the
-    resource metadata's address): `local`, the address bound, when the request reached it by a
-    loopback name with the bound port and through no proxy; else `public` (serve.public_url)
-    when there is one. Both name this one server: a token of either works at both."""
-    if not public:
-        return local
+    resource metadata's address): the loopback name it reached this server by (localhost,
+    127.0.0.1, [::1]) with the bound port, when it came through no proxy (a client checks that
+    the resource and issuer are the address it connected to); else `public` (serve.public_url)
+    when there is one; else `local`, the address bound. All name this one server: a token got
+    by one works at all."""
     p = urllib.parse.urlsplit(local)
     port = p.port or (443 if p.scheme == "https" else 80)
     seen = _split_host(_header(headers, "Host") or "", port)
     if seen is not None and _is_loopback(seen[0]) and seen[1] == port and not any(
             _header(headers, h) is not None for h in _SERVE_FORWARDED):
-        return local
-    return public
+        return _serve_url(seen[0], port, p.scheme == "https")
+    return public or local
 
 
 class _ServeGuard:
@@ -16300,9 +16300,9 @@ class _ServeGuard:
         token = _bearer(_header(headers, "Authorization"))
         if self._identify(token) is not None:
             return None
-        metadata = self._metadata
-        if metadata and _named_base(headers, self.url, self.public) != self.url:
-            metadata = self.public + urllib.parse.urlsplit(metadata).path
+        metadata, base = self._metadata, _named_base(headers, self.url, self.public)
+        if metadata and base != self.url:
+            metadata = base + urllib.parse.urlsplit(metadata).path
         params = ([f'resource_metadata="{metadata}"'] if metadata
                   else ['realm="abstract"']) + (['error="invalid_token"'] if token else [])
         how = ("or log in with OAuth (your client does it when it supports OAuth)"
@@ -16972,17 +16972,17 @@ class _AuthServer:
             return "invalid_request", "code_challenge_method must be S256 (plain is refused)"
         if not _AS_CHALLENGE_RE.fullmatch(ask["code_challenge"]):
             return "invalid_request", "code_challenge must be the 43-character S256 value"
-        if "resource" in ask and not self._ours(ask["resource"]):
+        if "resource" in ask and not self._ours(ask["resource"], base):
             return "invalid_target", f"resource must be {self._resource_at(base)}"
         if len(ask.get("state", "")) > _AS_STATE_LEN:
             return "invalid_request", f"state is over {_AS_STATE_LEN} characters"
         return "", ""
 
-    def _ours(self, resource: str) -> bool:
-        """Whether `resource` (RFC 8707) names this server's MCP endpoint (by the address bound
-        or by the public URL: one server)."""
-        return _canonical_resource(resource) in {
-            _canonical_resource(self._resource_at(b)) for b in (self.issuer, self.public) if b}
+    def _ours(self, resource: str, base: str) -> bool:
+        """Whether `resource` (RFC 8707) names this server's MCP endpoint: by the address bound,
+        the public URL, or `base`, the name the request reached it by (one server)."""
+        return _canonical_resource(resource) in {_canonical_resource(self._resource_at(b))
+                                                 for b in (self.issuer, self.public, base) if b}
 
     @staticmethod
     def _back(uri: str, state: str, params: Dict[str, str], iss: str) -> _HttpReply:
@@ -16998,7 +16998,7 @@ class _AuthServer:
         the page again, _AS_ATTEMPTS times at most."""
         origin = headers.get("origin")
         if origin and origin != "null" and _origin_key(origin) not in {
-                _origin_key(b) for b in (self.issuer, self.public) if b}:
+                _origin_key(b) for b in (self.issuer, self.public, self._base(headers)) if b}:
             return _refused_page(403, "This form may only be sent from Abstract's own page.")
         try:
             form = _as_form(body)
@@ -17055,9 +17055,9 @@ class _AuthServer:
         except ValueError as e:
             return _as_error(400, "invalid_request", str(e))
         grant = form.get("grant_type")
-        if "resource" in form and not self._ours(form["resource"]):
-            return _as_error(400, "invalid_target", f"resource must be "
-                             f"{self._resource_at(self._base(headers))}")
+        base = self._base(headers)
+        if "resource" in form and not self._ours(form["resource"], base):
+            return _as_error(400, "invalid_target", f"resource must be {self._resource_at(base)}")
         if grant == "authorization_code":
             return self._code_grant(form)
         if grant == "refresh_token":

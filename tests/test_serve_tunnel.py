@@ -208,11 +208,12 @@ def test_the_official_sdk_logs_in_through_the_tunnel_and_keeps_its_session(serve
     """The SDK's OAuth client against the public URL only: the 401, both metadata documents,
     registration, the approval page, the code and the refresh all go through the tunnel; its
     session (opened before the refresh) takes the refreshed token. And the local address still
-    logs a client in, in its own name."""
+    logs a client in, by either loopback name (each answered in the name it used)."""
     if not VENV_PY.exists():
         pytest.skip("the realservers venv is not installed (tests/realservers/install.sh)")
     srv = served_through(served, tunnel)
-    for base in (tunnel.public, f"http://127.0.0.1:{srv.http.port}"):
+    port = srv.http.port
+    for base in (tunnel.public, f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
         done = subprocess.run([str(VENV_PY), str(SDK_LOGIN), base, TOKEN, "mcp"],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -424,3 +425,29 @@ def test_a_tasks_question_goes_to_the_session_of_that_task_not_the_oldest_call(w
         assert slow.q.empty()  # (a's call was asked nothing)
     finally:
         srv.stop()
+
+
+def test_a_local_client_is_answered_in_the_loopback_name_it_used(served):  # noqa: F811
+    """An OAuth client checks that the resource and issuer are the address it connected to:
+    one that connects to localhost (or [::1]) is named so, not 127.0.0.1 (the SDK refused it:
+    'Protected resource http://127.0.0.1:<port>/mcp does not match expected
+    http://localhost:<port>/mcp')."""
+    port = served().http.port
+    for name in ("localhost", "127.0.0.1"):
+        base = f"http://{name}:{port}"
+        status, headers, _ = request(port, "GET", "/mcp", host=name)
+        assert status == 401 and headers["www-authenticate"] == (
+            f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"')
+        _, _, body = request(port, "GET", "/.well-known/oauth-protected-resource/mcp", host=name)
+        assert json.loads(body)["resource"] == f"{base}/mcp"
+        _, _, body = request(port, "GET", "/.well-known/oauth-authorization-server", host=name)
+        assert json.loads(body)["issuer"] == base
+    # an IPv6 loopback name, sent as Host (the server listens on 127.0.0.1 only)
+    _, headers, _ = request(port, "GET", "/mcp", headers={"Host": f"[::1]:{port}"})
+    assert f'resource_metadata="http://[::1]:{port}/.well-known' in headers["www-authenticate"]
+    # the resource (RFC 8707) may name the server by another of its names: one server
+    via = Via(port, "localhost")
+    cid = client_id(via)  # type: ignore[arg-type]
+    status, _, page = authorize(via, cid, pkce()[1],  # type: ignore[arg-type]
+                                resource=f"http://127.0.0.1:{port}/mcp")
+    assert status == 200, page
