@@ -17601,8 +17601,9 @@ class _Sessions:
             self.upstreams.set_level(min(asked, key=_LOG_LEVELS.index))
 
     # -- sessions
-    def _open(self, owner: str) -> Optional[_Session]:
-        """A new session, bound to the credential `owner` names (_who), or None when full."""
+    def _open(self, owner: Optional[str] = None) -> Optional[_Session]:
+        """A new session, bound to the credential `owner` names (_who; None: unbound), or None
+        when full."""
         import secrets  # lazy: see Imports
 
         with self._lock:
@@ -17610,7 +17611,8 @@ class _Sessions:
                 return None
             sid = secrets.token_urlsafe(32)  # 256 bits
             self._sessions[sid] = None  # type: ignore[assignment]  (held while it is built)
-            self._owners[sid] = owner
+            if owner is not None:
+                self._owners[sid] = owner
         try:
             session = _Session(sid, self._make, self)
         except BaseException:
@@ -17729,7 +17731,7 @@ class _Sessions:
             owner = self._owners.get(sid)
         # a session is its opener's: a request with another credential is told what one for
         # an unknown id is (the id is not confirmed to exist)
-        theirs = session is None or owner == self._who(ex)
+        theirs = session is None or owner is None or owner == self._who(ex)
         if not theirs:
             _log.info("serve: a request named a session opened with another credential: "
                       "refused as unknown")
