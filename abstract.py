@@ -177,6 +177,8 @@ _META_INFO = "io.modelcontextprotocol/clientInfo"
 _META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 _META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 _META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
+# 2025-11-25 tasks: what a message about a task names it by (basic/utilities/tasks)
+_RELATED_TASK = "io.modelcontextprotocol/related-task"
 
 _CALL_TIMEOUT_S = 120.0  # default deadline of an upstream tool call
 _START_TIMEOUT_S = 30.0  # start-up and handshake
@@ -4565,7 +4567,8 @@ _QUERY_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
                                                                       "from 32 to 65536", 256),
 }
 # --serve (the Serving part): the OAuth authorization server for web connectors (on unless
-# false), the browser origins allowed besides the server's own (scheme://host[:port]), how long
+# false), the browser origins allowed besides the server's own (scheme://host[:port]), the
+# public origin of a tunnel or reverse proxy in front of it (the name OAuth gives), how long
 # a session may stay silent before it is ended, how many sessions at once, the largest request
 # body.
 _SERVE_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
@@ -4574,6 +4577,9 @@ _SERVE_SETTINGS: Dict[str, Tuple[Callable[[Any], bool], str, Any]] = {
                 and all(isinstance(o, str) and _origin_key(o) for o in v),
                 "a list of at most 100 origins such as \"https://claude.ai\" "
                 "(scheme://host[:port], no path)", ()),
+    "public_url": (lambda v: isinstance(v, str) and (not v or _origin_key(v) is not None),
+                   "an origin such as \"https://tunnel.example.net\" (https://host[:port], no "
+                   "path; \"\" for none)", ""),
     "idle_timeout_seconds": (_seconds, _SECONDS, 1800),
     "max_sessions": (lambda v: _count(v) and 1 <= v <= 4096, "a whole number from 1 to 4096", 64),
     "max_body_mb": (lambda v: _positive(v) and v <= 4096, _MEGABYTES, 4),
@@ -7839,6 +7845,9 @@ class _QuestionRelay:
         self._answered_at = 0.0
         self._calls = 0  # tools/call requests in flight
         self._callers: List[_Caller] = []  # ... their client sessions (--serve), newest last
+        # the tasks Abstract's calls became (2025-11-25), by taskId -> the call's client session:
+        # a question that names its task (_RELATED_TASK) goes to that session
+        self._tasks: Dict[str, _Caller] = {}
         # a 2026-07-28 client's calls of a handshake-era upstream: the upstream's questions are
         # handed to one waiting (_waiters) as input_required, or kept until one waits (_unclaimed);
         # the calls held for the client's follow-up (_holds), by hold key
@@ -7854,7 +7863,7 @@ class _QuestionRelay:
         cannot take them)."""
         methods: Dict[str, _Handler] = {"ping": lambda r: {}}
         if self._client.roots_offered():
-            methods["roots/list"] = lambda r: self._client.list(self._asker())
+            methods["roots/list"] = lambda r: self._client.list(self._asker(r.params))
         for method in _ClientLink.QUESTIONS:
             methods[method] = self.question
         return methods
@@ -7869,6 +7878,13 @@ class _QuestionRelay:
             if who is not None:
                 self._callers.append(who)
 
+    def tasked(self, p: _Pending) -> None:
+        """The call `p` became the upstream's task p.task_id: a question that names it goes to
+        the call's session."""
+        if p.who is not None:
+            with self._lock:
+                self._tasks[p.task_id] = p.who
+
     def done(self, p: _Pending) -> None:
         """A call sent upstream ended (answered, failed, or given up)."""
         with self._lock:
@@ -7876,16 +7892,23 @@ class _QuestionRelay:
             self._modern_calls -= p.modern
             if p.who in self._callers:
                 self._callers.remove(p.who)
+            self._tasks.pop(p.task_id, None)
         p.conn.forget(p.mid)
 
-    def _asker(self) -> Optional[_Caller]:
-        """The client session an upstream's question goes to (--serve): the one whose call is in
-        flight at this upstream; with several sessions' calls in flight at once (the upstream's
-        request does not say which call it is for), the one whose call was sent last. A tool
-        asks before it does its work, so the call that just started is the likeliest asker; a
-        call that has been running a while (server-everything's long operation beside its
-        elicitation tool) is not, and the longest-waiting one got the other session's question."""
+    def _asker(self, params: Any = None) -> Optional[_Caller]:
+        """The client session an upstream's question (its `params`) goes to (--serve): the
+        session of the task it names (_meta's io.modelcontextprotocol/related-task, 2025-11-25),
+        else the one whose call is in flight at this upstream; with several sessions' calls in
+        flight at once (a request over stdio does not say which call it is for: an SDK's related
+        request id stays in the SDK), the one whose call was sent last. A tool asks before it
+        does its work, so the call that just started is the likeliest asker; a call that has been
+        running a while (server-everything's long operation beside its elicitation tool) is not."""
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        task = meta.get(_RELATED_TASK) if isinstance(meta, dict) else None
+        task_id = task.get("taskId") if isinstance(task, dict) else None
         with self._lock:
+            if isinstance(task_id, str) and task_id in self._tasks:
+                return self._tasks[task_id]
             return self._callers[-1] if self._callers else None
 
     def withdraw_all(self, reason: str) -> None:
@@ -7908,7 +7931,7 @@ class _QuestionRelay:
             park = 0 < self._modern_calls == self._calls  # every call in flight: a modern client's
         if park:
             return self._park(req)
-        conn, mid, fut = self._client.send(req.method, req.params, self._asker())
+        conn, mid, fut = self._client.send(req.method, req.params, self._asker(req.params))
         key = next(self._tokens)
 
         def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
@@ -9541,6 +9564,7 @@ class _Upstream:
                                 f"without a taskId: {_dumps(task)[:200]}")
         p.conn.forget(p.mid)
         p.task_id = task_id
+        self._relay.tasked(p)  # (before tasks/result: the task's questions come during it)
         p.mid, p.fut = p.conn.request("tasks/result", self._protocol.params({"taskId": task_id}))
 
     def _done(self, p: _Pending) -> None:
@@ -16096,6 +16120,13 @@ def _shown(text: str) -> str:
     return _escape_controls(text[:200])
 
 
+def _bearer(value: Optional[str]) -> str:
+    """The token of an Authorization header's Bearer credential ("Bearer" in any case), or
+    ""."""
+    scheme, _, token = (value or "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 def _origin_keys(origins: Sequence[str]) -> List[Tuple[str, str, int]]:
     """The allowed origins as _origin_key compares them; ConfigError for one that is not an
     origin."""
@@ -16107,6 +16138,49 @@ def _origin_keys(origins: Sequence[str]) -> List[Tuple[str, str, int]]:
                               f"(scheme://host[:port], no path), not {given!r}")
         keys.append(key)
     return keys
+
+
+def _serve_public(args: argparse.Namespace, settings: _Settings) -> str:
+    """The public origin of a tunnel or reverse proxy in front of --serve (--serve-public-url,
+    else serve.public_url), lowercased, without a trailing slash; "" when neither is given.
+    ConfigError for one that is not an origin, or that is http on a host other than loopback
+    (OAuth's codes and tokens travel through it)."""
+    flag = args.serve_public_url
+    given, where = (flag, "--serve-public-url") if flag else (settings.serve("public_url"),
+                                                              "serve.public_url")
+    if not given:
+        return ""
+    key = _origin_key(given)
+    if key is None:
+        raise ConfigError(f"{where} needs the public origin of the tunnel or proxy, such as "
+                          f"https://tunnel.example.net (https://host[:port]; no path, query or "
+                          f"fragment), not {_shown(given)!r}")
+    if key[0] != "https" and not _is_loopback(key[1]):
+        raise ConfigError(f"{where} {_shown(given)}: a public URL must be https (http only on a "
+                          f"loopback host such as localhost): OAuth's codes and tokens go "
+                          f"through it")
+    return given.strip().lower().rstrip("/")
+
+
+# the headers a proxy or tunnel adds: a request that carries one did not come from this machine
+# directly, even when its Host is the bound loopback address (a proxy that rewrites Host)
+_SERVE_FORWARDED = ("Forwarded", "X-Forwarded-Host", "X-Forwarded-For")
+
+
+def _named_base(headers: Mapping[str, str], local: str, public: str) -> str:
+    """The base URL a request is answered in the name of (the issuer, the resource, the
+    resource metadata's address): the loopback name it reached this server by (localhost,
+    127.0.0.1, [::1]) with the bound port, when it came through no proxy (a client checks that
+    the resource and issuer are the address it connected to); else `public` (serve.public_url)
+    when there is one; else `local`, the address bound. All name this one server: a token got
+    by one works at all."""
+    p = urllib.parse.urlsplit(local)
+    port = p.port or (443 if p.scheme == "https" else 80)
+    seen = _split_host(_header(headers, "Host") or "", port)
+    if seen is not None and _is_loopback(seen[0]) and seen[1] == port and not any(
+            _header(headers, h) is not None for h in _SERVE_FORWARDED):
+        return _serve_url(seen[0], port, p.scheme == "https")
+    return public or local
 
 
 class _ServeGuard:
@@ -16126,12 +16200,16 @@ class _ServeGuard:
        "invalid_token" when a token was sent). CORS preflights (OPTIONS) and, while OAuth is
        on, the authorization server's paths (_SERVE_OPEN_PATHS) need none.
 
+    `public` (serve.public_url: a tunnel's or reverse proxy's origin) is allowed as an origin
+    and its host as a Host, and the 401 of a request that came through it names its metadata
+    (_named_base). `who` names the credential a request carries (a session is bound to it).
+
     A refusal's body is a JSON-RPC error without id saying what to fix. No token is logged:
     refusals are logged at debug level, without the query."""
 
     def __init__(self, host: str, port: int, token: str, origins: Sequence[str] = (),
-                 tls: bool = False, verify: Optional[Callable[[str], bool]] = None,
-                 resource_metadata: str = "") -> None:
+                 tls: bool = False, verify: Optional[Callable[[str], Any]] = None,
+                 resource_metadata: str = "", public: str = "") -> None:
         if not 0 < port < 65536:  # (the Host and Origin checks compare it: the port bound)
             raise ValueError(f"_ServeGuard needs the port the server is bound to, not {port}")
         self.host, self.port, self.tls = host.lower(), port, tls
@@ -16139,8 +16217,8 @@ class _ServeGuard:
         self.url = _serve_url(host, port, tls)  # (its origin; the MCP endpoint is url + "/mcp")
         self._scheme = "https" if tls else "http"
         self._token = token.encode("utf-8")
-        self._verify, self._metadata = verify, resource_metadata
-        keys = _origin_keys(origins)
+        self._verify, self._metadata, self.public = verify, resource_metadata, public
+        keys = _origin_keys(list(origins) + ([public] if public else []))
         self._origins = set(keys)
         self._names = {k[1] for k in keys}  # the Host names a tunnel or proxy passes on
         _SECRETS.add(token)
@@ -16166,7 +16244,14 @@ class _ServeGuard:
                 f"--serve-origin <its public origin>"))
         if method == "OPTIONS" or self._open(path) or not self.authenticates:
             return None
-        return self._authenticate(method, path, _header(headers, "Authorization"))
+        return self._authenticate(method, path, headers)
+
+    def cors_origin(self, headers: Mapping[str, str]) -> str:
+        """The request's Origin when it is one the guard allows (its answer may then be read
+        by that page: CORS); "" otherwise, or without one."""
+        origin = _header(headers, "Origin")
+        ok = origin is not None and self._origin_ok(origin, _header(headers, "Host"))
+        return origin.strip() if ok and origin is not None else ""
 
     def _origin_ok(self, origin: str, host: Optional[str]) -> bool:
         key = _origin_key(origin)
@@ -16194,19 +16279,33 @@ class _ServeGuard:
         return bool(self._metadata) and any(path == p or path.startswith(p + "/")
                                             for p in _SERVE_OPEN_PATHS)
 
-    def _authenticate(self, method: str, path: str, value: Optional[str]
-                      ) -> Optional[_HttpReply]:
+    def who(self, headers: Mapping[str, str]) -> str:
+        """Whom the request's credential names: "token" (the server's token), "oauth:<id>"
+        (an OAuth access token: its approval's id, the same across refreshes), "" when
+        authentication is off or the token is not accepted."""
+        if not self.authenticates:
+            return ""
+        return self._identify(_bearer(_header(headers, "Authorization"))) or ""
+
+    def _identify(self, token: str) -> Optional[str]:
         import hmac  # lazy: see Imports
 
-        scheme, _, token = (value or "").strip().partition(" ")
-        token = token.strip() if scheme.lower() == "bearer" else ""
-        if token:
-            given = token.encode("utf-8", "surrogatepass")
-            if self._token and hmac.compare_digest(given, self._token):
-                return None
-            if self._verified(token):
-                return None
-        params = ([f'resource_metadata="{self._metadata}"'] if self._metadata
+        if not token:
+            return None
+        if self._token and hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                               self._token):
+            return "token"
+        return self._verified(token)
+
+    def _authenticate(self, method: str, path: str, headers: Mapping[str, str]
+                      ) -> Optional[_HttpReply]:
+        token = _bearer(_header(headers, "Authorization"))
+        if self._identify(token) is not None:
+            return None
+        metadata, base = self._metadata, _named_base(headers, self.url, self.public)
+        if metadata and base != self.url:
+            metadata = base + urllib.parse.urlsplit(metadata).path
+        params = ([f'resource_metadata="{metadata}"'] if metadata
                   else ['realm="abstract"']) + (['error="invalid_token"'] if token else [])
         how = ("or log in with OAuth (your client does it when it supports OAuth)"
                if self._metadata else "")
@@ -16217,15 +16316,19 @@ class _ServeGuard:
             f"(its user prints it with: abstract --serve-token){', ' + how if how else ''}"),
             {"WWW-Authenticate": "Bearer " + ", ".join(params)})
 
-    def _verified(self, token: str) -> bool:
-        """`verify`'s answer (no without one); one that raises counts as no (logged, without
-        the token)."""
+    def _verified(self, token: str) -> Optional[str]:
+        """`verify`'s answer as whom the token names: "oauth:<id>" when it names the approval
+        (a string), "oauth" for a bare yes; None for no, without `verify`, or when it raises
+        (logged, without the token)."""
         verify = self._verify
         try:
-            return verify is not None and bool(verify(token))
+            said = verify(token) if verify is not None else None
         except Exception as e:  # (the authorization server's bug is no way in)
             _log.warning("serve: checking an OAuth access token failed: %s", type(e).__name__)
-            return False
+            return None
+        if not said:
+            return None
+        return f"oauth:{said}" if isinstance(said, str) else "oauth"
 
     @staticmethod
     def _refuse(method: str, path: str, status: int, message: str,
@@ -16247,6 +16350,7 @@ def _serve_flags(args: argparse.Namespace) -> None:
     """The --serve-* flags that go with --serve are given with it."""
     for flag, given in (("--serve-cert", args.serve_cert), ("--serve-key", args.serve_key),
                         ("--serve-origin", args.serve_origin),
+                        ("--serve-public-url", args.serve_public_url),
                         ("--serve-insecure", args.serve_insecure)):
         if given and not args.serve:
             raise ConfigError(f"{flag} is an option of --serve [HOST:]PORT, which is not given")
@@ -16266,6 +16370,7 @@ def _serve_preflight(args: argparse.Namespace, settings: _Settings, environ: Dic
     host, port = _serve_address(args.serve)
     tls = _serve_tls(args.serve_cert, args.serve_key or "") if args.serve_cert else None
     _serve_origins(args, settings)
+    _serve_public(args, settings)
     why = _serve_refusal(host, tls is not None, not args.serve_insecure, args.serve_insecure)
     if why:
         raise ConfigError(why)
@@ -16275,19 +16380,19 @@ def _serve_preflight(args: argparse.Namespace, settings: _Settings, environ: Dic
 
 
 def _serve_guard(args: argparse.Namespace, settings: _Settings, environ: Dict[str, str],
-                 host: str, port: int, tls: bool, verify: Optional[Callable[[str], bool]] = None,
+                 host: str, port: int, tls: bool, verify: Optional[Callable[[str], Any]] = None,
                  resource_metadata: str = "") -> _ServeGuard:
     """The guard of --serve on host:port (the port bound: not 0), from the flags and settings:
-    the token (_serve_token, made on first use), the origins; `verify` and
+    the token (_serve_token, made on first use), the origins, the public URL; `verify` and
     `resource_metadata` from the authorization server when OAuth is on. --serve-insecure turns
     authentication off, and says so loudly."""
     why = _serve_refusal(host, tls, not args.serve_insecure, args.serve_insecure)
     if why:
         raise ConfigError(why)
-    origins = _serve_origins(args, settings)
+    origins, public = _serve_origins(args, settings), _serve_public(args, settings)
     if not args.serve_insecure:
         return _ServeGuard(host, port, _serve_token(environ), origins, tls, verify,
-                           resource_metadata)
+                           resource_metadata, public)
     url = _serve_url(host, port, tls)
     reach = ("any program on this machine" if _is_loopback(host)
              else f"anyone who can reach {host} over the network")
@@ -16296,7 +16401,7 @@ def _serve_guard(args: argparse.Namespace, settings: _Settings, environ: Dict[st
                  "experiments; without --serve-insecure a bearer token is required",
                  "" if tls or _is_loopback(host) else " AND TLS IS OFF (all of it in clear text)",
                  reach, url)
-    return _ServeGuard(host, port, "", origins, tls)
+    return _ServeGuard(host, port, "", origins, tls, public=public)
 
 
 def _serve_lines(args: argparse.Namespace, settings: _Settings, environ: Dict[str, str],
@@ -16323,6 +16428,10 @@ def _serve_lines(args: argparse.Namespace, settings: _Settings, environ: Dict[st
     origins = _serve_origins(args, settings)
     lines.append(f"serve: browser origins allowed besides its own: "
                  f"{', '.join(origins) if origins else 'none'}")
+    public = _serve_public(args, settings)
+    lines.append(f"serve: public URL (a tunnel or reverse proxy): {public}/mcp; OAuth names "
+                 f"itself by it to clients that come through it" if public else
+                 "serve: public URL (a tunnel or reverse proxy): none")
     return lines
 
 
@@ -16352,6 +16461,8 @@ _AS_URIS_MAX = 5  # redirect_uris per client
 _AS_URI_LEN = 512  # characters in a redirect URI
 _AS_NAME_LEN = 100  # characters of client_name kept (shown on the approval page)
 _AS_STATE_LEN = 1024  # characters in the state passed back
+_AS_REGISTER_MAX = 60  # registrations in _AS_REGISTER_S; past it 429 (with Retry-After)
+_AS_REGISTER_S = 60.0
 _AS_FILE = "authserver"  # its state: <folder>/authserver-<hash>.json (_TokenStore's names)
 _AS_FORM = {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store",
             "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
@@ -16471,6 +16582,48 @@ def _refused_page(status: int, why: str) -> _HttpReply:
     return status, dict(_AS_FORM), page.encode("utf-8")
 
 
+class _Registrations:
+    """The clients registered and never approved, and the pace of /register (issue 28). Such a
+    client is kept in memory only (_AS_CLIENTS_MAX at most: the oldest goes first) and is
+    written to the state file when its user first approves it: registration needs no token, so
+    a flood of them writes nothing to disk and cannot push out a client in use. At most
+    _AS_REGISTER_MAX registrations in _AS_REGISTER_S, so that one waiting for its approval
+    outlives its approval page (_AS_KEEP_S) even under a flood."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._clients: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
+        self._times: "collections.deque[float]" = collections.deque()  # of the last ones
+
+    def wait(self) -> float:
+        """0.0 when a registration may come now (it is counted); else the seconds until one
+        may."""
+        now = self._clock()
+        with self._lock:
+            while self._times and (self._times[0] + _AS_REGISTER_S <= now
+                                   or len(self._times) > _AS_REGISTER_MAX):
+                self._times.popleft()
+            if len(self._times) >= _AS_REGISTER_MAX:
+                return float(max(1, math.ceil(self._times[0] + _AS_REGISTER_S - now)))
+            self._times.append(now)
+            return 0.0
+
+    def add(self, cid: str, client: dict) -> None:
+        with self._lock:
+            self._clients[cid] = client
+            while len(self._clients) > _AS_CLIENTS_MAX:
+                self._clients.popitem(last=False)
+
+    def get(self, cid: str) -> Optional[dict]:
+        with self._lock:
+            return self._clients.get(cid)
+
+    def pop(self, cid: str) -> Optional[dict]:
+        with self._lock:
+            return self._clients.pop(cid, None)
+
+
 class _AuthServer:
     """Abstract's authorization server for its HTTP clients (issue 28, item 3).
 
@@ -16479,12 +16632,19 @@ class _AuthServer:
     JSON file in `folder`, written whole by the atomic writer under _TokenStore's lock file, so
     several Abstracts may share it and a restart keeps them; codes and open approval pages live
     in memory only. `approve(token)`: whether the token typed on the approval page is the
-    server's. Every count is bounded; a damaged file is moved aside and started afresh."""
+    server's. Every count is bounded; a damaged file is moved aside and started afresh.
+
+    `public` (serve.public_url): a tunnel's or proxy's origin. A request that came through it
+    is answered in its name (issuer, resource, the redirect's iss), one that came to the address
+    bound in that one's (_named_base): both name this server, and tokens work at both.
+    Registered clients stay in memory until first approved (_Registrations)."""
 
     def __init__(self, folder: str, issuer: str, resource: str,
-                 approve: Callable[[str], bool], clock: Callable[[], float] = time.time) -> None:
-        self.issuer, self.resource = issuer.rstrip("/"), resource
+                 approve: Callable[[str], bool], clock: Callable[[], float] = time.time,
+                 public: str = "") -> None:
+        self.issuer, self.resource, self.public = issuer.rstrip("/"), resource, public
         self.approve, self.clock = approve, clock
+        self._fresh = _Registrations(lambda: self.clock())
         self._store = _TokenStore(folder)
         self._file = self._store._path(_AS_FILE)
         self._lock = threading.RLock()  # every field below
@@ -16543,14 +16703,28 @@ class _AuthServer:
                              "Abstract's log")
 
     def verify(self, access_token: str) -> bool:
-        """Whether `access_token` is a live access token of this server's. Looked up by its
+        """Whether `access_token` is a live access token of this server's."""
+        return bool(self.grant_of(access_token))
+
+    def grant_of(self, access_token: str) -> str:
+        """The id of the approval a live access token of this server's belongs to (the same
+        across its refreshes: what a session is bound to); "" for any other. Looked up by its
         sha256 (the token is never kept, and the lookup's timing tells nothing of it)."""
         if not isinstance(access_token, str) or not 0 < len(access_token) <= 512:
-            return False
+            return ""
         with self._lock:
             self._sync()
             found = self._access.get(_as_sha(access_token))
-        return found is not None and self.clock() < found[1]
+        return found[0] if found is not None and self.clock() < found[1] else ""
+
+    def _base(self, headers: Mapping[str, str]) -> str:
+        """The issuer the request is answered in the name of (_named_base)."""
+        return _named_base(headers, self.issuer, self.public)
+
+    def _resource_at(self, base: str) -> str:
+        """This server's resource (its MCP endpoint) named from `base`."""
+        return self.resource if base == self.issuer else (
+            base + urllib.parse.urlsplit(self.resource).path)
 
     def close(self) -> None:
         """Forget the codes and approval pages in memory (the file keeps the rest)."""
@@ -16669,7 +16843,8 @@ class _AuthServer:
         """RFC 9728 section 3.2."""
         if method not in ("GET", "HEAD"):
             return _as_error(405, "invalid_request", "use GET")
-        return _as_json(200, {"resource": self.resource, "authorization_servers": [self.issuer],
+        base = self._base(headers)
+        return _as_json(200, {"resource": self._resource_at(base), "authorization_servers": [base],
                               "bearer_methods_supported": ["header"],
                               "resource_name": "Abstract"}, cache=True)
 
@@ -16678,7 +16853,7 @@ class _AuthServer:
         """RFC 8414 section 2 (served at the OpenID discovery path as well)."""
         if method not in ("GET", "HEAD"):
             return _as_error(405, "invalid_request", "use GET")
-        base = self.issuer
+        base = self._base(headers)
         return _as_json(200, {
             "issuer": base, "authorization_endpoint": base + "/authorize",
             "token_endpoint": base + "/token", "registration_endpoint": base + "/register",
@@ -16697,6 +16872,12 @@ class _AuthServer:
 
         if method != "POST":
             return _as_error(405, "invalid_request", "register with a POST of JSON metadata")
+        wait = self._fresh.wait()
+        if wait:
+            status, head, data = _as_error(429, "temporarily_unavailable", f"too many "
+                                           f"registrations: at most {_AS_REGISTER_MAX} in "
+                                           f"{_AS_REGISTER_S:g} s; try again in {wait:g} s")
+            return status, dict(head, **{"Retry-After": f"{wait:g}"}), data
         try:
             meta = json.loads(body.decode("utf-8"))
         except ValueError:
@@ -16720,9 +16901,8 @@ class _AuthServer:
         name = meta.get("client_name")
         name = _escape_controls(name)[:_AS_NAME_LEN] if isinstance(name, str) else ""
         cid, now = secrets.token_urlsafe(24), self.clock()
-        with self._changing() as doc:
-            doc["clients"][cid] = {"redirect_uris": list(dict.fromkeys(uris)), "client_name": name,
-                                   "created": now, "used": now}
+        self._fresh.add(cid, {"redirect_uris": list(dict.fromkeys(uris)), "client_name": name,
+                              "created": now, "used": now})
         _log.info("authorization server: client %s registered (%s)", cid, _clean(name))
         answer = {"client_id": cid, "client_id_issued_at": int(now), "redirect_uris": uris,
                   "token_endpoint_auth_method": "none", "response_types": ["code"],
@@ -16751,9 +16931,10 @@ class _AuthServer:
                                  "Abstract does not send anything there.")
         state = ask.get("state", "")
         state = state if len(state) <= _AS_STATE_LEN else ""
-        why = self._request_problem(ask)
+        base = self._base(headers)
+        why = self._request_problem(ask, base)
         if why[0]:
-            return self._back(uri, state, {"error": why[0], "error_description": why[1]})
+            return self._back(uri, state, {"error": why[0], "error_description": why[1]}, base)
         import secrets  # lazy: see Imports
 
         ticket, now = secrets.token_urlsafe(32), self.clock()
@@ -16765,16 +16946,25 @@ class _AuthServer:
             self._pending[ticket] = {"client_id": ask["client_id"], "redirect_uri": uri,
                                      "sent": "redirect_uri" in ask,
                                      "state": state, "challenge": ask["code_challenge"],
-                                     "expires": now + _AS_KEEP_S, "attempts": 0}
-        page = _approval_page(client.get("client_name", ""), _url_base(uri), self.issuer, ticket)
+                                     "expires": now + _AS_KEEP_S, "attempts": 0, "iss": base}
+        page = _approval_page(client.get("client_name", ""), _url_base(uri), base, ticket)
         return 200, dict(_AS_FORM), page
 
     def _client(self, cid: str) -> Optional[dict]:
+        """A client of the state file's, or one registered here and never approved."""
         with self._lock:
             self._sync()
-            return self._doc["clients"].get(cid)
+            return self._doc["clients"].get(cid) or self._fresh.get(cid)
 
-    def _request_problem(self, ask: Dict[str, str]) -> Tuple[str, str]:
+    def _keep(self, cid: str) -> None:
+        """A client approved for the first time goes into the state file (kept across restarts,
+        shared with the other Abstracts of the folder)."""
+        client = self._fresh.pop(cid)
+        if client is not None:
+            with self._changing() as doc:
+                doc["clients"][cid] = dict(client, used=self.clock())
+
+    def _request_problem(self, ask: Dict[str, str], base: str) -> Tuple[str, str]:
         """(error, description) for an authorization request to refuse, else ("", "")."""
         if ask.get("response_type") != "code":
             return "unsupported_response_type", "response_type must be code"
@@ -16784,20 +16974,23 @@ class _AuthServer:
             return "invalid_request", "code_challenge_method must be S256 (plain is refused)"
         if not _AS_CHALLENGE_RE.fullmatch(ask["code_challenge"]):
             return "invalid_request", "code_challenge must be the 43-character S256 value"
-        if "resource" in ask and not self._ours(ask["resource"]):
-            return "invalid_target", f"resource must be {self.resource}"
+        if "resource" in ask and not self._ours(ask["resource"], base):
+            return "invalid_target", f"resource must be {self._resource_at(base)}"
         if len(ask.get("state", "")) > _AS_STATE_LEN:
             return "invalid_request", f"state is over {_AS_STATE_LEN} characters"
         return "", ""
 
-    def _ours(self, resource: str) -> bool:
-        """Whether `resource` (RFC 8707) names this server's MCP endpoint."""
-        return _canonical_resource(resource) == _canonical_resource(self.resource)
+    def _ours(self, resource: str, base: str) -> bool:
+        """Whether `resource` (RFC 8707) names this server's MCP endpoint: by the address bound,
+        the public URL, or `base`, the name the request reached it by (one server)."""
+        return _canonical_resource(resource) in {_canonical_resource(self._resource_at(b))
+                                                 for b in (self.issuer, self.public, base) if b}
 
-    def _back(self, uri: str, state: str, params: Dict[str, str]) -> _HttpReply:
-        """The redirect to the client's (registered) `uri` with `params`, state and iss (RFC
-        9207)."""
-        params = dict(params, **({"state": state} if state else {}), iss=self.issuer)
+    @staticmethod
+    def _back(uri: str, state: str, params: Dict[str, str], iss: str) -> _HttpReply:
+        """The redirect to the client's (registered) `uri` with `params`, state and `iss`, the
+        issuer it reached (RFC 9207)."""
+        params = dict(params, **({"state": state} if state else {}), iss=iss)
         where = uri + ("&" if "?" in uri else "?") + urllib.parse.urlencode(params)
         return 302, {"Location": where, "Cache-Control": "no-store",
                      "Referrer-Policy": "no-referrer"}, b""
@@ -16806,7 +16999,8 @@ class _AuthServer:
         """The approval form: the server's token (approve) issues a code; a wrong one shows
         the page again, _AS_ATTEMPTS times at most."""
         origin = headers.get("origin")
-        if origin and origin != "null" and origin.rstrip("/") != self.issuer:
+        if origin and origin != "null" and _origin_key(origin) not in {
+                _origin_key(b) for b in (self.issuer, self.public, self._base(headers)) if b}:
             return _refused_page(403, "This form may only be sent from Abstract's own page.")
         try:
             form = _as_form(body)
@@ -16820,7 +17014,8 @@ class _AuthServer:
                                      "again from the app.")
             if form.get("decision") == "deny":
                 del self._pending[form["ticket"]]
-                return self._back(ask["redirect_uri"], ask["state"], {"error": "access_denied"})
+                return self._back(ask["redirect_uri"], ask["state"], {"error": "access_denied"},
+                                  ask["iss"])
             if not self.approve(form.get("token", "")):
                 ask["attempts"] += 1
                 _log.warning("authorization server: a wrong token on the approval page "
@@ -16829,13 +17024,15 @@ class _AuthServer:
                     del self._pending[form["ticket"]]
                     return _refused_page(403, f"{_AS_ATTEMPTS} wrong tokens: this approval "
                                          f"is refused. Start again from the app.")
-                client = self._doc["clients"].get(ask["client_id"]) or {}
+                client = self._client(ask["client_id"]) or {}
                 page = _approval_page(client.get("client_name", ""),
-                                      _url_base(ask["redirect_uri"]), self.issuer,
+                                      _url_base(ask["redirect_uri"]), ask["iss"],
                                       form["ticket"], "That is not this server's token.")
                 return 403, dict(_AS_FORM), page
             del self._pending[form["ticket"]]
-        return self._back(ask["redirect_uri"], ask["state"], {"code": self._new_code(ask)})
+        self._keep(ask["client_id"])
+        return self._back(ask["redirect_uri"], ask["state"], {"code": self._new_code(ask)},
+                          ask["iss"])
 
     def _new_code(self, ask: dict) -> str:
         import secrets  # lazy: see Imports
@@ -16860,8 +17057,9 @@ class _AuthServer:
         except ValueError as e:
             return _as_error(400, "invalid_request", str(e))
         grant = form.get("grant_type")
-        if "resource" in form and not self._ours(form["resource"]):
-            return _as_error(400, "invalid_target", f"resource must be {self.resource}")
+        base = self._base(headers)
+        if "resource" in form and not self._ours(form["resource"], base):
+            return _as_error(400, "invalid_target", f"resource must be {self._resource_at(base)}")
         if grant == "authorization_code":
             return self._code_grant(form)
         if grant == "refresh_token":
@@ -17308,6 +17506,35 @@ def _rpc_body(code: int, message: str, mid: Any = None) -> bytes:
     return _dumps(_error_response(mid, RpcError(code, message))).encode()
 
 
+# CORS on /mcp, for an origin the guard allows (a browser page: the Inspector's web UI, a web
+# app): what a preflight allows, and what an answer lets the page read. No credentials mode:
+# the bearer token is a header the page sends, never a cookie.
+_SERVE_CORS_PREFLIGHT = {
+    "Access-Control-Allow-Methods": "GET, POST, DELETE",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept, Mcp-Session-Id, "
+                                    "MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
+    "Access-Control-Max-Age": "600"}
+_SERVE_CORS_EXPOSE = "Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate"
+
+
+class _WithHeaders:
+    """An _HttpExchange whose every answer (reply, stream) carries `extra` headers too (CORS
+    on /mcp); the rest is the exchange's own."""
+
+    def __init__(self, ex: _HttpExchange, extra: Dict[str, str]) -> None:
+        self._ex, self._extra = ex, extra
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ex, name)
+
+    def reply(self, status: int, headers: Dict[str, str], body: bytes, *more: Any,
+              **named: Any) -> Any:
+        return self._ex.reply(status, dict(headers, **self._extra), body, *more, **named)
+
+    def stream(self, headers: Dict[str, str], *more: Any, **named: Any) -> Any:
+        return self._ex.stream(dict(headers, **self._extra), *more, **named)
+
+
 class _Sessions:
     """--serve's sessions and its /mcp endpoint (exchange, given every HTTP request): the guard
     first, then the authorization server's paths, then MCP. Upstream events reach every
@@ -17327,6 +17554,7 @@ class _Sessions:
         self._idle_s, self._max = idle_s, max_sessions
         self._lock = threading.Lock()
         self._sessions: Dict[str, _Session] = {}
+        self._owners: Dict[str, str] = {}  # session id -> whom its credential names (who)
         self._stateless: Optional[_Session] = None  # 2026-07-28 requests (no session)
         self._stopped = threading.Event()
         self._handlers = 0  # HTTP requests being answered
@@ -17375,7 +17603,9 @@ class _Sessions:
             self.upstreams.set_level(min(asked, key=_LOG_LEVELS.index))
 
     # -- sessions
-    def _open(self) -> Optional[_Session]:
+    def _open(self, owner: Optional[str] = None) -> Optional[_Session]:
+        """A new session, bound to the credential `owner` names (_who; None: unbound), or None
+        when full."""
         import secrets  # lazy: see Imports
 
         with self._lock:
@@ -17383,11 +17613,14 @@ class _Sessions:
                 return None
             sid = secrets.token_urlsafe(32)  # 256 bits
             self._sessions[sid] = None  # type: ignore[assignment]  (held while it is built)
+            if owner is not None:
+                self._owners[sid] = owner
         try:
             session = _Session(sid, self._make, self)
         except BaseException:
             with self._lock:
                 self._sessions.pop(sid, None)
+                self._owners.pop(sid, None)
             raise
         with self._lock:
             self._sessions[sid] = session
@@ -17397,6 +17630,7 @@ class _Sessions:
         with self._lock:
             if self._sessions.get(session.sid) is session:
                 del self._sessions[session.sid]
+                self._owners.pop(session.sid, None)
         session.end(reason)
         _log.info("serve: a session ended: %s", reason)
 
@@ -17453,6 +17687,11 @@ class _Sessions:
             ex.reply(503, {"Content-Type": "text/plain; charset=utf-8"}, b"starting\n")
             return
         said = self._guard.check(ex.method, ex.path, ex.headers) if self._guard else None
+        cors = getattr(self._guard, "cors_origin", None)
+        origin = cors(ex.headers) if cors is not None and ex.path == _SERVE_PATH else ""
+        if origin:  # (a refused Origin gets none: its page cannot read the 403)
+            ex = _WithHeaders(ex, {"Access-Control-Allow-Origin": origin, "Vary": "Origin",
+                                   "Access-Control-Expose-Headers": _SERVE_CORS_EXPOSE})
         if said is None and self._auth is not None and self._auth.handles(ex.path):
             body, why = ex.body(_AS_BODY_MAX) if ex.method == "POST" else (b"", None)
             said = ((why[0], {"Content-Type": "text/plain; charset=utf-8"}, why[1].encode())
@@ -17470,9 +17709,11 @@ class _Sessions:
             self._get(ex)
         elif ex.method == "DELETE":
             self._delete(ex)
-        else:  # (OPTIONS: no CORS for /mcp yet; the authorization server answers its own)
+        elif ex.method == "OPTIONS":  # a CORS preflight (the guard refused a foreign Origin)
+            ex.reply(204, dict(_SERVE_CORS_PREFLIGHT, Allow="GET, POST, DELETE, OPTIONS"), b"")
+        else:
             ex.reply(405, {"Content-Type": "text/plain; charset=utf-8", "Allow":
-                           "GET, POST, DELETE"}, b"method not allowed\n")
+                           "GET, POST, DELETE, OPTIONS"}, b"method not allowed\n")
 
     @staticmethod
     def _refuse(ex: _HttpExchange, status: int, message: str, code: int = _INVALID_REQUEST,
@@ -17489,12 +17730,25 @@ class _Sessions:
             return None
         with self._lock:
             session = self._sessions.get(sid)
-        if session is None or session.ended:
+            owner = self._owners.get(sid)
+        # a session is its opener's: a request with another credential is told what one for
+        # an unknown id is (the id is not confirmed to exist)
+        theirs = session is None or owner is None or owner == self._who(ex)
+        if not theirs:
+            _log.info("serve: a request named a session opened with another credential: "
+                      "refused as unknown")
+        if session is None or session.ended or not theirs:
             self._refuse(ex, 404, "Session not found (ended, timed out or never opened): send "
                                   "initialize to start a new one")
             return None
         session.used = time.monotonic()
         return session
+
+    def _who(self, ex: _HttpExchange) -> str:
+        """Whom the request's credential names (_ServeGuard.who; "" without a guard that
+        says)."""
+        who = getattr(self._guard, "who", None)
+        return who(ex.headers) if who is not None else ""
 
     def _version_ok(self, ex: _HttpExchange) -> bool:
         version = ex.headers.get("MCP-Protocol-Version")
@@ -17529,7 +17783,7 @@ class _Sessions:
             self._stateless_post(ex, msg)
             return
         if method == "initialize" and "id" in msg:
-            session = self._open()
+            session = self._open(self._who(ex))
             if session is None:
                 self._refuse(ex, 503, f"Abstract serves at most {self._max} sessions at once "
                                       f"(serve.max_sessions); end one (DELETE) or wait for an "
@@ -17817,6 +18071,9 @@ def _parser() -> argparse.ArgumentParser:
                                                         "--serve-cert holds it)")
     ap.add_argument("--serve-origin", metavar="ORIGIN", action="append", help="a browser origin "
                     "(https://host[:port]) whose pages may call --serve; repeatable")
+    ap.add_argument("--serve-public-url", metavar="URL", help="the public https origin of a "
+                    "tunnel or reverse proxy in front of --serve (https://host[:port]): OAuth "
+                    "names itself by it; its origin and Host are allowed")
     ap.add_argument("--serve-insecure", action="store_true", help="--serve without "
                     "authentication (any program that reaches it may use it), and on an address "
                     "other machines can reach without TLS too: for tests and experiments")
@@ -18267,9 +18524,10 @@ def _serve_security(args: argparse.Namespace, settings: _Settings, env: Dict[str
     token = _serve_token(env).encode("utf-8")
     issuer = _serve_url(host, port, tls)
     auth = _AuthServer(str(_serve_folder(env) / "oauth"), issuer, issuer + _SERVE_PATH,
-                       lambda typed: hmac.compare_digest(typed.encode("utf-8"), token))
+                       lambda typed: hmac.compare_digest(typed.encode("utf-8"), token),
+                       public=_serve_public(args, settings))
     metadata = f"{issuer}/.well-known/oauth-protected-resource{_SERVE_PATH}"
-    return _serve_guard(args, settings, env, host, port, tls, auth.verify, metadata), auth
+    return _serve_guard(args, settings, env, host, port, tls, auth.grant_of, metadata), auth
 
 
 def _serve_cli(args: argparse.Namespace, address: Tuple[str, int, Any],

@@ -25,7 +25,9 @@ With --subscribe: resources.subscribe declared, resources/subscribe and unsubscr
 answered {} (notify_client sends notifications/resources/updated).
 
 With --tasks (2025-11-25 tasks): the tasks capability, tool job(seconds, text) that runs only as a
-task, and tasks/get, tasks/result, tasks/cancel.
+task, and tasks/get, tasks/result, tasks/cancel. job(ask=<elicitation params>) asks them of the
+client while its tasks/result waits, naming the task in _meta (io.modelcontextprotocol/related-task),
+and ends with the answer.
 """
 
 from __future__ import annotations
@@ -672,17 +674,37 @@ class Fake:
             self.error(mid, -32601, "tool job runs only as a task (execution.taskSupport required)")
             return
         tid = f"task-{next(self.ids)}"
-        task = {"done": threading.Event(), "status": "working", "result": None}
+        task = {"done": threading.Event(), "status": "working", "result": None, "ask": args.get("ask"),
+                "ask_when": args.get("ask_when")}
         self.tasks[tid] = task
         self.state(event="task", taskId=tid, task=params["task"])
 
         def run() -> None:
-            if not task["done"].wait(float(args.get("seconds", 0))):
+            if not task["done"].wait(float(args.get("seconds", 0))) and not task["ask"]:
                 task["status"], task["result"] = "completed", _result_text(f"job done: {args.get('text', '')}")
                 task["done"].set()
 
         threading.Thread(target=run, daemon=True).start()
         self.reply(mid, {"task": self.task_info(tid)})
+
+    def task_asks(self, tid: str, task: dict) -> None:
+        """job(ask=...): the task's question, naming the task, asked during its tasks/result
+        (with ask_when=<path>: once that file exists, at most 60 s later)."""
+        deadline = time.monotonic() + 60
+        while task["ask_when"] and not os.path.exists(task["ask_when"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        rid = f"fake-{next(self.ids)}"
+        slot: list = [threading.Event(), None]
+        self.answers[rid] = slot
+        meta = {"io.modelcontextprotocol/related-task": {"taskId": tid}}
+        self.send({"jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                   "params": dict(task["ask"], _meta=meta)})
+        self.state(event="asked", id=rid, method="elicitation/create", taskId=tid)
+        got = slot[1] if slot[0].wait(30) else {"error": "no answer"}
+        self.answers.pop(rid, None)
+        answer = {k: v for k, v in got.items() if k in ("result", "error")}
+        task["status"], task["result"] = "completed", _result_text(json.dumps(answer))
+        task["done"].set()
 
     def task_info(self, tid: str) -> dict:
         return {"taskId": tid, "status": self.tasks[tid]["status"], "createdAt": "2026-01-01T00:00:00Z",
@@ -701,6 +723,8 @@ class Fake:
             task["done"].set()
             self.reply(mid, self.task_info(tid))
         else:  # tasks/result: when the task ends
+            if task["ask"] and not task["done"].is_set():
+                self.task_asks(tid, task)
             task["done"].wait(60)
             if task["status"] == "cancelled":
                 self.error(mid, -32603, "task cancelled")

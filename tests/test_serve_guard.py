@@ -804,7 +804,7 @@ def test_serve_flags_refused_with_exit_2_and_one_line(tmp_path, argv, says):
     ({"max_body_mb": 5000}, "key 'serve.max_body_mb' must be a number of megabytes > 0 and at "
                             "most 4096, not 5000"),
     ({"port": 1}, "unknown key 'serve.port' (known: idle_timeout_seconds, max_body_mb, "
-                  "max_sessions, oauth, origins)"),
+                  "max_sessions, oauth, origins, public_url)"),
 ])
 def test_serve_settings_are_checked(tmp_path, serve, says):
     code, out, err = _main(["--check", "--serve", "0", str(tmp_path / "store")],

@@ -1,7 +1,9 @@
 """Run with the realservers venv's Python: the official MCP Python SDK's OAuth client
 (OAuthClientProvider) logs in to the server at argv[1] headless: its redirect handler opens
 the approval page and sends the form with the token in argv[2]; its callback handler hands the
-redirect's code, state and iss back. Then it calls /mcp, refreshes, and prints a JSON report."""
+redirect's code, state and iss back. Then it calls /mcp, refreshes, and prints a JSON report.
+With argv[3] "mcp" the calls are MCP: initialize opens a session, and after the refresh a ping
+on that session (its status is "second")."""
 
 import asyncio
 import json
@@ -15,6 +17,11 @@ from mcp.shared.auth import (AuthorizationCodeResult, OAuthClientInformationFull
                              OAuthClientMetadata, OAuthToken)
 
 BASE, TOKEN = sys.argv[1], sys.argv[2]
+MCP = sys.argv[3:] == ["mcp"]
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "sdk-oauth-test", "version": "0"}}}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
 REDIRECT = "http://127.0.0.1:33419/callback"
 
 
@@ -61,10 +68,19 @@ async def main() -> None:
                                            token_endpoint_auth_method="none"),
         storage, redirect_handler=redirect_handler, callback_handler=callback_handler)
     async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
-        first = await http.get(BASE + "/mcp")
+        if MCP:
+            first = await http.post(BASE + "/mcp", json=INIT, headers=ACCEPT)
+            sid = {"Mcp-Session-Id": first.headers.get("mcp-session-id", "")}
+        else:
+            first = await http.get(BASE + "/mcp")
         access = storage.tokens.access_token
         provider.context.token_expiry_time = 1.0  # expired (1970): the next call refreshes
-        second = await http.get(BASE + "/mcp")
+        if MCP:
+            second = await http.post(BASE + "/mcp", json={"jsonrpc": "2.0", "id": 2,
+                                                          "method": "ping"},
+                                     headers=dict(ACCEPT, **sid))
+        else:
+            second = await http.get(BASE + "/mcp")
     print(json.dumps({"first": first.status_code, "second": second.status_code,
                       "refreshed": storage.tokens.access_token != access,
                       "iss": landed.get("iss"), "client": storage.client.client_id}))
