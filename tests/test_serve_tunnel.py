@@ -12,7 +12,6 @@ import json
 import socket
 import subprocess
 import threading
-import urllib.parse
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
