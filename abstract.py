@@ -52,7 +52,8 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Server              _Server (both protocol eras), _Transparent (direct mode)
     Serving             MCP over Streamable HTTP (--serve): the guard, the authorization
                         server, the sessions behind /mcp (_Sessions: one _Session each, a
-                        _Server over the shared upstreams; _Serving: the run and its end)
+                        _Server over the shared upstreams; _Listens: 2026-07-28 clients'
+                        subscriptions/listen streams; _Serving: the run and its end)
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
@@ -15825,8 +15826,8 @@ class _Server:
         direct = self._direct(req, "relays resource subscriptions")
         if _META_VERSION in req.meta:
             raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} is not in protocol "
-                           f"2026-07-28 (there, subscriptions/listen, which Abstract does not "
-                           f"serve yet); connect with initialize to subscribe")
+                           f"2026-07-28 (there, subscriptions/listen, which Abstract serves over "
+                           f"HTTP, --serve); connect with initialize to subscribe")
         return direct.subscribe(req)
 
     def resource_updated(self, server: str, params: dict) -> None:
@@ -17301,6 +17302,135 @@ class _Session:
         self.server.ctx.tables.close()
 
 
+_SERVE_LISTEN_URIS = 100  # resource URIs one subscriptions/listen may name (more are not honoured)
+
+
+class _Listening:
+    """One 2026-07-28 client's subscriptions/listen: its stream, its id (the subscription id of
+    every message on it), and what Abstract agreed to send (the acknowledged filter)."""
+
+    def __init__(self, sub: Any, tools: bool, uris: Dict[str, str]) -> None:
+        self.sub, self.tools, self.uris = sub, tools, uris  # (uris: URI -> its server)
+        self.stream = _Stream()
+
+    def tell(self, method: str, params: Optional[dict] = None) -> None:
+        self.stream.put({"jsonrpc": "2.0", "method": method, "params": dict(
+            params or {}, _meta={_META_SUBSCRIPTION: self.sub})})
+
+
+class _Listens:
+    """The subscriptions/listen streams of 2026-07-28 clients (basic/patterns/subscriptions in
+    the 2026-07-28 spec), at most `limit` at once. Each is acknowledged first with the part
+    of its filter Abstract honours: toolsListChanged in direct mode, and resourceSubscriptions
+    for the URIs of upstreams that take resources/subscribe (subscribed there, and
+    unsubscribed when the last holder lets go); prompts and resource lists do not change
+    (declared so: listChanged false). Then its stream carries those notifications, each with
+    the subscription id, until its client closes it, or Abstract shuts down (a last result
+    then: the graceful end)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._open: List[_Listening] = []
+        self._stopped = False
+
+    def open(self, msg: dict, direct: Optional[_Transparent]) -> Optional[_Listening]:
+        """A new listen for the request `msg` (its stream's first message the acknowledgment),
+        or None past the limit (or shutting down)."""
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        asked = params.get("notifications") if isinstance(params.get("notifications"),
+                                                          dict) else {}
+        with self._lock:
+            if len(self._open) >= self._limit or self._stopped:
+                return None
+            listening = _Listening(msg["id"], asked.get("toolsListChanged") is True
+                                   and direct is not None, {})
+            self._open.append(listening)
+        wanted = asked.get("resourceSubscriptions")
+        if direct is not None and isinstance(wanted, list):
+            for uri in dict.fromkeys(u for u in wanted if isinstance(u, str) and u):
+                if len(listening.uris) >= _SERVE_LISTEN_URIS:
+                    break
+                server = self._subscribe(direct, uri)
+                if server:
+                    listening.uris[uri] = server
+        honoured: dict = {"toolsListChanged": True} if listening.tools else {}
+        if listening.uris:
+            honoured["resourceSubscriptions"] = list(listening.uris)
+        listening.tell("notifications/subscriptions/acknowledged", {"notifications": honoured})
+        return listening
+
+    @staticmethod
+    def _subscribe(direct: _Transparent, uri: str) -> str:
+        """The server `uri` was subscribed to, or "" when none takes it (logged)."""
+        try:
+            server = direct.owner(uri)
+            if server is None:
+                return ""
+            up = direct.ctx.upstreams.get(server)
+            up.session()
+            if _Transparent.no_subscriptions(up):
+                return ""
+            up.rpc("resources/subscribe", {"uri": uri})
+            return server
+        except Error as e:
+            _log.info("serve: subscriptions/listen: %s not subscribed to: %s", uri[:200], e)
+            return ""
+
+    def close(self, listening: _Listening, direct: Optional[_Transparent],
+              held: Callable[[str], bool]) -> None:
+        """Its client closed it: its URIs unsubscribed from where no one else holds them
+        (`held`: a session or another listen does)."""
+        with self._lock:
+            if listening in self._open:
+                self._open.remove(listening)
+        listening.stream.end()
+        for uri, server in listening.uris.items():
+            if held(uri) or direct is None:
+                continue
+            with contextlib.suppress(Error):
+                direct.ctx.upstreams.get(server).rpc("resources/unsubscribe", {"uri": uri})
+
+    def _each(self) -> List[_Listening]:
+        with self._lock:
+            return list(self._open)
+
+    def holds(self, uri: Any) -> bool:
+        return any(uri in lis.uris for lis in self._each())
+
+    def tools_changed(self) -> None:
+        for lis in self._each():
+            if lis.tools:
+                lis.tell("notifications/tools/list_changed")
+
+    def resource_updated(self, server: str, params: dict) -> None:
+        for lis in self._each():
+            if lis.uris.get(params.get("uri")) == server:  # type: ignore[arg-type]
+                lis.tell("notifications/resources/updated",
+                         {k: v for k, v in params.items() if k != "_meta"})
+
+    def upstream_started(self, server: str, conn: Connection) -> None:
+        """A new run of `server`: its URIs subscribed to again (once each, not waited for), and
+        each listener told they may have changed meanwhile."""
+        uris: Dict[str, None] = {}
+        for lis in self._each():
+            for uri in [u for u, s in lis.uris.items() if s == server]:
+                uris[uri] = None
+                lis.tell("notifications/resources/updated", {"uri": uri})
+        for uri in uris:
+            conn.request("resources/subscribe", {"uri": uri})
+
+    def end(self) -> None:
+        """Shutdown: each stream's last message its result (the graceful end), then closed."""
+        with self._lock:
+            self._stopped = True
+            ending, self._open = self._open, []
+        for lis in ending:
+            lis.stream.put({"jsonrpc": "2.0", "id": lis.sub, "result": {
+                "resultType": "complete", "_meta": {_META_SUBSCRIPTION: lis.sub}}})
+            lis.stream.end()
+
+
 def _rpc_body(code: int, message: str, mid: Any = None) -> bytes:
     return _dumps(_error_response(mid, RpcError(code, message))).encode()
 
@@ -17325,6 +17455,7 @@ class _Sessions:
         self._lock = threading.Lock()
         self._sessions: Dict[str, _Session] = {}
         self._stateless: Optional[_Session] = None  # 2026-07-28 requests (no session)
+        self.listens = _Listens(max_sessions)  # their subscriptions/listen streams
         self._stopped = threading.Event()
         self._handlers = 0  # HTTP requests being answered
         self._quiet = threading.Condition(self._lock)
@@ -17349,20 +17480,24 @@ class _Sessions:
     def _tools_changed(self, server: str) -> None:
         for s in self._each():
             s.server.tools_changed(server)
+        self.listens.tools_changed()
 
     def _resource_updated(self, server: str, params: dict) -> None:
         for s in self._each():
             s.server.resource_updated(server, params)
+        self.listens.resource_updated(server, params)
 
     def _upstream_started(self, server: str, conn: Connection) -> None:
         for s in self._each():
             s.server.upstream_started(server, conn)
+        self.listens.upstream_started(server, conn)
 
-    def held_elsewhere(self, session: _Session, uri: Any) -> bool:
+    def held_elsewhere(self, session: Optional[_Session], uri: Any) -> bool:
         """Whether a session other than `session` holds a subscription to `uri` (the upstream
-        is unsubscribed when the last one lets go)."""
-        return any(s is not session and s.server.transparent is not None
-                   and s.server.transparent.holds(uri) for s in self._each())
+        is unsubscribed when the last one lets go), or a 2026-07-28 client's listen does."""
+        return self.listens.holds(uri) or any(
+            s is not session and s.server.transparent is not None
+            and s.server.transparent.holds(uri) for s in self._each())
 
     def relevel(self) -> None:
         """The upstreams' logging level: the lowest any session asked for (each session
@@ -17408,6 +17543,7 @@ class _Sessions:
         """Shutdown: every session ended (its calls answered with an error, its streams
         closed), and the HTTP answers under way given _SERVE_HANDLERS_S to finish."""
         self._stopped.set()
+        self.listens.end()
         with self._lock:
             sessions = [s for s in self._sessions.values() if s is not None]
             sessions += [self._stateless] if self._stateless is not None else []
@@ -17554,11 +17690,43 @@ class _Sessions:
                                       f"what the body says ({str(want)[:100]!r})",
                              _INVALID_REQUEST, msg.get("id"))
                 return
+        if msg["method"] == "subscriptions/listen":
+            self._listen(ex, msg)
+            return
+        self._answer(ex, self._stateless_session(), msg, {})
+
+    def _stateless_session(self) -> _Session:
+        """The one session of every 2026-07-28 request."""
         with self._lock:
             if self._stateless is None:
                 self._stateless = _Session("", self._make)
-            session = self._stateless
-        self._answer(ex, session, msg, {})
+            return self._stateless
+
+    def _listen(self, ex: _HttpExchange, msg: dict) -> None:
+        """A 2026-07-28 subscriptions/listen: its SSE stream (the acknowledgment, then the
+        notifications it asked for) until its client closes it or Abstract shuts down."""
+        if "text/event-stream" not in (ex.headers.get("Accept") or "text/event-stream"):
+            self._refuse(ex, 406, "Not Acceptable: subscriptions/listen is answered with a "
+                                  "text/event-stream", _INVALID_REQUEST, msg["id"])
+            return
+        try:
+            _Server._is_modern(_Request(msg["id"], msg["method"], msg.get("params")))
+        except RpcError as e:
+            ex.reply(200, {"Content-Type": "application/json"},
+                     _dumps(_error_response(msg["id"], e)).encode())
+            return
+        direct = self._stateless_session().server.transparent
+        listening = self.listens.open(msg, direct)
+        if listening is None:
+            self._refuse(ex, 503, f"Abstract serves at most {self._max} subscriptions/listen "
+                                  f"streams at once (serve.max_sessions); close one, or listen "
+                                  f"again later", _BUSY, msg["id"])
+            return
+        try:
+            ex.stream({})
+            self._pump(ex, listening.stream)
+        finally:
+            self.listens.close(listening, direct, lambda uri: self.held_elsewhere(None, uri))
 
     def _answer(self, ex: _HttpExchange, session: _Session, msg: dict,
                 headers: Dict[str, str]) -> None:
@@ -17633,22 +17801,30 @@ class _Sessions:
             return
         try:
             ex.stream({_SESSION_HEADER: session.sid})
-            last = time.monotonic()
-            while True:
-                got = stream.get(1.0)
-                if got is None:
-                    if stream.ended or ex.gone():
-                        return
-                    if time.monotonic() - last <= _SERVE_KEEPALIVE_S:
-                        continue
-                    data = b""
-                else:
-                    data = _dumps(got).encode()
-                last = time.monotonic()
-                if not ex.event(data):
-                    return
+            self._pump(ex, stream)
         finally:
             session.close_get(stream)
+
+    @staticmethod
+    def _pump(ex: _HttpExchange, stream: _Stream) -> bool:
+        """`stream`'s messages as SSE events (a comment line when none went out for
+        _SERVE_KEEPALIVE_S) until it ends and is drained (True) or the client is gone."""
+        last = time.monotonic()
+        while True:
+            got = stream.get(1.0)
+            if got is None:
+                if stream.ended:
+                    return True
+                if ex.gone():
+                    return False
+                if time.monotonic() - last <= _SERVE_KEEPALIVE_S:
+                    continue
+                data = b""
+            else:
+                data = _dumps(got).encode()
+            last = time.monotonic()
+            if not ex.event(data):
+                return False
 
     def _delete(self, ex: _HttpExchange) -> None:
         session = self._session_of(ex)

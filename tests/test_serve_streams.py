@@ -1,0 +1,200 @@
+"""--serve's streams beyond the basic answer (issue 28, item 1): subscriptions/listen of
+2026-07-28 clients. A real abstract.py serving the fake upstream, driven over raw HTTP and by
+the official Python SDK client (skipped with one line when its venv is absent). Every wait is
+bounded; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import pytest
+
+from conftest import WAIT, text_of, wait_for
+from test_serve import LONG, TOKEN, VENV_PY, Events, Session, served  # noqa: F401 (a fixture)
+
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}
+SUB = "io.modelcontextprotocol/subscriptionId"
+
+
+OPEN: list = []  # every Raw of the test, closed at its end (a failed test's too)
+
+
+@pytest.fixture(autouse=True)
+def _close_raws():
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
+class Raw:
+    """One request over a socket of its own: its status and headers, then its SSE events read
+    one at a time (each read bounded by the socket's timeout); close() cuts the connection at
+    once (what a client that goes away does)."""
+
+    def __init__(self, port: int, method: str, path: str = "/mcp", body: Optional[dict] = None,
+                 headers: Optional[Dict[str, str]] = None) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=LONG)
+        OPEN.append(self)
+        data = json.dumps(body).encode() if body is not None else b""
+        h = {"Host": f"127.0.0.1:{port}", "Accept": "application/json, text/event-stream",
+             "Authorization": f"Bearer {TOKEN}", "Content-Length": str(len(data)),
+             "Content-Type": "application/json", **(headers or {})}
+        head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items())
+        self.sock.sendall(head.encode() + b"\r\n" + data)
+        self.f = self.sock.makefile("rb")
+        self.status = int(self.f.readline().split()[1])
+        self.headers: Dict[str, str] = {}
+        for line in iter(self.f.readline, b"\r\n"):
+            k, _, v = line.decode().partition(":")
+            self.headers[k.strip().lower()] = v.strip()
+
+    def event(self) -> Optional[Tuple[str, str, Optional[dict]]]:
+        """(id, event type, the data as JSON, or None when it is not) of the next event with
+        data; None at the stream's end. Comments and retry lines are skipped."""
+        eid, kind, data = "", "message", []
+        for line in iter(self.f.readline, b""):
+            line = line.rstrip(b"\r\n")
+            if not line:
+                if data:
+                    text = b"\n".join(data).decode()
+                    try:
+                        return eid, kind, json.loads(text)
+                    except ValueError:
+                        return eid, kind, {"text": text}
+                continue
+            name, _, value = line.decode().partition(": ")
+            if name == "id":
+                eid = value
+            elif name == "event":
+                kind = value
+            elif name == "data":
+                data.append(value.encode())
+        return None
+
+    def message(self) -> Optional[dict]:
+        got = self.event()
+        return got[2] if got is not None else None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        with contextlib.suppress(AttributeError):
+            self.f.close()
+
+
+def raw_listen(port: int, mid: object, notifications: dict) -> Raw:
+    return Raw(port, "POST", body={"jsonrpc": "2.0", "id": mid, "method": "subscriptions/listen",
+                                   "params": {"_meta": META, "notifications": notifications}},
+               headers={"Mcp-Method": "subscriptions/listen"})
+
+
+def modern(http_, mid, method: str, params: dict, **headers: str) -> Events:
+    return http_.post({"jsonrpc": "2.0", "id": mid, "method": method,
+                       "params": dict(params, _meta=META)}, **{"Mcp-Method": method}, **headers)
+
+
+def listen(http_, mid, notifications: dict) -> Events:
+    return modern(http_, mid, "subscriptions/listen", {"notifications": notifications})
+
+
+def call(http_, tool: str, args: dict) -> dict:
+    _, answer = modern(http_, 99, "tools/call", {"name": tool, "arguments": args},
+                       **{"Mcp-Name": tool}).until_answer()
+    return answer
+
+
+# -- subscriptions/listen (2026-07-28)
+
+
+def test_a_listen_is_acknowledged_then_carries_what_it_asked_for(served, world):
+    http_ = served().http
+    uri = "fake://doc/1"
+    ev = raw_listen(http_.port, "L1", {"toolsListChanged": True, "promptsListChanged": True,
+                                       "resourceSubscriptions": [uri, "nowhere://x"]})
+    assert ev.status == 200 and ev.headers["content-type"].startswith("text/event-stream")
+    ack = ev.message()
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    # only what Abstract honours: prompts do not change; no upstream has nowhere://x
+    assert ack["params"] == {"_meta": {SUB: "L1"}, "notifications": {
+        "toolsListChanged": True, "resourceSubscriptions": [uri]}}
+    assert [e["uri"] for e in world.events("up", "subscribe")] == [uri]
+    # a listen that asked for nothing else gets no tool change
+    quiet = listen(http_, 7, {"resourceSubscriptions": ["fake://doc/2"]})
+    assert quiet.next(LONG)["params"]["notifications"] == {
+        "resourceSubscriptions": ["fake://doc/2"]}
+    assert text_of(call(http_, "up__change_tools", {})["result"]) != ""
+    assert ev.message() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                             "params": {"_meta": {SUB: "L1"}}}
+    note = {"method": "notifications/resources/updated", "params": {"uri": uri}}
+    assert text_of(call(http_, "up__notify_client", note)["result"]) == "sent"
+    assert ev.message() == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                             "params": {"uri": uri, "_meta": {SUB: "L1"}}}
+    assert quiet.q.empty()
+    # its client closes it: the upstream is unsubscribed (no one else holds the URI)
+    ev.close()
+    wait_for(lambda: [e["uri"] for e in world.events("up", "unsubscribe")] == [uri], LONG,
+             "the URI unsubscribed upstream")
+
+
+def test_a_listen_holding_a_uri_keeps_it_subscribed_when_a_session_lets_go(served, world):
+    http_ = served().http
+    uri = "fake://doc/1"
+    ev = raw_listen(http_.port, 1, {"resourceSubscriptions": [uri]})
+    assert ev.message()["params"]["notifications"] == {"resourceSubscriptions": [uri]}
+    s = Session(http_, get_stream=False)
+    assert s.request("resources/subscribe", {"uri": uri})["result"] == {}
+    assert s.request("resources/unsubscribe", {"uri": uri})["result"] == {}
+    assert not world.events("up", "unsubscribe")  # the listen holds it still
+    ev.close()  # the last holder lets go
+    wait_for(lambda: [e["uri"] for e in world.events("up", "unsubscribe")] == [uri], LONG,
+             "the URI unsubscribed upstream once")
+
+
+def test_listens_are_bounded_and_shutdown_ends_them_gracefully(served, world):
+    world.settings = {"serve": {"max_sessions": 1}}
+    srv = served()
+    ev = listen(srv.http, 1, {"toolsListChanged": True})
+    assert ev.next(LONG)["method"] == "notifications/subscriptions/acknowledged"
+    over = listen(srv.http, 2, {"toolsListChanged": True})
+    assert over.status == 503
+    assert "subscriptions/listen" in over.next()["error"]["message"]
+    bad = modern(srv.http, 3, "subscriptions/listen", {"notifications": {}})
+    assert bad.status == 503  # (still full)
+    srv.proc.stdin.close()  # Abstract ends: the listen's last message is its result
+    assert ev.next(LONG) == {"jsonrpc": "2.0", "id": 1, "result": {
+        "resultType": "complete", "_meta": {SUB: 1}}}
+    assert ev.next(LONG) is None
+    assert srv.proc.wait(LONG) == 0
+
+
+def test_a_listen_needs_the_modern_meta_and_an_event_stream(served):
+    http_ = served().http
+    no_caps = http_.post({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}})
+    assert no_caps.next()["error"]["code"] == -32602
+    json_only = http_.post(
+        {"jsonrpc": "2.0", "id": 2, "method": "subscriptions/listen",
+         "params": {"_meta": META, "notifications": {}}}, Accept="application/json")
+    assert json_only.status == 406
+
+
+def test_the_python_sdk_client_hears_a_tool_change_on_its_listen(served):
+    if not VENV_PY.exists():
+        pytest.skip("the mcp SDK venv is not installed: run bash tests/realservers/install.sh")
+    srv = served()
+    out = subprocess.run([str(VENV_PY), str(Path(__file__).parent / "sdk_listen_client.py"),
+                          srv.url], capture_output=True, timeout=LONG * 2,
+                         env=dict(os.environ, SERVE_TOKEN=TOKEN))
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    first, second = [json.loads(x) for x in out.stdout.splitlines()[-2:]]
+    assert first == {"version": "2026-07-28", "honored": {"toolsListChanged": True}}
+    assert second["event"] == "ToolsListChanged" and "up__added_later" in second["tools"]
