@@ -52,8 +52,9 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Server              _Server (both protocol eras), _Transparent (direct mode)
     Serving             MCP over Streamable HTTP (--serve): the guard, the authorization
                         server, the sessions behind /mcp (_Sessions: one _Session each, a
-                        _Server over the shared upstreams; _Listens: 2026-07-28 clients'
-                        subscriptions/listen streams; _Serving: the run and its end)
+                        _Server over the shared upstreams, its streams resumable: _Resumes,
+                        _Replay; _Listens: 2026-07-28 clients' subscriptions/listen streams;
+                        _Serving: the run and its end)
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
@@ -5614,9 +5615,10 @@ class _HttpExchange:
         page.wfile.write(body)
         page.wfile.flush()
 
-    def stream(self, headers: Dict[str, str]) -> None:
+    def stream(self, headers: Dict[str, str], retry_ms: int = 0) -> None:
         """Begin a text/event-stream answer (200, no length: it ends when the connection
-        closes, HTTP/1.0)."""
+        closes, HTTP/1.0); `retry_ms`: the SSE retry field first (how long a client that lost
+        the stream waits before resuming it)."""
         page = self._page
         page.send_response(200)
         for k, v in dict(headers, **{"Content-Type": "text/event-stream",
@@ -5624,6 +5626,8 @@ class _HttpExchange:
             page.send_header(k, v)
         page.send_header("X-Content-Type-Options", "nosniff")
         page.end_headers()
+        if retry_ms:
+            page.wfile.write(f"retry: {retry_ms}\n\n".encode())
         page.wfile.flush()
         self.streaming = True
 
@@ -16995,6 +16999,14 @@ _SERVE_EVENTS_MAX = 1000  # messages queued on one stream; past it the stream is
 _SERVE_KEEPALIVE_S = 15.0  # an SSE stream's comment line when nothing else was sent this long
 _SERVE_SWEEP_S = 30.0  # how often idle sessions are looked for (at most)
 _SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last word
+# resumable streams (2025-11-25 basic/transports, "Resumability and Redelivery"): what each
+# stream of a session keeps for a client that resumes it (GET with Last-Event-ID)
+_SERVE_REPLAY_EVENTS = 100  # the last events of a stream kept for replay...
+_SERVE_REPLAY_BYTES = 1 << 20  # ...at most this many bytes of them (the last one always kept)
+_SERVE_RESUME_S = 60.0  # a stream whose client went away is kept (its call goes on) this long
+_SERVE_RESUMES_DONE = 8  # a session's streams kept after their end (the oldest forgotten first)
+_SERVE_ATTACH_S = 3.0  # a resume waits this long for the stream's last reader to notice it left
+_SERVE_RETRY_MS = 1000  # the SSE retry field: how long a client waits before resuming
 _SESSION_HEADER = "Mcp-Session-Id"
 
 
@@ -17003,14 +17015,50 @@ def _rpc_key(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+class _Replay:
+    """The events one stream sent, for a client that resumes it: the last _SERVE_REPLAY_EVENTS
+    within _SERVE_REPLAY_BYTES (the last one always). Event ids are `<key>-<n>`: the stream's
+    key (unique in its session), and the event's number on it."""
+
+    def __init__(self, key: str) -> None:
+        self.key, self._n, self._size = key, 0, 0
+        self._events: "collections.deque[Tuple[int, bytes]]" = collections.deque()
+        self._lock = threading.Lock()
+
+    def add(self, data: bytes) -> str:
+        """Keep `data` (before it is written: a write that fails is replayed too); its id."""
+        with self._lock:
+            self._n += 1
+            self._events.append((self._n, data))
+            self._size += len(data)
+            while len(self._events) > 1 and (len(self._events) > _SERVE_REPLAY_EVENTS
+                                             or self._size > _SERVE_REPLAY_BYTES):
+                self._size -= len(self._events.popleft()[1])
+            return f"{self.key}-{self._n}"
+
+    def sent(self) -> bool:
+        with self._lock:
+            return self._n > 0
+
+    def after(self, n: int) -> List[Tuple[str, bytes]]:
+        """The events kept that came after event `n` (those before the oldest kept are lost)."""
+        with self._lock:
+            return [(f"{self.key}-{i}", data) for i, data in self._events if i > n]
+
+
 class _Stream:
     """The messages for one HTTP answer (a POST's, or a session's GET stream), bounded: a client
-    that stops reading loses its stream (ended, `overflow`), never Abstract's memory."""
+    that stops reading loses its stream (ended, `overflow`), never Abstract's memory. A
+    session's stream is resumable (`replay`; _Resumes): `call` is the POST's request,
+    `reading` whether a connection writes it out, `left_at` when the last one stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, replay: Optional[_Replay] = None) -> None:
         self._items: "collections.deque[dict]" = collections.deque()
         self._cond = threading.Condition()
         self.ended = self.overflow = False
+        self.replay = replay
+        self.call: Optional[int] = None  # a POST's: its request (Abstract's id) in flight
+        self.reading, self.left_at = True, 0.0
 
     def put(self, msg: dict) -> bool:
         with self._cond:
@@ -17035,6 +17083,68 @@ class _Stream:
             if not self._items and not self.ended:
                 self._cond.wait(timeout)
             return self._items.popleft() if self._items else None
+
+    def event_id(self, data: bytes) -> str:
+        """The id of the event `data` is about to be sent as ("" when not resumable)."""
+        return self.replay.add(data) if self.replay is not None else ""
+
+
+class _Resumes:
+    """A session's resumable streams (2025-11-25 basic/transports, "Resumability and
+    Redelivery"), by key: each live one, and each whose reader left, for _SERVE_RESUME_S
+    (then `expired`); of those ended, the _SERVE_RESUMES_DONE latest. A resume (`attach`) is
+    a new reader of the same stream: it gets what the replay kept after its Last-Event-ID,
+    then the stream's messages still to come, the POST's answer among them. Ids are looked
+    up in this session only: another session's never match."""
+
+    def __init__(self) -> None:
+        self._keys = itertools.count(1)
+        self._streams: "collections.OrderedDict[str, _Stream]" = collections.OrderedDict()
+        self._cond = threading.Condition()
+
+    def new(self, kind: str) -> _Stream:
+        """A new stream (`kind` "p" a POST's, "g" the GET stream), read from now."""
+        with self._cond:
+            key = f"{kind}{next(self._keys)}"
+            stream = self._streams[key] = _Stream(_Replay(key))
+            done = [k for k, s in self._streams.items() if s.ended and not s.reading]
+            for k in done[:max(0, len(done) - _SERVE_RESUMES_DONE)]:
+                del self._streams[k]
+        return stream
+
+    def find(self, last_id: str) -> Optional[Tuple[_Stream, int]]:
+        """The stream an event id of this session's names, and the event's number."""
+        key, _, n = last_id.rpartition("-")
+        with self._cond:
+            stream = self._streams.get(key)
+        if stream is None or not re.fullmatch(r"[0-9]{1,15}", n):
+            return None
+        return stream, int(n)
+
+    def attach(self, stream: _Stream, wait: float = _SERVE_ATTACH_S) -> bool:
+        """A new reader for `stream`; False while another still reads it (after `wait` for
+        one that is going: its client has just cut it)."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while stream.reading and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            if stream.reading:
+                return False
+            stream.reading, stream.left_at = True, 0.0
+            return True
+
+    def left(self, stream: _Stream) -> None:
+        """Its reader stopped (the answer ended, or its client went away)."""
+        with self._cond:
+            stream.reading, stream.left_at = False, time.monotonic()
+            self._cond.notify_all()
+
+    def expired(self, now: float) -> List[_Stream]:
+        """The streams left unread longer than _SERVE_RESUME_S (forgotten from now)."""
+        with self._cond:
+            old = [k for k, s in self._streams.items()
+                   if not s.reading and now - s.left_at > _SERVE_RESUME_S]
+            return [self._streams.pop(k) for k in old]
 
 
 class _Feed:
@@ -17108,6 +17218,7 @@ class _Session:
         self._hints: "collections.deque[Optional[_Stream]]" = collections.deque()
         self._ask_lock = threading.Lock()
         self.get_stream: Optional[_Stream] = None
+        self.resumes = _Resumes() if hub is not None else None  # (a stateless client's: none)
         conn = self.server.conn
         conn.requests = {m: self._as_caller(m, fn) for m, fn in conn.requests.items()}
         conn.start()
@@ -17215,27 +17326,57 @@ class _Session:
         with self._lock:
             return len(self._calls)
 
-    def open_get(self, stream: _Stream) -> bool:
-        """`stream` becomes the session's GET stream, unless one is open (False)."""
-        with self._lock:
-            if self.get_stream is not None and not self.get_stream.ended:
-                return False
-            self.get_stream = stream
-            return True
+    def new_stream(self) -> _Stream:
+        """A POST's stream: resumable in a session."""
+        return self.resumes.new("p") if self.resumes is not None else _Stream()
 
-    def close_get(self, stream: _Stream) -> None:
+    def open_get(self, last_id: Optional[str]) -> Tuple[Optional[_Stream], list]:
+        """A GET's stream and the events to replay first: the stream `last_id` names, resumed
+        after it; else (none, or not one of this session's) the session's GET stream, the one
+        left by a reader that went away or a new one. None while it is read already."""
+        assert self.resumes is not None
+        found = self.resumes.find(last_id) if last_id else None
+        if found is not None:
+            stream, n = found
+            return (stream, stream.replay.after(n)) if self.resumes.attach(  # type: ignore
+                stream) else (None, [])
         with self._lock:
-            if self.get_stream is stream:
-                self.get_stream = None
+            stream = self.get_stream if self.get_stream and not self.get_stream.ended else None
+            if stream is None:
+                stream = self.get_stream = self.resumes.new("g")
+                return stream, []
+        return (stream, []) if self.resumes.attach(stream, 0.0) else (None, [])
+
+    def left(self, stream: _Stream, mine: Optional[int] = None) -> None:
+        """The reader of `stream` stopped: at its end, or (`mine`: the POST's call still in
+        flight) because its client went away. That call is cancelled unless the stream can be
+        resumed (an event with an id went out): then it goes on for _SERVE_RESUME_S."""
+        if mine is not None and (stream.replay is None or not stream.replay.sent()):
+            self.cancel(mine, "the client closed the connection")
+        if self.resumes is not None:
+            self.resumes.left(stream)
         self.used = time.monotonic()
+
+    def expire(self, now: float) -> None:
+        """Streams left unread past _SERVE_RESUME_S: a POST's call still in flight cancelled,
+        the GET stream closed (the session may go idle)."""
+        for stream in self.resumes.expired(now) if self.resumes is not None else []:
+            if stream.call is not None:
+                self.cancel(stream.call, f"the client closed its stream and did not resume it "
+                                         f"within {_SERVE_RESUME_S:g} s")
+            stream.end()
+            with self._lock:
+                if self.get_stream is stream:
+                    self.get_stream = None
 
     # -- what the session's server sends
     def _route(self, msg: dict) -> None:
         method = msg.get("method")
-        if method is None:  # an answer to the client's request
+        if method is None:  # an answer to the client's request: its stream's last message
             got = self._close_call(msg.get("id"))  # type: ignore[arg-type]
             if got is not None:
                 got[1].put(dict(msg, id=got[0]))
+                got[1].end()
             return
         if "id" in msg:  # a question for the client
             with self._ask_lock:
@@ -17265,17 +17406,18 @@ class _Session:
 
     def _open_stream(self, hint: Optional[_Stream]) -> Optional[_Stream]:
         """Where a message not tied to a request goes: `hint` while it is open, else the GET
-        stream, else the newest POST stream still open (a session's: never another stateless
-        client's)."""
+        stream, else the newest POST stream being read, else the GET stream its client left
+        (kept for its resume); a session's only, never another stateless client's."""
         if hint is not None and not hint.ended:
             return hint
         if self._hub is None:
             return None
         with self._lock:
-            if self.get_stream is not None and not self.get_stream.ended:
-                return self.get_stream
-            live = [s for _, s, _ in self._calls.values() if not s.ended]
-        return live[-1] if live else None
+            get = self.get_stream if self.get_stream and not self.get_stream.ended else None
+            if get is not None and get.reading:
+                return get
+            live = [s for _, s, _ in self._calls.values() if not s.ended and s.reading]
+        return live[-1] if live else get
 
     def end(self, reason: str) -> None:
         """End the session: its calls cancelled (each answered with an error on its stream),
@@ -17533,9 +17675,10 @@ class _Sessions:
         _log.info("serve: a session ended: %s", reason)
 
     def _sweep(self) -> None:
-        while not self._stopped.wait(min(_SERVE_SWEEP_S, self._idle_s / 4)):
+        while not self._stopped.wait(min(_SERVE_SWEEP_S, self._idle_s / 4, _SERVE_RESUME_S / 4)):
             now = time.monotonic()
             for s in self._each():
+                s.expire(now)
                 if not s.busy() and now - s.used > self._idle_s:
                     self._end(s, f"idle for {self._idle_s:g} s (serve.idle_timeout_seconds)")
 
@@ -17739,46 +17882,40 @@ class _Sessions:
                          _BUSY, msg["id"])
             return
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
-        stream = _Stream()
-        mine = session.call(msg, stream)
-        last = time.monotonic()
-        while True:
-            got = stream.get(1.0)
-            if got is None:
-                if stream.ended:  # cancelled by its client (no answer owed), or overflowed
-                    if stream.overflow:
-                        session.cancel(mine, "the client did not read its stream")
-                    if not ex.streaming:
+        stream = session.new_stream()
+        mine = stream.call = session.call(msg, stream)
+        gone = False
+        try:
+            while not ex.streaming:  # JSON when the answer comes first
+                got = stream.get(1.0)
+                if got is None:
+                    if stream.ended:  # cancelled by its client (no answer owed), or overflowed
+                        if stream.overflow:
+                            session.cancel(mine, "the client did not read its stream")
                         ex.reply(202, headers, b"")
-                    return
-                if ex.gone():
-                    session.cancel(mine, "the client closed the connection")
-                    return
-                if ex.streaming and time.monotonic() - last > _SERVE_KEEPALIVE_S:
-                    last = time.monotonic()
-                    if not ex.event(b""):
-                        session.cancel(mine, "the client closed the connection")
                         return
-                continue
-            final = "method" not in got and got.get("id") == msg["id"]
-            if final and not ex.streaming:
-                ex.reply(200, dict(headers, **{"Content-Type": "application/json"}),
-                         _dumps(got).encode())
-                return
-            if not ex.streaming:
-                if not sse:  # a client that takes JSON only gets the result alone...
-                    if "id" in got:  # ...and cannot be asked: the question fails at once
-                        session.server.conn.forget(got["id"], RpcError(
-                            _METHOD_NOT_FOUND, f"Method not found: {got.get('method')} (the "
-                            f"client's Accept has no text/event-stream: it cannot be asked)"))
-                    continue
-                ex.stream(headers)
-            last = time.monotonic()
-            if not ex.event(_dumps(got).encode()):
-                session.cancel(mine, "the client closed the connection")
-                return
-            if final:
-                return
+                    gone = ex.gone()
+                    if gone:
+                        return
+                elif "method" not in got and got.get("id") == msg["id"]:
+                    ex.reply(200, dict(headers, **{"Content-Type": "application/json"}),
+                             _dumps(got).encode())
+                    return
+                elif sse:  # else a client that takes JSON only gets the result alone...
+                    ex.stream(headers, _SERVE_RETRY_MS if stream.replay else 0)
+                    data = _dumps(got).encode()
+                    gone = not ex.event(data, stream.event_id(data))
+                    if gone:
+                        return
+                elif "id" in got:  # ...and cannot be asked: the question fails at once
+                    session.server.conn.forget(got["id"], RpcError(
+                        _METHOD_NOT_FOUND, f"Method not found: {got.get('method')} (the "
+                        f"client's Accept has no text/event-stream: it cannot be asked)"))
+            gone = not self._pump(ex, stream)
+            if stream.overflow:
+                session.cancel(mine, "the client did not read its stream")
+        finally:
+            session.left(stream, mine if gone else None)
 
     def _get(self, ex: _HttpExchange) -> None:
         """The session's standalone stream (one at a time): what is not tied to a request."""
@@ -17794,16 +17931,19 @@ class _Sessions:
         if "text/event-stream" not in (ex.headers.get("Accept") or "text/event-stream"):
             self._refuse(ex, 406, "Not Acceptable: the GET stream is text/event-stream")
             return
-        stream = _Stream()
-        if not session.open_get(stream):
-            self._refuse(ex, 409, "Conflict: this session's GET stream is open already (one "
-                                  "each)")
+        last_id = ex.headers.get("Last-Event-ID")
+        stream, replay = session.open_get(last_id)
+        if stream is None:
+            self._refuse(ex, 409, "Conflict: the stream that Last-Event-ID names is being read "
+                                  "already (one reader each)" if last_id else "Conflict: this "
+                                  "session's GET stream is open already (one each)")
             return
         try:
-            ex.stream({_SESSION_HEADER: session.sid})
-            self._pump(ex, stream)
+            ex.stream({_SESSION_HEADER: session.sid}, _SERVE_RETRY_MS)
+            if all(ex.event(data, eid) for eid, data in replay):
+                self._pump(ex, stream)
         finally:
-            session.close_get(stream)
+            session.left(stream)
 
     @staticmethod
     def _pump(ex: _HttpExchange, stream: _Stream) -> bool:
@@ -17823,7 +17963,7 @@ class _Sessions:
             else:
                 data = _dumps(got).encode()
             last = time.monotonic()
-            if not ex.event(data):
+            if not ex.event(data, stream.event_id(data) if data else ""):
                 return False
 
     def _delete(self, ex: _HttpExchange) -> None:

@@ -1,5 +1,5 @@
 """--serve's streams beyond the basic answer (issue 28, item 1): subscriptions/listen of
-2026-07-28 clients. A real abstract.py serving the fake upstream, driven over raw HTTP and by
+2026-07-28 clients; resumable streams (Last-Event-ID) of the handshake era. A real abstract.py serving the fake upstream, driven over raw HTTP and by
 the official Python SDK client (skipped with one line when its venv is absent). Every wait is
 bounded; nothing sleeps to synchronise.
 """
@@ -17,7 +17,8 @@ from typing import Dict, Optional, Tuple
 import pytest
 
 from conftest import WAIT, text_of, wait_for
-from test_serve import LONG, TOKEN, VENV_PY, Events, Session, served  # noqa: F401 (a fixture)
+from test_serve import (ELICIT, LONG, TOKEN, VENV_PY, Events, Session,  # noqa: F401
+                        in_process, served)
 
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {}}
@@ -52,6 +53,7 @@ class Raw:
         self.f = self.sock.makefile("rb")
         self.status = int(self.f.readline().split()[1])
         self.headers: Dict[str, str] = {}
+        self.retry = 0
         for line in iter(self.f.readline, b"\r\n"):
             k, _, v = line.decode().partition(":")
             self.headers[k.strip().lower()] = v.strip()
@@ -62,6 +64,8 @@ class Raw:
         eid, kind, data = "", "message", []
         for line in iter(self.f.readline, b""):
             line = line.rstrip(b"\r\n")
+            if line.startswith(b"retry: "):
+                self.retry = int(line[7:])
             if not line:
                 if data:
                     text = b"\n".join(data).decode()
@@ -198,3 +202,93 @@ def test_the_python_sdk_client_hears_a_tool_change_on_its_listen(served):
     first, second = [json.loads(x) for x in out.stdout.splitlines()[-2:]]
     assert first == {"version": "2026-07-28", "honored": {"toolsListChanged": True}}
     assert second["event"] == "ToolsListChanged" and "up__added_later" in second["tools"]
+
+
+# -- resumable streams (handshake era: GET with Last-Event-ID)
+
+
+def ask_for_a_name(port: int, sid: str, mid: int) -> Raw:
+    """A call whose first event is a question (elicitation) and whose answer waits for ours."""
+    return Raw(port, "POST", body={"jsonrpc": "2.0", "id": mid, "method": "tools/call", "params": {
+        "name": "up__ask_client", "arguments": {"method": "elicitation/create", "params": ELICIT,
+                                                "wait": 60}}}, headers={"Mcp-Session-Id": sid})
+
+
+def test_a_post_stream_cut_mid_call_is_resumed_and_its_answer_arrives(served, world):
+    http_ = served().http
+    s = Session(http_, {"elicitation": {}}, get_stream=False)
+    post = ask_for_a_name(http_.port, s.sid, 5)
+    eid, _, asked = post.event()
+    assert asked["method"] == "elicitation/create" and eid and post.retry == 1000
+    post.close()  # cut before the answer: the call goes on, for a while
+    assert s.answer(asked["id"], {"action": "accept", "content": {"name": "Ada"}}) == 202
+    resumed = Raw(http_.port, "GET", headers={"Mcp-Session-Id": s.sid, "Last-Event-ID": eid})
+    assert resumed.status == 200
+    rid, _, answer = resumed.event()
+    assert answer["id"] == 5 and "Ada" in json.dumps(answer["result"])
+    assert rid.rpartition("-")[0] == eid.rpartition("-")[0] and rid != eid  # the same stream
+    assert resumed.event() is None  # it ends with its answer
+    assert not world.events("up", "cancelled")
+    # resumed again from its start: both events replayed, nothing else
+    again = Raw(http_.port, "GET", headers={"Mcp-Session-Id": s.sid,
+                                            "Last-Event-ID": eid.rpartition("-")[0] + "-0"})
+    assert [e[0] for e in iter(again.event, None)] == [eid, rid]
+
+
+def test_the_get_stream_is_resumed_with_what_came_while_it_was_away(served):
+    http_ = served().http
+    a, b = Session(http_, get_stream=False), Session(http_, get_stream=False)
+    get = Raw(http_.port, "GET", headers={"Mcp-Session-Id": a.sid})
+    b.request("tools/call", {"name": "up__change_tools", "arguments": {}})
+    eid, _, first = get.event()
+    assert first["method"] == "notifications/tools/list_changed" and get.retry == 1000
+    get.close()
+    b.request("tools/call", {"name": "up__change_tools", "arguments": {}})  # a is away
+    back = Raw(http_.port, "GET", headers={"Mcp-Session-Id": a.sid, "Last-Event-ID": eid})
+    rid, _, second = back.event()
+    assert second["method"] == "notifications/tools/list_changed"
+    assert rid.rpartition("-")[0] == eid.rpartition("-")[0] and rid != eid
+    busy = http_.send("GET", sid=a.sid, headers={"Last-Event-ID": eid})
+    assert busy.status == 409 and "being read" in busy.next()["error"]["message"]
+
+
+def test_another_sessions_event_id_resumes_nothing_of_it(served, world):
+    http_ = served().http
+    a = Session(http_, {"elicitation": {}}, get_stream=False)
+    b = Session(http_, get_stream=False)
+    post = ask_for_a_name(http_.port, a.sid, 8)
+    eid, _, asked = post.event()
+    post.close()
+    assert a.answer(asked["id"], {"action": "accept", "content": {"name": "Ada"}}) == 202
+    for sid, last in ((b.sid, eid), (a.sid, "nonsense")):
+        # not one of that session's: its own GET stream, nothing replayed, nothing of a's call
+        other = Raw(http_.port, "GET", headers={"Mcp-Session-Id": sid, "Last-Event-ID": last})
+        assert other.status == 200
+        b.request("tools/call", {"name": "up__change_tools", "arguments": {}})
+        got = other.message()
+        assert got["method"] == "notifications/tools/list_changed", got
+    # (an id of no stream names the GET stream, which is being read: one reader each)
+    assert http_.send("GET", sid=a.sid, headers={"Last-Event-ID": "p1-x"}).status == 409
+    mine = Raw(http_.port, "GET", headers={"Mcp-Session-Id": a.sid, "Last-Event-ID": eid})
+    assert mine.message()["id"] == 8
+
+
+def test_a_cut_stream_not_resumed_in_time_cancels_its_call(world, monkeypatch):
+    import abstract
+
+    monkeypatch.setattr(abstract, "_SERVE_RESUME_S", 0.5)
+    world.fake("up", "--extras")
+    with in_process(world, "--expose", "direct") as (http_, _):
+        s = Session(http_, {"elicitation": {}}, get_stream=False)
+        post = Raw(http_.port, "POST", body={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                             "params": {"name": "up__ask_client", "arguments": {
+                                                 "method": "elicitation/create",
+                                                 "params": ELICIT, "then_wait": 60}}},
+                   headers={"Mcp-Session-Id": s.sid})
+        _, _, asked = post.event()
+        post.close()
+        assert s.answer(asked["id"], {"action": "accept", "content": {"name": "Ada"}}) == 202
+        wait_for(lambda: world.events("up", "cancelled"), LONG, "the call cancelled upstream")
+        # it went on after the cut (its question answered), and was cancelled only then
+        assert [e["event"] for e in world.events("up")
+                if e["event"] in ("answered", "cancelled")] == ["answered", "cancelled"]
