@@ -54,7 +54,8 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
                         server, the sessions behind /mcp (_Sessions: one _Session each, a
                         _Server over the shared upstreams, its streams resumable: _Resumes,
                         _Replay; _Listens: 2026-07-28 clients' subscriptions/listen streams;
-                        _Serving: the run and its end)
+                        _OldSse: the 2024-11-05 /sse and /messages; _Serving: the run and
+                        its end)
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
@@ -5631,11 +5632,13 @@ class _HttpExchange:
         page.wfile.flush()
         self.streaming = True
 
-    def event(self, data: bytes, event_id: str = "") -> bool:
-        """One SSE event (`data` holds no newline: compact JSON), or a comment line (keep-alive)
-        when `data` is empty; False when the client is gone."""
+    def event(self, data: bytes, event_id: str = "", kind: str = "") -> bool:
+        """One SSE event (`data` holds no newline: compact JSON; `kind` its type when not
+        "message"), or a comment line (keep-alive) when `data` is empty; False when the client
+        is gone."""
         frame = (b": keep-alive\n\n" if not data else
-                 (f"id: {event_id}\n".encode() if event_id else b"") + b"data: " + data + b"\n\n")
+                 (f"id: {event_id}\n".encode() if event_id else b"")
+                 + (f"event: {kind}\n".encode() if kind else b"") + b"data: " + data + b"\n\n")
         try:
             self._page.wfile.write(frame)
             self._page.wfile.flush()
@@ -17376,7 +17379,8 @@ class _Session:
             got = self._close_call(msg.get("id"))  # type: ignore[arg-type]
             if got is not None:
                 got[1].put(dict(msg, id=got[0]))
-                got[1].end()
+                if got[1] is not self.get_stream:  # (a 2024-11-05 session's carries them all)
+                    got[1].end()
             return
         if "id" in msg:  # a question for the client
             with self._ask_lock:
@@ -17573,6 +17577,68 @@ class _Listens:
             lis.stream.end()
 
 
+_OLD_SSE_PATH, _OLD_POST_PATH = "/sse", "/messages"  # the 2024-11-05 HTTP+SSE transport
+
+
+class _OldSse:
+    """The HTTP+SSE transport of 2024-11-05 (basic/transports in that spec), for old clients:
+    `GET /sse` opens a session whose stream's first event is `endpoint`, the URL to POST to
+    (`/messages?session_id=<the session's id>`); each message POSTed there gets 202, and its
+    answer goes out on the stream, as everything of the session does. The session ends with
+    its stream. The guard is the one in front of /mcp (_Sessions._exchange)."""
+
+    def __init__(self, hub: "_Sessions") -> None:
+        self._hub = hub
+
+    def exchange(self, ex: _HttpExchange) -> None:
+        if ex.path == _OLD_SSE_PATH and ex.method == "GET":
+            self._stream(ex)
+        elif ex.path == _OLD_POST_PATH and ex.method == "POST":
+            self._message(ex)
+        else:
+            ex.reply(405, {"Content-Type": "text/plain; charset=utf-8", "Allow": "GET" if
+                           ex.path == _OLD_SSE_PATH else "POST"}, b"method not allowed\n")
+
+    def _stream(self, ex: _HttpExchange) -> None:
+        hub = self._hub
+        session = hub._open()
+        if session is None:
+            hub._refuse(ex, 503, f"Abstract serves at most {hub._max} sessions at once "
+                                 f"(serve.max_sessions); end one or wait for an idle one to "
+                                 f"time out", _BUSY)
+            return
+        stream = session.get_stream = _Stream()
+        try:
+            ex.stream({})
+            url = f"{_OLD_POST_PATH}?session_id={session.sid}"
+            if ex.event(url.encode(), kind="endpoint"):
+                hub._pump(ex, stream)
+        finally:
+            hub._end(session, "the client closed its SSE stream (/sse)")
+
+    def _message(self, ex: _HttpExchange) -> None:
+        hub = self._hub
+        sid = urllib.parse.parse_qs(ex.query).get("session_id", [""])[0]
+        session = hub.named(sid)
+        if session is None or session.get_stream is None:
+            hub._refuse(ex, 404, "Session not found (its /sse stream closed, or never opened): "
+                                 "open GET /sse for a new one")
+            return
+        msg = hub.message(ex)
+        if msg is None:
+            return
+        if not isinstance(msg.get("method"), str) or "id" not in msg:
+            session.tell(msg)
+        elif session.in_flight() >= _SERVE_STREAMS_MAX:
+            hub._refuse(ex, 429, f"too many requests of this session in flight (at most "
+                                 f"{_SERVE_STREAMS_MAX}); send more when some are answered",
+                        _BUSY, msg["id"])
+            return
+        else:
+            session.call(msg, session.get_stream)
+        ex.reply(202, {"Content-Type": "text/plain; charset=utf-8"}, b"Accepted\n")
+
+
 def _rpc_body(code: int, message: str, mid: Any = None) -> bytes:
     return _dumps(_error_response(mid, RpcError(code, message))).encode()
 
@@ -17598,6 +17664,7 @@ class _Sessions:
         self._sessions: Dict[str, _Session] = {}
         self._stateless: Optional[_Session] = None  # 2026-07-28 requests (no session)
         self.listens = _Listens(max_sessions)  # their subscriptions/listen streams
+        self._old = _OldSse(self)  # the 2024-11-05 transport's endpoints
         self._stopped = threading.Event()
         self._handlers = 0  # HTTP requests being answered
         self._quiet = threading.Condition(self._lock)
@@ -17737,6 +17804,8 @@ class _Sessions:
         if said is not None:
             status, headers, body = said
             ex.reply(status, headers, body)
+        elif ex.path in (_OLD_SSE_PATH, _OLD_POST_PATH):
+            self._old.exchange(ex)
         elif ex.path != _SERVE_PATH:
             ex.reply(404, {"Content-Type": "text/plain; charset=utf-8"},
                      f"not found: MCP is served at {_SERVE_PATH}\n".encode())
@@ -17754,6 +17823,12 @@ class _Sessions:
     def _refuse(ex: _HttpExchange, status: int, message: str, code: int = _INVALID_REQUEST,
                 mid: Any = None) -> None:
         ex.reply(status, {"Content-Type": "application/json"}, _rpc_body(code, message, mid))
+
+    def named(self, sid: str) -> Optional[_Session]:
+        """The open session of that id, if any."""
+        with self._lock:
+            session = self._sessions.get(sid) if sid else None
+        return session if session is not None and not session.ended else None
 
     def _session_of(self, ex: _HttpExchange) -> Optional[_Session]:
         """The session the request names, or None once refused (400 without one, 404 for one
@@ -17780,22 +17855,27 @@ class _Sessions:
                               f"supported: {', '.join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)}")
         return False
 
-    def _post(self, ex: _HttpExchange) -> None:
+    def message(self, ex: _HttpExchange) -> Optional[dict]:
+        """The one JSON-RPC message a POST's body holds, or None once refused."""
         body, why = ex.body(self._body_max)
         if why is not None:
             self._refuse(ex, why[0], why[1])
-            return
+            return None
         try:
             msg = json.loads(body, parse_constant=_no_nan)  # type: ignore[arg-type]
         except (ValueError, RecursionError) as e:
             self._refuse(ex, 400, f"Parse error: {str(e)[:200]}", _PARSE_ERROR)
-            return
+            return None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or (
                 "id" in msg and not _rpc_key(msg["id"])):
             self._refuse(ex, 400, "Invalid Request: one JSON-RPC 2.0 object a POST, its id a "
                                   "string or an integer (batches are not supported)")
-            return
-        if not self._version_ok(ex):
+            return None
+        return msg
+
+    def _post(self, ex: _HttpExchange) -> None:
+        msg = self.message(ex)
+        if msg is None or not self._version_ok(ex):
             return
         method = msg.get("method")
         params = msg.get("params")

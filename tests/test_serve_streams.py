@@ -292,3 +292,55 @@ def test_a_cut_stream_not_resumed_in_time_cancels_its_call(world, monkeypatch):
         # it went on after the cut (its question answered), and was cancelled only then
         assert [e["event"] for e in world.events("up")
                 if e["event"] in ("answered", "cancelled")] == ["answered", "cancelled"]
+
+
+# -- the 2024-11-05 HTTP+SSE transport (/sse and /messages)
+
+
+def test_the_old_transport_opens_a_session_at_sse_and_answers_on_its_stream(served):
+    http_ = served().http
+    sse = Raw(http_.port, "GET", "/sse")
+    assert sse.status == 200 and sse.headers["content-type"].startswith("text/event-stream")
+    _, kind, endpoint = sse.event()
+    url = endpoint["text"]
+    assert kind == "endpoint" and url.startswith("/messages?session_id=")
+
+    def post(msg: dict, path: str = url, **headers: str) -> Raw:
+        return Raw(http_.port, "POST", path, body=msg, headers=headers)
+
+    init = post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "0"}}})
+    assert init.status == 202
+    _, kind, answer = sse.event()
+    assert kind == "message" and answer["id"] == 1
+    assert answer["result"]["protocolVersion"] == "2024-11-05"
+    assert post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status == 202
+    assert post({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "up__echo", "arguments": {"text": "old"}}}).status == 202
+    assert text_of(sse.message()["result"]) == "old"
+    # the guard in front, as for /mcp; unknown sessions, methods
+    assert Raw(http_.port, "GET", "/sse", headers={"Authorization": "Bearer wrong"}).status == 401
+    assert Raw(http_.port, "GET", "/sse", headers={"Origin": "https://evil.example"}
+               ).status == 403
+    assert post({"jsonrpc": "2.0", "id": 3, "method": "ping"}, "/messages?session_id=x"
+                ).status == 404
+    assert post({"jsonrpc": "2.0", "id": 3, "method": "ping"}, "/sse").status == 405
+    # its stream closed: the session ends
+    sse.close()
+    wait_for(lambda: post({"jsonrpc": "2.0", "id": 4, "method": "ping"}).status == 404, LONG,
+             "the session ended with its stream")
+
+
+def test_the_python_sdk_sse_client_is_served(served):
+    if not VENV_PY.exists():
+        pytest.skip("the mcp SDK venv is not installed: run bash tests/realservers/install.sh")
+    srv = served()
+    url = srv.url.rsplit("/", 1)[0] + "/sse"
+    out = subprocess.run([str(VENV_PY), str(Path(__file__).parent / "sdk_sse_client.py"), url],
+                         capture_output=True, timeout=LONG * 2,
+                         env=dict(os.environ, SERVE_TOKEN=TOKEN))
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert "up__echo" in got["tools"] and got["texts"] == ["done 2"]
+    assert got["progress"] == [1, 2]
