@@ -17449,6 +17449,9 @@ class _Session:
 
 
 _SERVE_LISTEN_URIS = 100  # resource URIs one subscriptions/listen may name (more are not honoured)
+# subscriptions/listen streams at once (or serve.max_sessions if lower): each holds one of the
+# http_max_connections (64) slots for as long as it is open, and other requests need some
+_SERVE_LISTENS_MAX = 16
 
 
 class _Listening:
@@ -17475,7 +17478,7 @@ class _Listens:
     then: the graceful end)."""
 
     def __init__(self, limit: int) -> None:
-        self._limit = limit
+        self.limit = limit
         self._lock = threading.Lock()
         self._open: List[_Listening] = []
         self._stopped = False
@@ -17487,15 +17490,17 @@ class _Listens:
         asked = params.get("notifications") if isinstance(params.get("notifications"),
                                                           dict) else {}
         with self._lock:
-            if len(self._open) >= self._limit or self._stopped:
+            if len(self._open) >= self.limit or self._stopped:
                 return None
             listening = _Listening(msg["id"], asked.get("toolsListChanged") is True
                                    and direct is not None, {})
             self._open.append(listening)
         wanted = asked.get("resourceSubscriptions")
+        # (the acknowledgment waits for them: those left after _LISTEN_ACK_S are not honoured)
+        deadline = time.monotonic() + _LISTEN_ACK_S
         if direct is not None and isinstance(wanted, list):
             for uri in dict.fromkeys(u for u in wanted if isinstance(u, str) and u):
-                if len(listening.uris) >= _SERVE_LISTEN_URIS:
+                if len(listening.uris) >= _SERVE_LISTEN_URIS or time.monotonic() > deadline:
                     break
                 server = self._subscribe(direct, uri)
                 if server:
@@ -17663,7 +17668,8 @@ class _Sessions:
         self._lock = threading.Lock()
         self._sessions: Dict[str, _Session] = {}
         self._stateless: Optional[_Session] = None  # 2026-07-28 requests (no session)
-        self.listens = _Listens(max_sessions)  # their subscriptions/listen streams
+        # their subscriptions/listen streams
+        self.listens = _Listens(min(max_sessions, _SERVE_LISTENS_MAX))
         self._old = _OldSse(self)  # the 2024-11-05 transport's endpoints
         self._stopped = threading.Event()
         self._handlers = 0  # HTTP requests being answered
@@ -17941,8 +17947,8 @@ class _Sessions:
         direct = self._stateless_session().server.transparent
         listening = self.listens.open(msg, direct)
         if listening is None:
-            self._refuse(ex, 503, f"Abstract serves at most {self._max} subscriptions/listen "
-                                  f"streams at once (serve.max_sessions); close one, or listen "
+            self._refuse(ex, 503, f"Abstract serves at most {self.listens.limit} "
+                                  f"subscriptions/listen streams at once; close one, or listen "
                                   f"again later", _BUSY, msg["id"])
             return
         try:
