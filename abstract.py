@@ -17351,9 +17351,9 @@ class _Session:
         return (stream, []) if self.resumes.attach(stream, 0.0) else (None, [])
 
     def left(self, stream: _Stream, mine: Optional[int] = None) -> None:
-        """The reader of `stream` stopped: at its end, or (`mine`: the POST's call still in
-        flight) because its client went away. That call is cancelled unless the stream can be
-        resumed (an event with an id went out): then it goes on for _SERVE_RESUME_S."""
+        """The reader of `stream` stopped: at its end, or because its client went away. Its
+        POST's call (`mine`), if still in flight, is cancelled unless the stream can be resumed
+        (an event with an id went out): then it goes on for _SERVE_RESUME_S."""
         if mine is not None and (stream.replay is None or not stream.replay.sent()):
             self.cancel(mine, "the client closed the connection")
         if self.resumes is not None:
@@ -17970,7 +17970,6 @@ class _Sessions:
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
         stream = session.new_stream()
         mine = stream.call = session.call(msg, stream)
-        gone = False
         try:
             while not ex.streaming:  # JSON when the answer comes first
                 got = stream.get(1.0)
@@ -17980,8 +17979,7 @@ class _Sessions:
                             session.cancel(mine, "the client did not read its stream")
                         ex.reply(202, headers, b"")
                         return
-                    gone = ex.gone()
-                    if gone:
+                    if ex.gone():
                         return
                 elif "method" not in got and got.get("id") == msg["id"]:
                     ex.reply(200, dict(headers, **{"Content-Type": "application/json"}),
@@ -17990,18 +17988,17 @@ class _Sessions:
                 elif sse:  # else a client that takes JSON only gets the result alone...
                     ex.stream(headers, _SERVE_RETRY_MS if stream.replay else 0)
                     data = _dumps(got).encode()
-                    gone = not ex.event(data, stream.event_id(data))
-                    if gone:
+                    if not ex.event(data, stream.event_id(data)):
                         return
                 elif "id" in got:  # ...and cannot be asked: the question fails at once
                     session.server.conn.forget(got["id"], RpcError(
                         _METHOD_NOT_FOUND, f"Method not found: {got.get('method')} (the "
                         f"client's Accept has no text/event-stream: it cannot be asked)"))
-            gone = not self._pump(ex, stream)
+            self._pump(ex, stream)
             if stream.overflow:
                 session.cancel(mine, "the client did not read its stream")
-        finally:
-            session.left(stream, mine if gone else None)
+        finally:  # (a call answered already is not cancelled: the same whatever ended it)
+            session.left(stream, mine)
 
     def _get(self, ex: _HttpExchange) -> None:
         """The session's standalone stream (one at a time): what is not tied to a request."""
