@@ -17461,6 +17461,7 @@ class _Listening:
     def __init__(self, sub: Any, tools: bool, uris: Dict[str, str]) -> None:
         self.sub, self.tools, self.uris = sub, tools, uris  # (uris: URI -> its server)
         self.stream = _Stream()
+        self.acked = False  # nothing goes before the acknowledgment (the spec's MUST)
 
     def tell(self, method: str, params: Optional[dict] = None) -> None:
         self.stream.put({"jsonrpc": "2.0", "method": method, "params": dict(
@@ -17509,6 +17510,7 @@ class _Listens:
         if listening.uris:
             honoured["resourceSubscriptions"] = list(listening.uris)
         listening.tell("notifications/subscriptions/acknowledged", {"notifications": honoured})
+        listening.acked = True
         return listening
 
     @staticmethod
@@ -17537,17 +17539,18 @@ class _Listens:
                 self._open.remove(listening)
         listening.stream.end()
         for uri, server in listening.uris.items():
-            if held(uri) or direct is None:
+            if held(uri) or direct is None or self._stopped:  # (the upstreams stop anyway)
                 continue
             with contextlib.suppress(Error):
                 direct.ctx.upstreams.get(server).rpc("resources/unsubscribe", {"uri": uri})
 
     def _each(self) -> List[_Listening]:
         with self._lock:
-            return list(self._open)
+            return [lis for lis in self._open if lis.acked]
 
     def holds(self, uri: Any) -> bool:
-        return any(uri in lis.uris for lis in self._each())
+        with self._lock:
+            return any(uri in lis.uris for lis in self._open)
 
     def tools_changed(self) -> None:
         for lis in self._each():
