@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -60,9 +61,12 @@ class Raw:
 
     def event(self) -> Optional[Tuple[str, str, Optional[dict]]]:
         """(id, event type, the data as JSON, or None when it is not) of the next event with
-        data; None at the stream's end. Comments and retry lines are skipped."""
+        data; None at the stream's end. Comments and retry lines are skipped; one that does not
+        come within LONG fails (keep-alive comments do not make the wait longer)."""
         eid, kind, data = "", "message", []
+        deadline = time.monotonic() + LONG
         for line in iter(self.f.readline, b""):
+            assert time.monotonic() < deadline, f"no event within {LONG} s"
             line = line.rstrip(b"\r\n")
             if line.startswith(b"retry: "):
                 self.retry = int(line[7:])
@@ -233,6 +237,24 @@ def test_a_post_stream_cut_mid_call_is_resumed_and_its_answer_arrives(served, wo
     again = Raw(http_.port, "GET", headers={"Mcp-Session-Id": s.sid,
                                             "Last-Event-ID": eid.rpartition("-")[0] + "-0"})
     assert [e[0] for e in iter(again.event, None)] == [eid, rid]
+
+
+def test_a_call_cut_after_its_first_progress_is_answered_on_the_resumed_get(served, world):
+    http_ = served().http
+    s = Session(http_, get_stream=False)
+    post = Raw(http_.port, "POST", body={"jsonrpc": "2.0", "id": "c", "method": "tools/call",
+                                         "params": {"name": "up__progress", "arguments": {
+                                             "steps": 1, "then_wait": 1},
+                                             "_meta": {"progressToken": "t"}}},
+               headers={"Mcp-Session-Id": s.sid})
+    eid, _, progress = post.event()
+    assert progress["method"] == "notifications/progress"
+    assert progress["params"]["progressToken"] == "t"
+    post.close()  # the upstream works on a second more: its answer comes after the cut
+    resumed = Raw(http_.port, "GET", headers={"Mcp-Session-Id": s.sid, "Last-Event-ID": eid})
+    answer = resumed.message()
+    assert answer["id"] == "c" and text_of(answer["result"]) == "done 1"
+    assert not world.events("up", "cancelled")
 
 
 def test_the_get_stream_is_resumed_with_what_came_while_it_was_away(served):
