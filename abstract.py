@@ -5622,8 +5622,10 @@ class _HttpExchange:
         the stream waits before resuming it)."""
         page = self._page
         page.send_response(200)
+        # (X-Accel-Buffering: reverse proxies such as nginx pass each event on at once)
         for k, v in dict(headers, **{"Content-Type": "text/event-stream",
-                                     "Cache-Control": "no-store"}).items():
+                                     "Cache-Control": "no-store",
+                                     "X-Accel-Buffering": "no"}).items():
             page.send_header(k, v)
         page.send_header("X-Content-Type-Options", "nosniff")
         page.end_headers()

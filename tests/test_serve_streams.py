@@ -129,6 +129,7 @@ def test_a_listen_is_acknowledged_then_carries_what_it_asked_for(served, world):
     ev = raw_listen(http_.port, "L1", {"toolsListChanged": True, "promptsListChanged": True,
                                        "resourceSubscriptions": [uri, "nowhere://x"]})
     assert ev.status == 200 and ev.headers["content-type"].startswith("text/event-stream")
+    assert ev.headers["x-accel-buffering"] == "no"  # (the 2026-07-28 spec's SHOULD)
     ack = ev.message()
     assert ack["method"] == "notifications/subscriptions/acknowledged"
     # only what Abstract honours: prompts do not change; no upstream has nowhere://x
