@@ -17113,6 +17113,10 @@ class _Resumes:
             key = f"{kind}{next(self._keys)}"
             stream = self._streams[key] = _Stream(_Replay(key))
             done = [k for k, s in self._streams.items() if s.ended and not s.reading]
+            for k in done:  # (answered as JSON, or nothing sent: nothing to resume)
+                if not self._streams[k].replay.sent():  # type: ignore[union-attr]
+                    del self._streams[k]
+            done = [k for k in done if k in self._streams]
             for k in done[:max(0, len(done) - _SERVE_RESUMES_DONE)]:
                 del self._streams[k]
         return stream

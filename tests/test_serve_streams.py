@@ -227,6 +227,8 @@ def test_a_post_stream_cut_mid_call_is_resumed_and_its_answer_arrives(served, wo
     assert asked["method"] == "elicitation/create" and eid and post.retry == 1000
     post.close()  # cut before the answer: the call goes on, for a while
     assert s.answer(asked["id"], {"action": "accept", "content": {"name": "Ada"}}) == 202
+    for _ in range(12):  # requests answered as JSON meanwhile do not push it out
+        assert s.request("ping")["result"] == {}
     resumed = Raw(http_.port, "GET", headers={"Mcp-Session-Id": s.sid, "Last-Event-ID": eid})
     assert resumed.status == 200
     rid, _, answer = resumed.event()
