@@ -52,7 +52,10 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Server              _Server (both protocol eras), _Transparent (direct mode)
     Serving             MCP over Streamable HTTP (--serve): the guard, the authorization
                         server, the sessions behind /mcp (_Sessions: one _Session each, a
-                        _Server over the shared upstreams; _Serving: the run and its end)
+                        _Server over the shared upstreams, its streams resumable: _Resumes,
+                        _Replay; _Listens: 2026-07-28 clients' subscriptions/listen streams;
+                        _OldSse: the 2024-11-05 /sse and /messages; _Serving: the run and
+                        its end)
     CLI                 main(argv): flags, --check, --login, serving on stdin/stdout
     Entry point         _console (the `abstract` command), _exit_now
 
@@ -5619,24 +5622,31 @@ class _HttpExchange:
         page.wfile.write(body)
         page.wfile.flush()
 
-    def stream(self, headers: Dict[str, str]) -> None:
+    def stream(self, headers: Dict[str, str], retry_ms: int = 0) -> None:
         """Begin a text/event-stream answer (200, no length: it ends when the connection
-        closes, HTTP/1.0)."""
+        closes, HTTP/1.0); `retry_ms`: the SSE retry field first (how long a client that lost
+        the stream waits before resuming it)."""
         page = self._page
         page.send_response(200)
+        # (X-Accel-Buffering: reverse proxies such as nginx pass each event on at once)
         for k, v in dict(headers, **{"Content-Type": "text/event-stream",
-                                     "Cache-Control": "no-store"}).items():
+                                     "Cache-Control": "no-store",
+                                     "X-Accel-Buffering": "no"}).items():
             page.send_header(k, v)
         page.send_header("X-Content-Type-Options", "nosniff")
         page.end_headers()
+        if retry_ms:
+            page.wfile.write(f"retry: {retry_ms}\n\n".encode())
         page.wfile.flush()
         self.streaming = True
 
-    def event(self, data: bytes, event_id: str = "") -> bool:
-        """One SSE event (`data` holds no newline: compact JSON), or a comment line (keep-alive)
-        when `data` is empty; False when the client is gone."""
+    def event(self, data: bytes, event_id: str = "", kind: str = "") -> bool:
+        """One SSE event (`data` holds no newline: compact JSON; `kind` its type when not
+        "message"), or a comment line (keep-alive) when `data` is empty; False when the client
+        is gone."""
         frame = (b": keep-alive\n\n" if not data else
-                 (f"id: {event_id}\n".encode() if event_id else b"") + b"data: " + data + b"\n\n")
+                 (f"id: {event_id}\n".encode() if event_id else b"")
+                 + (f"event: {kind}\n".encode() if kind else b"") + b"data: " + data + b"\n\n")
         try:
             self._page.wfile.write(frame)
             self._page.wfile.flush()
@@ -15852,8 +15862,8 @@ class _Server:
         direct = self._direct(req, "relays resource subscriptions")
         if _META_VERSION in req.meta:
             raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} is not in protocol "
-                           f"2026-07-28 (there, subscriptions/listen, which Abstract does not "
-                           f"serve yet); connect with initialize to subscribe")
+                           f"2026-07-28 (there, subscriptions/listen, which Abstract serves over "
+                           f"HTTP, --serve); connect with initialize to subscribe")
         return direct.subscribe(req)
 
     def resource_updated(self, server: str, params: dict) -> None:
@@ -17195,6 +17205,14 @@ _SERVE_EVENTS_MAX = 1000  # messages queued on one stream; past it the stream is
 _SERVE_KEEPALIVE_S = 15.0  # an SSE stream's comment line when nothing else was sent this long
 _SERVE_SWEEP_S = 30.0  # how often idle sessions are looked for (at most)
 _SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last word
+# resumable streams (2025-11-25 basic/transports, "Resumability and Redelivery"): what each
+# stream of a session keeps for a client that resumes it (GET with Last-Event-ID)
+_SERVE_REPLAY_EVENTS = 100  # the last events of a stream kept for replay...
+_SERVE_REPLAY_BYTES = 1 << 20  # ...at most this many bytes of them (the last one always kept)
+_SERVE_RESUME_S = 60.0  # a stream whose client went away is kept (its call goes on) this long
+_SERVE_RESUMES_DONE = 8  # a session's streams kept after their end (the oldest forgotten first)
+_SERVE_ATTACH_S = 3.0  # a resume waits this long for the stream's last reader to notice it left
+_SERVE_RETRY_MS = 1000  # the SSE retry field: how long a client waits before resuming
 _SESSION_HEADER = "Mcp-Session-Id"
 
 
@@ -17203,14 +17221,50 @@ def _rpc_key(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+class _Replay:
+    """The events one stream sent, for a client that resumes it: the last _SERVE_REPLAY_EVENTS
+    within _SERVE_REPLAY_BYTES (the last one always). Event ids are `<key>-<n>`: the stream's
+    key (unique in its session), and the event's number on it."""
+
+    def __init__(self, key: str) -> None:
+        self.key, self._n, self._size = key, 0, 0
+        self._events: "collections.deque[Tuple[int, bytes]]" = collections.deque()
+        self._lock = threading.Lock()
+
+    def add(self, data: bytes) -> str:
+        """Keep `data` (before it is written: a write that fails is replayed too); its id."""
+        with self._lock:
+            self._n += 1
+            self._events.append((self._n, data))
+            self._size += len(data)
+            while len(self._events) > 1 and (len(self._events) > _SERVE_REPLAY_EVENTS
+                                             or self._size > _SERVE_REPLAY_BYTES):
+                self._size -= len(self._events.popleft()[1])
+            return f"{self.key}-{self._n}"
+
+    def sent(self) -> bool:
+        with self._lock:
+            return self._n > 0
+
+    def after(self, n: int) -> List[Tuple[str, bytes]]:
+        """The events kept that came after event `n` (those before the oldest kept are lost)."""
+        with self._lock:
+            return [(f"{self.key}-{i}", data) for i, data in self._events if i > n]
+
+
 class _Stream:
     """The messages for one HTTP answer (a POST's, or a session's GET stream), bounded: a client
-    that stops reading loses its stream (ended, `overflow`), never Abstract's memory."""
+    that stops reading loses its stream (ended, `overflow`), never Abstract's memory. A
+    session's stream is resumable (`replay`; _Resumes): `call` is the POST's request,
+    `reading` whether a connection writes it out, `left_at` when the last one stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, replay: Optional[_Replay] = None) -> None:
         self._items: "collections.deque[dict]" = collections.deque()
         self._cond = threading.Condition()
         self.ended = self.overflow = False
+        self.replay = replay
+        self.call: Optional[int] = None  # a POST's: its request (Abstract's id) in flight
+        self.reading, self.left_at = True, 0.0
 
     def put(self, msg: dict) -> bool:
         with self._cond:
@@ -17235,6 +17289,72 @@ class _Stream:
             if not self._items and not self.ended:
                 self._cond.wait(timeout)
             return self._items.popleft() if self._items else None
+
+    def event_id(self, data: bytes) -> str:
+        """The id of the event `data` is about to be sent as ("" when not resumable)."""
+        return self.replay.add(data) if self.replay is not None else ""
+
+
+class _Resumes:
+    """A session's resumable streams (2025-11-25 basic/transports, "Resumability and
+    Redelivery"), by key: each live one, and each whose reader left, for _SERVE_RESUME_S
+    (then `expired`); of those ended, the _SERVE_RESUMES_DONE latest. A resume (`attach`) is
+    a new reader of the same stream: it gets what the replay kept after its Last-Event-ID,
+    then the stream's messages still to come, the POST's answer among them. Ids are looked
+    up in this session only: another session's never match."""
+
+    def __init__(self) -> None:
+        self._keys = itertools.count(1)
+        self._streams: "collections.OrderedDict[str, _Stream]" = collections.OrderedDict()
+        self._cond = threading.Condition()
+
+    def new(self, kind: str) -> _Stream:
+        """A new stream (`kind` "p" a POST's, "g" the GET stream), read from now."""
+        with self._cond:
+            key = f"{kind}{next(self._keys)}"
+            stream = self._streams[key] = _Stream(_Replay(key))
+            done = [k for k, s in self._streams.items() if s.ended and not s.reading]
+            for k in done:  # (answered as JSON, or nothing sent: nothing to resume)
+                if not self._streams[k].replay.sent():  # type: ignore[union-attr]
+                    del self._streams[k]
+            done = [k for k in done if k in self._streams]
+            for k in done[:max(0, len(done) - _SERVE_RESUMES_DONE)]:
+                del self._streams[k]
+        return stream
+
+    def find(self, last_id: str) -> Optional[Tuple[_Stream, int]]:
+        """The stream an event id of this session's names, and the event's number."""
+        key, _, n = last_id.rpartition("-")
+        with self._cond:
+            stream = self._streams.get(key)
+        if stream is None or not re.fullmatch(r"[0-9]{1,15}", n):
+            return None
+        return stream, int(n)
+
+    def attach(self, stream: _Stream, wait: float = _SERVE_ATTACH_S) -> bool:
+        """A new reader for `stream`; False while another still reads it (after `wait` for
+        one that is going: its client has just cut it)."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while stream.reading and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            if stream.reading:
+                return False
+            stream.reading, stream.left_at = True, 0.0
+            return True
+
+    def left(self, stream: _Stream) -> None:
+        """Its reader stopped (the answer ended, or its client went away)."""
+        with self._cond:
+            stream.reading, stream.left_at = False, time.monotonic()
+            self._cond.notify_all()
+
+    def expired(self, now: float) -> List[_Stream]:
+        """The streams left unread longer than _SERVE_RESUME_S (forgotten from now)."""
+        with self._cond:
+            old = [k for k, s in self._streams.items()
+                   if not s.reading and now - s.left_at > _SERVE_RESUME_S]
+            return [self._streams.pop(k) for k in old]
 
 
 class _Feed:
@@ -17308,6 +17428,7 @@ class _Session:
         self._hints: "collections.deque[Optional[_Stream]]" = collections.deque()
         self._ask_lock = threading.Lock()
         self.get_stream: Optional[_Stream] = None
+        self.resumes = _Resumes() if hub is not None else None  # (a stateless client's: none)
         conn = self.server.conn
         conn.requests = {m: self._as_caller(m, fn) for m, fn in conn.requests.items()}
         conn.start()
@@ -17415,27 +17536,58 @@ class _Session:
         with self._lock:
             return len(self._calls)
 
-    def open_get(self, stream: _Stream) -> bool:
-        """`stream` becomes the session's GET stream, unless one is open (False)."""
-        with self._lock:
-            if self.get_stream is not None and not self.get_stream.ended:
-                return False
-            self.get_stream = stream
-            return True
+    def new_stream(self) -> _Stream:
+        """A POST's stream: resumable in a session."""
+        return self.resumes.new("p") if self.resumes is not None else _Stream()
 
-    def close_get(self, stream: _Stream) -> None:
+    def open_get(self, last_id: Optional[str]) -> Tuple[Optional[_Stream], list]:
+        """A GET's stream and the events to replay first: the stream `last_id` names, resumed
+        after it; else (none, or not one of this session's) the session's GET stream, the one
+        left by a reader that went away or a new one. None while it is read already."""
+        assert self.resumes is not None
+        found = self.resumes.find(last_id) if last_id else None
+        if found is not None:
+            stream, n = found
+            return (stream, stream.replay.after(n)) if self.resumes.attach(  # type: ignore
+                stream) else (None, [])
         with self._lock:
-            if self.get_stream is stream:
-                self.get_stream = None
+            stream = self.get_stream if self.get_stream and not self.get_stream.ended else None
+            if stream is None:
+                stream = self.get_stream = self.resumes.new("g")
+                return stream, []
+        return (stream, []) if self.resumes.attach(stream, 0.0) else (None, [])
+
+    def left(self, stream: _Stream, mine: Optional[int] = None) -> None:
+        """The reader of `stream` stopped: at its end, or because its client went away. Its
+        POST's call (`mine`), if still in flight, is cancelled unless the stream can be resumed
+        (an event with an id went out): then it goes on for _SERVE_RESUME_S."""
+        if mine is not None and (stream.replay is None or not stream.replay.sent()):
+            self.cancel(mine, "the client closed the connection")
+        if self.resumes is not None:
+            self.resumes.left(stream)
         self.used = time.monotonic()
+
+    def expire(self, now: float) -> None:
+        """Streams left unread past _SERVE_RESUME_S: a POST's call still in flight cancelled,
+        the GET stream closed (the session may go idle)."""
+        for stream in self.resumes.expired(now) if self.resumes is not None else []:
+            if stream.call is not None:
+                self.cancel(stream.call, f"the client closed its stream and did not resume it "
+                                         f"within {_SERVE_RESUME_S:g} s")
+            stream.end()
+            with self._lock:
+                if self.get_stream is stream:
+                    self.get_stream = None
 
     # -- what the session's server sends
     def _route(self, msg: dict) -> None:
         method = msg.get("method")
-        if method is None:  # an answer to the client's request
+        if method is None:  # an answer to the client's request: its stream's last message
             got = self._close_call(msg.get("id"))  # type: ignore[arg-type]
             if got is not None:
                 got[1].put(dict(msg, id=got[0]))
+                if got[1] is not self.get_stream:  # (a 2024-11-05 session's carries them all)
+                    got[1].end()
             return
         if "id" in msg:  # a question for the client
             with self._ask_lock:
@@ -17465,17 +17617,18 @@ class _Session:
 
     def _open_stream(self, hint: Optional[_Stream]) -> Optional[_Stream]:
         """Where a message not tied to a request goes: `hint` while it is open, else the GET
-        stream, else the newest POST stream still open (a session's: never another stateless
-        client's)."""
+        stream, else the newest POST stream being read, else the GET stream its client left
+        (kept for its resume); a session's only, never another stateless client's."""
         if hint is not None and not hint.ended:
             return hint
         if self._hub is None:
             return None
         with self._lock:
-            if self.get_stream is not None and not self.get_stream.ended:
-                return self.get_stream
-            live = [s for _, s, _ in self._calls.values() if not s.ended]
-        return live[-1] if live else None
+            get = self.get_stream if self.get_stream and not self.get_stream.ended else None
+            if get is not None and get.reading:
+                return get
+            live = [s for _, s, _ in self._calls.values() if not s.ended and s.reading]
+        return live[-1] if live else get
 
     def end(self, reason: str) -> None:
         """End the session: its calls cancelled (each answered with an error on its stream),
@@ -17500,6 +17653,205 @@ class _Session:
         self.server.temps.stop()
         self.server.temps.sweep()
         self.server.ctx.tables.close()
+
+
+_SERVE_LISTEN_URIS = 100  # resource URIs one subscriptions/listen may name (more are not honoured)
+# subscriptions/listen streams at once (or serve.max_sessions if lower): each holds one of the
+# http_max_connections (64) slots for as long as it is open, and other requests need some
+_SERVE_LISTENS_MAX = 16
+
+
+class _Listening:
+    """One 2026-07-28 client's subscriptions/listen: its stream, its id (the subscription id of
+    every message on it), and what Abstract agreed to send (the acknowledged filter)."""
+
+    def __init__(self, sub: Any, tools: bool, uris: Dict[str, str]) -> None:
+        self.sub, self.tools, self.uris = sub, tools, uris  # (uris: URI -> its server)
+        self.stream = _Stream()
+        self.acked = False  # nothing goes before the acknowledgment (the spec's MUST)
+
+    def tell(self, method: str, params: Optional[dict] = None) -> None:
+        self.stream.put({"jsonrpc": "2.0", "method": method, "params": dict(
+            params or {}, _meta={_META_SUBSCRIPTION: self.sub})})
+
+
+class _Listens:
+    """The subscriptions/listen streams of 2026-07-28 clients (basic/patterns/subscriptions in
+    the 2026-07-28 spec), at most `limit` at once. Each is acknowledged first with the part
+    of its filter Abstract honours: toolsListChanged in direct mode, and resourceSubscriptions
+    for the URIs of upstreams that take resources/subscribe (subscribed there, and
+    unsubscribed when the last holder lets go); prompts and resource lists do not change
+    (declared so: listChanged false). Then its stream carries those notifications, each with
+    the subscription id, until its client closes it, or Abstract shuts down (a last result
+    then: the graceful end)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._open: List[_Listening] = []
+        self._stopped = False
+
+    def open(self, msg: dict, direct: Optional[_Transparent]) -> Optional[_Listening]:
+        """A new listen for the request `msg` (its stream's first message the acknowledgment),
+        or None past the limit (or shutting down)."""
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        asked = params.get("notifications") if isinstance(params.get("notifications"),
+                                                          dict) else {}
+        with self._lock:
+            if len(self._open) >= self.limit or self._stopped:
+                return None
+            listening = _Listening(msg["id"], asked.get("toolsListChanged") is True
+                                   and direct is not None, {})
+            self._open.append(listening)
+        wanted = asked.get("resourceSubscriptions")
+        # (the acknowledgment waits for them: those left after _LISTEN_ACK_S are not honoured)
+        deadline = time.monotonic() + _LISTEN_ACK_S
+        if direct is not None and isinstance(wanted, list):
+            for uri in dict.fromkeys(u for u in wanted if isinstance(u, str) and u):
+                if len(listening.uris) >= _SERVE_LISTEN_URIS or time.monotonic() > deadline:
+                    break
+                server = self._subscribe(direct, uri)
+                if server:
+                    listening.uris[uri] = server
+        honoured: dict = {"toolsListChanged": True} if listening.tools else {}
+        if listening.uris:
+            honoured["resourceSubscriptions"] = list(listening.uris)
+        listening.tell("notifications/subscriptions/acknowledged", {"notifications": honoured})
+        listening.acked = True
+        return listening
+
+    @staticmethod
+    def _subscribe(direct: _Transparent, uri: str) -> str:
+        """The server `uri` was subscribed to, or "" when none takes it (logged)."""
+        try:
+            server = direct.owner(uri)
+            if server is None:
+                return ""
+            up = direct.ctx.upstreams.get(server)
+            up.session()
+            if _Transparent.no_subscriptions(up):
+                return ""
+            up.rpc("resources/subscribe", {"uri": uri})
+            return server
+        except Error as e:
+            _log.info("serve: subscriptions/listen: %s not subscribed to: %s", uri[:200], e)
+            return ""
+
+    def close(self, listening: _Listening, direct: Optional[_Transparent],
+              held: Callable[[str], bool]) -> None:
+        """Its client closed it: its URIs unsubscribed from where no one else holds them
+        (`held`: a session or another listen does)."""
+        with self._lock:
+            if listening in self._open:
+                self._open.remove(listening)
+        listening.stream.end()
+        for uri, server in listening.uris.items():
+            if held(uri) or direct is None or self._stopped:  # (the upstreams stop anyway)
+                continue
+            with contextlib.suppress(Error):
+                direct.ctx.upstreams.get(server).rpc("resources/unsubscribe", {"uri": uri})
+
+    def _each(self) -> List[_Listening]:
+        with self._lock:
+            return [lis for lis in self._open if lis.acked]
+
+    def holds(self, uri: Any) -> bool:
+        with self._lock:
+            return any(uri in lis.uris for lis in self._open)
+
+    def tools_changed(self) -> None:
+        for lis in self._each():
+            if lis.tools:
+                lis.tell("notifications/tools/list_changed")
+
+    def resource_updated(self, server: str, params: dict) -> None:
+        for lis in self._each():
+            if lis.uris.get(params.get("uri")) == server:  # type: ignore[arg-type]
+                lis.tell("notifications/resources/updated",
+                         {k: v for k, v in params.items() if k != "_meta"})
+
+    def upstream_started(self, server: str, conn: Connection) -> None:
+        """A new run of `server`: its URIs subscribed to again (once each, not waited for), and
+        each listener told they may have changed meanwhile."""
+        uris: Dict[str, None] = {}
+        for lis in self._each():
+            for uri in [u for u, s in lis.uris.items() if s == server]:
+                uris[uri] = None
+                lis.tell("notifications/resources/updated", {"uri": uri})
+        for uri in uris:
+            conn.request("resources/subscribe", {"uri": uri})
+
+    def end(self) -> None:
+        """Shutdown: each stream's last message its result (the graceful end), then closed."""
+        with self._lock:
+            self._stopped = True
+            ending, self._open = self._open, []
+        for lis in ending:
+            lis.stream.put({"jsonrpc": "2.0", "id": lis.sub, "result": {
+                "resultType": "complete", "_meta": {_META_SUBSCRIPTION: lis.sub}}})
+            lis.stream.end()
+
+
+_OLD_SSE_PATH, _OLD_POST_PATH = "/sse", "/messages"  # the 2024-11-05 HTTP+SSE transport
+
+
+class _OldSse:
+    """The HTTP+SSE transport of 2024-11-05 (basic/transports in that spec), for old clients:
+    `GET /sse` opens a session whose stream's first event is `endpoint`, the URL to POST to
+    (`/messages?session_id=<the session's id>`); each message POSTed there gets 202, and its
+    answer goes out on the stream, as everything of the session does. The session ends with
+    its stream. The guard is the one in front of /mcp (_Sessions._exchange)."""
+
+    def __init__(self, hub: "_Sessions") -> None:
+        self._hub = hub
+
+    def exchange(self, ex: _HttpExchange) -> None:
+        if ex.path == _OLD_SSE_PATH and ex.method == "GET":
+            self._stream(ex)
+        elif ex.path == _OLD_POST_PATH and ex.method == "POST":
+            self._message(ex)
+        else:
+            ex.reply(405, {"Content-Type": "text/plain; charset=utf-8", "Allow": "GET" if
+                           ex.path == _OLD_SSE_PATH else "POST"}, b"method not allowed\n")
+
+    def _stream(self, ex: _HttpExchange) -> None:
+        hub = self._hub
+        session = hub._open(hub._who(ex))
+        if session is None:
+            hub._refuse(ex, 503, f"Abstract serves at most {hub._max} sessions at once "
+                                 f"(serve.max_sessions); end one or wait for an idle one to "
+                                 f"time out", _BUSY)
+            return
+        stream = session.get_stream = _Stream()
+        try:
+            ex.stream({})
+            url = f"{_OLD_POST_PATH}?session_id={session.sid}"
+            if ex.event(url.encode(), kind="endpoint"):
+                hub._pump(ex, stream)
+        finally:
+            hub._end(session, "the client closed its SSE stream (/sse)")
+
+    def _message(self, ex: _HttpExchange) -> None:
+        hub = self._hub
+        sid = urllib.parse.parse_qs(ex.query).get("session_id", [""])[0]
+        session = hub.named(sid, ex)
+        if session is None or session.get_stream is None:
+            hub._refuse(ex, 404, "Session not found (its /sse stream closed, or never opened): "
+                                 "open GET /sse for a new one")
+            return
+        msg = hub.message(ex)
+        if msg is None:
+            return
+        if not isinstance(msg.get("method"), str) or "id" not in msg:
+            session.tell(msg)
+        elif session.in_flight() >= _SERVE_STREAMS_MAX:
+            hub._refuse(ex, 429, f"too many requests of this session in flight (at most "
+                                 f"{_SERVE_STREAMS_MAX}); send more when some are answered",
+                        _BUSY, msg["id"])
+            return
+        else:
+            session.call(msg, session.get_stream)
+        ex.reply(202, {"Content-Type": "text/plain; charset=utf-8"}, b"Accepted\n")
 
 
 def _rpc_body(code: int, message: str, mid: Any = None) -> bytes:
@@ -17556,6 +17908,9 @@ class _Sessions:
         self._sessions: Dict[str, _Session] = {}
         self._owners: Dict[str, str] = {}  # session id -> whom its credential names (who)
         self._stateless: Optional[_Session] = None  # 2026-07-28 requests (no session)
+        # their subscriptions/listen streams
+        self.listens = _Listens(min(max_sessions, _SERVE_LISTENS_MAX))
+        self._old = _OldSse(self)  # the 2024-11-05 transport's endpoints
         self._stopped = threading.Event()
         self._handlers = 0  # HTTP requests being answered
         self._quiet = threading.Condition(self._lock)
@@ -17580,20 +17935,24 @@ class _Sessions:
     def _tools_changed(self, server: str) -> None:
         for s in self._each():
             s.server.tools_changed(server)
+        self.listens.tools_changed()
 
     def _resource_updated(self, server: str, params: dict) -> None:
         for s in self._each():
             s.server.resource_updated(server, params)
+        self.listens.resource_updated(server, params)
 
     def _upstream_started(self, server: str, conn: Connection) -> None:
         for s in self._each():
             s.server.upstream_started(server, conn)
+        self.listens.upstream_started(server, conn)
 
-    def held_elsewhere(self, session: _Session, uri: Any) -> bool:
+    def held_elsewhere(self, session: Optional[_Session], uri: Any) -> bool:
         """Whether a session other than `session` holds a subscription to `uri` (the upstream
-        is unsubscribed when the last one lets go)."""
-        return any(s is not session and s.server.transparent is not None
-                   and s.server.transparent.holds(uri) for s in self._each())
+        is unsubscribed when the last one lets go), or a 2026-07-28 client's listen does."""
+        return self.listens.holds(uri) or any(
+            s is not session and s.server.transparent is not None
+            and s.server.transparent.holds(uri) for s in self._each())
 
     def relevel(self) -> None:
         """The upstreams' logging level: the lowest any session asked for (each session
@@ -17635,9 +17994,10 @@ class _Sessions:
         _log.info("serve: a session ended: %s", reason)
 
     def _sweep(self) -> None:
-        while not self._stopped.wait(min(_SERVE_SWEEP_S, self._idle_s / 4)):
+        while not self._stopped.wait(min(_SERVE_SWEEP_S, self._idle_s / 4, _SERVE_RESUME_S / 4)):
             now = time.monotonic()
             for s in self._each():
+                s.expire(now)
                 if not s.busy() and now - s.used > self._idle_s:
                     self._end(s, f"idle for {self._idle_s:g} s (serve.idle_timeout_seconds)")
 
@@ -17645,6 +18005,7 @@ class _Sessions:
         """Shutdown: every session ended (its calls answered with an error, its streams
         closed), and the HTTP answers under way given _SERVE_HANDLERS_S to finish."""
         self._stopped.set()
+        self.listens.end()
         with self._lock:
             sessions = [s for s in self._sessions.values() if s is not None]
             sessions += [self._stateless] if self._stateless is not None else []
@@ -17700,6 +18061,8 @@ class _Sessions:
         if said is not None:
             status, headers, body = said
             ex.reply(status, headers, body)
+        elif ex.path in (_OLD_SSE_PATH, _OLD_POST_PATH):
+            self._old.exchange(ex)
         elif ex.path != _SERVE_PATH:
             ex.reply(404, {"Content-Type": "text/plain; charset=utf-8"},
                      f"not found: MCP is served at {_SERVE_PATH}\n".encode())
@@ -17719,6 +18082,15 @@ class _Sessions:
     def _refuse(ex: _HttpExchange, status: int, message: str, code: int = _INVALID_REQUEST,
                 mid: Any = None) -> None:
         ex.reply(status, {"Content-Type": "application/json"}, _rpc_body(code, message, mid))
+
+    def named(self, sid: str, ex: _HttpExchange) -> Optional[_Session]:
+        """The open session of that id, if any and if the request's credential opened it."""
+        with self._lock:
+            session = self._sessions.get(sid) if sid else None
+            owner = self._owners.get(sid)
+        if owner is not None and owner != self._who(ex):
+            return None  # (another's: as unknown)
+        return session if session is not None and not session.ended else None
 
     def _session_of(self, ex: _HttpExchange) -> Optional[_Session]:
         """The session the request names, or None once refused (400 without one, 404 for one
@@ -17758,22 +18130,27 @@ class _Sessions:
                               f"supported: {', '.join(_MODERN_VERSIONS + _HANDSHAKE_VERSIONS)}")
         return False
 
-    def _post(self, ex: _HttpExchange) -> None:
+    def message(self, ex: _HttpExchange) -> Optional[dict]:
+        """The one JSON-RPC message a POST's body holds, or None once refused."""
         body, why = ex.body(self._body_max)
         if why is not None:
             self._refuse(ex, why[0], why[1])
-            return
+            return None
         try:
             msg = json.loads(body, parse_constant=_no_nan)  # type: ignore[arg-type]
         except (ValueError, RecursionError) as e:
             self._refuse(ex, 400, f"Parse error: {str(e)[:200]}", _PARSE_ERROR)
-            return
+            return None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or (
                 "id" in msg and not _rpc_key(msg["id"])):
             self._refuse(ex, 400, "Invalid Request: one JSON-RPC 2.0 object a POST, its id a "
                                   "string or an integer (batches are not supported)")
-            return
-        if not self._version_ok(ex):
+            return None
+        return msg
+
+    def _post(self, ex: _HttpExchange) -> None:
+        msg = self.message(ex)
+        if msg is None or not self._version_ok(ex):
             return
         method = msg.get("method")
         params = msg.get("params")
@@ -17811,11 +18188,43 @@ class _Sessions:
                                       f"what the body says ({str(want)[:100]!r})",
                              _INVALID_REQUEST, msg.get("id"))
                 return
+        if msg["method"] == "subscriptions/listen":
+            self._listen(ex, msg)
+            return
+        self._answer(ex, self._stateless_session(), msg, {})
+
+    def _stateless_session(self) -> _Session:
+        """The one session of every 2026-07-28 request."""
         with self._lock:
             if self._stateless is None:
                 self._stateless = _Session("", self._make)
-            session = self._stateless
-        self._answer(ex, session, msg, {})
+            return self._stateless
+
+    def _listen(self, ex: _HttpExchange, msg: dict) -> None:
+        """A 2026-07-28 subscriptions/listen: its SSE stream (the acknowledgment, then the
+        notifications it asked for) until its client closes it or Abstract shuts down."""
+        if "text/event-stream" not in (ex.headers.get("Accept") or "text/event-stream"):
+            self._refuse(ex, 406, "Not Acceptable: subscriptions/listen is answered with a "
+                                  "text/event-stream", _INVALID_REQUEST, msg["id"])
+            return
+        try:
+            _Server._is_modern(_Request(msg["id"], msg["method"], msg.get("params")))
+        except RpcError as e:
+            ex.reply(200, {"Content-Type": "application/json"},
+                     _dumps(_error_response(msg["id"], e)).encode())
+            return
+        direct = self._stateless_session().server.transparent
+        listening = self.listens.open(msg, direct)
+        if listening is None:
+            self._refuse(ex, 503, f"Abstract serves at most {self.listens.limit} "
+                                  f"subscriptions/listen streams at once; close one, or listen "
+                                  f"again later", _BUSY, msg["id"])
+            return
+        try:
+            ex.stream({})
+            self._pump(ex, listening.stream)
+        finally:
+            self.listens.close(listening, direct, lambda uri: self.held_elsewhere(None, uri))
 
     def _answer(self, ex: _HttpExchange, session: _Session, msg: dict,
                 headers: Dict[str, str]) -> None:
@@ -17828,46 +18237,37 @@ class _Sessions:
                          _BUSY, msg["id"])
             return
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
-        stream = _Stream()
-        mine = session.call(msg, stream)
-        last = time.monotonic()
-        while True:
-            got = stream.get(1.0)
-            if got is None:
-                if stream.ended:  # cancelled by its client (no answer owed), or overflowed
-                    if stream.overflow:
-                        session.cancel(mine, "the client did not read its stream")
-                    if not ex.streaming:
+        stream = session.new_stream()
+        mine = stream.call = session.call(msg, stream)
+        try:
+            while not ex.streaming:  # JSON when the answer comes first
+                got = stream.get(1.0)
+                if got is None:
+                    if stream.ended:  # cancelled by its client (no answer owed), or overflowed
+                        if stream.overflow:
+                            session.cancel(mine, "the client did not read its stream")
                         ex.reply(202, headers, b"")
-                    return
-                if ex.gone():
-                    session.cancel(mine, "the client closed the connection")
-                    return
-                if ex.streaming and time.monotonic() - last > _SERVE_KEEPALIVE_S:
-                    last = time.monotonic()
-                    if not ex.event(b""):
-                        session.cancel(mine, "the client closed the connection")
                         return
-                continue
-            final = "method" not in got and got.get("id") == msg["id"]
-            if final and not ex.streaming:
-                ex.reply(200, dict(headers, **{"Content-Type": "application/json"}),
-                         _dumps(got).encode())
-                return
-            if not ex.streaming:
-                if not sse:  # a client that takes JSON only gets the result alone...
-                    if "id" in got:  # ...and cannot be asked: the question fails at once
-                        session.server.conn.forget(got["id"], RpcError(
-                            _METHOD_NOT_FOUND, f"Method not found: {got.get('method')} (the "
-                            f"client's Accept has no text/event-stream: it cannot be asked)"))
-                    continue
-                ex.stream(headers)
-            last = time.monotonic()
-            if not ex.event(_dumps(got).encode()):
-                session.cancel(mine, "the client closed the connection")
-                return
-            if final:
-                return
+                    if ex.gone():
+                        return
+                elif "method" not in got and got.get("id") == msg["id"]:
+                    ex.reply(200, dict(headers, **{"Content-Type": "application/json"}),
+                             _dumps(got).encode())
+                    return
+                elif sse:  # else a client that takes JSON only gets the result alone...
+                    ex.stream(headers, _SERVE_RETRY_MS if stream.replay else 0)
+                    data = _dumps(got).encode()
+                    if not ex.event(data, stream.event_id(data)):
+                        return
+                elif "id" in got:  # ...and cannot be asked: the question fails at once
+                    session.server.conn.forget(got["id"], RpcError(
+                        _METHOD_NOT_FOUND, f"Method not found: {got.get('method')} (the "
+                        f"client's Accept has no text/event-stream: it cannot be asked)"))
+            self._pump(ex, stream)
+            if stream.overflow:
+                session.cancel(mine, "the client did not read its stream")
+        finally:  # (a call answered already is not cancelled: the same whatever ended it)
+            session.left(stream, mine)
 
     def _get(self, ex: _HttpExchange) -> None:
         """The session's standalone stream (one at a time): what is not tied to a request."""
@@ -17883,29 +18283,40 @@ class _Sessions:
         if "text/event-stream" not in (ex.headers.get("Accept") or "text/event-stream"):
             self._refuse(ex, 406, "Not Acceptable: the GET stream is text/event-stream")
             return
-        stream = _Stream()
-        if not session.open_get(stream):
-            self._refuse(ex, 409, "Conflict: this session's GET stream is open already (one "
-                                  "each)")
+        last_id = ex.headers.get("Last-Event-ID")
+        stream, replay = session.open_get(last_id)
+        if stream is None:
+            self._refuse(ex, 409, "Conflict: the stream that Last-Event-ID names is being read "
+                                  "already (one reader each)" if last_id else "Conflict: this "
+                                  "session's GET stream is open already (one each)")
             return
         try:
-            ex.stream({_SESSION_HEADER: session.sid})
-            last = time.monotonic()
-            while True:
-                got = stream.get(1.0)
-                if got is None:
-                    if stream.ended or ex.gone():
-                        return
-                    if time.monotonic() - last <= _SERVE_KEEPALIVE_S:
-                        continue
-                    data = b""
-                else:
-                    data = _dumps(got).encode()
-                last = time.monotonic()
-                if not ex.event(data):
-                    return
+            ex.stream({_SESSION_HEADER: session.sid}, _SERVE_RETRY_MS)
+            if all(ex.event(data, eid) for eid, data in replay):
+                self._pump(ex, stream)
         finally:
-            session.close_get(stream)
+            session.left(stream)
+
+    @staticmethod
+    def _pump(ex: _HttpExchange, stream: _Stream) -> bool:
+        """`stream`'s messages as SSE events (a comment line when none went out for
+        _SERVE_KEEPALIVE_S) until it ends and is drained (True) or the client is gone."""
+        last = time.monotonic()
+        while True:
+            got = stream.get(1.0)
+            if got is None:
+                if stream.ended:
+                    return True
+                if ex.gone():
+                    return False
+                if time.monotonic() - last <= _SERVE_KEEPALIVE_S:
+                    continue
+                data = b""
+            else:
+                data = _dumps(got).encode()
+            last = time.monotonic()
+            if not ex.event(data, stream.event_id(data) if data else ""):
+                return False
 
     def _delete(self, ex: _HttpExchange) -> None:
         session = self._session_of(ex)

@@ -55,7 +55,8 @@ TOOLS = [
     ("add", "Add two numbers.", {"a": _N, "b": _N}),
     ("slow", "Answer after some seconds.", {"seconds": _N, "text": _S}),
     ("crash", "Exit the process at once with this code.", {"code": _N}),
-    ("progress", "Send progress notifications, then answer.", {"steps": _N}),
+    ("progress", "Send progress notifications, then answer (after then_wait seconds, cancellable).",
+     {"steps": _N, "then_wait": _N}),
     ("big", "One text item of this many megabytes.", {"mb": _N}),
     ("rpc_error", "Answer with a JSON-RPC error.", {}),
     ("ask_client", "Send the client a request and return its answer (after then_wait seconds, unless "
@@ -540,6 +541,9 @@ class Fake:
                 self.send({"jsonrpc": "2.0", "method": "notifications/progress",
                            "params": {"progressToken": token, "progress": i, "total": steps, "message": f"step {i}"}})
         self.state(event="progress_sent", id=mid)
+        if self.cancels[mid].wait(float(args.get("then_wait", 0))):  # then work on, cancellable
+            self.state(event="cancelled", id=mid)
+            return None
         return _result_text(f"done {steps}")
 
     def tool_big(self, mid, args: dict, meta: dict) -> dict:

@@ -330,6 +330,25 @@ def test_a_session_is_its_openers_another_credential_gets_404_a_refresh_keeps_it
     assert ping(As(port, TOKEN), static.sid) == 200
 
 
+def test_an_old_sse_session_is_its_openers_too(served):  # noqa: F811
+    """The 2024-11-05 transport's session (GET /sse) is bound as /mcp's are: a POST to its
+    /messages URL with another credential gets the 404 an unknown session gets."""
+    from test_serve_streams import Raw
+
+    srv = served()
+    port, via = srv.http.port, Via(srv.http.port)
+    _, a = oauth_login(via)
+    mine = {"Authorization": f"Bearer {a['access_token']}"}
+    sse = Raw(port, "GET", "/sse", headers=mine)
+    _, kind, endpoint = sse.event()  # type: ignore[misc]
+    url = endpoint["text"]
+    ping_ = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert Raw(port, "POST", url, body=ping_).status == 404  # the server's token
+    assert Raw(port, "POST", url, body=ping_, headers=mine).status == 202
+    assert sse.message()["id"] == 1
+    sse.close()
+
+
 # -- 4. registrations: never approved ones in memory only, and a bounded pace
 
 
