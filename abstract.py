@@ -16159,7 +16159,11 @@ def _serve_public(args: argparse.Namespace, settings: _Settings) -> str:
         raise ConfigError(f"{where} {_shown(given)}: a public URL must be https (http only on a "
                           f"loopback host such as localhost): OAuth's codes and tokens go "
                           f"through it")
-    return given.strip().lower().rstrip("/")
+    # rebuilt from its parts as a browser writes an origin (no default port, no stray "?", "#"
+    # or ":"): a client compares the resource with the URL it was given (the Python SDK netloc
+    # by netloc), so https://host:443 would be refused to one given https://host
+    url = _serve_url(key[1], key[2], key[0] == "https")
+    return url[:-len(f":{key[2]}")] if key[2] == (443 if key[0] == "https" else 80) else url
 
 
 # the headers a proxy or tunnel adds: a request that carries one did not come from this machine
@@ -16230,7 +16234,12 @@ class _ServeGuard:
     def check(self, method: str, path: str, headers: Mapping[str, str]) -> Optional[_HttpReply]:
         """None: go on. Else the reply to send instead (403, 421 or 401: see the class)."""
         host, origin = _header(headers, "Host"), _header(headers, "Origin")
-        if origin is not None and not self._origin_ok(origin, host):
+        # the approval page's form: its page has Referrer-Policy no-referrer, so browsers send
+        # `Origin: null` with its POST (Fetch: "append a request Origin header"); its ticket
+        # and the server's token are what it needs (_AuthServer._approve)
+        form = (method == "POST" and bool(self._metadata) and origin is not None
+                and origin.strip() == "null" and path.partition("?")[0] == "/authorize")
+        if origin is not None and not form and not self._origin_ok(origin, host):
             return self._refuse(method, path, 403, (
                 f"Forbidden: requests from the web page at {_shown(origin)} are not allowed "
                 f"(DNS rebinding protection). If that page is an MCP client you trust, start "
@@ -17893,6 +17902,8 @@ class _Sessions:
             last = time.monotonic()
             while True:
                 got = stream.get(1.0)
+                if self._lapsed(ex, session.sid):  # (a stream outlives no credential)
+                    return
                 if got is None:
                     if stream.ended or ex.gone():
                         return
@@ -17906,6 +17917,13 @@ class _Sessions:
                     return
         finally:
             session.close_get(stream)
+
+    def _lapsed(self, ex: _HttpExchange, sid: str) -> bool:
+        """Whether the credential the request `ex` (a stream's) carries no longer names the
+        owner of session `sid`: its OAuth access token expired or was revoked since."""
+        with self._lock:
+            owner = self._owners.get(sid)
+        return owner is not None and owner != self._who(ex)
 
     def _delete(self, ex: _HttpExchange) -> None:
         session = self._session_of(ex)

@@ -1,0 +1,112 @@
+"""An adversarial review of issue 28's serving security (serve.public_url, CORS on /mcp,
+sessions bound to their credential, the approval form): each test here failed before its fix.
+A real abstract.py serving fake upstreams, reached over HTTP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import pytest
+
+from test_serve import LONG, TOKEN, Session
+from test_serve import served  # noqa: F401 (a fixture)
+from test_serve_auth import REDIRECT, authorize, client_id, pkce, redirected, ticket_of
+from test_serve_tunnel import As, Via, oauth_login, request
+
+
+# -- serve.public_url is named as a browser names an origin
+
+
+@pytest.mark.parametrize("given, named", [
+    ("https://tunnel.example.net:443", "https://tunnel.example.net"),
+    ("HTTPS://Tunnel.Example.net:0443/", "https://tunnel.example.net"),
+    ("https://tunnel.example.net?", "https://tunnel.example.net"),
+    ("https://tunnel.example.net#", "https://tunnel.example.net"),
+    ("https://tunnel.example.net:", "https://tunnel.example.net"),
+    ("https://[2001:DB8::1]:443", "https://[2001:db8::1]"),
+    ("https://tunnel.example.net:8443", "https://tunnel.example.net:8443"),
+])
+def test_the_public_url_is_named_without_its_default_port_or_stray_characters(tmp_path, given,
+                                                                               named):
+    """A client compares the resource it is told with the URL it was given (the Python SDK's
+    check_resource_allowed compares the netloc as written): https://host:443/mcp was refused to
+    a client given https://host/mcp, and 'https://host?' named the issuer 'https://host?'."""
+    from test_serve_guard import _main, _world_env
+
+    code, out, err = _main(["--check", "--serve", "8931", "--serve-public-url", given,
+                            str(tmp_path / "store")], _world_env(tmp_path))
+    assert code == 0, err
+    assert f"serve: public URL (a tunnel or reverse proxy): {named}/mcp;" in out
+
+
+def test_through_the_tunnel_the_metadata_names_the_public_url_without_port_443(served):  # noqa: F811,E501
+    port = served("--serve-public-url", "https://tunnel.example.net:443").http.port
+    public = "https://tunnel.example.net"
+    headers = {"Host": "tunnel.example.net", "X-Forwarded-For": "203.0.113.9"}
+    _, _, body = request(port, "GET", "/.well-known/oauth-protected-resource/mcp",
+                         headers=headers)
+    assert json.loads(body)["resource"] == f"{public}/mcp"
+    assert json.loads(body)["authorization_servers"] == [public]
+    _, _, body = request(port, "GET", "/.well-known/oauth-authorization-server", headers=headers)
+    assert json.loads(body)["issuer"] == public
+    status, got, _ = request(port, "GET", "/mcp", headers=headers)
+    assert status == 401 and got["www-authenticate"] == (
+        f'Bearer resource_metadata="{public}/.well-known/oauth-protected-resource/mcp"')
+
+
+# -- the approval form as a browser posts it
+
+
+def test_the_approval_form_posted_with_origin_null_is_answered(served):  # noqa: F811
+    """The approval page is sent with Referrer-Policy: no-referrer, so Chrome and Firefox send
+    its form's POST with `Origin: null` (Fetch, 'append a request Origin header'): the guard
+    refused it with 403 (DNS rebinding protection) and no browser could approve a client."""
+    port = served().http.port
+    via = Via(port, "localhost")
+    cid = client_id(via)  # type: ignore[arg-type]
+    status, _, page = authorize(via, cid, pkce()[1])  # type: ignore[arg-type]
+    assert status == 200, page
+    form = {"ticket": ticket_of(page), "token": "wrong-" + TOKEN, "decision": "allow"}
+    status, _, body = via.call("POST", "/authorize", form, {"Origin": "null"})
+    assert status == 403 and b"not this server&#x27;s token" in body  # (the page, not the guard)
+    status, headers, _ = via.call("POST", "/authorize", dict(form, token=TOKEN),
+                                  {"Origin": "null"})
+    assert status == 302, headers
+    assert redirected(headers)["code"] and headers["location"].startswith(REDIRECT)
+    # null is for that form only: /mcp, the other paths, and a foreign origin are refused
+    for method, path in (("POST", "/mcp"), ("POST", "/token"), ("GET", "/authorize")):
+        assert request(port, method, path, b"{}", {"Origin": "null"})[0] == 403, path
+    status, _, _ = via.call("POST", "/authorize", dict(form, token=TOKEN),
+                            {"Origin": "https://evil.example"})
+    assert status == 403
+
+
+# -- a session's GET stream ends with its credential
+
+
+def _ended(events: Any, timeout: float = LONG) -> Optional[bool]:
+    """True once the stream ends (within `timeout`), whatever it carried before."""
+    while True:
+        if events.next(timeout) is None:
+            return True
+
+
+def test_a_get_stream_ends_when_its_approval_is_revoked(served):  # noqa: F811
+    """A revoked (or expired) access token's session kept its GET stream open for ever: it
+    went on receiving the upstreams' notifications and log messages, and, never idle, was never
+    ended (a thief's 64 such sessions would have kept everyone else out)."""
+    port = served().http.port
+    via = Via(port)
+    _, tokens = oauth_login(via)
+    mine = Session(As(port, tokens["access_token"]))
+    assert mine.get is not None and mine.get.status == 200
+    other = Session(As(port, TOKEN))  # the server's token: not touched by the revocation
+    assert other.get is not None and other.get.status == 200
+    status, _, _ = via.call("POST", "/revoke", {"token": tokens["refresh_token"]})
+    assert status == 200
+    assert _ended(mine.get)
+    assert other.get.q.empty()  # (still open: nothing came, not even its end)
+    assert request(port, "GET", "/mcp", headers={
+        "Authorization": f"Bearer {tokens['access_token']}", "Mcp-Session-Id": mine.sid,
+        "Accept": "text/event-stream"})[0] == 401
