@@ -16894,6 +16894,11 @@ class _AuthServer:
         if not isinstance(meta, dict):
             return _as_error(400, "invalid_client_metadata", "the body must be a JSON object "
                              "of client metadata (RFC 7591 section 2)")
+        try:
+            _dumps(meta).encode("utf-8")
+        except UnicodeEncodeError:  # ("\ud800" in JSON: no text; it could not be answered)
+            return _as_error(400, "invalid_client_metadata", "the metadata holds a lone "
+                             "surrogate (\\ud800 to \\udfff), which is not text")
         uris = meta.get("redirect_uris")
         if not isinstance(uris, list) or not 0 < len(uris) <= _AS_URIS_MAX:
             return _as_error(400, "invalid_redirect_uri", f"redirect_uris must be a list of 1 "
@@ -16992,8 +16997,12 @@ class _AuthServer:
     def _ours(self, resource: str, base: str) -> bool:
         """Whether `resource` (RFC 8707) names this server's MCP endpoint: by the address bound,
         the public URL, or `base`, the name the request reached it by (one server)."""
-        return _canonical_resource(resource) in {_canonical_resource(self._resource_at(b))
-                                                 for b in (self.issuer, self.public, base) if b}
+        try:
+            given = _canonical_resource(resource)
+        except ValueError:  # not a URL ("http://[::1": urlsplit refuses it): not ours
+            return False
+        return given in {_canonical_resource(self._resource_at(b))
+                         for b in (self.issuer, self.public, base) if b}
 
     @staticmethod
     def _back(uri: str, state: str, params: Dict[str, str], iss: str) -> _HttpReply:

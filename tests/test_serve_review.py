@@ -110,3 +110,35 @@ def test_a_get_stream_ends_when_its_approval_is_revoked(served):  # noqa: F811
     assert request(port, "GET", "/mcp", headers={
         "Authorization": f"Bearer {tokens['access_token']}", "Mcp-Session-Id": mine.sid,
         "Accept": "text/event-stream"})[0] == 401
+
+
+# -- odd input is refused, never a crash
+
+
+def test_a_resource_that_is_not_a_url_is_invalid_target_not_a_500(served):  # noqa: F811
+    """'http://[::1' (urlsplit raises ValueError) as the resource of /authorize or /token was
+    answered 500 server_error, with a traceback in the log."""
+    srv = served()
+    via = Via(srv.http.port)
+    cid = client_id(via)  # type: ignore[arg-type]
+    status, headers, _ = authorize(via, cid, pkce()[1], resource="http://[::1")  # type: ignore
+    assert status == 302 and redirected(headers)["error"] == "invalid_target", headers
+    status, _, body = via.call("POST", "/token", {"grant_type": "refresh_token",
+                                                  "refresh_token": "x", "resource": "http://[::1"})
+    assert status == 400 and json.loads(body)["error"] == "invalid_target"
+
+
+@pytest.mark.parametrize("meta", [
+    {"redirect_uris": [REDIRECT], "client_name": "App \ud800"},
+    {"redirect_uris": ["https://app.example/\udfff"]},
+])
+def test_a_registration_with_a_lone_surrogate_is_refused_not_a_500(served, meta):  # noqa: F811
+    """'\\ud800' in the JSON of /register was kept (in memory) and then its answer failed
+    to encode: 500 server_error, a traceback in the log."""
+    port = served().http.port
+    body = json.dumps(meta).encode()  # (ensure_ascii: the surrogate goes as \\ud800)
+    status, _, data = request(port, "POST", "/register", body,
+                              {"Content-Type": "application/json"})
+    assert status == 400 and json.loads(data) == {
+        "error": "invalid_client_metadata", "error_description": "the metadata holds a lone "
+        "surrogate (\\ud800 to \\udfff), which is not text"}
