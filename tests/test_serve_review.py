@@ -5,14 +5,14 @@ A real abstract.py serving fake upstreams, reached over HTTP."""
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
 from test_serve import LONG, TOKEN, Session
 from test_serve import served  # noqa: F401 (a fixture)
 from test_serve_auth import REDIRECT, authorize, client_id, pkce, redirected, ticket_of
-from test_serve_tunnel import As, Via, oauth_login, request
+from test_serve_tunnel import As, Via, oauth_login, ping, request
 
 
 # -- serve.public_url is named as a browser names an origin
@@ -85,7 +85,7 @@ def test_the_approval_form_posted_with_origin_null_is_answered(served):  # noqa:
 # -- a session's GET stream ends with its credential
 
 
-def _ended(events: Any, timeout: float = LONG) -> Optional[bool]:
+def _ended(events: Any, timeout: float = LONG) -> bool:
     """True once the stream ends (within `timeout`), whatever it carried before."""
     while True:
         if events.next(timeout) is None:
@@ -106,7 +106,8 @@ def test_a_get_stream_ends_when_its_approval_is_revoked(served):  # noqa: F811
     status, _, _ = via.call("POST", "/revoke", {"token": tokens["refresh_token"]})
     assert status == 200
     assert _ended(mine.get)
-    assert other.get.q.empty()  # (still open: nothing came, not even its end)
+    assert None not in list(other.get.q.queue)  # (still open: it did not end)
+    assert ping(As(port, TOKEN), other.sid) == 200
     assert request(port, "GET", "/mcp", headers={
         "Authorization": f"Bearer {tokens['access_token']}", "Mcp-Session-Id": mine.sid,
         "Accept": "text/event-stream"})[0] == 401
