@@ -16889,16 +16889,15 @@ class _AuthServer:
             return status, dict(head, **{"Retry-After": f"{wait:g}"}), data
         try:
             meta = json.loads(body.decode("utf-8"))
-        except ValueError:
-            meta = None
-        if not isinstance(meta, dict):
-            return _as_error(400, "invalid_client_metadata", "the body must be a JSON object "
-                             "of client metadata (RFC 7591 section 2)")
-        try:
             _dumps(meta).encode("utf-8")
         except UnicodeEncodeError:  # ("\ud800" in JSON: no text; it could not be answered)
             return _as_error(400, "invalid_client_metadata", "the metadata holds a lone "
                              "surrogate (\\ud800 to \\udfff), which is not text")
+        except (ValueError, RecursionError):  # (RecursionError: "[[[[..." nested too deep)
+            meta = None
+        if not isinstance(meta, dict):
+            return _as_error(400, "invalid_client_metadata", "the body must be a JSON object "
+                             "of client metadata (RFC 7591 section 2)")
         uris = meta.get("redirect_uris")
         if not isinstance(uris, list) or not 0 < len(uris) <= _AS_URIS_MAX:
             return _as_error(400, "invalid_redirect_uri", f"redirect_uris must be a list of 1 "

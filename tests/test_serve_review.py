@@ -143,3 +143,31 @@ def test_a_registration_with_a_lone_surrogate_is_refused_not_a_500(served, meta)
     assert status == 400 and json.loads(data) == {
         "error": "invalid_client_metadata", "error_description": "the metadata holds a lone "
         "surrogate (\\ud800 to \\udfff), which is not text"}
+
+
+@pytest.mark.parametrize("body", [b"[" * 30000 + b"]" * 30000,
+                                  b'{"a":' * 10000 + b"1" + b"}" * 10000])
+def test_a_registration_nested_too_deep_is_refused_not_a_500(served, body):  # noqa: F811
+    """JSON nested past the interpreter's recursion limit (60 KB, under the 64 KiB bound)
+    raised RecursionError out of /register, which needs no token: 500 and a traceback in the
+    log, 60 a minute from anyone who reaches it."""
+    srv = served()
+    status, _, data = request(srv.http.port, "POST", "/register", body,
+                              {"Content-Type": "application/json"})
+    assert status == 400 and json.loads(data)["error"] == "invalid_client_metadata"
+    assert request(srv.http.port, "POST", "/register", json.dumps(
+        {"redirect_uris": [REDIRECT]}).encode())[0] == 201  # (still serving)
+    assert b"Traceback" not in _stderr_at_end(srv)
+
+
+def _stderr_at_end(srv: Any) -> bytes:
+    """What a Served abstract.py wrote on stderr after it said where it serves, to its end (the
+    end of its stdin ends it)."""
+    srv.proc.stdin.close()
+    srv.proc.wait(LONG)
+    said = []
+    while True:
+        line = srv.lines.get(timeout=LONG)
+        if not line:
+            return b"".join(said)
+        said.append(line)
