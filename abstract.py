@@ -16169,7 +16169,11 @@ def _serve_public(args: argparse.Namespace, settings: _Settings) -> str:
         raise ConfigError(f"{where} {_shown(given)}: a public URL must be https (http only on a "
                           f"loopback host such as localhost): OAuth's codes and tokens go "
                           f"through it")
-    return given.strip().lower().rstrip("/")
+    # rebuilt from its parts as a browser writes an origin (no default port, no stray "?", "#"
+    # or ":"): a client compares the resource with the URL it was given (the Python SDK netloc
+    # by netloc), so https://host:443 would be refused to one given https://host
+    url = _serve_url(key[1], key[2], key[0] == "https")
+    return url[:-len(f":{key[2]}")] if key[2] == (443 if key[0] == "https" else 80) else url
 
 
 # the headers a proxy or tunnel adds: a request that carries one did not come from this machine
@@ -16240,7 +16244,12 @@ class _ServeGuard:
     def check(self, method: str, path: str, headers: Mapping[str, str]) -> Optional[_HttpReply]:
         """None: go on. Else the reply to send instead (403, 421 or 401: see the class)."""
         host, origin = _header(headers, "Host"), _header(headers, "Origin")
-        if origin is not None and not self._origin_ok(origin, host):
+        # the approval page's form: its page has Referrer-Policy no-referrer, so browsers send
+        # `Origin: null` with its POST (Fetch: "append a request Origin header"); its ticket
+        # and the server's token are what it needs (_AuthServer._approve)
+        form = (method == "POST" and bool(self._metadata) and origin is not None
+                and origin.strip() == "null" and path.partition("?")[0] == "/authorize")
+        if origin is not None and not form and not self._origin_ok(origin, host):
             return self._refuse(method, path, 403, (
                 f"Forbidden: requests from the web page at {_shown(origin)} are not allowed "
                 f"(DNS rebinding protection). If that page is an MCP client you trust, start "
@@ -16890,7 +16899,11 @@ class _AuthServer:
             return status, dict(head, **{"Retry-After": f"{wait:g}"}), data
         try:
             meta = json.loads(body.decode("utf-8"))
-        except ValueError:
+            _dumps(meta).encode("utf-8")
+        except UnicodeEncodeError:  # ("\ud800" in JSON: no text; it could not be answered)
+            return _as_error(400, "invalid_client_metadata", "the metadata holds a lone "
+                             "surrogate (\\ud800 to \\udfff), which is not text")
+        except (ValueError, RecursionError):  # (RecursionError: "[[[[..." nested too deep)
             meta = None
         if not isinstance(meta, dict):
             return _as_error(400, "invalid_client_metadata", "the body must be a JSON object "
@@ -16993,8 +17006,12 @@ class _AuthServer:
     def _ours(self, resource: str, base: str) -> bool:
         """Whether `resource` (RFC 8707) names this server's MCP endpoint: by the address bound,
         the public URL, or `base`, the name the request reached it by (one server)."""
-        return _canonical_resource(resource) in {_canonical_resource(self._resource_at(b))
-                                                 for b in (self.issuer, self.public, base) if b}
+        try:
+            given = _canonical_resource(resource)
+        except ValueError:  # not a URL ("http://[::1": urlsplit refuses it): not ours
+            return False
+        return given in {_canonical_resource(self._resource_at(b))
+                         for b in (self.issuer, self.public, base) if b}
 
     @staticmethod
     def _back(uri: str, state: str, params: Dict[str, str], iss: str) -> _HttpReply:
@@ -17827,7 +17844,7 @@ class _OldSse:
             ex.stream({})
             url = f"{_OLD_POST_PATH}?session_id={session.sid}"
             if ex.event(url.encode(), kind="endpoint"):
-                hub._pump(ex, stream)
+                hub._pump(ex, stream, lambda: hub._lapsed(ex, session.sid))
         finally:
             hub._end(session, "the client closed its SSE stream (/sse)")
 
@@ -18293,17 +18310,22 @@ class _Sessions:
         try:
             ex.stream({_SESSION_HEADER: session.sid}, _SERVE_RETRY_MS)
             if all(ex.event(data, eid) for eid, data in replay):
-                self._pump(ex, stream)
+                # (a stream outlives no credential: _lapsed)
+                self._pump(ex, stream, lambda: self._lapsed(ex, session.sid))
         finally:
             session.left(stream)
 
     @staticmethod
-    def _pump(ex: _HttpExchange, stream: _Stream) -> bool:
+    def _pump(ex: _HttpExchange, stream: _Stream,
+              lapsed: Optional[Callable[[], bool]] = None) -> bool:
         """`stream`'s messages as SSE events (a comment line when none went out for
-        _SERVE_KEEPALIVE_S) until it ends and is drained (True) or the client is gone."""
+        _SERVE_KEEPALIVE_S) until it ends and is drained (True) or the client is gone (or
+        `lapsed()` says its credential is no longer accepted, checked each second)."""
         last = time.monotonic()
         while True:
             got = stream.get(1.0)
+            if lapsed is not None and lapsed():
+                return False
             if got is None:
                 if stream.ended:
                     return True
@@ -18317,6 +18339,13 @@ class _Sessions:
             last = time.monotonic()
             if not ex.event(data, stream.event_id(data) if data else ""):
                 return False
+
+    def _lapsed(self, ex: _HttpExchange, sid: str) -> bool:
+        """Whether the credential the request `ex` (a stream's) carries no longer names the
+        owner of session `sid`: its OAuth access token expired or was revoked since."""
+        with self._lock:
+            owner = self._owners.get(sid)
+        return owner is not None and owner != self._who(ex)
 
     def _delete(self, ex: _HttpExchange) -> None:
         session = self._session_of(ex)
