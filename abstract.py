@@ -7532,14 +7532,15 @@ class _Question:
 
 class _Caller:
     """The client session a call came from, when Abstract serves several at once (--serve): the
-    capabilities it declared, and ask(method, params) -> (connection, id, future), which puts a
-    request to that session (on the stream of the call that caused it)."""
+    capabilities it declared, ask(method, params) -> (connection, id, future), which puts a
+    request to that session (on the stream of the call that caused it), and whom the credential
+    that opened it names (`owner`; None without one)."""
 
-    __slots__ = ("caps", "ask")
+    __slots__ = ("caps", "ask", "owner")
 
-    def __init__(self, caps: dict,
-                 ask: Callable[[str, Any], Tuple[Connection, int, Future]]) -> None:
-        self.caps, self.ask = caps, ask
+    def __init__(self, caps: dict, ask: Callable[[str, Any], Tuple[Connection, int, Future]],
+                 owner: Optional[str] = None) -> None:
+        self.caps, self.ask, self.owner = caps, ask, owner
 
 
 # the _Caller of the request the current thread is handling (set by the session serving it;
@@ -7873,7 +7874,7 @@ class _QuestionRelay:
         cannot take them)."""
         methods: Dict[str, _Handler] = {"ping": lambda r: {}}
         if self._client.roots_offered():
-            methods["roots/list"] = lambda r: self._client.list(self._asker(r.params))
+            methods["roots/list"] = lambda r: self._client.list(self._roots_asker(r.params))
         for method in _ClientLink.QUESTIONS:
             methods[method] = self.question
         return methods
@@ -7912,14 +7913,32 @@ class _QuestionRelay:
         flight at once (a request over stdio does not say which call it is for: an SDK's related
         request id stays in the SDK), the one whose call was sent last. A tool asks before it
         does its work, so the call that just started is the likeliest asker; a call that has been
-        running a while (server-everything's long operation beside its elicitation tool) is not."""
+        running a while (server-everything's long operation beside its elicitation tool) is not.
+        A guess is made only among sessions of one credential (one user's): with calls of
+        sessions opened with different ones in flight, the question is refused (-32601), since
+        a wrong guess would ask one user another's question and hand its answer back."""
         meta = params.get("_meta") if isinstance(params, dict) else None
         task = meta.get(_RELATED_TASK) if isinstance(meta, dict) else None
         task_id = task.get("taskId") if isinstance(task, dict) else None
         with self._lock:
             if isinstance(task_id, str) and task_id in self._tasks:
                 return self._tasks[task_id]
-            return self._callers[-1] if self._callers else None
+            if not self._callers:
+                return None
+            last = self._callers[-1]
+            if any(c.owner != last.owner for c in self._callers):
+                raise RpcError(_METHOD_NOT_FOUND, "Method not found: calls of several users' "
+                               "sessions are in flight at this server and its request does not "
+                               "say which call it is for, so no one is asked (Abstract --serve)")
+            return last
+
+    def _roots_asker(self, params: Any) -> Optional[_Caller]:
+        """The session whose roots an upstream's roots/list gets (_asker); none (Abstract's
+        allowed folders) when that is not known."""
+        try:
+            return self._asker(params)
+        except RpcError:
+            return None
 
     def withdraw_all(self, reason: str) -> None:
         """The client cancelled a call: the questions pending at the client are withdrawn when
@@ -17427,6 +17446,7 @@ class _Session:
     def __init__(self, sid: str, make: Callable[[Any, Any], Any],
                  hub: Optional["_Sessions"] = None) -> None:
         self.sid, self._hub = sid, hub  # (hub: what the sessions share; None: stateless)
+        self.owner = hub.owner_of(sid) if hub is not None else None  # (_Sessions._who)
         self._lock = threading.Lock()
         self._feed = _Feed()
         self.server = make(self._feed, _Sink(self._route))
@@ -17470,7 +17490,7 @@ class _Session:
             with self._lock:
                 got = self._calls.get(req.id)
             stream = got[1] if got is not None else None
-            _CALLER.who = _Caller(self.caps, lambda m, p: self.ask(stream, m, p))
+            _CALLER.who = _Caller(self.caps, lambda m, p: self.ask(stream, m, p), self.owner)
             try:
                 return fn(req)
             finally:
@@ -18099,6 +18119,11 @@ class _Sessions:
     def _refuse(ex: _HttpExchange, status: int, message: str, code: int = _INVALID_REQUEST,
                 mid: Any = None) -> None:
         ex.reply(status, {"Content-Type": "application/json"}, _rpc_body(code, message, mid))
+
+    def owner_of(self, sid: str) -> Optional[str]:
+        """Whom the credential that opened session `sid` names (None: unbound)."""
+        with self._lock:
+            return self._owners.get(sid)
 
     def named(self, sid: str, ex: _HttpExchange) -> Optional[_Session]:
         """The open session of that id, if any and if the request's credential opened it."""

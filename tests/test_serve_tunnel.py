@@ -450,6 +450,30 @@ def test_a_tasks_question_goes_to_the_session_of_that_task_not_the_last_call(wor
         srv.stop()
 
 
+def test_a_question_is_not_guessed_between_two_users_sessions(world):
+    """With calls of sessions opened by different credentials in flight at one upstream, a
+    question that names no call is refused to the upstream (-32601), not sent to the session
+    whose call came last (a wrong guess asks one user another's question); roots/list gets the
+    allowed folders. With one credential's sessions it is still guessed (test_serve_clients)."""
+    world.fake("up", "--extras")
+    srv = Served(world)
+    try:
+        port = srv.http.port
+        _, a_tokens = oauth_login(Via(port))
+        a = Session(As(port, a_tokens["access_token"]), {"elicitation": {}})
+        b = Session(srv.http, {"elicitation": {}})  # the server's token
+        b_mid, b_stream = b.call("up__record_cancel")
+        wait_for(lambda: world.events("up", "started"), LONG, "B's call at the upstream")
+        _, a_stream = a.call("up__ask_client", method="elicitation/create", params=ELICIT)
+        _, answer = a_stream.until_answer()
+        text = json.dumps(answer["result"])
+        assert "several users" in text and "no one is asked" in text, text
+        assert b.notify("notifications/cancelled", {"requestId": b_mid}) == 202
+        assert b_stream.next(LONG) is None  # B was asked nothing
+    finally:
+        srv.stop()
+
+
 def test_a_local_client_is_answered_in_the_loopback_name_it_used(served):  # noqa: F811
     """An OAuth client checks that the resource and issuer are the address it connected to:
     one that connects to localhost (or [::1]) is named so, not 127.0.0.1 (the SDK refused it:
