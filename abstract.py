@@ -5405,10 +5405,12 @@ class _BoundedServerMixin:
     without sending a byte is dropped to make room (_evict), else the one whose request has been
     coming longest, so idle or trickling connections cannot keep a request waiting; when every
     one has its request in, the accept loop waits for a free slot, and more connections wait in
-    the listen backlog, not in Abstract."""
+    the listen backlog, not in Abstract. A connection kept alive between requests (HTTP/1.1)
+    counts as one that has sent nothing: it may be dropped to make room, and the watchdog closes
+    it after `idle_s` without a request."""
 
     daemon_threads = True
-    _header_s, _max_conn = 10.0, 64  # (set by _bounded_server_class)
+    _header_s, _idle_s, _max_conn = 10.0, 30.0, 64  # (set by _bounded_server_class)
     # socketserver's 5 refuses connections in a burst (the kernel may cap it)
     request_queue_size = 1024
 
@@ -5452,16 +5454,37 @@ class _BoundedServerMixin:
 
     def shutdown(self) -> None:
         """Stop the accept loop, even one waiting for a free slot (every slot a download
-        whose reader stalled would hold it up to http_idle_timeout_seconds)."""
+        whose reader stalled would hold it up to http_idle_timeout_seconds). The connections
+        kept alive that wait for a next request are closed."""
         self._closing.set()
         super().shutdown()
-
-    def spoke(self, request: Any) -> None:
-        """The connection sent its first byte: dropped to make room only if none is
-        silent."""
         with self._lock:
+            idle = [r for r in self._deadlines if r not in self._spoke]
+        for r in idle:  # (their handlers' waits end; a new one that sent nothing goes too)
+            with contextlib.suppress(OSError):
+                r.shutdown(_shut_rdwr())
+
+    def spoke(self, request: Any, again: bool = False) -> None:
+        """The connection sent the first byte of a request: dropped to make room only if none is
+        silent. `again`: a request after the first on a connection kept alive, given the header
+        deadline from now."""
+        with self._lock:
+            if again:
+                self._deadlines[request] = time.monotonic() + self._header_s
             if request in self._deadlines:
                 self._spoke.add(request)
+
+    def kept(self, request: Any) -> bool:
+        """An answer is out and the connection is kept alive for another request: until its first
+        byte, the connection counts as one that has sent nothing (dropped to make room at the cap,
+        the longest waiting first), and the watchdog closes it after the idle timeout. False when
+        the server is stopping (the connection is closed)."""
+        with self._lock:
+            if self._closing.is_set():
+                return False
+            self._deadlines[request] = time.monotonic() + self._idle_s
+            self._spoke.discard(request)
+            return True
 
     def reading(self, request: Any) -> None:
         """The request's body is being read: until request_started says it is in, the
@@ -5550,10 +5573,139 @@ class _BoundedServerMixin:
 
 def _bounded_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
     """_BoundedServerMixin over `base` (ThreadingHTTPServer, imported lazily) with the header
-    deadline and the connection cap of `limits` (header_s, idle_s, max_conn)."""
-    header_s, _, max_conn = limits
-    return type("BoundedServer", (_BoundedServerMixin, base), {"_header_s": header_s,
-                                                            "_max_conn": max_conn})
+    deadline, the idle timeout of a connection kept alive and the connection cap of `limits`
+    (header_s, idle_s, max_conn)."""
+    header_s, idle_s, max_conn = limits
+    return type("BoundedServer", (_BoundedServerMixin, base), {
+        "_header_s": header_s, "_idle_s": idle_s, "_max_conn": max_conn})
+
+
+# -- server side: the request reader
+# HTTP/1.1 (RFC 9112) with connections kept alive between requests, each request read by a lean
+# parser: http.server's reads headers with the email package, most of a small request's cost.
+
+_HEAD_LINE_MAX = 65536  # bytes of the request line or of one header line (as http.server)
+_HEADERS_MAX = 100  # header lines of one request (as http.client)
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a token (RFC 9110 section 5.1)
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_DATE_NOW: List[Tuple[int, str]] = [(0, "")]  # the Date header of the current second
+
+
+def _http_date() -> str:
+    """The Date header's value now (RFC 9110 section 5.6.7; English names whatever the locale),
+    made once a second."""
+    now = int(time.time())
+    second, text = _DATE_NOW[0]
+    if second != now:
+        t = time.gmtime(now)
+        text = (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+                f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
+        _DATE_NOW[0] = (now, text)
+    return text
+
+
+class _Headers(dict):
+    """A request's headers by lowercased name, looked up in any case (get, [], in), each name's
+    first value (as http.client's HTTPMessage.get gives it)."""
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, name.lower(), default)
+
+    def __getitem__(self, name: str) -> Any:
+        return dict.__getitem__(self, name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and dict.__contains__(self, name.lower())
+
+
+def _read_head(rfile: Any) -> Tuple[Optional[_Headers], int, str]:
+    """A request's header lines from `rfile`, up to the empty line: (headers, 0, ""), or (None,
+    status, why): 431 for a line over _HEAD_LINE_MAX bytes or over _HEADERS_MAX lines, 400 for a
+    line that is no header (a folded one too: RFC 9112 section 5.2), a request cut short, or two
+    Content-Lengths that differ (the body's end would be ambiguous: RFC 9112 section 6.3)."""
+    headers = _Headers()
+    for _ in range(_HEADERS_MAX + 1):
+        line = rfile.readline(_HEAD_LINE_MAX + 1)
+        if len(line) > _HEAD_LINE_MAX:
+            return None, 431, "a header line is too long"
+        if line in (b"\r\n", b"\n"):
+            return headers, 0, ""
+        name, colon, value = line.decode("latin-1").partition(":")
+        if not colon or not _HEADER_NAME_RE.fullmatch(name):
+            return None, 400, "a header line is malformed (or the request was cut short)"
+        name, value = name.lower(), value.strip()
+        if name == "content-length" and headers.get(name, value) != value:
+            return None, 400, "two Content-Length headers differ"
+        headers.setdefault(name, value)
+    return None, 431, f"more than {_HEADERS_MAX} header lines"
+
+
+class _PageMixin:
+    """The request loop of _serve_http's handler, before http.server's BaseHTTPRequestHandler
+    (imported lazily) in its bases: HTTP/1.1, the connection kept alive for the client's next
+    request unless it asks `Connection: close` (or speaks HTTP/1.0), a body was left unread, or
+    an answer has no length (an SSE stream ends with its connection); between requests the
+    server's bounds hold (_BoundedServerMixin.kept). Headers by _read_head."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # (an answer's head and body may be two writes)
+    body_read = False  # the request's body was taken (_HttpExchange.body)
+
+    def handle(self) -> None:
+        server, conn = self.server, self.connection  # type: ignore[attr-defined]
+        again = False
+        while True:
+            # the first byte, waited for (buffered, not taken): from then on the connection
+            # has sent something, and is dropped to make room for another only when none is
+            # silent
+            try:
+                if not self.rfile.peek(1):  # type: ignore[attr-defined]
+                    return
+            except (OSError, ValueError):
+                return
+            server.spoke(conn, again)
+            self.close_connection = True
+            self.handle_one_request()  # type: ignore[attr-defined]
+            if self.close_connection or self.body_unread() or not server.kept(conn):
+                return
+            again = True
+
+    def body_unread(self) -> bool:
+        """The request declared a body that was not read: what follows on the connection is
+        not a request."""
+        headers = getattr(self, "headers", None) or {}
+        return not self.body_read and ("transfer-encoding" in headers or (
+            headers.get("content-length") or "0").strip() != "0")
+
+    def parse_request(self) -> bool:
+        """The request line (already read) and the headers (_read_head); False once refused
+        (400, 431, 505: the connection closes)."""
+        self.command, self.body_read, self.close_connection = None, False, True
+        self.requestline = self.raw_requestline.decode(  # type: ignore[attr-defined]
+            "latin-1").rstrip("\r\n")
+        words = self.requestline.split()
+        self.request_version = words[2] if len(words) == 3 else "HTTP/1.0"
+        if len(words) != 3 or not words[2].startswith("HTTP/"):
+            self.send_error(400, "Bad request line")  # type: ignore[attr-defined]
+            return False
+        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
+            self.request_version = "HTTP/1.0"
+            self.send_error(505, "HTTP/1.0 and HTTP/1.1 only")  # type: ignore[attr-defined]
+            return False
+        self.command, self.path = words[0], words[1]
+        headers, status, why = _read_head(self.rfile)  # type: ignore[attr-defined]
+        if headers is None:
+            self.send_error(status, why)  # type: ignore[attr-defined]
+            return False
+        self.headers = headers
+        # (a chunked body is not read: its connection cannot be used again either)
+        tokens = [t.strip() for t in headers.get("connection", "").lower().split(",")]
+        self.close_connection = (self.request_version == "HTTP/1.0" or "close" in tokens
+                                 or "transfer-encoding" in headers)
+        return True
 
 
 # (status, content type, body): body is bytes, or a function that opens what to stream and gives
@@ -5565,15 +5717,17 @@ class _HttpExchange:
     """One request to a server of _serve_http given an `exchange` handler: its method, path,
     query and headers (case-insensitive), its body read within a bound (body), and one answer:
     whole (reply), or a stream of Server-Sent Events (stream, then event) for as long as the
-    handler keeps writing. Each read and write is bounded by the server's idle timeout."""
+    handler keeps writing. Each read and write is bounded by the server's idle timeout. The
+    connection is kept alive for the next request after a whole answer (_PageMixin), unless the
+    body could not be taken or the answer streamed (answered says whether one went out)."""
 
     def __init__(self, page: Any) -> None:
         self._page = page
         self.method = page.command
         target = page.requestline.split()[1] if " " in page.requestline else "/"
         self.path, _, self.query = target.partition("?")
-        self.headers = page.headers  # (an http.client.HTTPMessage: get() ignores case)
-        self.streaming = False
+        self.headers = page.headers  # (_Headers: get() ignores case)
+        self.streaming = self.answered = False
 
     def body(self, limit: int) -> Tuple[Optional[bytes], Optional[Tuple[int, str]]]:
         """(the body, None), or (None, (status, why)) when it cannot be taken: no
@@ -5581,50 +5735,65 @@ class _HttpExchange:
         connection closes after the answer), or cut short (400)."""
         length = (self.headers.get("Content-Length") or "").strip()
         # (not isdigit(): "\xb2" is a digit to it, not to int())
-        if not re.fullmatch(r"[0-9]{1,15}", length):
+        page = self._page
+        page.body_read = True  # (taken, or refused: then the connection closes after the answer)
+        if not re.fullmatch(r"[0-9]{1,15}", length) or "Transfer-Encoding" in self.headers:
+            page.close_connection = True
             return None, (411, "the request needs a Content-Length header (a body that is not "
                                "chunked)")
         if int(length) > limit:
+            page.close_connection = True
             return None, (413, f"the body is {int(length):,} bytes; this server takes at most "
                                f"{limit:,} (serve.max_body_mb in Abstract's settings)")
+        if (self.headers.get("Expect") or "").lower() == "100-continue" and length != "0":
+            page.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # (RFC 9110 section 10.1.1)
         # the body is part of the request: it must come whole within the header deadline, and
         # until it has, the connection may be dropped to make room (_BoundedServerMixin)
-        server, conn = self._page.server, self._page.connection
+        server, conn = page.server, page.connection
         server.reading(conn)
         try:
-            data = self._page.rfile.read(int(length))
+            data = page.rfile.read(int(length))
         finally:
             whole = server.request_started(conn)
         if len(data) != int(length) or not whole:
+            page.close_connection = True
             return None, (400, "the body ended before its Content-Length (or did not come "
                                "within http_header_timeout_seconds)")
         return data, None
 
     def reply(self, status: int, headers: Dict[str, str], body: bytes) -> None:
-        """The whole answer at once."""
+        """The whole answer at once: head and body in one write (a small one: one packet)."""
         page = self._page
-        page.send_response(status)
-        for k, v in headers.items():
-            page.send_header(k, v)
-        page.send_header("Content-Length", str(len(body)))
-        page.send_header("Cache-Control", "no-store")
-        page.send_header("X-Content-Type-Options", "nosniff")
-        page.end_headers()
-        page.wfile.write(body)
-        page.wfile.flush()
+        page.close_connection = page.close_connection or page.body_unread()
+        page.log_request(status, len(body))
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        head = (f"{page.protocol_version} {status} {page.responses.get(status, ('',))[0]}\r\n"
+                f"Server: {page.version_string()}\r\nDate: {_http_date()}\r\n{head}"
+                f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
+                f"X-Content-Type-Options: nosniff\r\n"
+                f"{'Connection: close' + chr(13) + chr(10) if page.close_connection else ''}\r\n"
+                ).encode("latin-1")
+        if len(body) <= 1 << 16:
+            page.wfile.write(head + body)
+        else:  # (not copied whole again)
+            page.wfile.write(head)
+            page.wfile.write(body)
+        self.answered = True
 
     def stream(self, headers: Dict[str, str]) -> None:
         """Begin a text/event-stream answer (200, no length: it ends when the connection
-        closes, HTTP/1.0)."""
+        closes, which is never used for another request)."""
         page = self._page
+        page.close_connection = True
         page.send_response(200)
         for k, v in dict(headers, **{"Content-Type": "text/event-stream",
                                      "Cache-Control": "no-store"}).items():
             page.send_header(k, v)
         page.send_header("X-Content-Type-Options", "nosniff")
+        page.send_header("Connection", "close")
         page.end_headers()
         page.wfile.flush()
-        self.streaming = True
+        self.streaming = self.answered = True
 
     def event(self, data: bytes, event_id: str = "") -> bool:
         """One SSE event (`data` holds no newline: compact JSON), or a comment line (keep-alive)
@@ -5670,23 +5839,16 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
     import http.server  # lazy: see Imports
     import socket  # lazy: see Imports
 
-    class Page(http.server.BaseHTTPRequestHandler):
+    class Page(_PageMixin, http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
         timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
 
-        def handle(self) -> None:
-            # the first byte, waited for and left unread: from then on the connection has sent
-            # something, and is dropped to make room for another only when none is silent
-            with contextlib.suppress(OSError, ValueError):  # (ValueError: TLS, no peeking)
-                self.connection.recv(1, socket.MSG_PEEK)
-            self.server.spoke(self.connection)  # type: ignore[attr-defined]
-            super().handle()
-
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             if not self.server.request_started(self.connection):  # type: ignore[attr-defined]
+                self.close_connection = True
                 return
             if exchange is not None:
-                exchange(_HttpExchange(self))
+                self._exchange()
                 return
             # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
             # patch releases), and the answer must not depend on the Python version.
@@ -5696,7 +5858,15 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
             if exchange is None:
                 self.send_error(405)
             elif self.server.request_started(self.connection):  # type: ignore[attr-defined]
-                exchange(_HttpExchange(self))
+                self._exchange()
+            else:
+                self.close_connection = True
+
+        def _exchange(self) -> None:
+            ex = _HttpExchange(self)
+            exchange(ex)  # type: ignore[misc]
+            if not ex.answered:  # (the client went away, or stalled: nothing more is read)
+                self.close_connection = True
 
         do_DELETE = do_POST
 
