@@ -16094,6 +16094,7 @@ _HttpReply = Tuple[int, Dict[str, str], bytes]  # status, headers, body
 _SERVE_TOKEN_ENV = "ABSTRACT_SERVE_TOKEN"
 _SERVE_TOKEN_MIN = 32  # characters of a token Abstract is given (a made one has 43: 256 bits)
 _SERVE_TOKEN_FILE_MAX = 4096  # bytes of the token file read
+_GUARD_HOSTS_KEPT = 64  # Host headers whose check is kept (past it, the kept ones are dropped)
 # what a client without a token must reach while OAuth is on (the authorization server's
 # paths, _AuthServer.handles; the well-known ones with their path suffixes too); the rest of
 # the server asks for a token
@@ -16310,6 +16311,7 @@ class _ServeGuard:
         keys = _origin_keys(origins)
         self._origins = set(keys)
         self._names = {k[1] for k in keys}  # the Host names a tunnel or proxy passes on
+        self._hosts: Dict[Optional[str], bool] = {}  # _host_ok's answers (a client sends one)
         _SECRETS.add(token)
 
     @property
@@ -16350,10 +16352,15 @@ class _ServeGuard:
         return name == self.host or (seen is not None and seen == (name, port))
 
     def _host_ok(self, host: Optional[str]) -> bool:
-        seen = _split_host(host or "", 443 if self.tls else 80)
-        if seen is None:
-            return False
-        return (_is_loopback(seen[0]) and seen[1] == self.port) or seen[0] in self._names
+        ok = self._hosts.get(host)
+        if ok is None:  # (parsing the address is most of a small request's check: kept)
+            seen = _split_host(host or "", 443 if self.tls else 80)
+            ok = seen is not None and ((_is_loopback(seen[0]) and seen[1] == self.port)
+                                       or seen[0] in self._names)
+            if len(self._hosts) >= _GUARD_HOSTS_KEPT:
+                self._hosts.clear()
+            self._hosts[host] = ok
+        return ok
 
     def _open(self, path: str) -> bool:
         """A path of the authorization server, reached without a token while OAuth is on."""
