@@ -934,8 +934,9 @@ class LeanSlot:
 def lean_throughput(served: Served, sessions: int, inflight: int, calls: int) -> dict:
     """`sessions` sessions (initialize, notifications/initialized), each with `inflight` slots
     (a connection each), calling echo as fast as they are answered, from one thread (a selector):
-    `calls` calls in all. Calls per second, and the connections opened per slot (1.0: every one
-    kept alive)."""
+    `calls` calls in all. Calls per second, the connections opened per slot (1.0: every one
+    kept alive), and the CPU ms per call of the server and the processes it started (/proc;
+    steadier than calls per second on a loaded machine)."""
     import selectors
 
     slots: List[LeanSlot] = []
@@ -958,7 +959,7 @@ def lean_throughput(served: Served, sessions: int, inflight: int, calls: int) ->
         slot.opened = 1 if slot.sock is not None else 0
     sel = selectors.DefaultSelector()
     sent = done = 0
-    t = time.perf_counter()
+    cpu, t = _tree_cpu_ms(served.proc.pid), time.perf_counter()
     for slot in slots[:calls]:
         slot.send({**call, "id": next(ids)})
         sent += 1
@@ -986,10 +987,12 @@ def lean_throughput(served: Served, sessions: int, inflight: int, calls: int) ->
             elif slot.sock is sock:
                 sel.unregister(sock)
     took = time.perf_counter() - t
+    server_ms = sum(_tree_cpu_ms(served.proc.pid)) - sum(cpu)
     sel.close()
     for slot in slots:
         slot.close()
-    return {"calls_per_s": calls / took, "connections_per_slot": sum(s.opened for s in slots) / len(slots)}
+    return {"calls_per_s": calls / took, "connections_per_slot": sum(s.opened for s in slots) / len(slots),
+            "cpu_ms_per_call": server_ms / calls}
 
 
 def serve_bench(systems: List[tuple], sdk_py: str, runs: int, calls: int, echo_n: int = 200,
@@ -1016,6 +1019,7 @@ def serve_bench(systems: List[tuple], sdk_py: str, runs: int, calls: int, echo_n
                          pct(_sdk_http_calls(sdk_py, served, "blob", {"kb": 1000}, mb_n, 3), 50))
                 got = lean_throughput(served, 8, 16, calls)
                 note("8 sessions x 16 in flight, calls/s (lean)", label, got["calls_per_s"])
+                note("8 x 16 in flight, CPU ms per call (server + its upstreams)", label, got["cpu_ms_per_call"])
                 note("connections per slot (1: kept alive)", label, got["connections_per_slot"])
             finally:
                 served.close()
