@@ -5767,12 +5767,11 @@ class _HttpExchange:
         page.close_connection = page.close_connection or page.body_unread()
         page.log_request(status, len(body))
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        close = "Connection: close\r\n" if page.close_connection else ""
         head = (f"{page.protocol_version} {status} {page.responses.get(status, ('',))[0]}\r\n"
                 f"Server: {page.version_string()}\r\nDate: {_http_date()}\r\n{head}"
                 f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
-                f"X-Content-Type-Options: nosniff\r\n"
-                f"{'Connection: close' + chr(13) + chr(10) if page.close_connection else ''}\r\n"
-                ).encode("latin-1")
+                f"X-Content-Type-Options: nosniff\r\n{close}\r\n").encode("latin-1")
         if len(body) <= 1 << 16:
             page.wfile.write(head + body)
         else:  # (not copied whole again)

@@ -297,3 +297,22 @@ def test_an_answer_streamed_as_events_closes_its_connection(served):
         assert "text/event-stream" in head and "connection: close" in head
         assert wire.ended(quiet=False)
         assert b'"id":11' in wire.buf or b'"id": 11' in wire.buf
+
+
+def test_a_malformed_head_is_refused_and_its_connection_closed(served):
+    """Abstract's request reader: too many header lines 431, a line that is no header (folded
+    too) or two Content-Lengths that differ 400 (the body's end would be ambiguous on a
+    kept-alive connection), HTTP/2.0 505; each closes the connection."""
+    srv = served()
+    start = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+    cases = [(431, start + "X-A: b\r\n" * 101 + "\r\n"),
+             (400, start + "No colon here\r\n\r\n"),
+             (400, start + "X-A: b\r\n  folded\r\n\r\n"),
+             (400, start + "Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}"),
+             (505, f"GET /mcp HTTP/2.0\r\nHost: 127.0.0.1:{srv.port}\r\n\r\n")]
+    for status, raw in cases:
+        with Wire(srv.port) as wire:
+            wire.sock.sendall(raw.encode())
+            got, headers, _ = wire.answer()
+            assert got == status, (raw[:80], got)
+            assert headers.get("connection") == "close" and wire.ended(), raw[:80]
