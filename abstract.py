@@ -32,8 +32,8 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Files               _Sandbox (allowed folders), _write_new (the atomic writer), the walker
     Wire                Connection (JSON-RPC 2.0, both directions), _frame
     Config              _ClientConfig (the client's config file), _Settings (Abstract's own)
-    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin and
-                        _HttpExchange (the server side); _HttpTransport (a remote upstream
+    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin, _PageMixin
+                        and _HttpExchange (the server side); _HttpTransport (a remote upstream
                         session's wire)
     Remote auth         _OAuth (logins for remote upstreams), _TokenStore, _Loopback
     Upstreams           _Upstream (one server: start, back-off, tools, calls), _Run and
@@ -70,8 +70,8 @@ client's reader and writer; a bounded worker pool; per upstream a reader, a writ
 drain, a watcher, a few threads for its own requests, a start thread while it starts and a
 subscription listener (2026-07-28); per remote request in flight one thread (bounded); the
 --http link server; a login's loopback; the cache sweep; the reaper (Linux); with --serve, one
-thread per HTTP request (bounded by http_max_connections), per session the _Server's reader,
-writer and pool, the idle-session sweep and a stdin watcher.
+thread per HTTP connection (kept alive between requests; bounded by http_max_connections), per
+session the _Server's reader, writer and pool, the idle-session sweep and a stdin watcher.
 """
 
 
