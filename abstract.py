@@ -4035,6 +4035,17 @@ class Connection:
         except Exception:
             _log.error("%s: a message could not be handled:\n%s", self.name, traceback.format_exc())
 
+    def handle_here(self, msg: dict) -> None:
+        """Handle one request that arrived by another way than the input stream on the calling
+        thread, not the pool (--serve's HTTP thread, which would only wait for it): its answer
+        is written (or queued behind what is) before this returns; never raises."""
+        req = _Request(msg["id"], msg["method"], msg.get("params"))
+        key = next(self._arrivals)
+        with self._plock:
+            self._inflight[key] = req
+            self._idle.clear()
+        self._dispatch(req, key)
+
     def waits_for(self, mid: Any) -> bool:
         """Whether a response to our request `mid` is still awaited."""
         with self._plock:
@@ -17169,6 +17180,9 @@ _SERVE_STREAMS_MAX = 32  # a session's POSTs waiting for their answer at once; p
 _SERVE_EVENTS_MAX = 1000  # messages queued on one stream; past it the stream is closed
 _SERVE_KEEPALIVE_S = 15.0  # an SSE stream's comment line when nothing else was sent this long
 _SERVE_SWEEP_S = 30.0  # how often idle sessions are looked for (at most)
+# a call whose handler runs on its HTTP thread gets a thread to write its answer after this long
+# (to see a client that went away); a message before its result starts one at once
+_SERVE_INLINE_S = 0.5
 _SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last word
 _SESSION_HEADER = "Mcp-Session-Id"
 
@@ -17186,6 +17200,11 @@ class _Stream:
         self._items: "collections.deque[dict]" = collections.deque()
         self._cond = threading.Condition()
         self.ended = self.overflow = False
+        # while its request's handler runs on the HTTP thread (_Sessions._answer), what starts
+        # a thread to write the answer instead (once); the thread, once started
+        self._pump: Optional[Callable[[], threading.Thread]] = None
+        self.pumped: Optional[threading.Thread] = None
+        self.mine = 0  # Abstract's id of its request (_Session.call)
 
     def put(self, msg: dict) -> bool:
         with self._cond:
@@ -17197,7 +17216,23 @@ class _Stream:
                 return False
             self._items.append(msg)
             self._cond.notify_all()
+            if "method" in msg:  # (not the result: the handler that sends it writes it)
+                self.pump()
             return True
+
+    def pump(self) -> None:
+        """While the handler runs on the HTTP thread: start the thread that writes the answer
+        (a message came before the result, or the call is slow). Once."""
+        with self._cond:
+            if self._pump is not None:
+                self.pumped, self._pump = self._pump(), None
+
+    def running(self, pump: Optional[Callable[[], threading.Thread]]) -> Optional[threading.Thread]:
+        """`pump` while the handler runs on the HTTP thread; None once it has returned: the
+        pump thread started meanwhile, if any."""
+        with self._cond:
+            self._pump = pump
+            return self.pumped
 
     def end(self) -> None:
         with self._cond:
@@ -17327,9 +17362,9 @@ class _Session:
         return conn, mid, fut
 
     # -- what the client sends
-    def call(self, msg: dict, stream: _Stream) -> int:
-        """A request from the client: handled by the session's server; its messages go to
-        `stream`. Abstract's id for it."""
+    def call(self, msg: dict, stream: _Stream, here: bool = False) -> int:
+        """A request from the client: handled by the session's server (`here`: on this thread);
+        its messages go to `stream`. Abstract's id for it."""
         params = msg.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         token = meta.get("progressToken") if isinstance(meta, dict) else None
@@ -17341,7 +17376,11 @@ class _Session:
             if _rpc_key(token):
                 self._tokens[mine] = (stream, token)
                 msg = dict(msg, params=dict(params, _meta=dict(meta, progressToken=mine)))
-        self.server.conn.deliver(dict(msg, id=mine))
+            stream.mine = mine
+        if here:
+            self.server.conn.handle_here(dict(msg, id=mine))
+        else:
+            self.server.conn.deliver(dict(msg, id=mine))
         return mine
 
     def tell(self, msg: dict) -> None:
@@ -17504,6 +17543,7 @@ class _Sessions:
         self._stopped = threading.Event()
         self._handlers = 0  # HTTP requests being answered
         self._quiet = threading.Condition(self._lock)
+        self._inline: Dict[_Stream, float] = {}  # handlers running on HTTP threads: since when
         upstreams.client.serve_many()
         upstreams.listen(self._relay_log, self._tools_changed)
         for name in upstreams.names():
@@ -17574,8 +17614,20 @@ class _Sessions:
         _log.info("serve: a session ended: %s", reason)
 
     def _sweep(self) -> None:
-        while not self._stopped.wait(min(_SERVE_SWEEP_S, self._idle_s / 4)):
+        """End idle sessions; start the answer's thread of a call slower than
+        _SERVE_INLINE_S whose handler runs on its HTTP thread (it then sees a client that went
+        away, and sends SSE keep-alives)."""
+        every = min(_SERVE_SWEEP_S, self._idle_s / 4)
+        due = time.monotonic() + every
+        while not self._stopped.wait(min(_SERVE_INLINE_S, every)):
             now = time.monotonic()
+            with self._lock:
+                slow = [s for s, t in self._inline.items() if now - t >= _SERVE_INLINE_S]
+            for stream in slow:
+                stream.pump()
+            if now < due:
+                continue
+            due = now + every
             for s in self._each():
                 if not s.busy() and now - s.used > self._idle_s:
                     self._end(s, f"idle for {self._idle_s:g} s (serve.idle_timeout_seconds)")
@@ -17748,7 +17800,43 @@ class _Sessions:
             return
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
         stream = _Stream()
-        mine = session.call(msg, stream)
+        # the handler runs on this thread, which would only wait for it (two thread hand-offs
+        # a call fewer); a message before the result, or a call slower than _SERVE_INLINE_S,
+        # starts a thread that writes the answer meanwhile (_relay)
+        args = (ex, session, msg, stream, headers, sse)
+        stream.running(lambda: self._pump(*args))
+        with self._lock:
+            self._inline[stream] = time.monotonic()
+        try:
+            session.call(msg, stream, here=True)
+        finally:
+            with self._lock:
+                self._inline.pop(stream, None)
+            pumped = stream.running(None)
+        if pumped is not None:
+            pumped.join()
+        else:
+            self._relay(*args)
+
+    def _pump(self, ex: _HttpExchange, session: _Session, msg: dict, stream: _Stream,
+              headers: Dict[str, str], sse: bool) -> threading.Thread:
+        """A thread that writes a request's answer (_relay) while its handler runs."""
+        def relay() -> None:
+            try:
+                self._relay(ex, session, msg, stream, headers, sse)
+            except (ConnectionError, TimeoutError) as e:  # the client went away or stalled
+                _log.debug("serve: %s: the client is gone: %s", msg.get("method"), e)
+            except Exception:
+                _log.error("serve: %s failed:\n%s", msg.get("method"), traceback.format_exc())
+        thread = threading.Thread(target=relay, name="abstract-serve-answer", daemon=True)
+        thread.start()
+        return thread
+
+    def _relay(self, ex: _HttpExchange, session: _Session, msg: dict, stream: _Stream,
+               headers: Dict[str, str], sse: bool) -> None:
+        """Write what comes on `stream` as the request's answer: JSON when the result comes
+        first, else SSE until the result; the call cancelled when the client goes away."""
+        mine = stream.mine
         last = time.monotonic()
         while True:
             got = stream.get(1.0)
