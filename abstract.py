@@ -70,8 +70,9 @@ client's reader and writer; a bounded worker pool; per upstream a reader, a writ
 drain, a watcher, a few threads for its own requests, a start thread while it starts and a
 subscription listener (2026-07-28); per remote request in flight one thread (bounded); the
 --http link server; a login's loopback; the cache sweep; the reaper (Linux); with --serve, one
-thread per HTTP connection (kept alive between requests; bounded by http_max_connections), per
-session the _Server's reader, writer and pool, the idle-session sweep and a stdin watcher.
+thread per HTTP connection (kept alive between requests; bounded by http_max_connections; it
+runs its requests' handlers) and one per answer that streams or is slow, per session the
+_Server's reader, writer and pool, the idle-session sweep and a stdin watcher.
 """
 
 
