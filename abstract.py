@@ -5665,22 +5665,30 @@ class _PageMixin:
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # (an answer's head and body may be two writes)
     body_read = False  # the request's body was taken (_HttpExchange.body)
+    # http.server's, at run time (declared for the type checker)
+    server: Any
+    connection: Any
+    rfile: Any
+    wfile: Any
+    raw_requestline: bytes
+    handle_one_request: Any
+    send_error: Any
 
     def handle(self) -> None:
-        server, conn = self.server, self.connection  # type: ignore[attr-defined]
+        server, conn = self.server, self.connection
         again = False
         while True:
             # the first byte, waited for (buffered, not taken): from then on the connection
             # has sent something, and is dropped to make room for another only when none is
             # silent
             try:
-                if not self.rfile.peek(1):  # type: ignore[attr-defined]
+                if not self.rfile.peek(1):
                     return
             except (OSError, ValueError):
                 return
             server.spoke(conn, again)
             self.close_connection = True
-            self.handle_one_request()  # type: ignore[attr-defined]
+            self.handle_one_request()
             if self.close_connection or self.body_unread() or not server.kept(conn):
                 return
             again = True
@@ -5696,21 +5704,20 @@ class _PageMixin:
         """The request line (already read) and the headers (_read_head); False once refused
         (400, 431, 505: the connection closes)."""
         self.command, self.body_read, self.close_connection = None, False, True
-        self.requestline = self.raw_requestline.decode(  # type: ignore[attr-defined]
-            "latin-1").rstrip("\r\n")
+        self.requestline = self.raw_requestline.decode("latin-1").rstrip("\r\n")
         words = self.requestline.split()
         self.request_version = words[2] if len(words) == 3 else "HTTP/1.0"
         if len(words) != 3 or not words[2].startswith("HTTP/"):
-            self.send_error(400, "Bad request line")  # type: ignore[attr-defined]
+            self.send_error(400, "Bad request line")
             return False
         if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
             self.request_version = "HTTP/1.0"
-            self.send_error(505, "HTTP/1.0 and HTTP/1.1 only")  # type: ignore[attr-defined]
+            self.send_error(505, "HTTP/1.0 and HTTP/1.1 only")
             return False
         self.command, self.path = words[0], words[1]
-        headers, status, why = _read_head(self.rfile)  # type: ignore[attr-defined]
+        headers, status, why = _read_head(self.rfile)
         if headers is None:
-            self.send_error(status, why)  # type: ignore[attr-defined]
+            self.send_error(status, why)
             return False
         self.headers = headers
         # (a chunked body is not read: its connection cannot be used again either)
