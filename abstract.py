@@ -32,8 +32,8 @@ parts above it, and `# -- name` lines mark the pieces inside one. Nothing is pub
     Files               _Sandbox (allowed folders), _write_new (the atomic writer), the walker
     Wire                Connection (JSON-RPC 2.0, both directions), _frame
     Config              _ClientConfig (the client's config file), _Settings (Abstract's own)
-    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin and
-                        _HttpExchange (the server side); _HttpTransport (a remote upstream
+    HTTP                _http_request, _HttpPool, _SseParser; _BoundedServerMixin, _PageMixin
+                        and _HttpExchange (the server side); _HttpTransport (a remote upstream
                         session's wire)
     Remote auth         _OAuth (logins for remote upstreams), _TokenStore, _Loopback
     Upstreams           _Upstream (one server: start, back-off, tools, calls), _Run and
@@ -73,8 +73,9 @@ client's reader and writer; a bounded worker pool; per upstream a reader, a writ
 drain, a watcher, a few threads for its own requests, a start thread while it starts and a
 subscription listener (2026-07-28); per remote request in flight one thread (bounded); the
 --http link server; a login's loopback; the cache sweep; the reaper (Linux); with --serve, one
-thread per HTTP request (bounded by http_max_connections), per session the _Server's reader,
-writer and pool, the idle-session sweep and a stdin watcher.
+thread per HTTP connection (kept alive between requests; bounded by http_max_connections; it
+runs its requests' handlers) and one per answer that streams or is slow, per session the
+_Server's reader, writer and pool, the idle-session sweep and a stdin watcher.
 """
 
 
@@ -4040,6 +4041,17 @@ class Connection:
         except Exception:
             _log.error("%s: a message could not be handled:\n%s", self.name, traceback.format_exc())
 
+    def handle_here(self, msg: dict) -> None:
+        """Handle one request that arrived by another way than the input stream on the calling
+        thread, not the pool (--serve's HTTP thread, which would only wait for it): its answer
+        is written (or queued behind what is) before this returns; never raises."""
+        req = _Request(msg["id"], msg["method"], msg.get("params"))
+        key = next(self._arrivals)
+        with self._plock:
+            self._inflight[key] = req
+            self._idle.clear()
+        self._dispatch(req, key)
+
     def waits_for(self, mid: Any) -> bool:
         """Whether a response to our request `mid` is still awaited."""
         with self._plock:
@@ -5414,10 +5426,12 @@ class _BoundedServerMixin:
     without sending a byte is dropped to make room (_evict), else the one whose request has been
     coming longest, so idle or trickling connections cannot keep a request waiting; when every
     one has its request in, the accept loop waits for a free slot, and more connections wait in
-    the listen backlog, not in Abstract."""
+    the listen backlog, not in Abstract. A connection kept alive between requests (HTTP/1.1)
+    counts as one that has sent nothing: it may be dropped to make room, and the watchdog closes
+    it after `idle_s` without a request."""
 
     daemon_threads = True
-    _header_s, _max_conn = 10.0, 64  # (set by _bounded_server_class)
+    _header_s, _idle_s, _max_conn = 10.0, 30.0, 64  # (set by _bounded_server_class)
     # socketserver's 5 refuses connections in a burst (the kernel may cap it)
     request_queue_size = 1024
 
@@ -5461,16 +5475,37 @@ class _BoundedServerMixin:
 
     def shutdown(self) -> None:
         """Stop the accept loop, even one waiting for a free slot (every slot a download
-        whose reader stalled would hold it up to http_idle_timeout_seconds)."""
+        whose reader stalled would hold it up to http_idle_timeout_seconds). The connections
+        kept alive that wait for a next request are closed."""
         self._closing.set()
         super().shutdown()
-
-    def spoke(self, request: Any) -> None:
-        """The connection sent its first byte: dropped to make room only if none is
-        silent."""
         with self._lock:
+            idle = [r for r in self._deadlines if r not in self._spoke]
+        for r in idle:  # (their handlers' waits end; a new one that sent nothing goes too)
+            with contextlib.suppress(OSError):
+                r.shutdown(_shut_rdwr())
+
+    def spoke(self, request: Any, again: bool = False) -> None:
+        """The connection sent the first byte of a request: dropped to make room only if none is
+        silent. `again`: a request after the first on a connection kept alive, given the header
+        deadline from now."""
+        with self._lock:
+            if again:
+                self._deadlines[request] = time.monotonic() + self._header_s
             if request in self._deadlines:
                 self._spoke.add(request)
+
+    def kept(self, request: Any) -> bool:
+        """An answer is out and the connection is kept alive for another request: until its first
+        byte, the connection counts as one that has sent nothing (dropped to make room at the cap,
+        the longest waiting first), and the watchdog closes it after the idle timeout. False when
+        the server is stopping (the connection is closed)."""
+        with self._lock:
+            if self._closing.is_set():
+                return False
+            self._deadlines[request] = time.monotonic() + self._idle_s
+            self._spoke.discard(request)
+            return True
 
     def reading(self, request: Any) -> None:
         """The request's body is being read: until request_started says it is in, the
@@ -5559,10 +5594,146 @@ class _BoundedServerMixin:
 
 def _bounded_server_class(base: Any, limits: Tuple[float, float, int]) -> Any:
     """_BoundedServerMixin over `base` (ThreadingHTTPServer, imported lazily) with the header
-    deadline and the connection cap of `limits` (header_s, idle_s, max_conn)."""
-    header_s, _, max_conn = limits
-    return type("BoundedServer", (_BoundedServerMixin, base), {"_header_s": header_s,
-                                                            "_max_conn": max_conn})
+    deadline, the idle timeout of a connection kept alive and the connection cap of `limits`
+    (header_s, idle_s, max_conn)."""
+    header_s, idle_s, max_conn = limits
+    return type("BoundedServer", (_BoundedServerMixin, base), {
+        "_header_s": header_s, "_idle_s": idle_s, "_max_conn": max_conn})
+
+
+# -- server side: the request reader
+# HTTP/1.1 (RFC 9112) with connections kept alive between requests, each request read by a lean
+# parser: http.server's reads headers with the email package, most of a small request's cost.
+
+_HEAD_LINE_MAX = 65536  # bytes of the request line or of one header line (as http.server)
+_HEADERS_MAX = 100  # header lines of one request (as http.client)
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a token (RFC 9110 section 5.1)
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_DATE_NOW: List[Tuple[int, str]] = [(0, "")]  # the Date header of the current second
+
+
+def _http_date() -> str:
+    """The Date header's value now (RFC 9110 section 5.6.7; English names whatever the locale),
+    made once a second."""
+    now = int(time.time())
+    second, text = _DATE_NOW[0]
+    if second != now:
+        t = time.gmtime(now)
+        text = (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+                f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
+        _DATE_NOW[0] = (now, text)
+    return text
+
+
+class _Headers(dict):
+    """A request's headers by lowercased name, looked up in any case (get, [], in), each name's
+    first value (as http.client's HTTPMessage.get gives it)."""
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, name.lower(), default)
+
+    def __getitem__(self, name: str) -> Any:
+        return dict.__getitem__(self, name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and dict.__contains__(self, name.lower())
+
+
+def _read_head(rfile: Any) -> Tuple[Optional[_Headers], int, str]:
+    """A request's header lines from `rfile`, up to the empty line: (headers, 0, ""), or (None,
+    status, why): 431 for a line over _HEAD_LINE_MAX bytes or over _HEADERS_MAX lines, 400 for a
+    line that is no header (a folded one too: RFC 9112 section 5.2), a request cut short, or two
+    Content-Lengths that differ (the body's end would be ambiguous: RFC 9112 section 6.3)."""
+    headers = _Headers()
+    for _ in range(_HEADERS_MAX + 1):
+        line = rfile.readline(_HEAD_LINE_MAX + 1)
+        if len(line) > _HEAD_LINE_MAX:
+            return None, 431, "a header line is too long"
+        if line in (b"\r\n", b"\n"):
+            return headers, 0, ""
+        name, colon, value = line.decode("latin-1").partition(":")
+        if not colon or not _HEADER_NAME_RE.fullmatch(name):
+            return None, 400, "a header line is malformed (or the request was cut short)"
+        name, value = name.lower(), value.strip()
+        if name == "content-length" and headers.get(name, value) != value:
+            return None, 400, "two Content-Length headers differ"
+        headers.setdefault(name, value)
+    return None, 431, f"more than {_HEADERS_MAX} header lines"
+
+
+class _PageMixin:
+    """The request loop of _serve_http's handler, before http.server's BaseHTTPRequestHandler
+    (imported lazily) in its bases: HTTP/1.1, the connection kept alive for the client's next
+    request unless it asks `Connection: close` (or speaks HTTP/1.0), a body was left unread, or
+    an answer has no length (an SSE stream ends with its connection); between requests the
+    server's bounds hold (_BoundedServerMixin.kept). Headers by _read_head."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # (an answer's head and body may be two writes)
+    body_read = False  # the request's body was taken (_HttpExchange.body)
+    # http.server's, at run time (declared for the type checker)
+    server: Any
+    connection: Any
+    rfile: Any
+    wfile: Any
+    raw_requestline: bytes
+    handle_one_request: Any
+    send_error: Any
+
+    def handle(self) -> None:
+        server, conn = self.server, self.connection
+        again = False
+        while True:
+            # the first byte, waited for (buffered, not taken): from then on the connection
+            # has sent something, and is dropped to make room for another only when none is
+            # silent
+            try:
+                if not self.rfile.peek(1):
+                    return
+            except (OSError, ValueError):
+                return
+            server.spoke(conn, again)
+            self.close_connection = True
+            self.handle_one_request()
+            if self.close_connection or self.body_unread() or not server.kept(conn):
+                return
+            again = True
+
+    def body_unread(self) -> bool:
+        """The request declared a body that was not read: what follows on the connection is
+        not a request."""
+        headers = getattr(self, "headers", None) or {}
+        return not self.body_read and ("transfer-encoding" in headers or (
+            headers.get("content-length") or "0").strip() != "0")
+
+    def parse_request(self) -> bool:
+        """The request line (already read) and the headers (_read_head); False once refused
+        (400, 431, 505: the connection closes)."""
+        self.command, self.body_read, self.close_connection = None, False, True
+        self.requestline = self.raw_requestline.decode("latin-1").rstrip("\r\n")
+        words = self.requestline.split()
+        self.request_version = words[2] if len(words) == 3 else "HTTP/1.0"
+        if len(words) != 3 or not words[2].startswith("HTTP/"):
+            self.send_error(400, "Bad request line")
+            return False
+        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
+            self.request_version = "HTTP/1.0"
+            self.send_error(505, "HTTP/1.0 and HTTP/1.1 only")
+            return False
+        self.command, self.path = words[0], words[1]
+        headers, status, why = _read_head(self.rfile)
+        if headers is None:
+            self.send_error(status, why)
+            return False
+        self.headers = headers
+        # (a chunked body is not read: its connection cannot be used again either)
+        tokens = [t.strip() for t in headers.get("connection", "").lower().split(",")]
+        self.close_connection = (self.request_version == "HTTP/1.0" or "close" in tokens
+                                 or "transfer-encoding" in headers)
+        return True
 
 
 # (status, content type, body): body is bytes, or a function that opens what to stream and gives
@@ -5574,15 +5745,17 @@ class _HttpExchange:
     """One request to a server of _serve_http given an `exchange` handler: its method, path,
     query and headers (case-insensitive), its body read within a bound (body), and one answer:
     whole (reply), or a stream of Server-Sent Events (stream, then event) for as long as the
-    handler keeps writing. Each read and write is bounded by the server's idle timeout."""
+    handler keeps writing. Each read and write is bounded by the server's idle timeout. The
+    connection is kept alive for the next request after a whole answer (_PageMixin), unless the
+    body could not be taken or the answer streamed (answered says whether one went out)."""
 
     def __init__(self, page: Any) -> None:
         self._page = page
         self.method = page.command
         target = page.requestline.split()[1] if " " in page.requestline else "/"
         self.path, _, self.query = target.partition("?")
-        self.headers = page.headers  # (an http.client.HTTPMessage: get() ignores case)
-        self.streaming = False
+        self.headers = page.headers  # (_Headers: get() ignores case)
+        self.streaming = self.answered = False
 
     def body(self, limit: int) -> Tuple[Optional[bytes], Optional[Tuple[int, str]]]:
         """(the body, None), or (None, (status, why)) when it cannot be taken: no
@@ -5590,43 +5763,56 @@ class _HttpExchange:
         connection closes after the answer), or cut short (400)."""
         length = (self.headers.get("Content-Length") or "").strip()
         # (not isdigit(): "\xb2" is a digit to it, not to int())
-        if not re.fullmatch(r"[0-9]{1,15}", length):
+        page = self._page
+        page.body_read = True  # (taken, or refused: then the connection closes after the answer)
+        if not re.fullmatch(r"[0-9]{1,15}", length) or "Transfer-Encoding" in self.headers:
+            page.close_connection = True
             return None, (411, "the request needs a Content-Length header (a body that is not "
                                "chunked)")
         if int(length) > limit:
+            page.close_connection = True
             return None, (413, f"the body is {int(length):,} bytes; this server takes at most "
                                f"{limit:,} (serve.max_body_mb in Abstract's settings)")
+        if (self.headers.get("Expect") or "").lower() == "100-continue" and length != "0":
+            page.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # (RFC 9110 section 10.1.1)
         # the body is part of the request: it must come whole within the header deadline, and
         # until it has, the connection may be dropped to make room (_BoundedServerMixin)
-        server, conn = self._page.server, self._page.connection
+        server, conn = page.server, page.connection
         server.reading(conn)
         try:
-            data = self._page.rfile.read(int(length))
+            data = page.rfile.read(int(length))
         finally:
             whole = server.request_started(conn)
         if len(data) != int(length) or not whole:
+            page.close_connection = True
             return None, (400, "the body ended before its Content-Length (or did not come "
                                "within http_header_timeout_seconds)")
         return data, None
 
     def reply(self, status: int, headers: Dict[str, str], body: bytes) -> None:
-        """The whole answer at once."""
+        """The whole answer at once: head and body in one write (a small one: one packet)."""
         page = self._page
-        page.send_response(status)
-        for k, v in headers.items():
-            page.send_header(k, v)
-        page.send_header("Content-Length", str(len(body)))
-        page.send_header("Cache-Control", "no-store")
-        page.send_header("X-Content-Type-Options", "nosniff")
-        page.end_headers()
-        page.wfile.write(body)
-        page.wfile.flush()
+        page.close_connection = page.close_connection or page.body_unread()
+        page.log_request(status, len(body))
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        close = "Connection: close\r\n" if page.close_connection else ""
+        head = (f"{page.protocol_version} {status} {page.responses.get(status, ('',))[0]}\r\n"
+                f"Server: {page.version_string()}\r\nDate: {_http_date()}\r\n{head}"
+                f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
+                f"X-Content-Type-Options: nosniff\r\n{close}\r\n").encode("latin-1")
+        if len(body) <= 1 << 16:
+            page.wfile.write(head + body)
+        else:  # (not copied whole again)
+            page.wfile.write(head)
+            page.wfile.write(body)
+        self.answered = True
 
     def stream(self, headers: Dict[str, str], retry_ms: int = 0) -> None:
         """Begin a text/event-stream answer (200, no length: it ends when the connection
-        closes, HTTP/1.0); `retry_ms`: the SSE retry field first (how long a client that lost
-        the stream waits before resuming it)."""
+        closes, which is never used for another request); `retry_ms`: the SSE retry field
+        first (how long a client that lost the stream waits before resuming it)."""
         page = self._page
+        page.close_connection = True
         page.send_response(200)
         # (X-Accel-Buffering: reverse proxies such as nginx pass each event on at once)
         for k, v in dict(headers, **{"Content-Type": "text/event-stream",
@@ -5634,11 +5820,12 @@ class _HttpExchange:
                                      "X-Accel-Buffering": "no"}).items():
             page.send_header(k, v)
         page.send_header("X-Content-Type-Options", "nosniff")
+        page.send_header("Connection", "close")
         page.end_headers()
         if retry_ms:
             page.wfile.write(f"retry: {retry_ms}\n\n".encode())
         page.wfile.flush()
-        self.streaming = True
+        self.streaming = self.answered = True
 
     def event(self, data: bytes, event_id: str = "", kind: str = "") -> bool:
         """One SSE event (`data` holds no newline: compact JSON; `kind` its type when not
@@ -5686,23 +5873,16 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
     import http.server  # lazy: see Imports
     import socket  # lazy: see Imports
 
-    class Page(http.server.BaseHTTPRequestHandler):
+    class Page(_PageMixin, http.server.BaseHTTPRequestHandler):
         server_version = f"abstract/{__version__}"
         timeout = limits[1]  # every recv and send on the connection (StreamRequestHandler.setup)
 
-        def handle(self) -> None:
-            # the first byte, waited for and left unread: from then on the connection has sent
-            # something, and is dropped to make room for another only when none is silent
-            with contextlib.suppress(OSError, ValueError):  # (ValueError: TLS, no peeking)
-                self.connection.recv(1, socket.MSG_PEEK)
-            self.server.spoke(self.connection)  # type: ignore[attr-defined]
-            super().handle()
-
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             if not self.server.request_started(self.connection):  # type: ignore[attr-defined]
+                self.close_connection = True
                 return
             if exchange is not None:
-                exchange(_HttpExchange(self))
+                self._exchange()
                 return
             # The target as sent: http.server folds a leading "//" into "/" (3.11+, some 3.9/3.10
             # patch releases), and the answer must not depend on the Python version.
@@ -5712,7 +5892,15 @@ def _serve_http(host: str, port: int, respond: Callable[[str], _HttpAnswer], nam
             if exchange is None:
                 self.send_error(405)
             elif self.server.request_started(self.connection):  # type: ignore[attr-defined]
-                exchange(_HttpExchange(self))
+                self._exchange()
+            else:
+                self.close_connection = True
+
+        def _exchange(self) -> None:
+            ex = _HttpExchange(self)
+            exchange(ex)  # type: ignore[misc]
+            if not ex.answered:  # (the client went away, or stalled: nothing more is read)
+                self.close_connection = True
 
         do_DELETE = do_POST
 
@@ -15980,6 +16168,7 @@ _HttpReply = Tuple[int, Dict[str, str], bytes]  # status, headers, body
 _SERVE_TOKEN_ENV = "ABSTRACT_SERVE_TOKEN"
 _SERVE_TOKEN_MIN = 32  # characters of a token Abstract is given (a made one has 43: 256 bits)
 _SERVE_TOKEN_FILE_MAX = 4096  # bytes of the token file read
+_GUARD_HOSTS_KEPT = 64  # Host headers whose check is kept (past it, the kept ones are dropped)
 # what a client without a token must reach while OAuth is on (the authorization server's
 # paths, _AuthServer.handles; the well-known ones with their path suffixes too); the rest of
 # the server asks for a token
@@ -16254,6 +16443,7 @@ class _ServeGuard:
         keys = _origin_keys(list(origins) + ([public] if public else []))
         self._origins = set(keys)
         self._names = {k[1] for k in keys}  # the Host names a tunnel or proxy passes on
+        self._hosts: Dict[Optional[str], bool] = {}  # _host_ok's answers (a client sends one)
         _SECRETS.add(token)
 
     @property
@@ -16306,10 +16496,15 @@ class _ServeGuard:
         return name == self.host or (seen is not None and seen == (name, port))
 
     def _host_ok(self, host: Optional[str]) -> bool:
-        seen = _split_host(host or "", 443 if self.tls else 80)
-        if seen is None:
-            return False
-        return (_is_loopback(seen[0]) and seen[1] == self.port) or seen[0] in self._names
+        ok = self._hosts.get(host)
+        if ok is None:  # (parsing the address is most of a small request's check: kept)
+            seen = _split_host(host or "", 443 if self.tls else 80)
+            ok = seen is not None and ((_is_loopback(seen[0]) and seen[1] == self.port)
+                                       or seen[0] in self._names)
+            if len(self._hosts) >= _GUARD_HOSTS_KEPT:
+                self._hosts.clear()
+            self._hosts[host] = ok
+        return ok
 
     def _open(self, path: str) -> bool:
         """A path of the authorization server, reached without a token while OAuth is on."""
@@ -17240,6 +17435,9 @@ _SERVE_STREAMS_MAX = 32  # a session's POSTs waiting for their answer at once; p
 _SERVE_EVENTS_MAX = 1000  # messages queued on one stream; past it the stream is closed
 _SERVE_KEEPALIVE_S = 15.0  # an SSE stream's comment line when nothing else was sent this long
 _SERVE_SWEEP_S = 30.0  # how often idle sessions are looked for (at most)
+# a call whose handler runs on its HTTP thread gets a thread to write its answer after this long
+# (to see a client that went away); a message before its result starts one at once
+_SERVE_INLINE_S = 0.5
 _SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last word
 # resumable streams (2025-11-25 basic/transports, "Resumability and Redelivery"): what each
 # stream of a session keeps for a client that resumes it (GET with Last-Event-ID)
@@ -17301,6 +17499,10 @@ class _Stream:
         self.replay = replay
         self.call: Optional[int] = None  # a POST's: its request (Abstract's id) in flight
         self.reading, self.left_at = True, 0.0
+        # while its request's handler runs on the HTTP thread (_Sessions._answer), what starts
+        # a thread to write the answer instead (once); the thread, once started
+        self._pump: Optional[Callable[[], threading.Thread]] = None
+        self.pumped: Optional[threading.Thread] = None
 
     def put(self, msg: dict) -> bool:
         with self._cond:
@@ -17312,7 +17514,23 @@ class _Stream:
                 return False
             self._items.append(msg)
             self._cond.notify_all()
+            if "method" in msg:  # (not the result: the handler that sends it writes it)
+                self.pump()
             return True
+
+    def pump(self) -> None:
+        """While the handler runs on the HTTP thread: start the thread that writes the answer
+        (a message came before the result, or the call is slow). Once."""
+        with self._cond:
+            if self._pump is not None:
+                self.pumped, self._pump = self._pump(), None
+
+    def running(self, pump: Optional[Callable[[], threading.Thread]]) -> Optional[threading.Thread]:
+        """`pump` while the handler runs on the HTTP thread; None once it has returned: the
+        pump thread started meanwhile, if any."""
+        with self._cond:
+            self._pump = pump
+            return self.pumped
 
     def end(self) -> None:
         with self._cond:
@@ -17510,9 +17728,9 @@ class _Session:
         return conn, mid, fut
 
     # -- what the client sends
-    def call(self, msg: dict, stream: _Stream) -> int:
-        """A request from the client: handled by the session's server; its messages go to
-        `stream`. Abstract's id for it."""
+    def call(self, msg: dict, stream: _Stream, here: bool = False) -> int:
+        """A request from the client: handled by the session's server (`here`: on this thread);
+        its messages go to `stream`. Abstract's id for it."""
         params = msg.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         token = meta.get("progressToken") if isinstance(meta, dict) else None
@@ -17524,7 +17742,11 @@ class _Session:
             if _rpc_key(token):
                 self._tokens[mine] = (stream, token)
                 msg = dict(msg, params=dict(params, _meta=dict(meta, progressToken=mine)))
-        self.server.conn.deliver(dict(msg, id=mine))
+            stream.call = mine
+        if here:
+            self.server.conn.handle_here(dict(msg, id=mine))
+        else:
+            self.server.conn.deliver(dict(msg, id=mine))
         return mine
 
     def tell(self, msg: dict) -> None:
@@ -17951,6 +18173,7 @@ class _Sessions:
         self._stopped = threading.Event()
         self._handlers = 0  # HTTP requests being answered
         self._quiet = threading.Condition(self._lock)
+        self._inline: Dict[_Stream, float] = {}  # handlers running on HTTP threads: since when
         upstreams.client.serve_many()
         upstreams.listen(self._relay_log, self._tools_changed)
         for name in upstreams.names():
@@ -18031,8 +18254,20 @@ class _Sessions:
         _log.info("serve: a session ended: %s", reason)
 
     def _sweep(self) -> None:
-        while not self._stopped.wait(min(_SERVE_SWEEP_S, self._idle_s / 4, _SERVE_RESUME_S / 4)):
+        """End idle sessions and forget streams kept too long for a resume; start the answer's
+        thread of a call slower than _SERVE_INLINE_S whose handler runs on its HTTP thread (it
+        then sees a client that went away, and sends SSE keep-alives)."""
+        every = min(_SERVE_SWEEP_S, self._idle_s / 4, _SERVE_RESUME_S / 4)
+        due = time.monotonic() + every
+        while not self._stopped.wait(min(_SERVE_INLINE_S, every)):
             now = time.monotonic()
+            with self._lock:
+                slow = [s for s, t in self._inline.items() if now - t >= _SERVE_INLINE_S]
+            for stream in slow:
+                stream.pump()
+            if now < due:
+                continue
+            due = now + every
             for s in self._each():
                 s.expire(now)
                 if not s.busy() and now - s.used > self._idle_s:
@@ -18280,7 +18515,45 @@ class _Sessions:
             return
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
         stream = session.new_stream()
-        mine = stream.call = session.call(msg, stream)
+        # the handler runs on this thread, which would only wait for it (two thread hand-offs
+        # a call fewer); a message before the result, or a call slower than _SERVE_INLINE_S,
+        # starts a thread that writes the answer meanwhile (_relay)
+        args = (ex, session, msg, stream, headers, sse)
+        stream.running(lambda: self._answering(*args))
+        with self._lock:
+            self._inline[stream] = time.monotonic()
+        try:
+            session.call(msg, stream, here=True)
+        finally:
+            with self._lock:
+                self._inline.pop(stream, None)
+            pumped = stream.running(None)
+        if pumped is not None:
+            pumped.join()
+        else:
+            self._relay(*args)
+
+    def _answering(self, ex: _HttpExchange, session: _Session, msg: dict, stream: _Stream,
+                   headers: Dict[str, str], sse: bool) -> threading.Thread:
+        """A thread that writes a request's answer (_relay) while its handler runs."""
+        def relay() -> None:
+            try:
+                self._relay(ex, session, msg, stream, headers, sse)
+            except (ConnectionError, TimeoutError) as e:  # the client went away or stalled
+                _log.debug("serve: %s: the client is gone: %s", msg.get("method"), e)
+            except Exception:
+                _log.error("serve: %s failed:\n%s", msg.get("method"), traceback.format_exc())
+        thread = threading.Thread(target=relay, name="abstract-serve-answer", daemon=True)
+        thread.start()
+        return thread
+
+    def _relay(self, ex: _HttpExchange, session: _Session, msg: dict, stream: _Stream,
+               headers: Dict[str, str], sse: bool) -> None:
+        """Write what comes on `stream` as the request's answer: JSON when the result comes
+        first, else SSE until the result (event ids: a client may resume it); a client that
+        went away is the session's to judge (_Session.left: cancelled at once when nothing
+        was sent, else after the resume's grace)."""
+        mine = stream.call
         try:
             while not ex.streaming:  # JSON when the answer comes first
                 got = stream.get(1.0)

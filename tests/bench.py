@@ -19,20 +19,29 @@ receives for large results (context kept out), and catalog search latency over 1
 (search_stored_outputs' engine, FTS5 and the LIKE fallback), and relaying a result whole (issue 27:
 added p50 at 1 KB to 10 MB against a line-copy floor, the peer and --before, by this stdlib client and
 the MCP SDK's from --sdk-python when it is there; 16 in flight; peak RSS; about 7 minutes of the run).
+`--only serve` (issue 28, not in the default run): Abstract's --serve against mcp-proxy and
+supergateway (the node bridges in ~/.cache/abstract-realservers), each serving this upstream over
+Streamable HTTP: echo and 1 MB p50 by the SDK client, and 8 sessions x 16 calls in flight by a lean
+stdlib HTTP/1.1 keep-alive client; interleaved runs (--runs), --before adds the old abstract.py.
 Every figure names the machine and the run counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import http.client
 import io
+import itertools
 import json
 import os
 import platform
 import random
 import shlex
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -705,6 +714,319 @@ def catalog_search(sizes: List[int], queries: int, fallback_sizes: List[int]) ->
     return out
 
 
+# ---------------------------------------------------------------- serving over HTTP (issue 28, item 6)
+
+NODE_BIN = os.path.join(os.path.expanduser("~"), ".cache", "abstract-realservers", "node", "node_modules", ".bin")
+SERVE_TOKEN = "bench-" + "t" * 40  # Abstract's bearer token (ABSTRACT_SERVE_TOKEN); the bridges take none
+
+
+def sdk_http_client(spec_json: str) -> None:
+    """(Run by the MCP SDK's python, --sdk-http-client.) Over Streamable HTTP to spec's url: one
+    ClientSession, its tool called warmup + n times; print the n latencies (ms) as JSON."""
+    import anyio  # the SDK's own dependencies: never imported by the stdlib run
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    spec = json.loads(spec_json)
+
+    async def run() -> list:
+        xs = []
+        async with streamable_http_client(spec["url"], http_client=create_mcp_http_client(
+                headers=spec["headers"])) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                for i in range(spec["warmup"] + spec["n"]):
+                    t = time.perf_counter()
+                    res = await session.call_tool(spec["tool"], spec["args"])
+                    if i >= spec["warmup"]:
+                        xs.append((time.perf_counter() - t) * 1000)
+                    assert not getattr(res, "is_error", getattr(res, "isError", False)), res
+        return xs
+
+    print(json.dumps(anyio.run(run)))
+
+
+class Served:
+    """One HTTP server of the serve section, started: Abstract's --serve, mcp-proxy or supergateway,
+    each over bench.py's own --serve-upstream; `url` its /mcp, `headers` what every request sends."""
+
+    def __init__(self, label: str, cmd: List[str], env: Dict[str, str], port: int, headers: Dict[str, str],
+                 prefix: str = "") -> None:
+        self.label, self.headers, self.prefix = label, headers, prefix
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        lines: List[bytes] = []
+        said = threading.Event()
+
+        def drain() -> None:  # its log lines, read to the end (an unread pipe would block it)
+            for line in iter(self.proc.stderr.readline, b""):
+                if len(lines) < 50:
+                    lines.append(line)
+                if b"serving MCP at" in line:
+                    said.set()
+            said.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not port:  # Abstract: port 0, and it says where
+            if not said.wait(60) or not lines or b"serving MCP at" not in lines[-1]:
+                self.close()
+                raise RuntimeError(f"{label} did not start: {b''.join(lines).decode(errors='replace')[-2000:]}")
+            port = int(lines[-1].split(b"serving MCP at ")[1].strip().rsplit(b":", 1)[1].split(b"/")[0])
+        self.port, self.url = port, f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 60
+        while True:  # the bridges: listening once a connection is taken
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.close()
+                    raise RuntimeError(f"{label} did not listen on {port}: "
+                                       f"{b''.join(lines).decode(errors='replace')[-2000:]}") from None
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_systems(abstract_py: str, relay_env: Dict[str, str], store: str, before: str = "") -> List[tuple]:
+    """(label, start) of each system of the serve section; start() gives a Served."""
+    upstream = [sys.executable, HERE, "--serve-upstream"]
+    env = {**relay_env, "ABSTRACT_SERVE_TOKEN": SERVE_TOKEN}
+    auth = {"Authorization": f"Bearer {SERVE_TOKEN}"}
+
+    def abstract_at(label: str, path: str) -> Callable[[], Served]:
+        return lambda: Served(label, [sys.executable, path, "--serve", "127.0.0.1:0", "--expose", "direct", store],
+                              env, 0, auth, prefix="bench__")
+
+    def proxy() -> Served:
+        port = _free_port()
+        return Served("mcp-proxy", [os.path.join(NODE_BIN, "mcp-proxy"), "--host", "127.0.0.1", "--port", str(port),
+                                    "--server", "stream", "--", *upstream], dict(os.environ), port, {})
+
+    def gateway() -> Served:
+        port = _free_port()
+        return Served("supergateway", [os.path.join(NODE_BIN, "supergateway"), "--stdio", shlex.join(upstream),
+                                       "--outputTransport", "streamableHttp", "--stateful", "--port", str(port),
+                                       "--logLevel", "none"], dict(os.environ), port, {})
+
+    systems = [("abstract", abstract_at("abstract", abstract_py))]
+    if before:
+        systems.append(("before", abstract_at("before", before)))
+    if os.path.exists(os.path.join(NODE_BIN, "mcp-proxy")):
+        systems.append(("mcp-proxy", proxy))
+    if os.path.exists(os.path.join(NODE_BIN, "supergateway")):
+        systems.append(("supergateway", gateway))
+    return systems
+
+
+def _sdk_http_calls(sdk_py: str, served: Served, tool: str, args: dict, n: int, warmup: int) -> List[float]:
+    spec = {"url": served.url, "headers": served.headers, "tool": served.prefix + tool, "args": args, "n": n,
+            "warmup": warmup}
+    out = subprocess.run([sdk_py, HERE, "--sdk-http-client", json.dumps(spec)], capture_output=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"the SDK HTTP client failed on {served.label}: {out.stderr.decode()[-2000:]}")
+    return json.loads(out.stdout)
+
+
+class LeanSlot:
+    """One in-flight slot of the lean client: an HTTP/1.1 keep-alive connection of its own (a raw
+    socket: http.client's header parsing and a thread per slot would make the client the bottleneck),
+    reopened only when the server closes it, posting JSON-RPC to /mcp of one session. An answer is
+    read whole by its Content-Length, its chunks, or to the connection's end."""
+
+    def __init__(self, served: Served, sid: str = "") -> None:
+        self.port = served.port
+        head = {"Host": f"127.0.0.1:{served.port}", "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream", **served.headers}
+        if sid:
+            head["Mcp-Session-Id"] = sid
+        self._head = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+        self.sock: Optional[socket.socket] = None
+        self.opened = 0  # connections made (1 when every request reused the first)
+        self._buf = bytearray()
+
+    def send(self, msg: dict) -> None:
+        if self.sock is None:
+            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.opened += 1
+        body = json.dumps(msg).encode()
+        self.sock.sendall(f"POST /mcp HTTP/1.1\r\n{self._head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+    def feed(self) -> Optional[tuple]:
+        """Read what has come (the socket is readable); (status, headers, body) once the answer is
+        whole, else None."""
+        data = self.sock.recv(1 << 16)  # type: ignore[union-attr]
+        self._buf += data
+        return self._parse(not data)
+
+    def _parse(self, ended: bool) -> Optional[tuple]:
+        end = self._buf.find(b"\r\n\r\n")
+        if end < 0:
+            if ended:
+                raise ConnectionError("the server closed the connection before an answer")
+            return None
+        lines = bytes(self._buf[:end]).decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        rest, body = end + 4, None
+        if "content-length" in headers:
+            n = int(headers["content-length"])
+            if len(self._buf) >= rest + n:
+                body, rest = bytes(self._buf[rest:rest + n]), rest + n
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            body, rest = self._chunks(rest)
+        elif ended:
+            body, rest = bytes(self._buf[rest:]), len(self._buf)
+        if body is None:
+            if ended:
+                raise ConnectionError("the server closed the connection mid-answer")
+            return None
+        del self._buf[:rest]
+        if ended or headers.get("connection", "").lower() == "close" or lines[0].startswith("HTTP/1.0"):
+            self.close()
+        return status, headers, body
+
+    def _chunks(self, pos: int) -> tuple:
+        parts = []
+        while True:
+            eol = self._buf.find(b"\r\n", pos)
+            if eol < 0:
+                return None, pos
+            size = int(bytes(self._buf[pos:eol]).split(b";")[0], 16)
+            if len(self._buf) < eol + 2 + size + 2:
+                return None, pos
+            parts.append(bytes(self._buf[eol + 2:eol + 2 + size]))
+            pos = eol + 2 + size + 2
+            if size == 0:
+                return b"".join(parts), pos
+
+    def post(self, msg: dict) -> tuple:
+        """One request, answered: (status, headers, body)."""
+        self.send(msg)
+        while True:
+            got = self.feed()
+            if got is not None:
+                return got
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self._buf.clear()
+
+
+def lean_throughput(served: Served, sessions: int, inflight: int, calls: int) -> dict:
+    """`sessions` sessions (initialize, notifications/initialized), each with `inflight` slots
+    (a connection each), calling echo as fast as they are answered, from one thread (a selector):
+    `calls` calls in all. Calls per second, the connections opened per slot (1.0: every one
+    kept alive), and the CPU ms per call of the server and the processes it started (/proc;
+    steadier than calls per second on a loaded machine)."""
+    import selectors
+
+    slots: List[LeanSlot] = []
+    for _ in range(sessions):
+        first = LeanSlot(served)
+        status, headers, _ = first.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "lean", "version": "1"}}})
+        assert status == 200, (served.label, status)
+        first.close()
+        sid = headers["mcp-session-id"]
+        note = LeanSlot(served, sid)
+        note.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        note.close()
+        slots += [LeanSlot(served, sid) for _ in range(inflight)]
+    call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": served.prefix + "echo",
+                                                                  "arguments": {"text": "x"}}}
+    ids = itertools.count(1)  # (unique in a session: the bridges key answers by id)
+    for slot in slots:  # warm: each connection open, each session used once
+        slot.post({**call, "id": next(ids)})
+        slot.opened = 1 if slot.sock is not None else 0
+    sel = selectors.DefaultSelector()
+    sent = done = 0
+    cpu, t = _tree_cpu_ms(served.proc.pid), time.perf_counter()
+    for slot in slots[:calls]:
+        slot.send({**call, "id": next(ids)})
+        sent += 1
+        sel.register(slot.sock, selectors.EVENT_READ, slot)  # type: ignore[arg-type]
+    while done < calls:
+        for key, _ in sel.select(60) or [(None, None)]:
+            if key is None:
+                raise RuntimeError(f"the lean client: no answer from {served.label} within 60 s")
+            slot = key.data
+            sock = slot.sock
+            got = slot.feed()
+            if got is None:
+                continue
+            status, _, body = got
+            if status != 200 or b'"result"' not in body:
+                raise RuntimeError(f"the lean client: {served.label} answered {status}: {body[:300]!r}")
+            done += 1
+            if slot.sock is not sock:
+                sel.unregister(sock)
+            if sent < calls:
+                slot.send({**call, "id": next(ids)})
+                sent += 1
+                if slot.sock is not sock:
+                    sel.register(slot.sock, selectors.EVENT_READ, slot)  # type: ignore[arg-type]
+            elif slot.sock is sock:
+                sel.unregister(sock)
+    took = time.perf_counter() - t
+    server_ms = sum(_tree_cpu_ms(served.proc.pid)) - sum(cpu)
+    sel.close()
+    for slot in slots:
+        slot.close()
+    return {"calls_per_s": calls / took, "connections_per_slot": sum(s.opened for s in slots) / len(slots),
+            "cpu_ms_per_call": server_ms / calls}
+
+
+def serve_bench(systems: List[tuple], sdk_py: str, runs: int, calls: int, echo_n: int = 200,
+                mb_n: int = 30) -> dict:
+    """Issue 28, item 6: each system serving the same stdio upstream over HTTP, started afresh in
+    each run, the systems in a rotating order (a change in load falls on all alike): echo and 1 MB
+    p50 by the SDK client (one session, calls one at a time), and calls per second of 8 sessions x
+    16 calls in flight by the lean client. Medians over the runs."""
+    figures: Dict[str, Dict[str, List[float]]] = {}
+
+    def note(case: str, label: str, value: float) -> None:
+        figures.setdefault(case, {}).setdefault(label, []).append(value)
+
+    for run in range(runs):
+        for label, start in systems[run % len(systems):] + systems[:run % len(systems)]:
+            served = start()
+            try:
+                if sdk_py:
+                    note("echo p50 ms (SDK)", label,
+                         pct(_sdk_http_calls(sdk_py, served, "echo", {"text": "hello"}, echo_n, echo_n // 10), 50))
+                    # (1,041,000 bytes of text: the SDK refuses an SSE event over 1 MiB, and the bridges
+                    # answer with SSE)
+                    note("1 MB p50 ms (SDK)", label,
+                         pct(_sdk_http_calls(sdk_py, served, "blob", {"kb": 1000}, mb_n, 3), 50))
+                got = lean_throughput(served, 8, 16, calls)
+                note("8 sessions x 16 in flight, calls/s (lean)", label, got["calls_per_s"])
+                note("8 x 16 in flight, CPU ms per call (server + its upstreams)", label, got["cpu_ms_per_call"])
+                note("connections per slot (1: kept alive)", label, got["connections_per_slot"])
+            finally:
+                served.close()
+    return {"runs": runs, "calls": calls, "systems": [s[0] for s in systems], "raw": figures,
+            "median": {case: {k: statistics.median(v) for k, v in per.items()} for case, per in figures.items()}}
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -772,6 +1094,9 @@ _TABLES: Dict[str, Callable[[Any], tuple]] = {
                         ["case"] + list(r["peak_rss_10mb_mb"]), _relay_rows(r)),
     "flight": lambda r: ("Echo calls, 16 in flight, median of %d interleaved runs" % r["runs"],
                          ["case"] + list(r["in_flight_calls_per_s"]["stdlib"]), _flight_rows(r)),
+    "serve": lambda r: ("Serving one stdio upstream over HTTP: median of %d interleaved runs (lean client: %d "
+                        "calls)" % (r["runs"], r["calls"]), ["case"] + r["systems"],
+                        [[case] + [per.get(k) for k in r["systems"]] for case, per in r["median"].items()]),
     "catalog": lambda r: ("Catalog search (Catalog.search, 10 results with snippets, ~1 KB of text per output)",
                           ["outputs", "engine", "query", "queries", "p50 ms", "p90 ms", "insert s", "DB MB"],
                           [[x["rows"], x["engine"], x["query"], x["queries"], x["p50_ms"], x["p90_ms"], x["insert_s"],
@@ -799,10 +1124,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated sections: cold,latency,throughput,storing,context,"
                     "bigcall,query,catalog,relay,"
                     "flight (16 in flight alone, as in relay, with each process's CPU and a floor that parses "
-                    "each line; not in the default run)")
+                    "each line; not in the default run), serve (Abstract's --serve against mcp-proxy and "
+                    "supergateway over HTTP; not in the default run)")
     ap.add_argument("--serve-floor", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     ap.add_argument("--serve-floor-parsed", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     ap.add_argument("--sdk-client", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--sdk-http-client", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-calls", type=int, default=4000, help="calls per run of the serve section's lean "
+                                                                  "client (8 sessions x 16 in flight)")
     ap.add_argument("--sdk-python", default=os.path.join(os.environ.get("ABSTRACT_INTEROP_HOME") or "/tmp/abstract-interop",
                                                          "venv", "bin", "python"),
                     help="a python with the MCP SDK (mcp) installed: the relay section's SDK client")
@@ -832,6 +1161,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.sdk_client:
         sdk_client(a.sdk_client)
         return 0
+    if a.sdk_http_client:
+        sdk_http_client(a.sdk_http_client)
+        return 0
     n = 100 if a.quick else a.n
     work = tempfile.mkdtemp(prefix="abstract-bench-")
     config = os.path.join(work, "config.json")
@@ -839,7 +1171,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         json.dump({"mcpServers": {"bench": {"command": sys.executable, "args": [HERE, "--serve-upstream"]}}}, f)
     relay, cached = os.path.join(work, "relay.json"), os.path.join(work, "cached.json")
     with open(relay, "w") as f:  # latency is measured on the relay: large results pass through uncached
-        json.dump({"output_cache": {"enabled": False}, "catalog": {"path": os.path.join(work, "catalog.sqlite3")}}, f)
+        # (http_max_connections: the serve section's 8 x 16 connections at once, above the default 64)
+        json.dump({"output_cache": {"enabled": False}, "catalog": {"path": os.path.join(work, "catalog.sqlite3")},
+                   "http_max_connections": 256}, f)
     with open(cached, "w") as f:  # defaults, but a cache and a catalog of its own (never the user's)
         json.dump({"output_cache": {"dir": os.path.join(work, "cache")},
                    "catalog": {"path": os.path.join(work, "catalog.sqlite3")}}, f)
@@ -899,6 +1233,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         parsed = Target("floor parsed", [sys.executable, HERE, "--serve-floor-parsed", *upstream], dict(os.environ))
         res["flight"] = {"runs": a.runs, **flight_bench(relays[:2] + [parsed] + relays[2:], sdk_py, a.runs,
                                                         a.flight_calls)}
+    if "serve" in want:
+        say("serving over HTTP (issue 28) ...")
+        sdk_py = a.sdk_python if os.path.exists(a.sdk_python) else ""
+        res["serve"] = serve_bench(serve_systems(os.path.join(ROOT, "abstract.py"), relay_env, store, a.before),
+                                   sdk_py, a.runs, 1000 if a.quick else a.serve_calls)
     if "catalog" in want:
         say("catalog search ...")
         res["catalog"] = catalog_search([10000] if a.quick else [10000, 100000], 50 if a.quick else 200, [10000])

@@ -144,7 +144,7 @@ def test_slow_readers_of_a_large_output_cost_a_buffer_each_not_the_output(world:
             s.sendall(f"GET {u.path}?{u.query} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
             socks.append(s)
         for s in socks:
-            assert s.recv(64).startswith(b"HTTP/1.0 200")  # the server is sending to each of them
+            assert s.recv(64).startswith(b"HTTP/1.1 200")  # the server is sending to each of them
         grew_mb = (proc_status(proxy.pid, "VmHWM") - before) / 1024
         assert grew_mb < 100, f"30 slow readers of a 20 MiB output raised peak memory by {grew_mb:.0f} MB"
     finally:

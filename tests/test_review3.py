@@ -346,8 +346,8 @@ def test_abstract_exits_at_once_while_the_link_servers_slots_are_all_downloads(w
             s.connect((where.hostname, where.port))
             s.sendall(f"GET {where.path}?{where.query} HTTP/1.0\r\n\r\n".encode())
             held.append(s)
-        assert held[0].recv(12) == b"HTTP/1.0 200"
-        assert held[1].recv(12) == b"HTTP/1.0 200"
+        assert held[0].recv(12) == b"HTTP/1.1 200"
+        assert held[1].recv(12) == b"HTTP/1.1 200"
         held.append(socket.create_connection((where.hostname, where.port), timeout=5))  # waits
         t0 = time.monotonic()
         p.close_stdin()

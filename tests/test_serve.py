@@ -270,12 +270,15 @@ def test_transport_errors_are_http_statuses_with_json_rpc_bodies(served):
     assert resp.status == 413 and b"serve.max_body_mb" in resp.read()
     elsewhere = http_.send("GET", None)
     assert elsewhere.status in (400, 404)  # (no session named)
+    conn.close()
     conn = http.client.HTTPConnection("127.0.0.1", http_.port, timeout=LONG)
     conn.request("GET", "/other")
     assert conn.getresponse().status == 401  # (no token: the guard answers first)
+    conn.close()  # (kept alive by the server: closed by the client)
     conn = http.client.HTTPConnection("127.0.0.1", http_.port, timeout=LONG)
     conn.request("GET", "/other", headers={"Authorization": f"Bearer {TOKEN}"})
     assert conn.getresponse().status == 404
+    conn.close()
     assert s.request("ping")["result"] == {}  # none of it hurt the session
 
 
@@ -522,6 +525,7 @@ def test_the_guard_answers_first_then_the_authorization_server_then_mcp(world, m
         conn.request("GET", "/.well-known/oauth-protected-resource/mcp")
         resp = conn.getresponse()
         assert resp.status == 200 and b"oauth-protected-resource" in resp.read()
+        conn.close()  # (kept alive by the server: closed by the client)
         s = Session(http_, get_stream=False)
         assert s.request("tools/call", {"name": "up__echo", "arguments": {"text": "ok"}})[
             "result"]["content"][0]["text"] == "ok"
@@ -580,10 +584,10 @@ def test_bodies_are_bounded_before_they_are_read_and_a_bad_length_is_411(served)
     host = f"Host: 127.0.0.1:{srv.http.port}\r\n"
     big = _raw(srv.http.port, ("POST /register HTTP/1.1\r\n" + host + "Content-Type: "
                                "application/json\r\nContent-Length: 4000000\r\n\r\n").encode())
-    assert big.startswith(b"HTTP/1.0 413") and b"65,536" in big
+    assert big.startswith(b"HTTP/1.1 413") and b"65,536" in big
     odd = _raw(srv.http.port, ("POST /mcp HTTP/1.1\r\n" + host + f"Authorization: Bearer {TOKEN}"
                                "\r\nContent-Length: ").encode() + b"\xb2\r\n\r\n")
-    assert odd.startswith(b"HTTP/1.0 411"), odd[:200]
+    assert odd.startswith(b"HTTP/1.1 411"), odd[:200]
     assert Session(srv.http, get_stream=False).request("ping")["result"] == {}
 
 
