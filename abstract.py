@@ -3469,28 +3469,8 @@ def _frame(msg: dict) -> List[Any]:
     return parts
 
 
-def _pipe_room(wfile: Any) -> Tuple[Optional[Callable[[], bool]], int]:
-    """For a pipe (POSIX): a check, costing one poll, that a write of up to PIPE_BUF bytes
-    cannot block now, and PIPE_BUF. POSIX makes such a write whole, and select calls a pipe
-    writable once that much fits (Linux: a free page; the BSDs and macOS: PIPE_BUF bytes).
-    (None, 0) for anything else: a file, an HTTP transport, and Windows, whose select takes
-    sockets only."""
-    import select  # (POSIX: subprocess has imported it already)
-
-    try:
-        fd = wfile.fileno()
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "PIPE_BUF"):
-            return None, 0
-    except (AttributeError, OSError, ValueError):  # (io.UnsupportedOperation is both)
-        return None, 0
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-        return lambda: bool(poller.poll(0)), select.PIPE_BUF
-    return lambda: bool(select.select([], [fd], [], 0)[1]), select.PIPE_BUF
-
-
 _LINE_PIECE = 1 << 20  # bytes of a long line read at a time
+_WRITE_BATCH = 64  # queued messages a writer thread writes and flushes at once
 
 
 def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
@@ -3748,8 +3728,6 @@ class Connection:
         self._queued = 0  # bytes waiting in _outq
         self._writer: Optional[threading.Thread] = None
         self._write_started = 0.0
-        # whether a write of up to _room_bytes surely does not block now (a pipe, POSIX), or None
-        self._room, self._room_bytes = _pipe_room(wfile) if queued else (None, 0)
         self._idle = threading.Event()  # no incoming request is being handled
         self._idle.set()
 
@@ -3890,9 +3868,7 @@ class Connection:
 
         `direct` (a worker's answer): written by the caller when nothing is queued or being
         written, so it goes out in order without a hand-off to the writer thread; a caller
-        that must never block on the peer (a reader thread) queues instead. Any caller writes
-        a small message itself when nothing is queued and the pipe surely has room for it
-        (_pipe_room), since that write cannot block."""
+        that must never block on the peer (a reader thread) queues instead."""
         parts = _frame(msg)
         if self._outq is None:
             return self._write(parts)
@@ -3901,36 +3877,27 @@ class Connection:
             if self._out_done or (droppable and self._queued > _OUTQ_NOTICES_MAX):
                 return False
             self._queued += size  # (while it is written directly too: later messages queue)
-            # the write lock is taken before this one is let go: a message queued after this
-            # one goes out after it (the writer waits for the lock), never before it
-            mine = (self._queued == size
-                    and (direct or (self._room is not None and size <= self._room_bytes
-                                    and self._room()))
-                    and self._wlock.acquire(blocking=False))
-            if not mine:
+            direct = direct and self._queued == size
+            if not direct:
                 self._outq.put(parts)
-        if mine:
-            self._written(self._write(parts, locked=True), size)
+        if direct:
+            self._written(self._write(parts), size)
         return True
 
-    def _write(self, parts: List[Any], locked: bool = False) -> bool:
-        """Write `parts` and flush, under the write lock (`locked`: the caller took it, and it is
-        released here)."""
-        if not locked:
-            self._wlock.acquire()
-        try:
+    def _write(self, parts: List[Any]) -> bool:
+        with self._wlock:
             self._write_started = time.monotonic()
-            if len(parts) == 1:
-                self._wfile.write(parts[0])
-            else:  # (a relayed answer's long strings: views of the upstream's line)
-                self._wfile.writelines(parts)
-            self._wfile.flush()
-            return True
-        except (OSError, ValueError):
-            return False
-        finally:
-            self._write_started = 0.0
-            self._wlock.release()
+            try:
+                if len(parts) == 1:
+                    self._wfile.write(parts[0])
+                else:  # (a relayed answer's long strings: views of the upstream's line)
+                    self._wfile.writelines(parts)
+                self._wfile.flush()
+                return True
+            except (OSError, ValueError):
+                return False
+            finally:
+                self._write_started = 0.0
 
     def _written(self, written: bool, size: int) -> bool:
         """Account for a message written (or not: the peer closed its input, so the session
@@ -3945,11 +3912,22 @@ class Connection:
         return written
 
     def _write_loop(self) -> None:
+        """Write what is queued, in order. The messages queued meanwhile go out together, in one
+        write and flush (at most _WRITE_BATCH of them): with many calls in flight, fewer
+        system calls and wake-ups, here and in the peer that reads them."""
+        outq: queue.Queue = self._outq  # type: ignore[assignment]
         while True:
-            parts = self._outq.get()  # type: ignore[union-attr]
-            if parts is None:
+            batch = [outq.get()]
+            while batch[-1] is not None and len(batch) < _WRITE_BATCH:
+                try:
+                    batch.append(outq.get_nowait())
+                except queue.Empty:
+                    break
+            stop = batch[-1] is None
+            parts = [p for msg in batch if msg is not None for p in msg]
+            if parts and not self._written(self._write(parts), sum(len(p) for p in parts)):
                 return
-            if not self._written(self._write(parts), sum(len(p) for p in parts)):
+            if stop:
                 return
 
     def notify(self, method: str, params: Optional[dict] = None) -> bool:
@@ -4211,9 +4189,11 @@ class Connection:
             reply = _error_response(req.id, RpcError(_INTERNAL_ERROR,
                                                      f"Internal error: {type(e).__name__}: {e}"))
         try:
-            # a cancelled request gets no response (spec); one abandoned was answered already
+            # a cancelled request gets no response (spec); one abandoned was answered already.
+            # Written by this worker when it is the only request in flight (no hand-off); with
+            # others in flight, by the writer, which writes the answers ready together in one go
             if reply and not req.cancelled.is_set() and req.claim():
-                self.send(reply, direct=self._pool is not None)
+                self.send(reply, direct=self._pool is not None and len(self._inflight) == 1)
         finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
                 self._inflight.pop(key, None)
