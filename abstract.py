@@ -3469,7 +3469,9 @@ def _frame(msg: dict) -> List[Any]:
     return parts
 
 
-_LINE_PIECE = 1 << 20  # bytes of a long line read at a time
+# bytes of a long line read at a time: a line up to this comes as bytes, in one readline (whose
+# pieces and their join are held at once: 8 MiB at most); a longer one grows a bytearray
+_LINE_PIECE = 4 << 20
 _WRITE_BATCH = 64  # queued messages a writer thread writes and flushes at once
 
 
