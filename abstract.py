@@ -3472,7 +3472,6 @@ def _frame(msg: dict) -> List[Any]:
 # bytes of a long line read at a time: a line up to this comes as bytes, in one readline (whose
 # pieces and their join are held at once: 8 MiB at most); a longer one grows a bytearray
 _LINE_PIECE = 4 << 20
-_WRITE_BATCH = 64  # queued messages a writer thread writes and flushes at once
 
 
 def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
@@ -3914,22 +3913,11 @@ class Connection:
         return written
 
     def _write_loop(self) -> None:
-        """Write what is queued, in order. The messages queued meanwhile go out together, in one
-        write and flush (at most _WRITE_BATCH of them): with many calls in flight, fewer
-        system calls and wake-ups, here and in the peer that reads them."""
-        outq: queue.Queue = self._outq  # type: ignore[assignment]
         while True:
-            batch = [outq.get()]
-            while batch[-1] is not None and len(batch) < _WRITE_BATCH:
-                try:
-                    batch.append(outq.get_nowait())
-                except queue.Empty:
-                    break
-            stop = batch[-1] is None
-            parts = [p for msg in batch if msg is not None for p in msg]
-            if parts and not self._written(self._write(parts), sum(len(p) for p in parts)):
+            parts = self._outq.get()  # type: ignore[union-attr]
+            if parts is None:
                 return
-            if stop:
+            if not self._written(self._write(parts), sum(len(p) for p in parts)):
                 return
 
     def notify(self, method: str, params: Optional[dict] = None) -> bool:
@@ -4191,11 +4179,9 @@ class Connection:
             reply = _error_response(req.id, RpcError(_INTERNAL_ERROR,
                                                      f"Internal error: {type(e).__name__}: {e}"))
         try:
-            # a cancelled request gets no response (spec); one abandoned was answered already.
-            # Written by this worker when it is the only request in flight (no hand-off); with
-            # others in flight, by the writer, which writes the answers ready together in one go
+            # a cancelled request gets no response (spec); one abandoned was answered already
             if reply and not req.cancelled.is_set() and req.claim():
-                self.send(reply, direct=self._pool is not None and len(self._inflight) == 1)
+                self.send(reply, direct=self._pool is not None)
         finally:  # idle only once the answer is written (or queued): shutdown waits for it
             with self._plock:
                 self._inflight.pop(key, None)

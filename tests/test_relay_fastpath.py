@@ -1,9 +1,10 @@
-"""The relay's short cuts (issue 27, third pass): the writer thread writes the messages queued
-meanwhile in one go, and with other requests in flight a worker's answer is queued for it
-instead of written by the worker. Each test fails on a short cut that reorders a notification
-after its result, drops progress, writes a partial frame, or blocks a thread that must never
-block on a peer that stopped reading (a small message written by its sender when the pipe
-looked free, say).
+"""Guards for short cuts on the relay's path to the client (issue 27, third pass): a message
+written by the thread that sends it instead of the writer thread, frames batched by the writer,
+answers queued or written by their worker. Each test fails on a short cut that reorders a
+notification after its result, drops progress, writes a partial frame or mixes two, or blocks a
+thread that must never block on a peer that stopped reading (a small message written by its
+sender into a full pipe, say). Checked against a writer that reversed its batch and a send that
+wrote every small frame itself: both failed here.
 """
 
 from __future__ import annotations
