@@ -1312,15 +1312,18 @@ def _plain_string(buf: Any, pos: int) -> Optional[Tuple[int, int, bool]]:
     if quote < 0:
         return None
     utf8, chars = codecs.getincrementaldecoder("utf-8")("surrogatepass"), -escapes
-    try:  # (a piece at a time: a string of emoji decoded whole is 4 bytes a character)
-        for at in range(start, quote, _PIECE_BYTES):
-            piece = buf[at:min(at + _PIECE_BYTES, quote)]
-            if piece.translate(None, _NOT_CONTROL):
-                return None
-            chars += len(utf8.decode(piece))
-        chars += len(utf8.decode(b"", True))
-    except UnicodeDecodeError:
-        return None
+    # pieces as bytes, a line read in pieces (_read_lines) too: bytearray's translate runs at
+    # half the speed of bytes', more than the copy costs
+    with memoryview(buf) as view:
+        try:  # (a piece at a time: a string of emoji decoded whole is 4 bytes a character)
+            for at in range(start, quote, _PIECE_BYTES):
+                piece = bytes(view[at:min(at + _PIECE_BYTES, quote)])
+                if piece.translate(None, _NOT_CONTROL):
+                    return None
+                chars += len(utf8.decode(piece))
+            chars += len(utf8.decode(b"", True))
+        except UnicodeDecodeError:
+            return None
     return quote + 1, chars, not slash
 
 
@@ -3472,7 +3475,9 @@ def _frame(msg: dict) -> List[Any]:
     return parts
 
 
-_LINE_PIECE = 1 << 20  # bytes of a long line read at a time
+# bytes of a long line read at a time: a line up to this comes as bytes, in one readline (whose
+# pieces and their join are held at once: 8 MiB at most); a longer one grows a bytearray
+_LINE_PIECE = 4 << 20
 
 
 def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
