@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import http.client
 import io
 import itertools
 import json
@@ -141,22 +140,27 @@ def sdk_client(spec_json: str) -> None:
     params = StdioServerParameters(command=spec["cmd"][0], args=spec["cmd"][1:], env=spec["env"])
 
     async def run() -> list:
-        xs = []
         with open(os.devnull, "w") as quiet:
             async with stdio_client(params, errlog=quiet) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     if spec.get("inflight"):
                         return await _sdk_flight(session, spec)
-                    for i in range(spec["warmup"] + spec["n"]):
-                        t = time.perf_counter()
-                        res = await session.call_tool(spec["tool"], spec["args"])
-                        if i >= spec["warmup"]:
-                            xs.append((time.perf_counter() - t) * 1000)
-                        assert not getattr(res, "is_error", getattr(res, "isError", False)), res
-        return xs
+                    return await _sdk_timed(session, spec)
 
     print(json.dumps(anyio.run(run)))
+
+
+async def _sdk_timed(session: Any, spec: dict) -> List[float]:
+    """The ms of each of spec's n calls (after its warmup ones), one at a time."""
+    xs = []
+    for i in range(spec["warmup"] + spec["n"]):
+        t = time.perf_counter()
+        res = await session.call_tool(spec["tool"], spec["args"])
+        if i >= spec["warmup"]:
+            xs.append((time.perf_counter() - t) * 1000)
+        assert not getattr(res, "is_error", getattr(res, "isError", False)), res
+    return xs
 
 
 async def _sdk_flight(session: Any, spec: dict) -> list:
@@ -731,18 +735,11 @@ def sdk_http_client(spec_json: str) -> None:
     spec = json.loads(spec_json)
 
     async def run() -> list:
-        xs = []
         async with streamable_http_client(spec["url"], http_client=create_mcp_http_client(
                 headers=spec["headers"])) as streams:
             async with ClientSession(streams[0], streams[1]) as session:
                 await session.initialize()
-                for i in range(spec["warmup"] + spec["n"]):
-                    t = time.perf_counter()
-                    res = await session.call_tool(spec["tool"], spec["args"])
-                    if i >= spec["warmup"]:
-                        xs.append((time.perf_counter() - t) * 1000)
-                    assert not getattr(res, "is_error", getattr(res, "isError", False)), res
-        return xs
+                return await _sdk_timed(session, spec)
 
     print(json.dumps(anyio.run(run)))
 
