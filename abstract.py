@@ -3475,9 +3475,11 @@ def _frame(msg: dict) -> List[Any]:
     return parts
 
 
-# bytes of a long line read at a time: a line up to this comes as bytes, in one readline (whose
-# pieces and their join are held at once: 8 MiB at most); a longer one grows a bytearray
+# bytes of a long line read at first: a line up to this comes as bytes, in one readline (whose
+# pieces and their join are held at once: 8 MiB at most); a longer one grows a bytearray, by
+# _LINE_MORE at a time (so that, at its largest, it is held with 2 MiB more, not 8)
 _LINE_PIECE = 4 << 20
+_LINE_MORE = 1 << 20
 
 
 def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
@@ -3495,7 +3497,7 @@ def _read_lines(rfile: Any, limit: int) -> Iterator[Tuple[bytes, bool]]:
         if len(line) == piece and not line.endswith(b"\n"):
             line = bytearray(line)
             while len(line) <= limit and not line.endswith(b"\n"):
-                more = rfile.readline(min(_LINE_PIECE, limit + 1 - len(line)))
+                more = rfile.readline(min(_LINE_MORE, limit + 1 - len(line)))
                 if not more:
                     break
                 line += more
