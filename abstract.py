@@ -5646,7 +5646,9 @@ def _read_head(rfile: Any) -> Tuple[Optional[_Headers], int, str]:
     """A request's header lines from `rfile`, up to the empty line: (headers, 0, ""), or (None,
     status, why): 431 for a line over _HEAD_LINE_MAX bytes or over _HEADERS_MAX lines, 400 for a
     line that is no header (a folded one too: RFC 9112 section 5.2), a request cut short, or two
-    Content-Lengths that differ (the body's end would be ambiguous: RFC 9112 section 6.3)."""
+    Content-Lengths that differ (the body's end would be ambiguous: RFC 9112 section 6.3). A
+    value is trimmed of spaces and tabs only, and one holding a CR or a NUL is refused (RFC 9110
+    section 5.5): a proxy in front may read "Content-Length: \\x0b5" or a bare CR otherwise."""
     headers = _Headers()
     for _ in range(_HEADERS_MAX + 1):
         line = rfile.readline(_HEAD_LINE_MAX + 1)
@@ -5655,9 +5657,10 @@ def _read_head(rfile: Any) -> Tuple[Optional[_Headers], int, str]:
         if line in (b"\r\n", b"\n"):
             return headers, 0, ""
         name, colon, value = line.decode("latin-1").partition(":")
-        if not colon or not _HEADER_NAME_RE.fullmatch(name):
+        value = value[:-2] if value.endswith("\r\n") else value.rstrip("\n")
+        if not colon or not _HEADER_NAME_RE.fullmatch(name) or "\r" in value or "\0" in value:
             return None, 400, "a header line is malformed (or the request was cut short)"
-        name, value = name.lower(), value.strip()
+        name, value = name.lower(), value.strip(" \t")
         if name == "content-length" and headers.get(name, value) != value:
             return None, 400, "two Content-Length headers differ"
         headers.setdefault(name, value)
@@ -5706,8 +5709,8 @@ class _PageMixin:
         """The request declared a body that was not read: what follows on the connection is
         not a request."""
         headers = getattr(self, "headers", None) or {}
-        return not self.body_read and ("transfer-encoding" in headers or (
-            headers.get("content-length") or "0").strip() != "0")
+        return not self.body_read and ("transfer-encoding" in headers
+                                       or (headers.get("content-length") or "0") != "0")
 
     def parse_request(self) -> bool:
         """The request line (already read) and the headers (_read_head); False once refused
@@ -5761,7 +5764,7 @@ class _HttpExchange:
         """(the body, None), or (None, (status, why)) when it cannot be taken: no
         Content-Length (411; chunked bodies are not read), over `limit` bytes (413, unread: the
         connection closes after the answer), or cut short (400)."""
-        length = (self.headers.get("Content-Length") or "").strip()
+        length = self.headers.get("Content-Length") or ""  # (trimmed of SP and HTAB only)
         # (not isdigit(): "\xb2" is a digit to it, not to int())
         page = self._page
         page.body_read = True  # (taken, or refused: then the connection closes after the answer)
