@@ -5441,6 +5441,7 @@ class _BoundedServerMixin:
         self._deadlines: Dict[Any, float] = {}
         self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
         self._evicted: set = set()  # dropped to make room, their slot not yet freed
+        self._freed: set = set()  # closed while their thread goes on, their slot freed (free)
         self._freed_at = time.monotonic()  # when a connection last ended on its own
         self._lock = threading.Lock()
         self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
@@ -5529,10 +5530,25 @@ class _BoundedServerMixin:
         with self._lock:
             self._deadlines.pop(request, None)
             self._spoke.discard(request)
+            early = request in self._freed
+            self._freed.discard(request)
             if request in self._evicted:
                 self._evicted.discard(request)
             else:
                 self._freed_at = time.monotonic()
+        if not early:
+            self._slots.release()
+
+    def free(self, request: Any) -> None:
+        """Close a connection whose thread goes on (a request's handler still runs on it) and
+        free its slot now, once (shutdown_request then frees none): a client that comes back
+        (a resume) does not wait for that thread's end."""
+        with self._lock:
+            if request in self._freed:
+                return
+            self._freed.add(request)
+        with contextlib.suppress(OSError):
+            request.shutdown(_shut_rdwr())
         self._slots.release()
 
     def _evict(self) -> None:
@@ -5843,6 +5859,12 @@ class _HttpExchange:
             return True
         except (OSError, ValueError):
             return False
+
+    def release(self) -> None:
+        """The answer is over (streamed, or its client went away) while the request's thread
+        goes on: the connection is closed and its slot freed now (_BoundedServerMixin.free)."""
+        self._page.close_connection = True
+        self._page.server.free(self._page.connection)
 
     def gone(self) -> bool:
         """Whether the client closed its end (a look that neither waits nor reads: a request
@@ -18546,6 +18568,9 @@ class _Sessions:
                 _log.debug("serve: %s: the client is gone: %s", msg.get("method"), e)
             except Exception:
                 _log.error("serve: %s failed:\n%s", msg.get("method"), traceback.format_exc())
+            finally:  # a stream, or a client gone: its slot is not held while the call goes on
+                if ex.streaming or not ex.answered:
+                    ex.release()
         thread = threading.Thread(target=relay, name="abstract-serve-answer", daemon=True)
         thread.start()
         return thread

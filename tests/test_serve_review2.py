@@ -6,10 +6,11 @@ on the wire is the test's own)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from test_serve_keepalive import TOKEN, Wire, ping, session
+from test_serve_keepalive import LONG, TOKEN, Wire, ping, session
 from test_serve_keepalive import served  # noqa: F401 (a fixture)
 
 
@@ -40,3 +41,38 @@ def test_a_length_a_proxy_may_read_otherwise_is_refused(served, head):  # noqa: 
         assert status in (400, 411), (head, status)
         assert headers.get("connection") == "close" and wire.ended(), head
         assert b'"id":99' not in wire.buf
+
+
+# -- the handler on the HTTP thread: a call whose client went away holds no connection slot
+
+
+def test_a_cut_stream_whose_call_goes_on_frees_its_connection_for_the_resume(served):  # noqa: F811
+    """http_max_connections 2. A call's SSE stream is cut after its first event; its call goes
+    on (its handler running on the POST's HTTP thread, for 40 s), the client resumes it (a GET
+    with Last-Event-ID) and sends a ping: the ping is answered at once, not once the call ends
+    (the cut POST's connection held its slot while its handler ran)."""
+    srv = served(http_max_connections=2)
+    with Wire(srv.port) as wire:
+        sid = session(wire)
+    cut = Wire(srv.port)
+    cut.post({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "up__progress", "arguments": {"steps": 1, "then_wait": 40},
+        "_meta": {"progressToken": "p"}}}, sid)
+    deadline = time.monotonic() + LONG
+    while b"\nid: " not in cut.buf:
+        assert cut._more(deadline), cut.buf[:300]
+    event = cut.buf.split(b"\nid: ")[1].split(b"\n")[0].decode()
+    cut.close()
+    with Wire(srv.port) as resumed, Wire(srv.port) as other:
+        resumed.sock.sendall(
+            f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nAuthorization: Bearer {TOKEN}"
+            f"\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\nLast-Event-ID: {event}"
+            f"\r\n\r\n".encode())
+        while b"\r\n\r\n" not in resumed.buf:
+            assert resumed._more(deadline), resumed.buf[:300]
+        assert resumed.buf.startswith(b"HTTP/1.1 200"), resumed.buf[:300]
+        t = time.monotonic()
+        other.post(ping(3), sid)
+        status, _, body = other.answer()
+        assert status == 200 and json.loads(body)["id"] == 3
+        assert time.monotonic() - t < 25, "the ping waited for the cut call's end"
