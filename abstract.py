@@ -17696,7 +17696,7 @@ class _Session:
         self.caps: dict = {}  # roots, sampling, elicitation as initialize declared them
         self.level = ""  # what logging/setLevel asked
         self.used = time.monotonic()
-        self.ended = False
+        self.ended, self._why = False, ""  # (why: the reason end was given)
         self._ids = itertools.count(1)
         # Abstract's id of each request in flight -> (the client's id, its stream, progress token)
         self._calls: Dict[int, Tuple[Any, _Stream, Any]] = {}
@@ -17761,6 +17761,10 @@ class _Session:
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         with self._lock:
             mine = next(self._ids)
+            if self.ended:  # (it raced the session's end, which answered the calls it found)
+                stream.put(_error_response(msg["id"], RpcError(_CONNECTION_CLOSED, self._why)))
+                stream.end()
+                return mine
             self._calls[mine] = (msg["id"], stream, mine if _rpc_key(token) else None)
             if self._hub is not None:
                 self._by_client[msg["id"]] = mine
@@ -17920,7 +17924,7 @@ class _Session:
         with self._lock:
             if self.ended:
                 return
-            self.ended = True
+            self.ended, self._why = True, reason
             calls = list(self._calls.items())
             get = self.get_stream
         conn = self.server.conn

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 import time
+import types
+from typing import Any
 
 import pytest
+
+import abstract
 
 from test_serve_keepalive import LONG, TOKEN, Wire, ping, session
 from test_serve_keepalive import served  # noqa: F401 (a fixture)
@@ -76,3 +80,29 @@ def test_a_cut_stream_whose_call_goes_on_frees_its_connection_for_the_resume(ser
         status, _, body = other.answer()
         assert status == 200 and json.loads(body)["id"] == 3
         assert time.monotonic() - t < 25, "the ping waited for the cut call's end"
+
+
+# -- a request that races its session's end (DELETE) is answered, not left waiting
+
+
+def _bare_server(rfile: Any, wfile: Any) -> Any:
+    """What a session's server needs here: a Connection that answers ping."""
+    conn = abstract.Connection(rfile, wfile, name="client", queued=True,
+                               requests={"ping": lambda req: {}})
+    nothing = types.SimpleNamespace(stop=lambda: None, sweep=lambda: None, close=lambda: None)
+    return types.SimpleNamespace(conn=conn, transparent=None, temps=nothing,
+                                 ctx=types.SimpleNamespace(tables=nothing))
+
+
+def test_a_request_that_races_its_sessions_end_is_answered_with_why():
+    """A POST that found its session open, whose call came in once the session had ended (a
+    DELETE at the same time): its stream gets the session's end as the answer, and ends. It got
+    nothing, and its client waited for ever (the session's server no longer answered)."""
+    session = abstract._Session("sid", _bare_server)
+    session.end("the client ended the session (DELETE)")
+    stream = session.new_stream()
+    session.call({"jsonrpc": "2.0", "id": 7, "method": "ping"}, stream, here=True)
+    got = stream.get(10.0)
+    assert got is not None and got["id"] == 7, got
+    assert got["error"] == {"code": -32000, "message": "the client ended the session (DELETE)"}
+    assert stream.ended and stream.get(0.0) is None
