@@ -5448,6 +5448,7 @@ class _BoundedServerMixin:
         self._deadlines: Dict[Any, float] = {}
         self._spoke: set = set()  # ... of them, those that sent a byte (spoke())
         self._evicted: set = set()  # dropped to make room, their slot not yet freed
+        self._freed: set = set()  # closed while their thread goes on, their slot freed (free)
         self._freed_at = time.monotonic()  # when a connection last ended on its own
         self._lock = threading.Lock()
         self._closing = threading.Event()  # shutdown() asked: the accept loop waits no more
@@ -5536,10 +5537,25 @@ class _BoundedServerMixin:
         with self._lock:
             self._deadlines.pop(request, None)
             self._spoke.discard(request)
+            early = request in self._freed
+            self._freed.discard(request)
             if request in self._evicted:
                 self._evicted.discard(request)
             else:
                 self._freed_at = time.monotonic()
+        if not early:
+            self._slots.release()
+
+    def free(self, request: Any) -> None:
+        """Close a connection whose thread goes on (a request's handler still runs on it) and
+        free its slot now, once (shutdown_request then frees none): a client that comes back
+        (a resume) does not wait for that thread's end."""
+        with self._lock:
+            if request in self._freed:
+                return
+            self._freed.add(request)
+        with contextlib.suppress(OSError):
+            request.shutdown(_shut_rdwr())
         self._slots.release()
 
     def _evict(self) -> None:
@@ -5653,7 +5669,9 @@ def _read_head(rfile: Any) -> Tuple[Optional[_Headers], int, str]:
     """A request's header lines from `rfile`, up to the empty line: (headers, 0, ""), or (None,
     status, why): 431 for a line over _HEAD_LINE_MAX bytes or over _HEADERS_MAX lines, 400 for a
     line that is no header (a folded one too: RFC 9112 section 5.2), a request cut short, or two
-    Content-Lengths that differ (the body's end would be ambiguous: RFC 9112 section 6.3)."""
+    Content-Lengths that differ (the body's end would be ambiguous: RFC 9112 section 6.3). A
+    value is trimmed of spaces and tabs only, and one holding a CR or a NUL is refused (RFC 9110
+    section 5.5): a proxy in front may read "Content-Length: \\x0b5" or a bare CR otherwise."""
     headers = _Headers()
     for _ in range(_HEADERS_MAX + 1):
         line = rfile.readline(_HEAD_LINE_MAX + 1)
@@ -5662,9 +5680,10 @@ def _read_head(rfile: Any) -> Tuple[Optional[_Headers], int, str]:
         if line in (b"\r\n", b"\n"):
             return headers, 0, ""
         name, colon, value = line.decode("latin-1").partition(":")
-        if not colon or not _HEADER_NAME_RE.fullmatch(name):
+        value = value[:-2] if value.endswith("\r\n") else value.rstrip("\n")
+        if not colon or not _HEADER_NAME_RE.fullmatch(name) or "\r" in value or "\0" in value:
             return None, 400, "a header line is malformed (or the request was cut short)"
-        name, value = name.lower(), value.strip()
+        name, value = name.lower(), value.strip(" \t")
         if name == "content-length" and headers.get(name, value) != value:
             return None, 400, "two Content-Length headers differ"
         headers.setdefault(name, value)
@@ -5713,8 +5732,8 @@ class _PageMixin:
         """The request declared a body that was not read: what follows on the connection is
         not a request."""
         headers = getattr(self, "headers", None) or {}
-        return not self.body_read and ("transfer-encoding" in headers or (
-            headers.get("content-length") or "0").strip() != "0")
+        return not self.body_read and ("transfer-encoding" in headers
+                                       or (headers.get("content-length") or "0") != "0")
 
     def parse_request(self) -> bool:
         """The request line (already read) and the headers (_read_head); False once refused
@@ -5768,7 +5787,7 @@ class _HttpExchange:
         """(the body, None), or (None, (status, why)) when it cannot be taken: no
         Content-Length (411; chunked bodies are not read), over `limit` bytes (413, unread: the
         connection closes after the answer), or cut short (400)."""
-        length = (self.headers.get("Content-Length") or "").strip()
+        length = self.headers.get("Content-Length") or ""  # (trimmed of SP and HTAB only)
         # (not isdigit(): "\xb2" is a digit to it, not to int())
         page = self._page
         page.body_read = True  # (taken, or refused: then the connection closes after the answer)
@@ -5847,6 +5866,12 @@ class _HttpExchange:
             return True
         except (OSError, ValueError):
             return False
+
+    def release(self) -> None:
+        """The answer is over (streamed, or its client went away) while the request's thread
+        goes on: the connection is closed and its slot freed now (_BoundedServerMixin.free)."""
+        self._page.close_connection = True
+        self._page.server.free(self._page.connection)
 
     def gone(self) -> bool:
         """Whether the client closed its end (a look that neither waits nor reads: a request
@@ -17678,7 +17703,7 @@ class _Session:
         self.caps: dict = {}  # roots, sampling, elicitation as initialize declared them
         self.level = ""  # what logging/setLevel asked
         self.used = time.monotonic()
-        self.ended = False
+        self.ended, self._why = False, ""  # (why: the reason end was given)
         self._ids = itertools.count(1)
         # Abstract's id of each request in flight -> (the client's id, its stream, progress token)
         self._calls: Dict[int, Tuple[Any, _Stream, Any]] = {}
@@ -17743,6 +17768,10 @@ class _Session:
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         with self._lock:
             mine = next(self._ids)
+            if self.ended:  # (it raced the session's end, which answered the calls it found)
+                stream.put(_error_response(msg["id"], RpcError(_CONNECTION_CLOSED, self._why)))
+                stream.end()
+                return mine
             self._calls[mine] = (msg["id"], stream, mine if _rpc_key(token) else None)
             if self._hub is not None:
                 self._by_client[msg["id"]] = mine
@@ -17902,7 +17931,7 @@ class _Session:
         with self._lock:
             if self.ended:
                 return
-            self.ended = True
+            self.ended, self._why = True, reason
             calls = list(self._calls.items())
             get = self.get_stream
         conn = self.server.conn
@@ -18550,6 +18579,9 @@ class _Sessions:
                 _log.debug("serve: %s: the client is gone: %s", msg.get("method"), e)
             except Exception:
                 _log.error("serve: %s failed:\n%s", msg.get("method"), traceback.format_exc())
+            finally:  # a stream, or a client gone: its slot is not held while the call goes on
+                if ex.streaming or not ex.answered:
+                    ex.release()
         thread = threading.Thread(target=relay, name="abstract-serve-answer", daemon=True)
         thread.start()
         return thread
