@@ -17474,7 +17474,8 @@ _SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last 
 # resumable streams (2025-11-25 basic/transports, "Resumability and Redelivery"): what each
 # stream of a session keeps for a client that resumes it (GET with Last-Event-ID)
 _SERVE_REPLAY_EVENTS = 100  # the last events of a stream kept for replay...
-_SERVE_REPLAY_BYTES = 1 << 20  # ...at most this many bytes of them (the last one always kept)
+_SERVE_REPLAY_BYTES = 1 << 20  # ...at most this many bytes of them (the last one always kept...
+_SERVE_REPLAY_LAST = 8 << 20  # (...unless larger than this: such an event is not replayed)
 _SERVE_RESUME_S = 60.0  # a stream whose client went away is kept (its call goes on) this long
 _SERVE_RESUMES_DONE = 8  # a session's streams kept after their end (the oldest forgotten first)
 _SERVE_ATTACH_S = 3.0  # a resume waits this long for the stream's last reader to notice it left
@@ -17489,8 +17490,8 @@ def _rpc_key(value: Any) -> bool:
 
 class _Replay:
     """The events one stream sent, for a client that resumes it: the last _SERVE_REPLAY_EVENTS
-    within _SERVE_REPLAY_BYTES (the last one always). Event ids are `<key>-<n>`: the stream's
-    key (unique in its session), and the event's number on it."""
+    within _SERVE_REPLAY_BYTES (the last one always, up to _SERVE_REPLAY_LAST). Event ids are
+    `<key>-<n>`: the stream's key (unique in its session), and the event's number on it."""
 
     def __init__(self, key: str) -> None:
         self.key, self._n, self._size = key, 0, 0
@@ -17501,8 +17502,9 @@ class _Replay:
         """Keep `data` (before it is written: a write that fails is replayed too); its id."""
         with self._lock:
             self._n += 1
-            self._events.append((self._n, data))
-            self._size += len(data)
+            if len(data) <= _SERVE_REPLAY_LAST:  # (a larger one is not held on after it is sent)
+                self._events.append((self._n, data))
+                self._size += len(data)
             while len(self._events) > 1 and (len(self._events) > _SERVE_REPLAY_EVENTS
                                              or self._size > _SERVE_REPLAY_BYTES):
                 self._size -= len(self._events.popleft()[1])
@@ -18591,15 +18593,15 @@ class _Sessions:
         """Write what comes on `stream` as the request's answer: JSON when the result comes
         first, else SSE until the result (event ids: a client may resume it); a client that
         went away is the session's to judge (_Session.left: cancelled at once when nothing
-        was sent, else after the resume's grace)."""
-        mine = stream.call
+        was sent, else after the resume's grace). Its call's id is read when needed: the
+        writer may start (_SERVE_INLINE_S) before _Session.call has set it."""
         try:
             while not ex.streaming:  # JSON when the answer comes first
                 got = stream.get(1.0)
                 if got is None:
                     if stream.ended:  # cancelled by its client (no answer owed), or overflowed
                         if stream.overflow:
-                            session.cancel(mine, "the client did not read its stream")
+                            session.cancel(stream.call or 0, "the client did not read its stream")
                         ex.reply(202, headers, b"")
                         return
                     if ex.gone():
@@ -18619,9 +18621,9 @@ class _Sessions:
                         f"client's Accept has no text/event-stream: it cannot be asked)"))
             self._pump(ex, stream)
             if stream.overflow:
-                session.cancel(mine, "the client did not read its stream")
+                session.cancel(stream.call or 0, "the client did not read its stream")
         finally:  # (a call answered already is not cancelled: the same whatever ended it)
-            session.left(stream, mine)
+            session.left(stream, stream.call)
 
     def _get(self, ex: _HttpExchange) -> None:
         """The session's standalone stream (one at a time): what is not tied to a request."""

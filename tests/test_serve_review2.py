@@ -106,3 +106,17 @@ def test_a_request_that_races_its_sessions_end_is_answered_with_why():
     assert got is not None and got["id"] == 7, got
     assert got["error"] == {"code": -32000, "message": "the client ended the session (DELETE)"}
     assert stream.ended and stream.get(0.0) is None
+
+
+def test_a_stream_keeps_for_a_resume_no_event_over_its_bound():
+    """A stream's last event is kept for a resume whatever the byte budget, but not one over
+    _SERVE_REPLAY_LAST: a large result sent as an event is not held on once sent (64 sessions'
+    streams would each keep theirs for a minute)."""
+    replay = abstract._Replay("p1")
+    small, large = b"x" * 100, b"y" * (abstract._SERVE_REPLAY_LAST + 1)
+    first = replay.add(small)
+    assert replay.after(0) == [(first, small)]
+    second = replay.add(large)
+    assert second == "p1-2" and replay.after(0) == [(first, small)]  # (its id still counts)
+    third = replay.add(b"z" * (abstract._SERVE_REPLAY_BYTES + 1))  # over the budget: kept alone
+    assert [eid for eid, _ in replay.after(0)] == [third]
