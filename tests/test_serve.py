@@ -457,9 +457,11 @@ def in_process(world: Any, *flags: str):
         line = b""
         while b"serving MCP at" not in line:
             line = lines.get(timeout=LONG)
-        yield Http(int(line.split(b":")[-1].split(b"/")[0])), lines
-        hold.close()  # stdin's EOF: serving ends
-        t.join(LONG)
+        try:
+            yield Http(int(line.split(b":")[-1].split(b"/")[0])), lines
+        finally:  # (a test that failed too: its server must not outlive its stderr)
+            hold.close()  # stdin's EOF: serving ends
+            t.join(LONG)
     assert code == [0]
 
 
@@ -472,6 +474,7 @@ def test_an_idle_session_ends_and_sessions_are_capped(world, monkeypatch):
     with in_process(world) as (http_, lines):
         s = Session(http_, get_stream=False)
         other = Session(http_)  # its GET stream open: busy, never idle
+        assert other.get is not None and other.get.status == 200  # (open before the second)
         second = http_.send("GET", sid=other.sid)
         assert second.status == 409 and "one each" in second.next()["error"]["message"]
         full = http_.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
