@@ -723,7 +723,7 @@ class _LogGate:
     lines refilled at `rate` a second, for its stderr lines and its notifications/message alike,
     so a flood costs a bounded number of lines. Lines past it are counted, and the count is
     written ("dropped N log lines from '<server>'") before the next line that passes, and by
-    flush() (a pause in its stderr, at most once a second; the end of a run)."""
+    flush(): at most once a second after a drop or a pause in its stderr, and at a run's end."""
 
     def __init__(self, name: str, rate: float = _LOG_RATE, burst: int = _LOG_BURST,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -752,11 +752,13 @@ class _LogGate:
                 self._dropped, dropped = self._dropped + 1, 0
         if dropped:
             self._say(dropped)
-        if passes:
-            line = text()
-            if len(line) > _LOG_LINE_CHARS:
-                line = line[:_LOG_LINE_CHARS] + " [...]"
-            _log.info("%s", line)
+        if not passes:  # its count is written within a second, even if no line passes after
+            self.flush(pause=True)
+            return
+        line = text()
+        if len(line) > _LOG_LINE_CHARS:
+            line = line[:_LOG_LINE_CHARS] + " [...]"
+        _log.info("%s", line)
 
     def flush(self, pause: bool = False) -> None:
         """Write the count of the lines dropped since the last line that passed, if any. At a

@@ -233,6 +233,17 @@ class FakeProxy(Listener):
         up.sendall(f"{method} {path} HTTP/1.1\r\n".encode() + "".join(h + "\r\n" for h in kept).encode()
                    + b"Connection: close\r\n\r\n" + body)
         with contextlib.suppress(OSError):
+            head = b""
+            while b"\r\n\r\n" not in head:  # the answer's head, to say the connection ends
+                data = up.recv(65536)
+                if not data:
+                    break
+                head += data
+            # it closes after one answer, so it says so, as a real proxy does (the client would
+            # otherwise keep the connection and may send its next request as it closes)
+            top, sep, rest = head.partition(b"\r\n\r\n")
+            lines = [h for h in top.split(b"\r\n") if not h.lower().startswith(b"connection:")]
+            c.sendall(b"\r\n".join(lines + [b"Connection: close"]) + sep + rest if sep else head)
             while True:
                 data = up.recv(65536)
                 if not data:

@@ -255,6 +255,17 @@ def test_a_flood_of_log_notifications_is_rate_limited_on_stderr_with_a_count(wor
     assert text_of(p.upstream("loud", "echo", {"text": "still"})) == "still"
 
 
+def test_the_last_notifications_dropped_are_counted_though_no_line_passes_after(world):
+    """A flood of notifications/message, then nothing: the count of the last ones dropped is
+    written within a second or so, not held until a line passes again (which may be never)."""
+    world.fake("loud")
+    p = _counted(world)
+    assert text_of(p.upstream("loud", "flood_logs", {"n": 3000, "kb": 1})) == "sent 3000"
+    shown = lambda: sum(1 for line in p.stderr_lines if "[loud] info:" in line and "llll" in line)
+    wait_for(lambda: shown() + _dropped(p, "loud") == 3000,
+             what=f"every line shown or counted: {shown()} + {_dropped(p, 'loud')}")
+
+
 def test_a_stderr_flood_is_rate_limited_with_a_count_at_the_pause(world):
     """An upstream's own stderr lines share the bucket: 30,000 lines, then silence; the count
     of those dropped is written when its stderr pauses, not only when a line passes again."""
