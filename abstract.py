@@ -18308,8 +18308,9 @@ class _Sessions:
                 if owner is not None:
                     self._owners[sid] = owner
         if victim is not None:
-            self._end(victim, f"the session of another credential's 2026-07-28 requests was "
-                              f"ended to make room (serve.max_sessions {self._max})")
+            self._end(victim, f"a credential's 2026-07-28 session, idle, was ended to make "
+                              f"room for another (serve.max_sessions {self._max}); its next "
+                              f"request starts a new one")
         try:
             session = (_Session(sid, self._make, None, key or None) if stateless
                        else _Session(sid, self._make, self))

@@ -157,7 +157,8 @@ def test_past_max_sessions_the_least_recently_used_idle_credential_session_is_en
         tid = made["result"]["task"]["taskId"]
         assert answer(one, "ping", {})["result"] is not None
         assert answer(two, "ping", {})["status"] == 200  # the third: the token's is ended
-        assert "ended to make room (serve.max_sessions 2)" in logged(srv, "a session ended")
+        assert "ended to make room for another (serve.max_sessions 2)" in logged(
+            srv, "a session ended")
         gone = answer(token, "tasks/get", {"taskId": tid})  # (a new session: `one`'s ended)
         assert "Unknown task" in gone["error"]["message"], gone
         logged(srv, "a session ended")
