@@ -18206,7 +18206,8 @@ class _Sessions:
     """--serve's sessions and its /mcp endpoint (exchange, given every HTTP request): the guard
     first, then the authorization server's paths, then MCP. Upstream events reach every
     session (list_changed, log messages by each one's level, resource updates by each one's
-    subscriptions)."""
+    subscriptions). 2026-07-28 requests name no session: each credential's are served by one
+    of its own (_stateless_session), counted in serve.max_sessions with the others (_open)."""
 
     def __init__(self, make: Callable[[Any, Any], Any], upstreams: _Upstreams,
                  body_max: int, guard: Any = None, auth: Any = None,
