@@ -7855,13 +7855,13 @@ class _ClientLink:
 
     def _open(self, state: Any, key: str) -> dict:
         bad = UpstreamError("requestState is not one Abstract gave for this request (changed, for "
-                            "another server, tool, prompt or resource, or from an earlier run of "
-                            "Abstract); send the request again without inputResponses and "
-                            "requestState", _INVALID_PARAMS)
+                            "another server, tool, prompt or resource, given to another "
+                            "credential, or from an earlier run of Abstract); send the request "
+                            "again without inputResponses and requestState", _INVALID_PARAMS)
         if not isinstance(state, str) or len(state) > 2 * _STATE_MAX or state.count(".") != 1:
             raise bad
         body, sig = state.split(".")
-        if not self._states.check(body, 0, sig):
+        if not self._states.check(self._bound(body), 0, sig):
             raise bad
         got = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
         if got.get("k") != key:
@@ -7871,6 +7871,15 @@ class _ClientLink:
                                 f"{_STATE_TTL_S:g} s); send the request again without "
                                 f"inputResponses and requestState", _INVALID_PARAMS)
         return got
+
+    @staticmethod
+    def _bound(body: str) -> str:
+        """What a requestState's signature covers: its body and, over --serve, whom the
+        credential of the call names (_Caller.owner), so that another credential's follow-up
+        cannot continue the call (its held question is its caller's); the owner is not in
+        the body, which the client reads."""
+        who = _caller()
+        return f"{body}\n{who.owner}" if who is not None and who.owner else body
 
     def seal(self, follow: _Follow, res: dict, what: str) -> dict:
         """The input_required result for a 2026-07-28 client: the upstream's inputRequests as
@@ -7896,7 +7905,7 @@ class _ClientLink:
             state["h"] = follow.held
         body = base64.urlsafe_b64encode(_dumps(state).encode()).decode("ascii")
         out: dict = {"resultType": "input_required",
-                     "requestState": f"{body}.{self._states.sign(body, 0)}"}
+                     "requestState": f"{body}.{self._states.sign(self._bound(body), 0)}"}
         if asks:
             out["inputRequests"] = asks
         return out

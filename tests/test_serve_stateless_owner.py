@@ -9,15 +9,17 @@ bounded; nothing sleeps to synchronise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 from conftest import text_of, wait_for
 from test_serve import ELICIT, LONG, TOKEN, Events, Http, Served, Session
 from test_serve_tunnel import As, Via, oauth_login
 
 ASK = {"name": "up__ask_client", "arguments": {"method": "elicitation/create", "params": ELICIT}}
+CAPS = {"elicitation": {}}
 
 
 def meta(caps: Optional[dict] = None) -> dict:
@@ -42,6 +44,15 @@ def answer(http_: Http, method: str, params: dict, caps: Optional[dict] = None) 
     return got
 
 
+def follow_up(http_: Http, asked: dict, name: str) -> dict:
+    """The follow-up of the input_required `asked` (ASK's), answering it with `name`."""
+    (key, _), = asked["inputRequests"].items()
+    return answer(http_, "tools/call", dict(ASK, requestState=asked["requestState"],
+                                            inputResponses={key: {"action": "accept",
+                                                                  "content": {"name": name}}}),
+                  CAPS)
+
+
 def hang(port: int, tool: str) -> socket.socket:
     """A 2026-07-28 call with the server's token, on a socket the test closes (the client
     going away: its call is cancelled) without reading the answer."""
@@ -53,6 +64,19 @@ def hang(port: int, tool: str) -> socket.socket:
                  f"application/json\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n"
                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     return sock
+
+
+@contextlib.contextmanager
+def two_credentials(world: Any, *fake: str) -> Iterator[Tuple[Served, Http, Http]]:
+    """Abstract serving the fake upstream `up` (with `fake` flags): (it, a client with the
+    server's token, a client with an OAuth access token of its own); stopped at the end."""
+    world.fake("up", *fake)
+    srv = Served(world)
+    try:
+        port = srv.http.port
+        yield srv, srv.http, As(port, oauth_login(Via(port))[1]["access_token"])
+    finally:
+        srv.stop()
 
 
 def logged(srv: Served, text: str) -> str:
@@ -68,11 +92,7 @@ def test_another_credentials_task_is_unknown_and_cannot_be_cancelled(world):
     """A task one credential's 2026-07-28 call made is not seen by another's tasks/get,
     tasks/result or tasks/cancel: each gets the error a task id no one made gets, and nothing
     reaches the upstream; its own credential still gets and cancels it."""
-    world.fake("up", "--tasks")
-    srv = Served(world)
-    try:
-        port = srv.http.port
-        mine, theirs = srv.http, As(port, oauth_login(Via(port))[1]["access_token"])
+    with two_credentials(world, "--tasks") as (_, mine, theirs):
         made = answer(mine, "tools/call", {"name": "up__job", "arguments": {"seconds": 60},
                                            "task": {"ttl": 60000}})
         tid = made["result"]["task"]["taskId"]
@@ -86,8 +106,6 @@ def test_another_credentials_task_is_unknown_and_cannot_be_cancelled(world):
         assert not world.events("up", "tasks/get") and not world.events("up", "tasks/cancel")
         assert answer(mine, "tasks/get", {"taskId": tid})["result"]["status"] == "working"
         assert answer(mine, "tasks/cancel", {"taskId": tid})["result"]["status"] == "cancelled"
-    finally:
-        srv.stop()
 
 
 def test_an_upstreams_question_during_one_credentials_call_is_never_put_to_another(world):
@@ -96,30 +114,33 @@ def test_an_upstreams_question_during_one_credentials_call_is_never_put_to_anoth
     at the same upstream, which call it is for is not known: it is refused to the upstream
     (-32601, the rule for sessions of several users), and the other credential is asked
     nothing (it was handed the question before)."""
-    world.fake("up", "--extras")
-    srv = Served(world)
-    try:
-        port = srv.http.port
-        a, b = srv.http, As(port, oauth_login(Via(port))[1]["access_token"])
-        caps = {"elicitation": {}}
-        asked = answer(a, "tools/call", ASK, caps)["result"]
+    with two_credentials(world, "--extras") as (_, a, b):
+        asked = answer(a, "tools/call", ASK, CAPS)["result"]
         assert asked["resultType"] == "input_required", asked
-        (key, ask), = asked["inputRequests"].items()
+        (ask,) = asked["inputRequests"].values()
         assert ask["params"]["message"] == "your name?"
-        done = answer(a, "tools/call", dict(ASK, requestState=asked["requestState"],
-                                            inputResponses={key: {"action": "accept",
-                                                                  "content": {"name": "Al"}}}),
-                      caps)
-        assert "Al" in text_of(done["result"])
-        b_call = modern(b, "tools/call", {"name": "up__record_cancel", "arguments": {}}, caps)
+        assert "Al" in text_of(follow_up(a, asked, "Al")["result"])
+        b_call = modern(b, "tools/call", {"name": "up__record_cancel", "arguments": {}}, CAPS)
         wait_for(lambda: world.events("up", "started"), LONG, "B's call at the upstream")
-        got = answer(a, "tools/call", ASK, caps)["result"]
+        got = answer(a, "tools/call", ASK, CAPS)["result"]
         text = json.dumps(got)
         assert "your name?" not in text and got.get("resultType") != "input_required", text
         assert "several users" in text and "no one is asked" in text, text
         assert b_call.q.empty(), b_call.q.get()  # B was asked nothing
-    finally:
-        srv.stop()
+
+
+def test_another_credentials_follow_up_cannot_continue_a_held_call(world):
+    """The requestState of one credential's input_required is bound to it: another's follow-up
+    with it (and an answer) is refused and reaches nothing; the first one's then continues the
+    held call."""
+    with two_credentials(world, "--extras") as (_, a, b):
+        asked = answer(a, "tools/call", ASK, CAPS)["result"]
+        stolen = json.dumps(follow_up(b, asked, "Bo"))
+        assert "requestState is not one Abstract gave" in stolen, stolen
+        assert "another credential" in stolen and "Bo" not in stolen
+        assert not world.events("up", "answered")
+        done = text_of(follow_up(a, asked, "Al")["result"])
+        assert "Al" in done and "Bo" not in done
 
 
 def test_without_authentication_stateless_clients_still_share_one_session(world):
