@@ -18626,10 +18626,10 @@ class _Sessions:
         shared = not session.sid and session.owner is None
         limit = _SERVE_STREAMS_MAX * (self._max if shared else 1)
         if session.in_flight() >= limit:
-            self._refuse(ex, 429, f"too many requests of this "
-                                  f"{'session' if session.sid else 'credential'} in flight (at "
-                                  f"most {limit}); send more when some are answered",
-                         _BUSY, msg["id"])
+            whose = ("requests of this session" if session.sid else "2026-07-28 requests"
+                     if shared else "2026-07-28 requests of this credential")
+            self._refuse(ex, 429, f"too many {whose} in flight (at most {limit}); send more "
+                                  f"when some are answered", _BUSY, msg["id"])
             return
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
         stream = session.new_stream()

@@ -215,3 +215,19 @@ def test_past_max_sessions_with_every_credential_busy_a_new_one_gets_503(world):
         assert busy.q.empty()  # (one's call goes on)
     finally:
         srv.stop()
+
+
+def test_one_credentials_requests_in_flight_are_bounded_as_a_sessions(world):
+    """A credential's 2026-07-28 requests in flight: 32 at once, as a session's (the shared
+    bound of the unauthenticated case, 32 x serve.max_sessions, is not one credential's);
+    the 33rd gets 429, and another credential is still served."""
+    with two_credentials(world, "--extras") as (srv, mine, theirs):
+        held = [hang(srv.http.port, "up__record_cancel") for _ in range(32)]
+        wait_for(lambda: len(world.events("up", "started")) == 32, LONG, "32 calls upstream")
+        over = answer(mine, "ping", {})
+        assert over["status"] == 429, over
+        assert "2026-07-28 requests of this credential in flight (at most 32)" in (
+            over["error"]["message"])
+        assert answer(theirs, "ping", {})["status"] == 200
+        for sock in held:
+            sock.close()
