@@ -7731,24 +7731,28 @@ class _Follow:
     """A 2026-07-28 client's request as the upstream call behind it sees it: the client's own
     capabilities (passed on in a modern upstream's _meta), what its follow-up brings for the
     upstream (inputResponses, the upstream's requestState), the held call it continues (a
-    handshake-era upstream's, see _QuestionRelay.hold), and the round it is."""
+    handshake-era upstream's, see _QuestionRelay.hold), the round it is, and whom the
+    credential of its client names (--serve: _Caller.owner; a question asked for another's call
+    is never handed to it)."""
 
-    __slots__ = ("key", "caps", "retry", "hold", "round", "held", "asked")
+    __slots__ = ("key", "caps", "retry", "hold", "round", "held", "asked", "owner")
 
     def __init__(self, key: str, caps: dict, retry: dict, hold: str = "", rnd: int = 0) -> None:
         self.key, self.caps, self.retry, self.hold, self.round = key, caps, retry, hold, rnd
         self.held = ""  # a call held for this request's client: the hold it is kept under
         self.asked: Future = Future()  # a handshake-era upstream's question handed to this call
+        self.owner: Optional[str] = None  # (set as it waits: _QuestionRelay._wait_for_questions)
 
 
 class _Question:
     """A handshake-era upstream's sampling/createMessage or elicitation/create put to a
-    2026-07-28 client as an input_required result: its key there, and the client's answer."""
+    2026-07-28 client as an input_required result: its key there, the client's answer, and
+    whose call it is for (the credential _Caller.owner names; None over stdio)."""
 
-    __slots__ = ("key", "method", "params", "answer")
+    __slots__ = ("key", "method", "params", "answer", "owner")
 
-    def __init__(self, key: str, method: str, params: Any) -> None:
-        self.key, self.method, self.params = key, method, params
+    def __init__(self, key: str, method: str, params: Any, owner: Optional[str] = None) -> None:
+        self.key, self.method, self.params, self.owner = key, method, params, owner
         self.answer: Future = Future()
 
 
@@ -7851,13 +7855,13 @@ class _ClientLink:
 
     def _open(self, state: Any, key: str) -> dict:
         bad = UpstreamError("requestState is not one Abstract gave for this request (changed, for "
-                            "another server, tool, prompt or resource, or from an earlier run of "
-                            "Abstract); send the request again without inputResponses and "
-                            "requestState", _INVALID_PARAMS)
+                            "another server, tool, prompt or resource, given to another "
+                            "credential, or from an earlier run of Abstract); send the request "
+                            "again without inputResponses and requestState", _INVALID_PARAMS)
         if not isinstance(state, str) or len(state) > 2 * _STATE_MAX or state.count(".") != 1:
             raise bad
         body, sig = state.split(".")
-        if not self._states.check(body, 0, sig):
+        if not self._states.check(self._bound(body), 0, sig):
             raise bad
         got = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
         if got.get("k") != key:
@@ -7867,6 +7871,15 @@ class _ClientLink:
                                 f"{_STATE_TTL_S:g} s); send the request again without "
                                 f"inputResponses and requestState", _INVALID_PARAMS)
         return got
+
+    @staticmethod
+    def _bound(body: str) -> str:
+        """What a requestState's signature covers: its body and, over --serve, whom the
+        credential of the call names (_Caller.owner), so that another credential's follow-up
+        cannot continue the call (its held question is its caller's); the owner is not in
+        the body, which the client reads."""
+        who = _caller()
+        return f"{body}\n{who.owner}" if who is not None and who.owner else body
 
     def seal(self, follow: _Follow, res: dict, what: str) -> dict:
         """The input_required result for a 2026-07-28 client: the upstream's inputRequests as
@@ -7892,7 +7905,7 @@ class _ClientLink:
             state["h"] = follow.held
         body = base64.urlsafe_b64encode(_dumps(state).encode()).decode("ascii")
         out: dict = {"resultType": "input_required",
-                     "requestState": f"{body}.{self._states.sign(body, 0)}"}
+                     "requestState": f"{body}.{self._states.sign(self._bound(body), 0)}"}
         if asks:
             out["inputRequests"] = asks
         return out
@@ -8202,19 +8215,24 @@ class _QuestionRelay:
         """An upstream's question while only 2026-07-28 clients' calls are in flight: handed to
         one of them, which answers its client with input_required (hold); the
         client's follow-up brings the answer. -32601 at once if the client cannot take it; an
-        error when it does not follow up within _HOLD_S (the call is then cancelled)."""
+        error when it does not follow up within _HOLD_S (the call is then cancelled). Only a
+        call of the asker's credential takes it (--serve: _asker; with calls of several
+        credentials in flight, -32601)."""
         cap = _ClientLink.QUESTIONS[req.method]
         if cap not in self._client.caps:
             raise RpcError(_METHOD_NOT_FOUND, f"Method not found: {req.method} (Abstract's client "
                            f"did not declare the {cap} capability)")
-        q = _Question(f"{self.name}-{next(self._tokens)}", req.method, req.params)
+        who = self._asker(req.params)
+        q = _Question(f"{self.name}-{next(self._tokens)}", req.method, req.params,
+                      who.owner if who is not None else None)
 
         def withdraw(reason: str, exc: Optional[BaseException] = None) -> None:
             _settle(q.answer, exc=exc or RpcError(_INTERNAL_ERROR, reason))
 
         with self._lock:
             self._questions[id(q)] = withdraw
-            waiter = next((w for w in self._waiters if not w.asked.done()), None)
+            waiter = next((w for w in self._waiters
+                           if not w.asked.done() and w.owner == q.owner), None)
             if waiter is None:
                 self._unclaimed.append(q)
             else:
@@ -8288,11 +8306,16 @@ class _QuestionRelay:
                 self._stop_waiting(follow, took)
 
     def _wait_for_questions(self, follow: _Follow) -> Future:
-        """Let this call take the upstream's next question (one kept for nobody, at once)."""
+        """Let this call take the upstream's next question for its credential (one kept for
+        nobody, at once)."""
         follow.asked = Future()
+        who = _caller()
+        follow.owner = who.owner if who is not None else None
         with self._lock:
-            if self._unclaimed:
-                follow.asked.set_result(self._unclaimed.pop(0))
+            kept = next((q for q in self._unclaimed if q.owner == follow.owner), None)
+            if kept is not None:
+                self._unclaimed.remove(kept)
+                follow.asked.set_result(kept)
             else:
                 self._waiters.append(follow)
         return follow.asked
@@ -17698,9 +17721,11 @@ class _Session:
     and put back on the answer."""
 
     def __init__(self, sid: str, make: Callable[[Any, Any], Any],
-                 hub: Optional["_Sessions"] = None) -> None:
+                 hub: Optional["_Sessions"] = None, owner: Optional[str] = None) -> None:
         self.sid, self._hub = sid, hub  # (hub: what the sessions share; None: stateless)
-        self.owner = hub.owner_of(sid) if hub is not None else None  # (_Sessions._who)
+        # whom its credential names (_Sessions._who): a stateless one's is given (None: the
+        # one shared by every client when there is no authentication)
+        self.owner = hub.owner_of(sid) if hub is not None else owner
         self._lock = threading.Lock()
         self._feed = _Feed()
         self.server = make(self._feed, _Sink(self._route))
@@ -18190,7 +18215,8 @@ class _Sessions:
     """--serve's sessions and its /mcp endpoint (exchange, given every HTTP request): the guard
     first, then the authorization server's paths, then MCP. Upstream events reach every
     session (list_changed, log messages by each one's level, resource updates by each one's
-    subscriptions)."""
+    subscriptions). 2026-07-28 requests name no session: each credential's are served by one
+    of its own (_stateless_session), counted in serve.max_sessions with the others (_open)."""
 
     def __init__(self, make: Callable[[Any, Any], Any], upstreams: _Upstreams,
                  body_max: int, guard: Any = None, auth: Any = None,
@@ -18206,7 +18232,10 @@ class _Sessions:
         self._lock = threading.Lock()
         self._sessions: Dict[str, _Session] = {}
         self._owners: Dict[str, str] = {}  # session id -> whom its credential names (who)
-        self._stateless: Optional[_Session] = None  # 2026-07-28 requests (no session)
+        # the sessions of 2026-07-28 requests (which name none), one per credential: whom it
+        # names (_who) -> its session ("": no authentication, every client's; None: being made)
+        self._stateless: Dict[str, Optional[_Session]] = {}
+        self._making = threading.Lock()  # (one is made per credential, however many race)
         # their subscriptions/listen streams
         self.listens = _Listens(min(max_sessions, _SERVE_LISTENS_MAX))
         self._old = _OldSse(self)  # the 2024-11-05 transport's endpoints
@@ -18262,27 +18291,51 @@ class _Sessions:
             self.upstreams.set_level(min(asked, key=_LOG_LEVELS.index))
 
     # -- sessions
-    def _open(self, owner: Optional[str] = None) -> Optional[_Session]:
+    def _open(self, owner: Optional[str] = None, stateless: bool = False) -> Optional[_Session]:
         """A new session, bound to the credential `owner` names (_who; None: unbound), or None
-        when full."""
+        when full. `stateless`: the session of that credential's 2026-07-28 requests (no id;
+        _stateless_session). serve.max_sessions counts both kinds, but not the stateless one
+        shared without authentication; at the bound, the stateless one used least recently
+        with no request in flight is ended to make room."""
         import secrets  # lazy: see Imports
 
+        key, victim = owner or "", None
         with self._lock:
-            if len(self._sessions) >= self._max or self._stopped.is_set():
+            if self._stopped.is_set():
                 return None
-            sid = secrets.token_urlsafe(32)  # 256 bits
-            self._sessions[sid] = None  # type: ignore[assignment]  (held while it is built)
-            if owner is not None:
-                self._owners[sid] = owner
+            counted = [v for k, v in self._stateless.items() if k]
+            if (key or not stateless) and len(self._sessions) + len(counted) >= self._max:
+                victim = min((v for v in counted if v is not None and not v.busy()),
+                             key=lambda v: v.used, default=None)
+                if victim is None:
+                    return None
+                del self._stateless[victim.owner or ""]
+            sid = "" if stateless else secrets.token_urlsafe(32)  # 256 bits
+            if stateless:
+                self._stateless[key] = None  # (held while it is built)
+            else:
+                self._sessions[sid] = None  # type: ignore[assignment]
+                if owner is not None:
+                    self._owners[sid] = owner
+        if victim is not None:
+            self._end(victim, f"a credential's 2026-07-28 session, idle, was ended to make "
+                              f"room for another (serve.max_sessions {self._max}); its next "
+                              f"request starts a new one")
         try:
-            session = _Session(sid, self._make, self)
+            session = (_Session(sid, self._make, None, key or None) if stateless
+                       else _Session(sid, self._make, self))
         except BaseException:
             with self._lock:
                 self._sessions.pop(sid, None)
                 self._owners.pop(sid, None)
+                if stateless:
+                    self._stateless.pop(key, None)
             raise
         with self._lock:
-            self._sessions[sid] = session
+            if stateless:
+                self._stateless[key] = session
+            else:
+                self._sessions[sid] = session
         return session
 
     def _end(self, session: _Session, reason: str) -> None:
@@ -18290,6 +18343,8 @@ class _Sessions:
             if self._sessions.get(session.sid) is session:
                 del self._sessions[session.sid]
                 self._owners.pop(session.sid, None)
+            if not session.sid and self._stateless.get(session.owner or "") is session:
+                del self._stateless[session.owner or ""]
         session.end(reason)
         _log.info("serve: a session ended: %s", reason)
 
@@ -18308,7 +18363,9 @@ class _Sessions:
             if now < due:
                 continue
             due = now + every
-            for s in self._each():
+            with self._lock:  # (a credential's stateless session idles out too; not the shared)
+                owned = [v for k, v in self._stateless.items() if k and v is not None]
+            for s in self._each() + owned:
                 s.expire(now)
                 if not s.busy() and now - s.used > self._idle_s:
                     self._end(s, f"idle for {self._idle_s:g} s (serve.idle_timeout_seconds)")
@@ -18320,7 +18377,7 @@ class _Sessions:
         self.listens.end()
         with self._lock:
             sessions = [s for s in self._sessions.values() if s is not None]
-            sessions += [self._stateless] if self._stateless is not None else []
+            sessions += [s for s in self._stateless.values() if s is not None]
         for s in sessions:
             self._end(s, reason)
         deadline = time.monotonic() + _SERVE_HANDLERS_S
@@ -18505,21 +18562,38 @@ class _Sessions:
                                       f"what the body says ({str(want)[:100]!r})",
                              _INVALID_REQUEST, msg.get("id"))
                 return
-        if msg["method"] == "subscriptions/listen":
-            self._listen(ex, msg)
-            return
-        self._answer(ex, self._stateless_session(), msg, {})
+        session = self._stateless_session(self._who(ex))
+        if session is None:
+            self._refuse(ex, 503, f"Abstract serves at most {self._max} sessions at once "
+                                  f"(serve.max_sessions), the 2026-07-28 requests of each "
+                                  f"credential counting as one, and each has a request in "
+                                  f"flight; send this again once one is answered, or raise "
+                                  f"serve.max_sessions", _BUSY, msg["id"])
+        elif msg["method"] == "subscriptions/listen":
+            self._listen(ex, msg, session)
+        else:
+            self._answer(ex, session, msg, {})
 
-    def _stateless_session(self) -> _Session:
-        """The one session of every 2026-07-28 request."""
+    def _stateless_session(self, owner: str) -> Optional[_Session]:
+        """The session of the 2026-07-28 requests of the credential `owner` names (_who; ""
+        without authentication: every client's), made on first use; None when full (_open).
+        Kept apart per credential: one's tasks, and its upstreams' questions, are its own."""
         with self._lock:
-            if self._stateless is None:
-                self._stateless = _Session("", self._make)
-            return self._stateless
+            session = self._stateless.get(owner)
+        if session is None or session.ended:
+            with self._making:
+                with self._lock:
+                    session = self._stateless.get(owner)
+                if session is None or session.ended:
+                    session = self._open(owner, stateless=True)
+        if session is not None:
+            session.used = time.monotonic()
+        return session
 
-    def _listen(self, ex: _HttpExchange, msg: dict) -> None:
-        """A 2026-07-28 subscriptions/listen: its SSE stream (the acknowledgment, then the
-        notifications it asked for) until its client closes it or Abstract shuts down."""
+    def _listen(self, ex: _HttpExchange, msg: dict, session: _Session) -> None:
+        """A 2026-07-28 subscriptions/listen (`session`: its credential's): its SSE stream (the
+        acknowledgment, then the notifications it asked for) until its client closes it or
+        Abstract shuts down."""
         if "text/event-stream" not in (ex.headers.get("Accept") or "text/event-stream"):
             self._refuse(ex, 406, "Not Acceptable: subscriptions/listen is answered with a "
                                   "text/event-stream", _INVALID_REQUEST, msg["id"])
@@ -18530,7 +18604,7 @@ class _Sessions:
             ex.reply(200, {"Content-Type": "application/json"},
                      _dumps(_error_response(msg["id"], e)).encode())
             return
-        direct = self._stateless_session().server.transparent
+        direct = session.server.transparent
         listening = self.listens.open(msg, direct)
         if listening is None:
             self._refuse(ex, 503, f"Abstract serves at most {self.listens.limit} "
@@ -18547,11 +18621,15 @@ class _Sessions:
                 headers: Dict[str, str]) -> None:
         """A request's answer: JSON when the result comes first; an SSE stream when the call
         sends something before it (progress, a log message, a question), the result last."""
-        # (the 2026-07-28 requests of every client share one session: a larger bound)
-        if session.in_flight() >= _SERVE_STREAMS_MAX * (self._max if not session.sid else 1):
-            self._refuse(ex, 429, f"too many requests of this session in flight (at most "
-                                  f"{_SERVE_STREAMS_MAX}); send more when some are answered",
-                         _BUSY, msg["id"])
+        # (without authentication every client's 2026-07-28 requests share one session: a
+        # larger bound; with it, a credential's have the bound of a session)
+        shared = not session.sid and session.owner is None
+        limit = _SERVE_STREAMS_MAX * (self._max if shared else 1)
+        if session.in_flight() >= limit:
+            whose = ("requests of this session" if session.sid else "2026-07-28 requests"
+                     if shared else "2026-07-28 requests of this credential")
+            self._refuse(ex, 429, f"too many {whose} in flight (at most {limit}); send more "
+                                  f"when some are answered", _BUSY, msg["id"])
             return
         sse = "text/event-stream" in (ex.headers.get("Accept") or "text/event-stream")
         stream = session.new_stream()
