@@ -312,6 +312,21 @@ def _tree_cpu_ms(pid: int) -> List[float]:
     return depths
 
 
+def _switches(pid: int) -> Optional[int]:
+    """Context switches so far (voluntary + not) of the threads `pid` has now (Linux: /proc;
+    the relay's pool workers stay), summed over /proc/<pid>/task/*/status; None elsewhere."""
+    total, tasks = 0, f"/proc/{pid}/task"
+    if not os.path.isdir(tasks):
+        return None
+    for tid in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{tid}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def _per_call(before: List[float], after: List[float], n: int) -> Dict[str, float]:
     """CPU ms per call of the client (depth 0), the relay (1) and the upstream (2) between two
     _tree_cpu_ms; with no relay between them (direct), depth 1 is the upstream."""
@@ -378,15 +393,19 @@ def relay_bench(targets: List[Target], sdk_py: str, runs: int, quick: bool, size
 def flight_bench(targets: List[Target], sdk_py: str, runs: int, calls: int) -> dict:
     """Echo calls, 16 in flight, through each target, by the stdlib client and the SDK's, the
     targets in a rotating order within each run: the median calls per second, and the median CPU
-    ms per call of the client, the relay and the upstream (each process's own, from /proc)."""
+    ms per call of the client, the relay and the upstream (each process's own, from /proc), and
+    (the stdlib client) the relay's context switches per call."""
     cps: Dict[str, Dict[str, List[float]]] = {}
     cpu: Dict[str, Dict[str, Dict[str, List[float]]]] = {}
+    switches: Dict[str, List[float]] = {}  # the stdlib client's: the relay's (direct: the upstream's)
     for run in range(runs):
         for client in ["stdlib"] + (["sdk"] if sdk_py else []):
             for t in targets[run % len(targets):] + targets[:run % len(targets)]:
                 if client == "stdlib":
                     r = throughput(t, calls, 16)
                     rate, per = r["calls_per_s"], r["cpu_ms_per_call"]
+                    if r["switches_per_call"] is not None:
+                        switches.setdefault(t.label, []).append(r["switches_per_call"])
                 else:
                     rate, per = _calls(t, client, sdk_py, "echo", {"text": "x"}, calls, 0, 16)
                 cps.setdefault(client, {}).setdefault(t.label, []).append(rate)
@@ -396,7 +415,8 @@ def flight_bench(targets: List[Target], sdk_py: str, runs: int, calls: int) -> d
             "in_flight_calls_per_s": {c: {k: statistics.median(v) for k, v in per.items()}
                                       for c, per in cps.items()},
             "in_flight_cpu_ms_per_call": {c: {k: {role: statistics.median(v) for role, v in roles.items()}
-                                              for k, roles in per.items()} for c, per in cpu.items()}}
+                                              for k, roles in per.items()} for c, per in cpu.items()},
+            "in_flight_switches_per_call": {k: statistics.median(v) for k, v in switches.items()}}
 
 
 def _flight_rows(r: dict) -> List[List[Any]]:
@@ -413,6 +433,10 @@ def _flight_rows(r: dict) -> List[List[Any]]:
                            for k in per])
             rows.append([f"16 in flight {client}, cores busy (CPU ms/call x calls/s)"]
                         + [f"{sum(cpu[k].values()) * per[k] / 1000:.2f}" for k in per])
+        switches = r.get("in_flight_switches_per_call", {}) if client == "stdlib" else {}
+        if switches:
+            rows.append([f"16 in flight {client}, context switches/call of the relay (direct: the upstream)"]
+                        + [f"{switches[k]:.1f}" if k in switches else "" for k in per])
     return rows
 
 
@@ -477,6 +501,7 @@ def throughput(target: Target, total: int, inflight: int) -> dict:
                 target.invoke(peer, "echo", {"text": "x"})
 
         me, cpu, t = os.times(), _tree_cpu_ms(peer.proc.pid), time.perf_counter()
+        switches = _switches(peer.proc.pid)
         threads = [threading.Thread(target=worker) for _ in range(inflight)]
         for th in threads:
             th.start()
@@ -485,11 +510,14 @@ def throughput(target: Target, total: int, inflight: int) -> dict:
         took = time.perf_counter() - t
         # the client is this process: its own times (the tree below it is the peer's)
         after, done = _tree_cpu_ms(peer.proc.pid), os.times()
+        switched = _switches(peer.proc.pid)
     finally:
         peer.close()
     own = (done.user + done.system - me.user - me.system) * 1000
     return {"calls": total, "in_flight": inflight, "calls_per_s": total / took,
-            "cpu_ms_per_call": _per_call([0.0] + cpu, [own] + after, total)}
+            "cpu_ms_per_call": _per_call([0.0] + cpu, [own] + after, total),
+            "switches_per_call": (switched - switches) / total if switches is not None
+            and switched is not None else None}
 
 
 def _floor_write(data: list, fmt: str, path: str) -> None:
