@@ -7715,6 +7715,27 @@ def _launch(path: str, args: List[str], environ: Dict[str, str]) -> Any:
     return _batch_line(path, args, "\\".join([root.rstrip("\\/"), "System32", "cmd.exe"]))
 
 
+def _start_process(spec: _ServerSpec, environ: Dict[str, str],
+                   spawn: Callable[..., Any] = subprocess.Popen) -> Any:
+    """Start a local upstream's process (`spawn`: subprocess.Popen's signature), its three
+    pipes unbuffered; OSError or UpstreamError if it cannot."""
+    # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
+    # entry's env names them; upper(): Windows names ignore case.
+    env = {k: v for k, v in environ.items() if not k.upper().startswith("ABSTRACT_")}
+    _env_merge(env, spec.env)
+    # an Abstract started through this one refuses to run
+    env["ABSTRACT_PARENT"] = str(os.getpid())
+    argv = _launch(_resolve_command(spec, env), spec.args, environ)  # (a str: batch files)
+    kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
+                          "stderr": subprocess.PIPE, "bufsize": 0, "env": env,
+                          "cwd": spec.cwd or None}
+    if _WINDOWS:  # no console window flashing up for each upstream
+        kw["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
+    else:  # its own process group, so shutdown can signal the upstream's children too
+        kw["start_new_session"] = True
+    return spawn(argv, **kw)
+
+
 def _exit_text(code: Optional[int]) -> str:
     """How the process ended, for an error message."""
     if code is None:
@@ -9497,15 +9518,8 @@ class _Upstream:
         transport; UpstreamError if it cannot."""
         if self.spec.remote:
             return self._open_remote(t0)
-        # Abstract's own variables (ABSTRACT_CACHE_SECRET above all) stay with Abstract unless the
-        # entry's env names them; upper(): Windows names ignore case.
-        env = {k: v for k, v in self._environ.items() if not k.upper().startswith("ABSTRACT_")}
-        _env_merge(env, self.spec.env)
-        # an Abstract started through this one refuses to run
-        env["ABSTRACT_PARENT"] = str(os.getpid())
         try:
-            argv = _launch(_resolve_command(self.spec, env), self.spec.args, self._environ)
-            proc = self._popen(argv, env)
+            proc = _start_process(self.spec, self._environ, self._spawn)
         except (OSError, UpstreamError) as e:
             self._note_crash(t0, quick=True)
             msg = e.message if isinstance(e, UpstreamError) else (e.strerror or str(e))
@@ -9551,16 +9565,6 @@ class _Upstream:
                               "notifications/resources/updated": self._on_updated,
                               "notifications/elicitation/complete":
                                   self._client.elicitation_complete})
-
-    def _popen(self, argv: Any, env: Dict[str, str]) -> Any:  # (a str: _launch, batch files)
-        kw: Dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
-                              "stderr": subprocess.PIPE,
-                              "bufsize": 0, "env": env, "cwd": self.spec.cwd or None}
-        if _WINDOWS:  # no console window flashing up for each upstream
-            kw["creationflags"] = getattr(subprocess, "CREATE_NO_WINDOW", 0)
-        else:  # its own process group, so shutdown can signal the upstream's children too
-            kw["start_new_session"] = True
-        return self._spawn(argv, **kw)
 
     # -- notifications, death
     def _on_progress(self, params: Any) -> None:
