@@ -18609,7 +18609,20 @@ class _Sessions:
                                       f"what the body says ({str(want)[:100]!r})",
                              _INVALID_REQUEST, msg.get("id"))
                 return
-        session = self._stateless_session(self._who(ex))
+        who = self._who(ex)
+        if not who and getattr(self._guard, "authenticates", False):
+            # (its credential lapsed since the guard passed it, an OAuth access token expiring
+            # or revoked just then: never the unauthenticated clients' shared session) the
+            # guard's 401 now, with its WWW-Authenticate
+            said = self._guard.check(ex.method, ex.path, ex.headers) or (
+                401, {"Content-Type": "application/json", "WWW-Authenticate":
+                      'Bearer realm="abstract", error="invalid_token"'},
+                _rpc_body(_INVALID_REQUEST, "Unauthorized: the bearer token expired or was "
+                                            "revoked as this request came; send it again with a "
+                                            "valid one", msg["id"]))
+            ex.reply(*said)
+            return
+        session = self._stateless_session(who)
         if session is None:
             self._refuse(ex, 503, f"Abstract serves at most {self._max} sessions at once "
                                   f"(serve.max_sessions), the 2026-07-28 requests of each "

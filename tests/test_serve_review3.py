@@ -127,3 +127,42 @@ def test_a_session_being_made_at_shutdown_is_ended_too(hubs, stateless):
     assert session is not None and session.ended
     answer = _ping(session)
     assert answer["error"] == {"code": -32000, "message": "Abstract is shutting down"}
+
+
+class LapsingGuard:
+    """A guard (authentication on) that passes every request, and whose `who` names no one
+    for a token with "lapsing" in it: what an OAuth access token that expires (or is revoked)
+    between the guard's check and the look-up of its owner gives."""
+
+    authenticates = True
+
+    def check(self, method: str, path: str, headers: Any) -> None:
+        return None
+
+    def who(self, headers: Any) -> str:
+        token = headers.get("Authorization") or ""
+        return "" if "lapsing" in token else f"oauth:{token[-6:]}"
+
+
+def test_a_credential_that_lapses_as_its_request_comes_is_refused_not_served_as_no_one(
+        world, monkeypatch):
+    """With authentication on, a 2026-07-28 request whose credential no longer names anyone
+    once it passed the guard gets 401. It was served in the session of the unauthenticated
+    (owner ""): shared by every such request whatever its credential (one's task another's,
+    a requestState bound to no one), never ended, not counted in serve.max_sessions."""
+    from test_serve import in_process
+    from test_serve_stateless_owner import answer, modern
+    from test_serve_tunnel import As
+
+    original = abstract._serve_forever
+    monkeypatch.setattr(abstract, "_serve_forever", lambda *a, **k: original(
+        *a, **dict(k, guard=LapsingGuard(), auth=None, secure=None)))
+    world.fake("up", "--tasks")
+    with in_process(world, "--expose", "direct") as (http_, _):
+        job = {"name": "up__job", "arguments": {"seconds": 60}, "task": {"ttl": 60000}}
+        ev = modern(As(http_.port, "lapsing-a"), "tools/call", job)
+        _, lapsed = ev.until_answer()
+        assert ev.status == 401, lapsed
+        assert "expired or was revoked" in lapsed["error"]["message"], lapsed
+        assert 'error="invalid_token"' in ev.headers["www-authenticate"]
+        assert answer(As(http_.port, "good-b"), "ping", {})["status"] == 200
