@@ -1,8 +1,9 @@
 """A third adversarial review of --serve: the sessions of each credential's 2026-07-28 requests
 (_Sessions._stateless_session) under races a loaded machine makes likely. Each test fails before
-its fix. The sessions' hub is driven in process (its sessions' servers stand-ins that answer
-ping, as test_serve_review2's), so that each race's order is the test's own: nothing sleeps to
-synchronise, and every wait is bounded."""
+its fix (but the one that says it is a guard). The sessions' hub is driven in process (its
+sessions' servers stand-ins that answer ping, as test_serve_review2's), so that each race's
+order is the test's own; the lapsed credential's request goes through a real --serve (in
+process, a stand-in guard). Nothing sleeps to synchronise, and every wait is bounded."""
 
 from __future__ import annotations
 
