@@ -17737,6 +17737,7 @@ class _Session:
         self.level = ""  # what logging/setLevel asked
         self.used = time.monotonic()
         self.ended, self._why = False, ""  # (why: the reason end was given)
+        self._claims = 0  # requests that found it and have not yet been answered (claim)
         self._ids = itertools.count(1)
         # Abstract's id of each request in flight -> (the client's id, its stream, progress token)
         self._calls: Dict[int, Tuple[Any, _Stream, Any]] = {}
@@ -17856,9 +17857,27 @@ class _Session:
         return got
 
     def busy(self) -> bool:
-        """A request in flight, or a GET stream open."""
+        """A request in flight or claimed, or a GET stream open."""
         with self._lock:
-            return bool(self._calls) or self.get_stream is not None
+            return self._busy()
+
+    def _busy(self) -> bool:  # (under _lock)
+        return bool(self._calls) or self._claims > 0 or self.get_stream is not None
+
+    def claim(self) -> bool:
+        """A request found it: it is busy (never ended as idle) until release(); False once
+        it has ended (the request goes elsewhere)."""
+        with self._lock:
+            if self.ended:
+                return False
+            self._claims += 1
+            return True
+
+    def release(self) -> None:
+        """The request that claimed it is answered."""
+        with self._lock:
+            self._claims -= 1
+        self.used = time.monotonic()
 
     def in_flight(self) -> int:
         with self._lock:
@@ -17961,12 +17980,23 @@ class _Session:
     def end(self, reason: str) -> None:
         """End the session: its calls cancelled (each answered with an error on its stream),
         its streams closed, its server's connection ended (the upstreams stay)."""
+        if self.retire(reason):
+            self.finish()
+
+    def retire(self, reason: str, idle: bool = False) -> bool:
+        """Mark it ended (from now on a request it gets is answered with `reason`), unless it
+        is already or, `idle`, it is busy: one check with the mark, so that a request that has
+        just claimed it is served. Whether it did (then finish() ends the rest)."""
         with self._lock:
-            if self.ended:
-                return
+            if self.ended or (idle and self._busy()):
+                return False
             self.ended, self._why = True, reason
-            calls = list(self._calls.items())
-            get = self.get_stream
+            return True
+
+    def finish(self) -> None:
+        """What ending a retired session takes (end)."""
+        with self._lock:
+            calls, get, reason = list(self._calls.items()), self.get_stream, self._why
         conn = self.server.conn
         for mine, (theirs, stream, _) in calls:
             conn.deliver({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -18244,6 +18274,7 @@ class _Sessions:
         self.listens = _Listens(min(max_sessions, _SERVE_LISTENS_MAX))
         self._old = _OldSse(self)  # the 2024-11-05 transport's endpoints
         self._stopped = threading.Event()
+        self._why_stopped = ""
         self._handlers = 0  # HTTP requests being answered
         self._quiet = threading.Condition(self._lock)
         self._inline: Dict[_Stream, float] = {}  # handlers running on HTTP threads: since when
@@ -18304,13 +18335,17 @@ class _Sessions:
         import secrets  # lazy: see Imports
 
         key, victim = owner or "", None
+        why = (f"a credential's 2026-07-28 session, idle, was ended to make room for another "
+               f"(serve.max_sessions {self._max}); its next request starts a new one")
         with self._lock:
             if self._stopped.is_set():
                 return None
             counted = [v for k, v in self._stateless.items() if k]
             if (key or not stateless) and len(self._sessions) + len(counted) >= self._max:
-                victim = min((v for v in counted if v is not None and not v.busy()),
-                             key=lambda v: v.used, default=None)
+                # (retire: not one a request has just claimed, or is answered on)
+                victim = next((v for v in sorted((v for v in counted if v is not None),
+                                                 key=lambda v: v.used)
+                               if v.retire(why, idle=True)), None)
                 if victim is None:
                     return None
                 del self._stateless[victim.owner or ""]
@@ -18322,9 +18357,7 @@ class _Sessions:
                 if owner is not None:
                     self._owners[sid] = owner
         if victim is not None:
-            self._end(victim, f"a credential's 2026-07-28 session, idle, was ended to make "
-                              f"room for another (serve.max_sessions {self._max}); its next "
-                              f"request starts a new one")
+            self._end(victim, why, retired=True)
         try:
             session = (_Session(sid, self._make, None, key or None) if stateless
                        else _Session(sid, self._make, self))
@@ -18335,22 +18368,34 @@ class _Sessions:
                 if stateless:
                     self._stateless.pop(key, None)
             raise
+        if stateless:
+            session.claim()  # (its first request's: not ended as idle before that is answered)
         with self._lock:
             if stateless:
                 self._stateless[key] = session
             else:
                 self._sessions[sid] = session
+            late = self._stopped.is_set()  # (close did not see it: it was being made)
+        if late:
+            self._end(session, self._why_stopped)
         return session
 
-    def _end(self, session: _Session, reason: str) -> None:
+    def _end(self, session: _Session, reason: str, idle: bool = False,
+             retired: bool = False) -> None:
+        """End `session`; `idle` (the sweeper's): only if it is not busy, checked as it is
+        marked ended (_Session.retire); `retired`: marked already."""
         with self._lock:
+            mine = retired or session.retire(reason, idle)
+            if idle and not mine:
+                return  # (a request claimed it meanwhile: it is no longer idle)
             if self._sessions.get(session.sid) is session:
                 del self._sessions[session.sid]
                 self._owners.pop(session.sid, None)
             if not session.sid and self._stateless.get(session.owner or "") is session:
                 del self._stateless[session.owner or ""]
-        session.end(reason)
-        _log.info("serve: a session ended: %s", reason)
+        if mine:
+            session.finish()
+            _log.info("serve: a session ended: %s", reason)
 
     def _sweep(self) -> None:
         """End idle sessions and forget streams kept too long for a resume; start the answer's
@@ -18372,11 +18417,13 @@ class _Sessions:
             for s in self._each() + owned:
                 s.expire(now)
                 if not s.busy() and now - s.used > self._idle_s:
-                    self._end(s, f"idle for {self._idle_s:g} s (serve.idle_timeout_seconds)")
+                    self._end(s, f"idle for {self._idle_s:g} s (serve.idle_timeout_seconds)",
+                              idle=True)
 
     def close(self, reason: str) -> None:
         """Shutdown: every session ended (its calls answered with an error, its streams
         closed), and the HTTP answers under way given _SERVE_HANDLERS_S to finish."""
+        self._why_stopped = reason  # (a session still being made is ended with it: _open)
         self._stopped.set()
         self.listens.end()
         with self._lock:
@@ -18566,7 +18613,20 @@ class _Sessions:
                                       f"what the body says ({str(want)[:100]!r})",
                              _INVALID_REQUEST, msg.get("id"))
                 return
-        session = self._stateless_session(self._who(ex))
+        who = self._who(ex)
+        if not who and getattr(self._guard, "authenticates", False):
+            # (its credential lapsed since the guard passed it, an OAuth access token expiring
+            # or revoked just then: never the unauthenticated clients' shared session) the
+            # guard's 401 now, with its WWW-Authenticate
+            said = self._guard.check(ex.method, ex.path, ex.headers) or (
+                401, {"Content-Type": "application/json", "WWW-Authenticate":
+                      'Bearer realm="abstract", error="invalid_token"'},
+                _rpc_body(_INVALID_REQUEST, "Unauthorized: the bearer token expired or was "
+                                            "revoked as this request came; send it again with a "
+                                            "valid one", msg["id"]))
+            ex.reply(*said)
+            return
+        session = self._stateless_session(who)
         if session is None:
             self._refuse(ex, 503, f"Abstract serves at most {self._max} sessions at once "
                                   f"(serve.max_sessions), the 2026-07-28 requests of each "
@@ -18574,21 +18634,27 @@ class _Sessions:
                                   f"flight; send this again once one is answered, or raise "
                                   f"serve.max_sessions", _BUSY, msg["id"])
         elif msg["method"] == "subscriptions/listen":
+            session.release()  # (its stream is the hub's, not the session's: _Listens)
             self._listen(ex, msg, session)
         else:
-            self._answer(ex, session, msg, {})
+            try:
+                self._answer(ex, session, msg, {})
+            finally:
+                session.release()
 
     def _stateless_session(self, owner: str) -> Optional[_Session]:
         """The session of the 2026-07-28 requests of the credential `owner` names (_who; ""
         without authentication: every client's), made on first use; None when full (_open).
-        Kept apart per credential: one's tasks, and its upstreams' questions, are its own."""
+        Kept apart per credential: one's tasks, and its upstreams' questions, are its own.
+        Claimed for the request (_Session.claim: release it once answered), so that neither
+        the sweeper nor another's _open ends it meanwhile; one ended as this came is replaced."""
         with self._lock:
             session = self._stateless.get(owner)
-        if session is None or session.ended:
+        if session is None or not session.claim():
             with self._making:
                 with self._lock:
                     session = self._stateless.get(owner)
-                if session is None or session.ended:
+                if session is None or not session.claim():
                     session = self._open(owner, stateless=True)
         if session is not None:
             session.used = time.monotonic()
