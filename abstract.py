@@ -17505,6 +17505,8 @@ _SERVE_HANDLERS_S = 2.0  # shutdown: how long the streams get to say their last 
 _SERVE_REPLAY_EVENTS = 100  # the last events of a stream kept for replay...
 _SERVE_REPLAY_BYTES = 1 << 20  # ...at most this many bytes of them (the last one always kept...
 _SERVE_REPLAY_LAST = 8 << 20  # (...unless larger than this: such an event is not replayed)
+# ...and the streams of every session together at most this many (_ReplayBudget)
+_SERVE_REPLAY_TOTAL = 64 << 20
 _SERVE_RESUME_S = 60.0  # a stream whose client went away is kept (its call goes on) this long
 _SERVE_RESUMES_DONE = 8  # a session's streams kept after their end (the oldest forgotten first)
 _SERVE_ATTACH_S = 3.0  # a resume waits this long for the stream's last reader to notice it left
@@ -17517,15 +17519,47 @@ def _rpc_key(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+class _ReplayBudget:
+    """The bytes the replays of all of --serve's streams hold together: past `limit`, those
+    written to least recently are emptied first (a client resuming one then gets nothing
+    replayed, only what was not yet written). A replay may be counted for a while after it
+    let go of its bytes (a race with its writer), never less than it holds."""
+
+    def __init__(self, limit: Optional[int] = None) -> None:
+        self.limit = _SERVE_REPLAY_TOTAL if limit is None else limit
+        self._total = 0
+        self._held: "collections.OrderedDict[_Replay, int]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def charge(self, replay: "_Replay", size: int) -> List["_Replay"]:
+        """`replay` holds `size` bytes now; the others to empty to stay within the limit."""
+        with self._lock:
+            self._total += size - self._held.pop(replay, 0)
+            if size:
+                self._held[replay] = size  # (the most recent last)
+            shed: List[_Replay] = []
+            for other, held in self._held.items():
+                if self._total <= self.limit:
+                    break
+                if other is not replay:
+                    shed.append(other)
+                    self._total -= held
+            for other in shed:
+                del self._held[other]
+            return shed
+
+
 class _Replay:
     """The events one stream sent, for a client that resumes it: the last _SERVE_REPLAY_EVENTS
-    within _SERVE_REPLAY_BYTES (the last one always, up to _SERVE_REPLAY_LAST). Event ids are
-    `<key>-<n>`: the stream's key (unique in its session), and the event's number on it."""
+    within _SERVE_REPLAY_BYTES (the last one always, up to _SERVE_REPLAY_LAST), and all
+    streams' within their `budget`. Event ids are `<key>-<n>`: the stream's key (unique in its
+    session), and the event's number on it."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, budget: Optional[_ReplayBudget] = None) -> None:
         self.key, self._n, self._size = key, 0, 0
         self._events: "collections.deque[Tuple[int, bytes]]" = collections.deque()
         self._lock = threading.Lock()
+        self._budget = budget
 
     def add(self, data: bytes) -> str:
         """Keep `data` (before it is written: a write that fails is replayed too); its id."""
@@ -17537,7 +17571,18 @@ class _Replay:
             while len(self._events) > 1 and (len(self._events) > _SERVE_REPLAY_EVENTS
                                              or self._size > _SERVE_REPLAY_BYTES):
                 self._size -= len(self._events.popleft()[1])
-            return f"{self.key}-{self._n}"
+            n, size = self._n, self._size
+        for other in self._budget.charge(self, size) if self._budget is not None else ():
+            other.clear()  # (outside this one's lock: two replays never wait for each other)
+        return f"{self.key}-{n}"
+
+    def clear(self) -> None:
+        """Let go of every event kept (the stream is forgotten, or the budget is spent)."""
+        with self._lock:
+            self._events.clear()
+            self._size = 0
+        if self._budget is not None:
+            self._budget.charge(self, 0)
 
     def sent(self) -> bool:
         with self._lock:
@@ -17620,23 +17665,25 @@ class _Resumes:
     then the stream's messages still to come, the POST's answer among them. Ids are looked
     up in this session only: another session's never match."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: Optional[_ReplayBudget] = None) -> None:
         self._keys = itertools.count(1)
         self._streams: "collections.OrderedDict[str, _Stream]" = collections.OrderedDict()
         self._cond = threading.Condition()
+        self._budget = budget  # (what the replays of every session hold together)
 
     def new(self, kind: str) -> _Stream:
         """A new stream (`kind` "p" a POST's, "g" the GET stream), read from now."""
         with self._cond:
             key = f"{kind}{next(self._keys)}"
-            stream = self._streams[key] = _Stream(_Replay(key))
+            stream = self._streams[key] = _Stream(_Replay(key, self._budget))
             done = [k for k, s in self._streams.items() if s.ended and not s.reading]
             for k in done:  # (answered as JSON, or nothing sent: nothing to resume)
                 if not self._streams[k].replay.sent():  # type: ignore[union-attr]
                     del self._streams[k]
             done = [k for k in done if k in self._streams]
-            for k in done[:max(0, len(done) - _SERVE_RESUMES_DONE)]:
-                del self._streams[k]
+            gone = [self._streams.pop(k) for k in done[:max(0, len(done) - _SERVE_RESUMES_DONE)]]
+        for old in gone:
+            old.replay.clear()  # type: ignore[union-attr]
         return stream
 
     def find(self, last_id: str) -> Optional[Tuple[_Stream, int]]:
@@ -17671,7 +17718,18 @@ class _Resumes:
         with self._cond:
             old = [k for k, s in self._streams.items()
                    if not s.reading and now - s.left_at > _SERVE_RESUME_S]
-            return [self._streams.pop(k) for k in old]
+            gone = [self._streams.pop(k) for k in old]
+        for stream in gone:
+            stream.replay.clear()  # type: ignore[union-attr]
+        return gone
+
+    def forget(self) -> None:
+        """Let go of every stream's replay (the session ended: nothing of it is resumed)."""
+        with self._cond:
+            streams = list(self._streams.values())
+            self._streams.clear()
+        for stream in streams:
+            stream.replay.clear()  # type: ignore[union-attr]
 
 
 class _Feed:
@@ -17749,7 +17807,8 @@ class _Session:
         self._hints: "collections.deque[Optional[_Stream]]" = collections.deque()
         self._ask_lock = threading.Lock()
         self.get_stream: Optional[_Stream] = None
-        self.resumes = _Resumes() if hub is not None else None  # (a stateless client's: none)
+        # (a stateless client's: none)
+        self.resumes = _Resumes(hub.replays) if hub is not None else None
         conn = self.server.conn
         conn.requests = {m: self._as_caller(m, fn) for m, fn in conn.requests.items()}
         conn.start()
@@ -18008,6 +18067,8 @@ class _Session:
             get.end()
         self._feed.close()  # the Connection's EOF: its workers' pool closes
         conn.finish(_STOP_JOIN_S)
+        if self.resumes is not None:
+            self.resumes.forget()
         self.server.temps.stop()
         self.server.temps.sweep()
         self.server.ctx.tables.close()
@@ -18266,6 +18327,7 @@ class _Sessions:
         self._lock = threading.Lock()
         self._sessions: Dict[str, _Session] = {}
         self._owners: Dict[str, str] = {}  # session id -> whom its credential names (who)
+        self.replays = _ReplayBudget()  # what the streams of all its sessions keep to resume
         # the sessions of 2026-07-28 requests (which name none), one per credential: whom it
         # names (_who) -> its session ("": no authentication, every client's; None: being made)
         self._stateless: Dict[str, Optional[_Session]] = {}
