@@ -7781,13 +7781,14 @@ class _Caller:
     """The client session a call came from, when Abstract serves several at once (--serve): the
     capabilities it declared, ask(method, params) -> (connection, id, future), which puts a
     request to that session (on the stream of the call that caused it), and whom the credential
-    that opened it names (`owner`; None without one)."""
+    that opened it names (`owner`; None without one, however the session says so: a
+    handshake-era session's is "", the shared 2026-07-28 one's None, and both are no one's)."""
 
     __slots__ = ("caps", "ask", "owner")
 
     def __init__(self, caps: dict, ask: Callable[[str, Any], Tuple[Connection, int, Future]],
                  owner: Optional[str] = None) -> None:
-        self.caps, self.ask, self.owner = caps, ask, owner
+        self.caps, self.ask, self.owner = caps, ask, owner or None
 
 
 # the _Caller of the request the current thread is handling (set by the session serving it;

@@ -231,3 +231,25 @@ def test_one_credentials_requests_in_flight_are_bounded_as_a_sessions(world):
         assert answer(theirs, "ping", {})["status"] == 200
         for sock in held:
             sock.close()
+
+
+def test_without_authentication_a_question_goes_to_the_session_whose_call_asked(world):
+    """--serve-insecure: a handshake-era session and a 2026-07-28 client each have a call in
+    flight at one upstream. Neither has a credential, so they are not "several users": the
+    question goes to the call sent last (the session's), as among one user's sessions. It was
+    refused (-32601, several users): the shared 2026-07-28 session's owner was None, the
+    handshake-era session's ""."""
+    world.fake("up", "--extras")
+    srv = Served(world, "--serve-insecure")
+    try:
+        s = Session(srv.http, CAPS, get_stream=False)
+        waiting = modern(Http(srv.http.port), "tools/call",
+                         {"name": "up__record_cancel", "arguments": {}}, CAPS)
+        wait_for(lambda: world.events("up", "started"), LONG, "the 2026-07-28 call upstream")
+        _, ev = s.start("tools/call", ASK)
+        asked = ev.next(LONG)
+        assert asked is not None and asked.get("method") == "elicitation/create", asked
+        assert asked["params"]["message"] == "your name?"
+        assert waiting.q.empty(), waiting.q.get()  # the other call was asked nothing
+    finally:
+        srv.stop()
